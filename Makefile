@@ -1,0 +1,58 @@
+# Every target installs what it needs into .venv on first use (the stamp below),
+# so `make test` alone works on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+STAMP_BENCH := $(VENV)/.installed-bench
+STAMP_RAY := $(VENV)/.installed-ray
+
+SEEDS ?= 3
+PROFILE ?= paper
+GAMES ?=
+BACKEND ?= local
+JOBS ?=
+EXP ?=
+
+.PHONY: help venv test lint format bench-env bench-learn-dqn bench-learn-pg bench-sampler bench-replay \
+	reproduce-r2d1 report regress regress-update clean
+
+help:
+	@echo "make test | lint | bench-env | bench-learn-dqn | bench-learn-pg | bench-sampler"
+	@echo "make reproduce-r2d1 SEEDS=3 PROFILE=smoke|mini|paper [GAMES=pong,qbert] [BACKEND=local|ray] [JOBS=n]"
+	@echo "make report EXP=runs/<experiment> | regress | regress-update"
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -c constraints.txt -e '.[dev]'
+	touch $@
+
+$(STAMP_BENCH): $(STAMP)
+	$(PIP) install -q -c constraints.txt -e '.[dev,bench]'
+	touch $@
+
+$(STAMP_RAY): $(STAMP)
+	$(PIP) install -q -c constraints.txt -e '.[dev,ray]'
+	touch $@
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q -n 2 --dist loadgroup
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench-env: $(STAMP)
+	$(PY) -m bench.bench_env --out runs/bench/env.csv
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache
