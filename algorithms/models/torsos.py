@@ -1,0 +1,110 @@
+"""Feature extractors shared by value-based and policy-gradient models.
+
+A torso maps observations with any leading dims ``[..., *obs_shape]`` to features
+``[..., output_size]``; heads (``heads.py``) and policies sit on top of it.
+
+* ``NatureConvTorso``: the convolutional network of Mnih et al. 2015, "Human-level control through
+  deep reinforcement learning" (Nature), Methods "Model architecture": 32 filters 8x8 stride 4,
+  64 filters 4x4 stride 2, 64 filters 3x3 stride 1, each followed by a ReLU, optionally followed by
+  a fully connected layer of 512 ReLU units. Input frames are uint8 and scaled by 1/255 here, so
+  replay buffers keep storing one byte per pixel.
+* ``MlpTorso``: fully connected layers for vector observations (CartPole, MuJoCo).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+class NatureConvTorso(nn.Module):
+    """Nature DQN convolutions on ``[..., C, H, W]`` uint8 frames -> ``[..., output_size]``.
+
+    ``fc_size`` adds the Nature net's fully connected ReLU layer (512 units in the paper); ``None``
+    returns the flattened convolution features (the dueling head of Wang et al. 2016 puts its own
+    512-unit layer in each stream).
+    """
+
+    def __init__(self, observation_shape: tuple[int, int, int], fc_size: int | None = 512) -> None:
+        super().__init__()
+        if len(observation_shape) != 3:
+            raise ValueError(f"NatureConvTorso: observation_shape must be (C, H, W), got {observation_shape}")
+        channels, height, width = observation_shape
+        self.observation_shape = tuple(int(s) for s in observation_shape)
+        self.conv = nn.Sequential(
+            nn.Conv2d(channels, 32, kernel_size=8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, kernel_size=4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, kernel_size=3, stride=1),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        h, w = height, width
+        for kernel, stride in ((8, 4), (4, 2), (3, 1)):
+            h, w = (h - kernel) // stride + 1, (w - kernel) // stride + 1
+        if h < 1 or w < 1:
+            raise ValueError(f"NatureConvTorso: frames {height}x{width} are too small for the Nature convs")
+        self.conv_output_size = 64 * h * w  # 3136 for 84x84 frames
+        self.fc = None
+        if fc_size is not None:
+            self.fc = nn.Sequential(nn.Linear(self.conv_output_size, fc_size), nn.ReLU())
+        self.output_size = self.conv_output_size if fc_size is None else int(fc_size)
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        if observation.dtype != torch.uint8:
+            raise TypeError(f"NatureConvTorso expects uint8 frames, got {observation.dtype}")
+        if tuple(observation.shape[-3:]) != self.observation_shape:
+            raise ValueError(
+                f"NatureConvTorso: observation shape {tuple(observation.shape)} "
+                f"does not end in {self.observation_shape}"
+            )
+        lead = observation.shape[:-3]
+        x = observation.reshape(math.prod(lead), *self.observation_shape).to(torch.float32) * (1.0 / 255.0)
+        features = self.conv(x)
+        if self.fc is not None:
+            features = self.fc(features)
+        return features.reshape(*lead, self.output_size)
+
+
+class MlpTorso(nn.Module):
+    """Fully connected layers on ``[..., D]`` vector observations -> ``[..., hidden_sizes[-1]]``.
+
+    An empty ``hidden_sizes`` is the identity on the flattened input (``output_size = D``).
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_sizes: tuple[int, ...] = (64, 64),
+        activation: type[nn.Module] = nn.ReLU,
+    ) -> None:
+        super().__init__()
+        if input_size < 1 or any(h < 1 for h in hidden_sizes):
+            raise ValueError(f"MlpTorso: sizes must be positive, got {input_size} and {hidden_sizes}")
+        layers: list[nn.Module] = []
+        last = int(input_size)
+        for size in hidden_sizes:
+            layers += [nn.Linear(last, size), activation()]
+            last = int(size)
+        self.input_size = int(input_size)
+        self.net = nn.Sequential(*layers)
+        self.output_size = last
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        if observation.shape[-1] != self.input_size:
+            raise ValueError(f"MlpTorso: observation last dim {observation.shape[-1]} != {self.input_size}")
+        return self.net(observation.to(torch.float32))
+
+
+def build_torso(
+    observation_shape: tuple[int, ...], fc_size: int | None = 512, hidden_sizes: tuple[int, ...] = (64, 64)
+) -> NatureConvTorso | MlpTorso:
+    """The torso for an observation space: Nature convolutions for (C, H, W) frames, an MLP for (D,)."""
+    if len(observation_shape) == 3:
+        return NatureConvTorso(tuple(observation_shape), fc_size=fc_size)
+    if len(observation_shape) == 1:
+        return MlpTorso(int(observation_shape[0]), hidden_sizes)
+    raise ValueError(f"no torso for observation shape {tuple(observation_shape)}: expected (C, H, W) or (D,)")

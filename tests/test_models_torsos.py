@@ -1,0 +1,44 @@
+import pytest
+import torch
+
+from algorithms.models.torsos import MlpTorso, NatureConvTorso, build_torso
+
+torch.set_num_threads(1)
+
+
+def test_nature_conv_torso_shapes_and_scaling():
+    torso = NatureConvTorso((4, 84, 84), fc_size=None)
+    assert torso.output_size == 3136  # 64 x 7 x 7, Mnih et al. 2015
+    frames = torch.randint(0, 256, (3, 2, 4, 84, 84), dtype=torch.uint8)
+    out = torso(frames)
+    assert out.shape == (3, 2, 3136)
+    # Leading dims are only flattened: [T, B] and [B] and unbatched agree row by row.
+    assert torch.allclose(torso(frames[1]), out[1], atol=1e-6)
+    assert torch.allclose(torso(frames[1, 0]), out[1, 0], atol=1e-6)
+    # Scaling by 1/255 happens inside: the first conv sees the float frame / 255.
+    x = frames[0, :1].float() / 255.0
+    expected = torso.conv(x)
+    assert torch.allclose(out[0, :1], expected, atol=1e-6)
+
+
+def test_nature_conv_torso_fc_and_errors():
+    torso = NatureConvTorso((4, 84, 84))
+    assert torso.output_size == 512
+    assert torso(torch.zeros(5, 4, 84, 84, dtype=torch.uint8)).shape == (5, 512)
+    with pytest.raises(TypeError, match="uint8"):
+        torso(torch.zeros(5, 4, 84, 84))
+    with pytest.raises(ValueError, match="does not end in"):
+        torso(torch.zeros(5, 3, 84, 84, dtype=torch.uint8))
+
+
+def test_mlp_torso_shapes():
+    torso = MlpTorso(4, (32, 16))
+    assert torso.output_size == 16
+    assert torso(torch.zeros(7, 3, 4)).shape == (7, 3, 16)
+    assert torso(torch.zeros(4, dtype=torch.float64)).shape == (16,)
+    with pytest.raises(ValueError, match="!= 4"):
+        torso(torch.zeros(3, 5))
+    assert isinstance(build_torso((4,)), MlpTorso)
+    assert isinstance(build_torso((4, 84, 84)), NatureConvTorso)
+    with pytest.raises(ValueError, match="no torso"):
+        build_torso((2, 3))
