@@ -1,0 +1,463 @@
+"""Run directories: the on-disk format every run writes and analysis reads.
+
+Layout (docs/ARCHITECTURE.md, Contract 5)::
+
+    runs/<experiment>/<arm>/<env>/seed<k>/
+        config.json  metadata.json  status.json  progress.csv  eval.csv  checkpoints/latest.pt  tb/  log.txt
+
+Crash safety: JSON files and checkpoints are written to a temporary file in the same directory,
+fsynced, then renamed over the target (``os.replace`` is atomic on POSIX), so a reader sees the old
+or the new file, never half of one. Tables are appended one row at a time with flush + fsync; a
+kill can leave at most a torn last line, which ``read_table`` drops and reports.
+
+This module imports torch only inside the checkpoint functions, so ``analysis`` can read runs
+without importing the training stack.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import io
+import json
+import os
+import platform
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+CONFIG_FILE = "config.json"
+METADATA_FILE = "metadata.json"
+STATUS_FILE = "status.json"
+PROGRESS_FILE = "progress.csv"
+EVAL_FILE = "eval.csv"
+CHECKPOINT_DIR = "checkpoints"
+CHECKPOINT_FILE = "latest.pt"
+TENSORBOARD_DIR = "tb"
+LOG_FILE = "log.txt"
+
+EVAL_COLUMNS = ("env_steps", "frames", "updates", "wall_time_s", "episode", "return", "length")
+# Packages whose versions every run records (those that change numbers or speed).
+RECORDED_PACKAGES = (
+    "torch", "numpy", "gymnasium", "ale-py", "mujoco", "pandas", "scipy", "rliable", "ray", "stable-baselines3",
+)  # fmt: skip
+
+RunStatus = Literal["complete", "incomplete", "corrupt"]
+
+
+# --- atomic writes ------------------------------------------------------------------------------
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see either the old or the new content."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n").encode())
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+# --- metadata -----------------------------------------------------------------------------------
+def _git(args: list[str], cwd: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpu_models() -> list[str]:
+    # Imported here so reading runs never pulls in torch.
+    try:
+        import torch
+    except ImportError:
+        return []
+    if not torch.cuda.is_available():
+        return []
+    return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+
+
+def collect_metadata(seeds: dict[str, int], code_dir: Path | None = None) -> dict[str, Any]:
+    """Everything needed to know what ran where: code version, packages, interpreter, hardware, seeds."""
+    code_dir = Path(code_dir or Path(__file__).resolve().parent.parent)
+    commit = _git(["rev-parse", "HEAD"], code_dir)
+    status = _git(["status", "--porcelain", "--untracked-files=no"], code_dir)
+    packages = {}
+    for name in RECORDED_PACKAGES:
+        try:
+            packages[name] = importlib_metadata.version(name)
+        except importlib_metadata.PackageNotFoundError:
+            packages[name] = None
+    gpus = _gpu_models()
+    return {
+        "git_commit": commit,
+        "git_dirty": None if status is None else bool(status),
+        "packages": packages,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "hostname": socket.gethostname(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "gpu_model": gpus[0] if gpus else None,
+        "gpu_count": len(gpus),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "seeds": dict(seeds),
+        "start_time": _now(),
+        "argv": sys.argv,
+    }
+
+
+# --- RNG state ----------------------------------------------------------------------------------
+def rng_state() -> dict[str, Any]:
+    """Python, numpy and torch (and CUDA) global RNG states as tensors/ints (safe for weights_only load)."""
+    import torch
+
+    py_version, py_state, py_gauss = random.getstate()
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": {"version": py_version, "state": torch.tensor(py_state, dtype=torch.int64), "gauss": py_gauss},
+        "numpy": {
+            "name": np_name,
+            "keys": torch.from_numpy(np_keys.astype(np.int64)),
+            "pos": int(np_pos),
+            "has_gauss": int(np_has_gauss),
+            "gauss": float(np_gauss),
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    import torch
+
+    py = state["python"]
+    random.setstate((py["version"], tuple(int(x) for x in py["state"].tolist()), py["gauss"]))
+    npy = state["numpy"]
+    np.random.set_state(
+        (npy["name"], npy["keys"].numpy().astype(np.uint32), npy["pos"], npy["has_gauss"], npy["gauss"])
+    )
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# --- appendable tables --------------------------------------------------------------------------
+class CsvTable:
+    """An append-only CSV table whose columns are fixed by its header.
+
+    Each row is written with one ``write`` call, flushed and fsynced, so a crash loses at most the
+    row being written (a torn last line without its newline), which readers drop.
+    """
+
+    def __init__(self, path: Path, columns: Iterable[str] | None = None) -> None:
+        self.path = Path(path)
+        self.columns: list[str] | None = list(columns) if columns is not None else None
+        if self.path.exists() and self.path.stat().st_size > 0:
+            self._repair_torn_tail()
+            with self.path.open(newline="") as f:
+                header = next(csv.reader(f), None)
+            if header:
+                self.columns = header
+
+    def _repair_torn_tail(self) -> None:
+        """Cut a torn last line (no trailing newline) left by a crash, so appends start on a fresh line."""
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            cut = data.rfind(b"\n") + 1
+            with self.path.open("r+b") as f:
+                f.truncate(cut)
+                f.flush()
+                os.fsync(f.fileno())
+
+    def append(self, row: dict[str, Any]) -> None:
+        self.append_many([row])
+
+    def append_many(self, rows: list[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        new_file = self.columns is None or not self.path.exists() or self.path.stat().st_size == 0
+        if self.columns is None:
+            self.columns = list(rows[0])
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=self.columns, lineterminator="\n")
+        if new_file:
+            writer.writeheader()
+        for row in rows:
+            unknown = set(row) - set(self.columns)
+            if unknown:
+                raise KeyError(
+                    f"{self.path}: row has columns {sorted(unknown)} not in the table header; "
+                    "every progress row must log the same keys"
+                )
+            writer.writerow({k: _csv_value(v) for k, v in row.items()})
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", newline="") as f:
+            f.write(buf.getvalue())
+            f.flush()
+            os.fsync(f.fileno())
+
+    def truncate_after(self, column: str, max_value: float) -> int:
+        """Drop rows whose ``column`` exceeds ``max_value`` (atomically); returns rows kept."""
+        if not self.path.exists():
+            return 0
+        table, _ = read_table(self.path)
+        if table.empty:
+            return 0
+        kept = table[table[column] <= max_value]
+        buf = io.StringIO()
+        kept.to_csv(buf, index=False, lineterminator="\n")
+        atomic_write_bytes(self.path, buf.getvalue().encode())
+        return len(kept)
+
+
+def _csv_value(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        return v.item()
+    if hasattr(v, "item") and getattr(v, "ndim", 1) == 0:
+        return v.item()
+    return v
+
+
+def read_table(path: Path) -> tuple[pd.DataFrame, list[str]]:
+    """Read a CSV table, tolerating a torn last line; returns (table, problems found)."""
+    path = Path(path)
+    problems: list[str] = []
+    if not path.exists():
+        return pd.DataFrame(), [f"{path.name} missing"]
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        data = data[: data.rfind(b"\n") + 1]
+        problems.append(f"{path.name}: dropped a torn last line")
+    if not data.strip():
+        return pd.DataFrame(), problems
+    table = pd.read_csv(io.BytesIO(data))  # raises pandas' ParserError on a malformed table
+    return table, problems
+
+
+# --- the run directory --------------------------------------------------------------------------
+def run_path(root: Path, experiment: str, arm: str, env: str, seed: int) -> Path:
+    return Path(root) / experiment / arm / env / f"seed{int(seed)}"
+
+
+class RunDir:
+    """Writer side of one run directory. Build with ``RunDir.open``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.progress = CsvTable(self.path / PROGRESS_FILE)
+        self.eval = CsvTable(self.path / EVAL_FILE, EVAL_COLUMNS)
+        self._tb_writer = None
+
+    @classmethod
+    def open(cls, path: Path, config: dict[str, Any], seeds: dict[str, int], resume: bool = True) -> RunDir:
+        """Create (or, with ``resume``, reopen) a run directory for ``config``.
+
+        Reopening checks that the stored config equals ``config``: resuming a run under a different
+        config would silently mix two experiments in one table.
+        """
+        path = Path(path)
+        config_file = path / CONFIG_FILE
+        if config_file.exists():
+            if not resume:
+                raise FileExistsError(f"{path}: run directory exists; pass resume=True to continue it")
+            stored = json.loads(config_file.read_text())
+            fresh = json.loads(json.dumps(config, default=_json_default))
+            diff = _first_difference(stored, fresh)
+            if diff is not None:
+                raise ValueError(f"{config_file}: cannot resume, config differs at {diff}")
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(config_file, config)
+        if not (path / METADATA_FILE).exists():
+            atomic_write_json(path / METADATA_FILE, collect_metadata(seeds))
+        run = cls(path)
+        run.set_status("running")
+        return run
+
+    # tables
+    def append_progress(self, row: dict[str, Any]) -> None:
+        self.progress.append(row)
+
+    def append_eval(self, rows: list[dict[str, Any]]) -> None:
+        self.eval.append_many(rows)
+
+    def truncate_progress_after(self, env_steps: int) -> None:
+        """On resume: drop rows logged after the checkpoint at ``env_steps``, which will be logged again."""
+        self.progress.truncate_after("env_steps", env_steps)
+        self.eval.truncate_after("env_steps", env_steps)
+
+    # status
+    def set_status(self, state: Literal["running", "complete", "failed"], error: str | None = None) -> None:
+        atomic_write_json(self.path / STATUS_FILE, {"state": state, "updated": _now(), "error": error})
+
+    # checkpoints
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.path / CHECKPOINT_DIR / CHECKPOINT_FILE
+
+    def save_checkpoint(self, state: dict[str, Any]) -> None:
+        import torch
+
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        atomic_write_bytes(self.checkpoint_path, buf.getvalue())
+
+    def load_checkpoint(self) -> dict[str, Any] | None:
+        import torch
+
+        if not self.checkpoint_path.exists():
+            return None
+        return torch.load(self.checkpoint_path, weights_only=True, map_location="cpu")
+
+    # tensorboard
+    def tensorboard_writer(self) -> Any:
+        if self._tb_writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb_writer = SummaryWriter(log_dir=str(self.path / TENSORBOARD_DIR))
+        return self._tb_writer
+
+    def close(self) -> None:
+        if self._tb_writer is not None:
+            self._tb_writer.close()
+            self._tb_writer = None
+
+
+def _first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            name = f"{prefix}.{key}" if prefix else str(key)
+            if key not in a or key not in b:
+                return f"'{name}' (present in only one)"
+            found = _first_difference(a[key], b[key], name)
+            if found is not None:
+                return found
+        return None
+    return None if a == b else f"'{prefix}': stored {a!r}, now {b!r}"
+
+
+# --- reader -------------------------------------------------------------------------------------
+@dataclass
+class RunData:
+    """One run as read from disk. ``status`` is complete / incomplete / corrupt; ``problems`` says why."""
+
+    path: Path
+    config: dict[str, Any] | None
+    metadata: dict[str, Any] | None
+    progress: pd.DataFrame
+    eval: pd.DataFrame
+    state: str | None
+    status: RunStatus
+    problems: list[str] = field(default_factory=list)
+
+
+def _read_json(path: Path, problems: list[str]) -> dict[str, Any] | None:
+    if not path.exists():
+        problems.append(f"{path.name} missing")
+        return None
+    try:
+        obj = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        problems.append(f"{path.name} unreadable: {e}")
+        return None
+    if not isinstance(obj, dict):
+        problems.append(f"{path.name}: expected a JSON object")
+        return None
+    return obj
+
+
+def read_run(path: Path) -> RunData:
+    """Read a run directory without raising on damage.
+
+    * corrupt: config.json / metadata.json unreadable or missing, or a table that does not parse;
+    * complete: status.json says complete and everything parses (a torn last line is tolerated
+      and listed in ``problems``);
+    * incomplete: readable, but still running, failed or killed.
+    """
+    path = Path(path)
+    problems: list[str] = []
+    config = _read_json(path / CONFIG_FILE, problems)
+    metadata = _read_json(path / METADATA_FILE, problems)
+    status_obj = _read_json(path / STATUS_FILE, problems)
+    corrupt = config is None or metadata is None
+    tables = {}
+    for name in (PROGRESS_FILE, EVAL_FILE):
+        try:
+            table, table_problems = read_table(path / name)
+        except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
+            table, table_problems = pd.DataFrame(), [f"{name} does not parse: {str(e).splitlines()[0]}"]
+            corrupt = True
+        tables[name] = table
+        problems.extend(p for p in table_problems if not p.endswith("missing") or name == PROGRESS_FILE)
+    state = status_obj.get("state") if status_obj else None
+    if corrupt:
+        status: RunStatus = "corrupt"
+    elif state == "complete" and not tables[PROGRESS_FILE].empty:
+        status = "complete"
+    else:
+        status = "incomplete"
+        if state == "failed" and status_obj and status_obj.get("error"):
+            problems.append(f"failed: {status_obj['error']}")
+    return RunData(path, config, metadata, tables[PROGRESS_FILE], tables[EVAL_FILE], state, status, problems)
+
+
+def find_runs(experiment_dir: Path) -> list[Path]:
+    """Every run directory under ``experiment_dir`` (a directory named seed<k> with any run file)."""
+    experiment_dir = Path(experiment_dir)
+    found = []
+    for p in sorted(experiment_dir.rglob("seed*")):
+        if p.is_dir() and p.name[4:].isdigit() and any((p / f).exists() for f in (CONFIG_FILE, STATUS_FILE)):
+            found.append(p)
+    return found
+
+
+def is_complete(path: Path) -> bool:
+    """Cheap check used to skip finished runs: status.json says complete."""
+    try:
+        return json.loads((Path(path) / STATUS_FILE).read_text()).get("state") == "complete"
+    except (OSError, json.JSONDecodeError):
+        return False
