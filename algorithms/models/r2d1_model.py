@@ -1,0 +1,89 @@
+"""The R2D1 recurrent Q-network (Kapturowski et al. 2019, "Recurrent Experience Replay in Distributed
+Reinforcement Learning", Appendix "Hyper-parameters"; rlpyt ``models/dqn/atari_r2d1_model.py``):
+
+    frames -> Nature conv torso -> fc 512 (ReLU)
+           -> LSTM 512, fed [features, one-hot previous action, previous reward]
+           -> dueling head (value and advantage streams of 512 units each).
+
+For vector observations the conv torso is replaced by an MLP (the velocity-masked control tasks).
+The recurrent state is a ``NamedArrays(h=[B, H], c=[B, H])`` so samplers and replay can reset and
+store it row by row.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from algorithms.arrays import NamedArrays
+from algorithms.models.heads import DuelingHead
+from algorithms.models.torsos import MlpTorso, NatureConvTorso
+
+
+class R2D1Model(nn.Module):
+    """``forward(observation, prev_action, prev_reward, state) -> (q, next_state)``.
+
+    Leading dims of ``observation`` may be ``[T, B]``, ``[B]`` or none; ``prev_action`` (integer
+    action indices) and ``prev_reward`` have the same leading dims; ``q`` has them too, followed by
+    ``A``. ``state`` is the (h, c) before the first step (``None``: zeros), ``[B, H]`` (``[H]`` for
+    unbatched input); ``next_state`` is the state after the last step, same shape.
+    """
+
+    def __init__(
+        self,
+        observation_shape: tuple[int, ...],
+        n_actions: int,
+        lstm_size: int = 512,
+        fc_size: int = 512,
+        head_hidden_size: int = 512,
+        mlp_hidden_sizes: tuple[int, ...] = (64, 64),
+    ) -> None:
+        super().__init__()
+        self.observation_shape = tuple(int(s) for s in observation_shape)
+        self.n_actions, self.lstm_size = int(n_actions), int(lstm_size)
+        if len(self.observation_shape) == 3:
+            self.torso: nn.Module = NatureConvTorso(self.observation_shape, fc_size=fc_size)
+        elif len(self.observation_shape) == 1:
+            self.torso = MlpTorso(self.observation_shape[0], tuple(mlp_hidden_sizes))
+        else:
+            raise ValueError(f"R2D1Model: no torso for observation shape {self.observation_shape}")
+        self.lstm = nn.LSTM(self.torso.output_size + self.n_actions + 1, self.lstm_size)
+        self.head = DuelingHead(self.lstm_size, self.n_actions, hidden_size=head_hidden_size)
+
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> NamedArrays:
+        zeros = torch.zeros(batch_size, self.lstm_size, device=device)
+        return NamedArrays(h=zeros, c=zeros.clone())
+
+    def forward(
+        self,
+        observation: torch.Tensor,
+        prev_action: torch.Tensor,
+        prev_reward: torch.Tensor,
+        state: NamedArrays | None = None,
+    ) -> tuple[torch.Tensor, NamedArrays]:
+        lead = observation.shape[: observation.dim() - len(self.observation_shape)]
+        if len(lead) > 2:
+            raise ValueError(
+                f"R2D1Model: observation {tuple(observation.shape)} has more than [T, B] leading dims"
+            )
+        if prev_action.shape != lead or prev_reward.shape != lead:
+            raise ValueError(
+                f"R2D1Model: prev_action {tuple(prev_action.shape)} and prev_reward "
+                f"{tuple(prev_reward.shape)} must have the observation's leading dims {tuple(lead)}"
+            )
+        T, B = (lead[0], lead[1]) if len(lead) == 2 else (1, lead[0] if lead else 1)
+        features = self.torso(observation.reshape(T, B, *self.observation_shape))
+        prev_action_one_hot = F.one_hot(prev_action.reshape(T, B).long(), self.n_actions).to(features.dtype)
+        lstm_input = torch.cat(
+            [features, prev_action_one_hot, prev_reward.reshape(T, B, 1).to(features.dtype)], -1
+        )
+        if state is None:
+            hc = None
+        else:
+            hc = (state.h.reshape(1, B, self.lstm_size), state.c.reshape(1, B, self.lstm_size))
+        lstm_out, (h, c) = self.lstm(lstm_input, hc)
+        q = self.head(lstm_out)
+        state_shape = (B, self.lstm_size) if len(lead) else (self.lstm_size,)
+        next_state = NamedArrays(h=h.reshape(state_shape), c=c.reshape(state_shape))
+        return q.reshape(*lead, self.n_actions), next_state
