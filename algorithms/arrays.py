@@ -42,7 +42,9 @@ class NamedArrays:
         items.update(kwargs)
         for name in items:
             if not name.isidentifier() or name.startswith("_"):
-                raise ValueError(f"NamedArrays: field name {name!r} must be an identifier not starting with '_'")
+                raise ValueError(
+                    f"NamedArrays: field name {name!r} must be an identifier not starting with '_'"
+                )
         object.__setattr__(self, "_fields", items)
 
     # --- field access -------------------------------------------------------------------------
@@ -87,7 +89,9 @@ class NamedArrays:
 
     def __setitem__(self, index: Any, value: Any) -> None:
         if isinstance(index, str):
-            raise TypeError("NamedArrays: assign a field with attribute syntax or replace(), not x['name'] = ...")
+            raise TypeError(
+                "NamedArrays: assign a field with attribute syntax or replace(), not x['name'] = ..."
+            )
         if isinstance(value, NamedArrays):
             missing = set(self._fields) - set(value._fields)
             extra = set(value._fields) - set(self._fields)
@@ -118,7 +122,10 @@ class NamedArrays:
     def map(self, fn: Callable[[Any], Any]) -> NamedArrays:
         """Apply ``fn`` to every non-None leaf, recursing into nested fields."""
         return NamedArrays(
-            {k: (v.map(fn) if isinstance(v, NamedArrays) else (None if v is None else fn(v))) for k, v in self.items()}
+            {
+                k: (v.map(fn) if isinstance(v, NamedArrays) else (None if v is None else fn(v)))
+                for k, v in self.items()
+            }
         )
 
     def leaves(self) -> Iterator[Any]:
@@ -152,7 +159,9 @@ class NamedArrays:
         """Move every tensor leaf to shared memory in place (numpy leaves are an error)."""
         for leaf in self.leaves():
             if not isinstance(leaf, torch.Tensor):
-                raise TypeError("share_memory_() needs torch leaves; allocate with buffer_from_example(shared=True)")
+                raise TypeError(
+                    "share_memory_() needs torch leaves; allocate with buffer_from_example(shared=True)"
+                )
             leaf.share_memory_()
         return self
 
@@ -217,8 +226,8 @@ def to_numpy(value: Any) -> Any:
 def _as_leaf_like(value: Any, like: np.ndarray | torch.Tensor) -> Any:
     """Make ``value`` assignable into ``like`` (numpy into tensor slots and back, on the right device)."""
     if isinstance(like, torch.Tensor):
-        if isinstance(value, np.ndarray):
-            return torch.from_numpy(value).to(like.device)
+        if isinstance(value, np.ndarray | np.generic):
+            return torch.from_numpy(np.asarray(value)).to(like.device)
         if isinstance(value, torch.Tensor) and value.device != like.device:
             return value.to(like.device)
         return value
