@@ -22,10 +22,8 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.multiprocessing  # noqa: F401  (registers the shared-tensor pickling reductions)
-
-Leaf = np.ndarray | torch.Tensor | None
-
+# Importing torch.multiprocessing registers the reductions that send shared tensors by handle.
+import torch.multiprocessing
 
 class NamedArrays:
     """An ordered set of named leaves that share leading dimensions.

@@ -49,7 +49,8 @@ LOG_FILE = "log.txt"
 EVAL_COLUMNS = ("env_steps", "frames", "updates", "wall_time_s", "episode", "return", "length")
 # Packages whose versions every run records (those that change numbers or speed).
 RECORDED_PACKAGES = (
-    "torch", "numpy", "gymnasium", "ale-py", "mujoco", "pandas", "scipy", "rliable", "ray", "stable-baselines3",
+    "torch", "numpy", "gymnasium", "ale-py", "mujoco", "pandas", "scipy", "rliable", "ray",
+    "stable-baselines3",
 )  # fmt: skip
 
 RunStatus = Literal["complete", "incomplete", "corrupt"]
