@@ -22,8 +22,10 @@ from typing import Any
 
 import numpy as np
 import torch
+
 # Importing torch.multiprocessing registers the reductions that send shared tensors by handle.
 import torch.multiprocessing
+
 
 class NamedArrays:
     """An ordered set of named leaves that share leading dimensions.
