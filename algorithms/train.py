@@ -1,0 +1,298 @@
+"""The training entry point: typed configs and ``train()`` (docs/ARCHITECTURE.md, Contract 6).
+
+``repro`` builds a ``TrainConfig`` and calls ``train(config, run_dir)``; nothing else is needed to
+run any algorithm under any runner. ``config_to_dict`` / ``config_from_dict`` are the round trip
+through ``config.json``: plain JSON types only, unknown keys and wrong types are one-line errors
+naming the key.
+
+Seeding rule (one place, so every runner and sampler mode agrees):
+
+* ``train()`` seeds Python's ``random``, numpy's global RNG and torch from ``runner.seed`` before
+  the agent is built, so model initialisation is a function of the seed;
+* environments are seeded by the samplers from the run seed and each env's global rank
+  (``algorithms.samplers.base.env_seed``), never from the global RNGs, so sampler modes that
+  split the B environments across workers see the same episodes as the serial sampler.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from algorithms import registry
+
+SAMPLER_MODES = ("serial", "cpu", "gpu", "alternating")
+RUNNER_KINDS = ("sync", "async", "ddp")
+REPLAY_RATIO_COUNTINGS = ("trained", "with_burnin")
+_DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
+
+# Contract 1: the env package defines EnvConfig; imported lazily so that reading a config.json does
+# not import gymnasium and the simulators.
+ENV_CONFIG_MODULE = "algorithms.envs.config"
+
+
+def env_config_class() -> type:
+    """The ``EnvConfig`` dataclass of ``algorithms.envs`` (Contract 1)."""
+    import importlib
+
+    return importlib.import_module(ENV_CONFIG_MODULE).EnvConfig
+
+
+def _check_types(obj: Any) -> None:
+    """Raise ``TypeError`` naming the first field whose value does not match its annotation.
+
+    Only the plain scalar annotations used by these configs are checked (int, float, str, bool);
+    an int is accepted where a float is expected, a bool never where an int is.
+    """
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        expected = hints[f.name]
+        value = getattr(obj, f.name)
+        if expected is bool:
+            ok = isinstance(value, bool)
+        elif expected is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif expected is float:
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+        elif expected is str:
+            ok = isinstance(value, str)
+        else:
+            continue
+        if not ok:
+            raise TypeError(
+                f"{type(obj).__name__}.{f.name} must be {expected.__name__}, "
+                f"got {type(value).__name__} {value!r}"
+            )
+
+
+def _require(condition: bool, cls: str, field: str, value: Any, what: str) -> None:
+    if not condition:
+        raise ValueError(f"{cls}.{field} must be {what}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """How experience is collected. A batch is ``batch_T`` steps of ``batch_B`` environments.
+
+    ``n_workers`` splits the B environments across processes in the parallel modes; evaluation runs
+    ``eval_episodes`` episodes on ``eval_n_envs`` separate environments, each episode capped at
+    ``eval_max_steps`` env steps (27,000 steps = 108,000 frames at frameskip 4, the Atari cap of
+    Machado et al. 2018, Sec. 5).
+    """
+
+    mode: str = "serial"
+    batch_T: int = 1
+    batch_B: int = 1
+    n_workers: int = 1
+    eval_n_envs: int = 1
+    eval_episodes: int = 10
+    eval_max_steps: int = 27_000
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        name = "SamplerConfig"
+        _require(self.mode in SAMPLER_MODES, name, "mode", self.mode, f"one of {SAMPLER_MODES}")
+        _require(self.batch_T >= 1, name, "batch_T", self.batch_T, ">= 1")
+        _require(self.batch_B >= 1, name, "batch_B", self.batch_B, ">= 1")
+        _require(self.n_workers >= 1, name, "n_workers", self.n_workers, ">= 1")
+        _require(
+            self.n_workers <= self.batch_B, name, "n_workers", self.n_workers, f"<= batch_B ({self.batch_B})"
+        )
+        _require(self.eval_n_envs >= 1, name, "eval_n_envs", self.eval_n_envs, ">= 1")
+        _require(self.eval_episodes >= 0, name, "eval_episodes", self.eval_episodes, ">= 0")
+        _require(self.eval_max_steps >= 1, name, "eval_max_steps", self.eval_max_steps, ">= 1")
+
+    @property
+    def batch_size(self) -> int:
+        """Env steps per sampler batch: ``batch_T * batch_B``."""
+        return self.batch_T * self.batch_B
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    """How long to train, how often to log, evaluate and checkpoint, and on what hardware.
+
+    All intervals are in env steps (not frames, not iterations). A boundary is crossed at the first
+    sampler batch that reaches it, so with batches that do not divide the interval, rows land at
+    the first multiple of the batch size past each boundary.
+    """
+
+    kind: str = "sync"
+    n_steps: int = 100_000
+    log_interval_steps: int = 10_000
+    eval_interval_steps: int = 0  # 0: evaluate only at the end
+    checkpoint_interval_steps: int = 0  # 0: at every log interval
+    seed: int = 0
+    torch_threads: int = 1
+    device: str = "cpu"
+    n_gpus: int = 1  # ranks for ddp
+    async_param_sync_steps: int = (
+        400  # R2D2 (Kapturowski et al. 2019), Table 2: actor parameter update period
+    )
+    replay_ratio_target: float = 0.0  # async throttle; 0 = off
+    replay_ratio_counting: str = "trained"  # which Counters replay ratio the throttle targets
+    tensorboard: bool = False
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        name = "RunnerConfig"
+        _require(self.kind in RUNNER_KINDS, name, "kind", self.kind, f"one of {RUNNER_KINDS}")
+        _require(self.n_steps >= 1, name, "n_steps", self.n_steps, ">= 1")
+        _require(self.log_interval_steps >= 1, name, "log_interval_steps", self.log_interval_steps, ">= 1")
+        _require(self.eval_interval_steps >= 0, name, "eval_interval_steps", self.eval_interval_steps, ">= 0")
+        _require(
+            self.checkpoint_interval_steps >= 0,
+            name,
+            "checkpoint_interval_steps",
+            self.checkpoint_interval_steps,
+            ">= 0",
+        )
+        _require(self.seed >= 0, name, "seed", self.seed, ">= 0")
+        _require(self.torch_threads >= 1, name, "torch_threads", self.torch_threads, ">= 1")
+        _require(bool(_DEVICE.match(self.device)), name, "device", self.device, "'cpu', 'cuda' or 'cuda:<k>'")
+        _require(self.n_gpus >= 1, name, "n_gpus", self.n_gpus, ">= 1")
+        _require(
+            self.async_param_sync_steps >= 1,
+            name,
+            "async_param_sync_steps",
+            self.async_param_sync_steps,
+            ">= 1",
+        )
+        _require(self.replay_ratio_target >= 0, name, "replay_ratio_target", self.replay_ratio_target, ">= 0")
+        _require(
+            self.replay_ratio_counting in REPLAY_RATIO_COUNTINGS,
+            name,
+            "replay_ratio_counting",
+            self.replay_ratio_counting,
+            f"one of {REPLAY_RATIO_COUNTINGS}",
+        )
+
+    @property
+    def checkpoint_every_steps(self) -> int:
+        """The effective checkpoint interval (``checkpoint_interval_steps``, or the log interval if 0)."""
+        return self.checkpoint_interval_steps or self.log_interval_steps
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything one run needs: algorithm (by registry name) and its config, env, sampler, runner."""
+
+    algo: str
+    algo_config: Any
+    env: Any  # algorithms.envs EnvConfig (Contract 1)
+    sampler: SamplerConfig = dataclasses.field(default_factory=SamplerConfig)
+    runner: RunnerConfig = dataclasses.field(default_factory=RunnerConfig)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.algo, str):
+            raise TypeError(f"TrainConfig.algo must be str, got {type(self.algo).__name__} {self.algo!r}")
+        expected = registry.config_class(self.algo)  # ValueError naming an unknown algorithm
+        if not isinstance(self.algo_config, expected):
+            raise TypeError(
+                f"TrainConfig.algo_config must be {expected.__module__}.{expected.__name__} for algo "
+                f"{self.algo!r}, got {type(self.algo_config).__name__}"
+            )
+        env_cls = env_config_class()
+        if not isinstance(self.env, env_cls):
+            raise TypeError(f"TrainConfig.env must be {env_cls.__name__}, got {type(self.env).__name__}")
+        if not isinstance(self.sampler, SamplerConfig):
+            raise TypeError(f"TrainConfig.sampler must be SamplerConfig, got {type(self.sampler).__name__}")
+        if not isinstance(self.runner, RunnerConfig):
+            raise TypeError(f"TrainConfig.runner must be RunnerConfig, got {type(self.runner).__name__}")
+        if self.runner.kind == "ddp" and self.sampler.mode != "serial":
+            raise ValueError(
+                "TrainConfig.sampler.mode must be 'serial' with runner.kind 'ddp' "
+                f"(one serial sampler per rank), got {self.sampler.mode!r}"
+            )
+
+
+# --- config.json round trip ----------------------------------------------------------------------
+
+
+def config_to_dict(config: TrainConfig) -> dict[str, Any]:
+    """Plain JSON-compatible dict of ``config`` (tuples become lists; ``config_from_dict`` restores them)."""
+    return {
+        "algo": config.algo,
+        "algo_config": dataclasses.asdict(config.algo_config),
+        "env": dataclasses.asdict(config.env),
+        "sampler": dataclasses.asdict(config.sampler),
+        "runner": dataclasses.asdict(config.runner),
+    }
+
+
+def config_from_dict(data: dict[str, Any]) -> TrainConfig:
+    """Inverse of ``config_to_dict``: ``config_from_dict(config_to_dict(c)) == c``, also through JSON."""
+    if not isinstance(data, dict):
+        raise TypeError(f"train config must be a dict, got {type(data).__name__}")
+    known = {"algo", "algo_config", "env", "sampler", "runner"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"unknown train config key {unknown[0]!r}; known: {sorted(known)}")
+    for key in ("algo", "algo_config", "env"):
+        if key not in data:
+            raise ValueError(f"train config is missing key {key!r}")
+    algo = data["algo"]
+    if not isinstance(algo, str):
+        raise TypeError(f"train config key 'algo' must be str, got {type(algo).__name__}")
+    return TrainConfig(
+        algo=algo,
+        algo_config=dataclass_from_dict(registry.config_class(algo), data["algo_config"], "algo_config"),
+        env=dataclass_from_dict(env_config_class(), data["env"], "env"),
+        sampler=dataclass_from_dict(SamplerConfig, data.get("sampler", {}), "sampler"),
+        runner=dataclass_from_dict(RunnerConfig, data.get("runner", {}), "runner"),
+    )
+
+
+def dataclass_from_dict(cls: type, data: Any, where: str) -> Any:
+    """Build dataclass ``cls`` from a JSON-like dict, recursing into nested dataclass fields.
+
+    Lists become tuples where the field is annotated as a tuple (JSON has no tuples). Unknown keys
+    are a ``ValueError`` naming ``where.key``; value checks are left to ``cls.__post_init__``.
+    """
+    if not isinstance(data, dict):
+        raise TypeError(f"{where} must be a dict for {cls.__name__}, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"unknown key {where}.{unknown[0]!r} for {cls.__name__}; known: {sorted(names)}")
+    kwargs = {k: _from_json(hints[k], v, f"{where}.{k}") for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def _from_json(annotation: Any, value: Any, where: str) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        candidates = [a for a in typing.get_args(annotation) if a is not type(None)]
+        for candidate in candidates:
+            if dataclasses.is_dataclass(candidate) and isinstance(value, dict):
+                return dataclass_from_dict(candidate, value, where)
+            if typing.get_origin(candidate) is tuple and isinstance(value, list):
+                return _from_json(candidate, value, where)
+        return value
+    if dataclasses.is_dataclass(annotation) and isinstance(value, dict):
+        return dataclass_from_dict(annotation, value, where)
+    if origin is tuple and isinstance(value, list | tuple):
+        args = typing.get_args(annotation)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_from_json(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+        if args and len(args) != len(value):
+            raise ValueError(f"{where} must have {len(args)} items, got {len(value)}")
+        return tuple(_from_json(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+    if origin is list and isinstance(value, list):
+        (arg,) = typing.get_args(annotation) or (Any,)
+        return [_from_json(arg, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict and isinstance(value, dict):
+        args = typing.get_args(annotation)
+        arg = args[1] if len(args) == 2 else Any
+        return {k: _from_json(arg, v, f"{where}.{k}") for k, v in value.items()}
+    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
+        # JSON writes 1.0 as 1.0, but hand-written configs often say 1; a float field gets a float.
+        return float(value)
+    return value

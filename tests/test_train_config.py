@@ -1,0 +1,86 @@
+"""Typed configs of the training entry and the algorithm registry (Contract 6)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from algorithms import registry
+from algorithms.train import RunnerConfig, SamplerConfig, dataclass_from_dict
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"mode": "threads"}, "mode"),
+        ({"batch_T": 0}, "batch_T"),
+        ({"batch_B": 0}, "batch_B"),
+        ({"batch_B": 2, "n_workers": 3}, "n_workers"),
+        ({"eval_n_envs": 0}, "eval_n_envs"),
+        ({"eval_episodes": -1}, "eval_episodes"),
+        ({"eval_max_steps": 0}, "eval_max_steps"),
+        ({"batch_T": 2.5}, "batch_T"),
+        ({"batch_B": True}, "batch_B"),
+    ],
+)
+def test_sampler_config_rejects_bad_values_naming_the_field(kwargs, field):
+    with pytest.raises((ValueError, TypeError), match=rf"SamplerConfig\.{field} "):
+        SamplerConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"kind": "threads"}, "kind"),
+        ({"n_steps": 0}, "n_steps"),
+        ({"log_interval_steps": 0}, "log_interval_steps"),
+        ({"eval_interval_steps": -5}, "eval_interval_steps"),
+        ({"checkpoint_interval_steps": -1}, "checkpoint_interval_steps"),
+        ({"seed": -1}, "seed"),
+        ({"torch_threads": 0}, "torch_threads"),
+        ({"device": "gpu"}, "device"),
+        ({"device": "cuda:x"}, "device"),
+        ({"n_gpus": 0}, "n_gpus"),
+        ({"async_param_sync_steps": 0}, "async_param_sync_steps"),
+        ({"replay_ratio_target": -0.1}, "replay_ratio_target"),
+        ({"replay_ratio_counting": "both"}, "replay_ratio_counting"),
+        ({"tensorboard": 1}, "tensorboard"),
+        ({"n_steps": "100"}, "n_steps"),
+    ],
+)
+def test_runner_config_rejects_bad_values_naming_the_field(kwargs, field):
+    with pytest.raises((ValueError, TypeError), match=rf"RunnerConfig\.{field} "):
+        RunnerConfig(**kwargs)
+
+
+def test_runner_config_accepts_devices_and_derives_checkpoint_interval():
+    assert RunnerConfig(device="cuda:1").device == "cuda:1"
+    assert RunnerConfig(log_interval_steps=500).checkpoint_every_steps == 500
+    assert RunnerConfig(log_interval_steps=500, checkpoint_interval_steps=2000).checkpoint_every_steps == 2000
+    assert SamplerConfig(batch_T=5, batch_B=4).batch_size == 20
+
+
+def test_sampler_and_runner_configs_round_trip_through_json():
+    for config in (
+        SamplerConfig(mode="cpu", batch_T=20, batch_B=8, n_workers=4),
+        RunnerConfig(replay_ratio_target=1),
+    ):
+        data = json.loads(json.dumps(dataclasses.asdict(config)))
+        assert dataclass_from_dict(type(config), data, "x") == config
+    # An int in a float field is read as a float (hand-written JSON often says 1).
+    restored = dataclass_from_dict(RunnerConfig, {"replay_ratio_target": 1}, "runner")
+    assert isinstance(restored.replay_ratio_target, float)
+
+
+def test_dataclass_from_dict_names_unknown_keys():
+    with pytest.raises(ValueError, match=r"unknown key runner\.'n_step'"):
+        dataclass_from_dict(RunnerConfig, {"n_step": 10}, "runner")
+
+
+def test_registry_lists_every_algorithm_and_rejects_unknown_names():
+    assert set(registry.ALGORITHMS) == {"dqn", "c51", "rainbow", "r2d1", "a2c", "ppo", "ddpg", "td3", "sac"}
+    assert all(path.startswith("algorithms.algos.") for path in registry.ALGORITHMS.values())
+    with pytest.raises(ValueError, match=r"unknown algorithm 'dqn2'; known: a2c, c51, ddpg"):
+        registry.algo_module("dqn2")
