@@ -1,0 +1,129 @@
+"""Typed environment configuration: what game or task, which backend, which Atari protocol.
+
+The Atari defaults are the protocol of Mnih et al. 2015 (Nature DQN, "Methods: preprocessing"),
+which R2D2 (Kapturowski et al. 2019, Appendix, Table 3 "Atari pre-processing") keeps: 4 frames
+per action with a max over the last two, 84x84 grayscale, a stack of 4, up to 30 no-op starts,
+episodes capped at 108,000 frames (30 minutes of play). Sticky actions (Machado et al. 2018) are
+explicit: R2D2 used none (0.0), gymnasium's ``ALE/*-v5`` default is 0.25, so the field has no
+silent default from either library.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Literal
+
+EnvKind = Literal["atari", "gym"]
+EnvBackend = Literal["native", "gymnasium"]
+
+KINDS: tuple[str, ...] = ("atari", "gym")
+BACKENDS: tuple[str, ...] = ("native", "gymnasium")
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """One environment setting. Validated when built: a bad field raises a one-line ``ValueError``.
+
+    ``id``: an ALE game in snake_case (``"pong"``, ``"chopper_command"``) when ``kind="atari"``;
+    any registered gymnasium id (``"CartPole-v1"``, ``"HalfCheetah-v5"``) when ``kind="gym"``.
+
+    ``backend`` (Atari only): ``"native"`` is ale-py's threaded C++ ``AtariVectorEnv`` (the fast
+    path); ``"gymnasium"`` steps one ``ALE/<Game>-v5`` env per batch entry in a Python loop with the
+    same preprocessing written in numpy (the reference path). Non-Atari ids always use gymnasium.
+    """
+
+    id: str
+    kind: EnvKind = "atari"
+    backend: EnvBackend = "native"
+
+    # --- Atari protocol (Mnih et al. 2015; R2D2 Table 3) ----------------------------------------
+    frameskip: int = 4  # emulator frames per env step; the observation is the max of the last two
+    frame_size: int = 84  # square grayscale frames, area-resampled from 210x160
+    frame_stack: int = 4
+    noop_max: int = 30  # a random number of no-ops (at most this many) after each reset; 0 = none
+    repeat_action_probability: float = 0.0  # sticky actions; R2D2: 0.0, Machado et al. 2018: 0.25
+    full_action_space: bool = False  # False: the game's minimal action set
+    fire_reset: bool = False  # press FIRE after the no-ops at reset (games that need it to start)
+    clip_rewards: bool = False  # learner reward = sign-clipped to [-1, 1]; raw kept in env_info
+    # Life loss is always reported as env_info.life_loss; with episodic_life it also sets
+    # `terminated` (the game itself continues, Mnih et al. 2015's training trick). R2D2: off.
+    episodic_life: bool = False
+    max_episode_frames: int = 108_000  # truncation (not termination) after this many frames
+    num_threads: int = 0  # native backend worker threads; 0 lets ale-py choose
+
+    # --- gymnasium ids ----------------------------------------------------------------------------
+    max_episode_steps: int | None = None  # TimeLimit override; None keeps the id's registered limit
+    mask_velocity: bool = False  # partially observed variant: see algorithms/envs/pomdp.py
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"EnvConfig.kind must be one of {KINDS}, got {self.kind!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"EnvConfig.backend must be one of {BACKENDS}, got {self.backend!r}")
+        if not isinstance(self.id, str) or not self.id:
+            raise ValueError(f"EnvConfig.id must be a non-empty string, got {self.id!r}")
+        if self.kind == "atari":
+            _check_atari_game(self.id)
+            if self.mask_velocity:
+                raise ValueError("EnvConfig.mask_velocity applies to gymnasium ids, not Atari games")
+            if self.max_episode_steps is not None:
+                raise ValueError(
+                    "EnvConfig.max_episode_steps is for gymnasium ids; Atari uses max_episode_frames"
+                )
+        else:
+            _check_gym_id(self.id)
+        _check_int("frameskip", self.frameskip, minimum=1)
+        _check_int("frame_size", self.frame_size, minimum=1)
+        _check_int("frame_stack", self.frame_stack, minimum=1)
+        _check_int("noop_max", self.noop_max, minimum=0)
+        _check_int("max_episode_frames", self.max_episode_frames, minimum=1)
+        _check_int("num_threads", self.num_threads, minimum=0)
+        if self.max_episode_steps is not None:
+            _check_int("max_episode_steps", self.max_episode_steps, minimum=1)
+        p = self.repeat_action_probability
+        if isinstance(p, bool) or not isinstance(p, int | float) or not 0.0 <= p <= 1.0:
+            raise ValueError(f"EnvConfig.repeat_action_probability must be a number in [0, 1], got {p!r}")
+        for name in ("full_action_space", "fire_reset", "clip_rewards", "episodic_life", "mask_velocity"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"EnvConfig.{name} must be a bool, got {getattr(self, name)!r}")
+
+    @property
+    def env_frameskip(self) -> int:
+        """Frames per env step as step accounting counts them: ``frameskip`` for Atari, 1 otherwise."""
+        return self.frameskip if self.kind == "atari" else 1
+
+
+def _check_int(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"EnvConfig.{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def atari_game_ids() -> list[str]:
+    """The snake_case games ale-py ships ROMs for (``pong``, ``chopper_command``, ...)."""
+    from ale_py import roms
+
+    return list(roms.get_all_rom_ids())
+
+
+def _check_atari_game(game: str) -> None:
+    games = atari_game_ids()
+    if game not in games:
+        close = difflib.get_close_matches(game.lower().replace("-", "_"), games, n=3, cutoff=0.6)
+        hint = f"; close matches: {close}" if close else ""
+        raise ValueError(
+            f"EnvConfig.id: unknown Atari game {game!r} (ALE snake_case, e.g. 'ms_pacman'){hint}"
+        )
+
+
+def _check_gym_id(env_id: str) -> None:
+    import gymnasium as gym
+
+    if env_id.startswith("ALE/"):
+        import ale_py
+
+        gym.register_envs(ale_py)
+    if env_id not in gym.envs.registry:
+        close = difflib.get_close_matches(env_id, list(gym.envs.registry), n=3, cutoff=0.6)
+        hint = f"; close matches: {close}" if close else ""
+        raise ValueError(f"EnvConfig.id: {env_id!r} is not a registered gymnasium id{hint}")

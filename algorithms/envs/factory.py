@@ -1,0 +1,51 @@
+"""``make_vec_env``: the one way the training core builds environments (Contract 1)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+from algorithms.envs.atari import NativeAtariVecEnv, make_gymnasium_atari
+from algorithms.envs.base import VecEnv
+from algorithms.envs.config import EnvConfig
+from algorithms.envs.gym_vec import GymnasiumVecEnv
+from algorithms.envs.pomdp import VelocityMask
+
+
+def env_seeds(seed: int, num_envs: int) -> np.ndarray:
+    """Per-env seeds derived from one run seed: independent streams via ``numpy.random.SeedSequence``.
+
+    Kept below 2**31 because ale-py takes C ``int`` seeds.
+    """
+    return (
+        np.random.SeedSequence(seed).generate_state(num_envs, dtype=np.uint32).astype(np.int64) & 0x7FFFFFFF
+    )
+
+
+def make_gym_env(config: EnvConfig) -> gym.Env:
+    """One single-env gymnasium env for a ``kind="gym"`` config (time limit and POMDP mask applied)."""
+    kwargs = {} if config.max_episode_steps is None else {"max_episode_steps": config.max_episode_steps}
+    env = gym.make(config.id, disable_env_checker=True, **kwargs)
+    if config.mask_velocity:
+        env = VelocityMask(env, config.id)
+    return env
+
+
+def make_vec_env(config: EnvConfig, num_envs: int, seed: int) -> VecEnv:
+    """Build ``num_envs`` environments of ``config``, seeded deterministically from ``seed``.
+
+    Atari with ``backend="native"`` uses ale-py's vector env; Atari with ``backend="gymnasium"``
+    and every other gymnasium id step single envs in a Python loop.
+    """
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"make_vec_env: num_envs must be an integer >= 1, got {num_envs!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise ValueError(f"make_vec_env: seed must be a non-negative integer, got {seed!r}")
+    seeds = env_seeds(int(seed), num_envs)
+    if config.kind == "atari" and config.backend == "native":
+        return NativeAtariVecEnv(config, num_envs, seeds)
+    if config.kind == "atari":
+        envs = [make_gymnasium_atari(config) for _ in range(num_envs)]
+    else:
+        envs = [make_gym_env(config) for _ in range(num_envs)]
+    return GymnasiumVecEnv(envs, seeds, config.env_frameskip, config.clip_rewards, config.episodic_life)
