@@ -1,0 +1,129 @@
+"""Epsilon-greedy agents for the DQN family and R2D1.
+
+``EpsilonGreedyAgent`` acts greedily on a feed-forward Q-network's values (the expected value of the
+return distribution for C51 and Rainbow) except with probability epsilon, where it takes a uniform
+random action; epsilons are per environment (``epsilon.py``). ``R2D1Agent`` does the same with the
+recurrent model and carries its (h, c) state; it reports the state *before* each step as
+``agent_info.prev_state`` so sequence replay can store it (stored-state replay, Kapturowski et al.
+2019, Sec. 3). Both report the Q-values they acted on (``agent_info.q``): R2D1 computes the initial
+priorities of new sequences from them (R2D2, Sec. 2.3: actors compute priorities from their own
+Q-values), and they cost one ``[B, A]`` float per step.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from algorithms.agents.base import Agent
+from algorithms.agents.epsilon import EpsilonSchedule
+from algorithms.arrays import NamedArrays
+from algorithms.models.heads import expected_q
+from algorithms.models.r2d1_model import R2D1Model
+
+
+class EpsilonGreedyAgent(Agent):
+    """Epsilon-greedy over ``model(observation)``: Q-values ``[B, A]``, or logits ``[B, A, N]`` when
+    ``support`` (the ``[N]`` atom values) is given."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        epsilon: EpsilonSchedule,
+        support: torch.Tensor | None = None,
+    ) -> None:
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise ValueError(f"{type(self).__name__} needs a Discrete action space, got {action_space}")
+        super().__init__(model, observation_space, action_space)
+        self.epsilon = epsilon
+        self.n_actions = int(action_space.n)
+        self.support = support
+
+    def epsilons(self, batch_size: int) -> np.ndarray:
+        """The epsilon of each of the ``batch_size`` envs in the current mode (0 in ``train``)."""
+        if self.mode == "eval":
+            return np.full(batch_size, self.epsilon.eval)
+        if self.mode == "train":
+            return np.zeros(batch_size)
+        if len(self.env_ranks) == batch_size:
+            ranks, n_envs = self.env_ranks, max(self.global_batch, batch_size)
+        else:  # set_env_ranks was not called: this copy acts for all envs
+            ranks, n_envs = np.arange(batch_size), batch_size
+        return self.epsilon.sample_epsilons(self.env_steps, ranks, n_envs)
+
+    def to_q(self, model_output: torch.Tensor) -> torch.Tensor:
+        """Q-values from the model's output (the distribution's mean for categorical models)."""
+        if self.support is None:
+            return model_output
+        return expected_q(model_output, self.support.to(model_output.device))
+
+    def select_action(self, q: torch.Tensor) -> torch.Tensor:
+        """Greedy ``argmax q`` [B], replaced by a uniform random action with each env's epsilon."""
+        batch = q.shape[0]
+        greedy = q.argmax(dim=-1).cpu()
+        eps = torch.as_tensor(self.epsilons(batch), dtype=torch.float32)
+        explore = torch.rand(batch) < eps
+        random_actions = torch.randint(0, self.n_actions, (batch,))
+        return torch.where(explore, random_actions, greedy)
+
+    @torch.no_grad()
+    def step(
+        self,
+        observation: torch.Tensor,
+        prev_action: torch.Tensor,
+        prev_reward: torch.Tensor,
+        state: NamedArrays | None,
+    ) -> tuple[torch.Tensor, NamedArrays, None]:
+        q = self.to_q(self.model(observation.to(self.device))).cpu()
+        return self.select_action(q), NamedArrays(q=q), None
+
+
+class R2D1Agent(EpsilonGreedyAgent):
+    """Epsilon-greedy over the recurrent R2D1 model; the state is ``NamedArrays(h, c)`` of ``[B, H]``."""
+
+    recurrent = True
+
+    def __init__(
+        self,
+        model: R2D1Model,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        epsilon: EpsilonSchedule,
+    ) -> None:
+        super().__init__(model, observation_space, action_space, epsilon)
+
+    def initial_state(self, batch_size: int) -> NamedArrays:
+        return self.model.initial_state(batch_size)
+
+    @torch.no_grad()
+    def q_values(
+        self,
+        observation: torch.Tensor,
+        prev_action: torch.Tensor,
+        prev_reward: torch.Tensor,
+        state: NamedArrays | None,
+    ) -> tuple[torch.Tensor, NamedArrays]:
+        """Q-values [B, A] (on CPU) and the next state for one step; used for acting and bootstrapping."""
+        device = self.device
+        state = state.to_torch(device) if state is not None else None
+        q, next_state = self.model(
+            observation.to(device), prev_action.to(device), prev_reward.to(device), state
+        )
+        return q.cpu(), next_state.to_torch("cpu")
+
+    @torch.no_grad()
+    def step(
+        self,
+        observation: torch.Tensor,
+        prev_action: torch.Tensor,
+        prev_reward: torch.Tensor,
+        state: NamedArrays | None,
+    ) -> tuple[torch.Tensor, NamedArrays, NamedArrays]:
+        if state is None:
+            state = self.initial_state(observation.shape[0])
+        q, next_state = self.q_values(observation, prev_action, prev_reward, state)
+        return self.select_action(q), NamedArrays(q=q, prev_state=state.to_torch("cpu")), next_state

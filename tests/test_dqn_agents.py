@@ -1,0 +1,99 @@
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from algorithms.agents.dqn_agents import EpsilonGreedyAgent, R2D1Agent
+from algorithms.agents.epsilon import EpsilonSchedule, apex_epsilons, linear_anneal
+from algorithms.arrays import NamedArrays
+from algorithms.models.dqn_model import QNetwork
+from algorithms.models.r2d1_model import R2D1Model
+
+torch.set_num_threads(1)
+OBS = gym.spaces.Box(-1, 1, (4,), np.float32)
+ACT = gym.spaces.Discrete(3)
+
+
+def test_apex_epsilons_hand_computed():
+    eps = apex_epsilons(np.arange(8), 8)
+    assert eps[0] == pytest.approx(0.4)  # 0.4 ** 1
+    assert eps[7] == pytest.approx(0.4**8)  # 0.4 ** (1 + 7)
+    assert eps[2] == pytest.approx(0.4**3)  # 0.4 ** (1 + 7 * 2 / 7)
+    assert apex_epsilons(np.array([0]), 1)[0] == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="n_envs=8"):
+        apex_epsilons(np.array([8]), 8)
+
+
+def test_linear_anneal_and_schedule():
+    assert linear_anneal(1.0, 0.1, 100, 0) == pytest.approx(1.0)
+    assert linear_anneal(1.0, 0.1, 100, 50) == pytest.approx(0.55)
+    assert linear_anneal(1.0, 0.1, 100, 1000) == pytest.approx(0.1)
+    assert linear_anneal(1.0, 0.1, 0, 0) == pytest.approx(0.1)
+    sched = EpsilonSchedule(start=1.0, decay_steps=10, per_env="apex")
+    np.testing.assert_allclose(sched.sample_epsilons(10, np.array([0, 3]), 4), [0.4, 0.4**8])
+    np.testing.assert_allclose(sched.sample_epsilons(5, np.array([0]), 4), [0.7])
+    with pytest.raises(ValueError, match="EpsilonSchedule.final"):
+        EpsilonSchedule(final=1.5)
+    with pytest.raises(ValueError, match="per_env"):
+        EpsilonSchedule(per_env="ape-x")
+
+
+def _agent(eps: EpsilonSchedule) -> EpsilonGreedyAgent:
+    torch.manual_seed(0)
+    return EpsilonGreedyAgent(QNetwork((4,), 3), OBS, ACT, eps)
+
+
+def test_epsilon_greedy_modes_and_per_env_epsilons():
+    agent = _agent(EpsilonSchedule(start=1.0, final=1.0, decay_steps=0, eval=0.0))
+    obs = torch.randn(2000, 4)
+    greedy = agent.model(obs).argmax(-1)
+    agent.set_mode("eval")
+    action, info, state = agent.step(obs, torch.zeros(2000, dtype=torch.long), torch.zeros(2000), None)
+    assert state is None and torch.equal(action, greedy)
+    assert torch.allclose(info.q, agent.model(obs))
+    agent.set_mode("sample", env_steps=0)
+    action, _, _ = agent.step(obs, torch.zeros(2000, dtype=torch.long), torch.zeros(2000), None)
+    # epsilon 1: uniform actions, so about a third agree with the greedy action.
+    assert 0.28 < (action == greedy).float().mean() < 0.39
+    counts = np.bincount(action.numpy(), minlength=3)
+    assert counts.min() > 580
+
+    apex = _agent(EpsilonSchedule(decay_steps=0, per_env="apex"))
+    apex.set_env_ranks([4, 5], global_batch=6)
+    np.testing.assert_allclose(apex.epsilons(2), [0.4 ** (1 + 7 * 4 / 5), 0.4 ** (1 + 7 * 5 / 5)])
+    apex.set_mode("eval")
+    np.testing.assert_allclose(apex.epsilons(2), [0.05, 0.05])
+
+
+def test_categorical_agent_acts_on_expected_q():
+    torch.manual_seed(0)
+    support = torch.linspace(-5, 5, 11)
+    model = QNetwork((4,), 3, n_atoms=11)
+    agent = EpsilonGreedyAgent(model, OBS, ACT, EpsilonSchedule(eval=0.0), support=support)
+    agent.set_mode("eval")
+    obs = torch.randn(16, 4)
+    action, info, _ = agent.step(obs, torch.zeros(16, dtype=torch.long), torch.zeros(16), None)
+    q = (torch.softmax(model(obs), -1) * support).sum(-1)
+    assert torch.allclose(info.q, q, atol=1e-6) and torch.equal(action, q.argmax(-1))
+
+
+def test_r2d1_agent_reports_prev_state_and_carries_state():
+    torch.manual_seed(0)
+    model = R2D1Model((4,), 3, lstm_size=8, head_hidden_size=8, mlp_hidden_sizes=(8,))
+    agent = R2D1Agent(model, OBS, ACT, EpsilonSchedule(eval=0.0))
+    agent.set_mode("eval")
+    state = agent.initial_state(2)
+    assert state.h.shape == (2, 8) and float(state.h.abs().sum()) == 0.0
+    obs, pa, pr = torch.randn(3, 2, 4), torch.randint(0, 3, (3, 2)), torch.randn(3, 2)
+    q_seq, _ = model(obs, pa, pr)
+    for t in range(3):
+        action, info, next_state = agent.step(obs[t], pa[t], pr[t], state)
+        assert info.prev_state == state  # the state *before* step t, for stored-state replay
+        assert torch.allclose(info.q, q_seq[t], atol=1e-5)
+        assert torch.equal(action, q_seq[t].argmax(-1))
+        state = next_state
+    reset = agent.reset_state(state, torch.tensor([True, False]))
+    assert float(reset.h[0].abs().sum()) == 0.0 and torch.equal(reset.h[1], state.h[1])
+    # Without a state the agent starts from zeros.
+    _, info, _ = agent.step(obs[0], pa[0], pr[0], None)
+    assert info.prev_state == NamedArrays(h=torch.zeros(2, 8), c=torch.zeros(2, 8))
