@@ -10,8 +10,8 @@
 The protocol (Mnih et al. 2015, "Methods"; R2D2 Table 3): each env step repeats the action for
 ``frameskip`` frames and returns the pixel-wise max of the last two grayscale frames (Atari
 sprites flicker between frames), area-resampled to 84x84; the last ``frame_stack`` such frames are
-stacked oldest first, zero-padded after a reset (as ale-py does); up to ``noop_max`` no-op frames
-start each episode; episodes are truncated after ``max_episode_frames`` frames. Rewards come out
+stacked oldest first, zero-padded after a reset (as ale-py does); fewer than ``noop_max`` no-op
+frames start each episode; episodes are truncated after ``max_episode_frames`` frames. Rewards come out
 raw; clipping and life-loss handling are done once for all backends in ``VecEnv``.
 """
 
@@ -100,40 +100,61 @@ def gymnasium_atari_id(game: str) -> str:
 
 
 class AtariProtocol(gym.Wrapper):
-    """Frame skip with max-pool, grayscale area-resize, no-op (and optional FIRE) starts, one env.
+    """Frame skip with max-pool, grayscale area-resize, FIRE and no-op starts, frame cap; one env.
 
-    Wraps an ``ALE/<Game>-v5`` env made with ``frameskip=1`` and returns ``[size, size]`` uint8
-    frames. Mirrors ale-py's C++ ``PreprocessedAtariEnv`` step for step, including which frames
-    are pooled when an episode ends inside a frame skip. The number of no-ops is drawn from the
-    env's seeded ``np_random``, uniformly in ``1..noop_max`` as in gymnasium's ``AtariPreprocessing``
-    (ale-py draws from its own C++ generator, so no-op counts differ between the backends).
+    Wraps an ``ALE/<Game>-v5`` env made with ``frameskip=1`` and no frame cap of its own, and
+    returns ``[size, size]`` uint8 frames. Mirrors ale-py 0.12's C++ ``PreprocessedAtariEnv``
+    (src/ale/vector/preprocessed_env.hpp) step for step:
+
+    * reset: optional FIRE, then ``k - fire`` no-ops with ``k`` uniform in ``0..noop_max-1``; the
+      count comes from the env's seeded ``np_random`` here and from ale-py's own C++ generator
+      there, so with ``noop_max > 0`` the two backends start episodes differently;
+    * step: at a game over, or after ``max_episode_frames`` frames since the reset (no-ops not
+      counted), the frame loop stops *before* grabbing that frame, and frames are pooled in place;
+      so the last observation of an episode that ends inside a frame skip mixes in the previous
+      step's frames. This is ale-py's behaviour, kept so that the backends agree exactly.
     """
 
     def __init__(
-        self, env: gym.Env, frameskip: int, frame_size: int, noop_max: int, fire_reset: bool
+        self,
+        env: gym.Env,
+        frameskip: int,
+        frame_size: int,
+        noop_max: int,
+        fire_reset: bool,
+        max_episode_frames: int,
     ) -> None:
         super().__init__(env)
         self._ale = env.unwrapped.ale
         self._frameskip = frameskip
         self._frame_size = frame_size
         self._noop_max = noop_max
+        self._max_episode_frames = max_episode_frames
         meanings = env.unwrapped.get_action_meanings()
         self._fire_action = meanings.index("FIRE") if fire_reset and "FIRE" in meanings else None
         # The last two raw frames of a step: [1] the second to last, [0] the last (ale-py's layout).
         self._screens = np.zeros((2, *ATARI_SCREEN_SHAPE), dtype=np.uint8)
+        self._episode_frames = 0
         self.observation_space = gym.spaces.Box(0, 255, (frame_size, frame_size), dtype=np.uint8)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
         _, info = self.env.reset(seed=seed, options=options)
-        noops = int(self.env.unwrapped.np_random.integers(1, self._noop_max + 1)) if self._noop_max > 0 else 0
-        for _ in range(noops):
-            _, _, terminated, truncated, info = self.env.step(NOOP_ACTION)
-            if terminated or truncated:
-                _, info = self.env.reset()
+        if seed is not None:
+            # ale-py's vector env seeds ALE with the seed itself (AtariEnv derives another one from
+            # it): do the same, so that sticky actions draw the same numbers in both backends.
+            self._ale.setInt("random_seed", np.int32(seed))
+            self.env.unwrapped.load_game()
+            self._ale.reset_game()
         if self._fire_action is not None:
             _, _, _, _, info = self.env.step(self._fire_action)
+        noops = int(self.env.unwrapped.np_random.integers(0, self._noop_max)) if self._noop_max > 0 else 0
+        for _ in range(noops - (self._fire_action is not None)):
+            _, _, terminated, _, info = self.env.step(NOOP_ACTION)
+            if terminated:
+                _, info = self.env.reset()
         self._ale.getScreenGrayscale(self._screens[0])
         self._screens[1] = 0
+        self._episode_frames = 0
         return self._frame(), info
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
@@ -141,19 +162,23 @@ class AtariProtocol(gym.Wrapper):
         terminated = truncated = False
         info: dict = {}
         for t in range(self._frameskip):
-            _, reward, terminated, truncated, info = self.env.step(action)
+            _, reward, terminated, _, info = self.env.step(action)
             total_reward += float(reward)
+            self._episode_frames += 1
+            truncated = not terminated and self._episode_frames >= self._max_episode_frames
+            if terminated or truncated:
+                break
             if t == self._frameskip - 2:
                 self._ale.getScreenGrayscale(self._screens[1])
             elif t == self._frameskip - 1:
                 self._ale.getScreenGrayscale(self._screens[0])
-            if terminated or truncated:
-                break
         return self._frame(), total_reward, terminated, truncated, info
 
     def _frame(self) -> np.ndarray:
-        pooled = np.maximum(self._screens[0], self._screens[1])
-        return area_resize(pooled, self._frame_size, self._frame_size)
+        # Pooled in place into screen 0, as ale-py does: a step cut short by a game over or the
+        # frame cap pools the previous step's pooled frame with whatever it grabbed before the cut.
+        np.maximum(self._screens[0], self._screens[1], out=self._screens[0])
+        return area_resize(self._screens[0], self._frame_size, self._frame_size)
 
 
 def make_gymnasium_atari(config: EnvConfig) -> gym.Env:
@@ -164,10 +189,17 @@ def make_gymnasium_atari(config: EnvConfig) -> gym.Env:
         frameskip=1,
         repeat_action_probability=config.repeat_action_probability,
         full_action_space=config.full_action_space,
-        max_num_frames_per_episode=config.max_episode_frames,
+        max_num_frames_per_episode=0,  # no cap inside ALE: AtariProtocol counts frames as ale-py does
         disable_env_checker=True,
     )
-    env = AtariProtocol(env, config.frameskip, config.frame_size, config.noop_max, config.fire_reset)
+    env = AtariProtocol(
+        env,
+        config.frameskip,
+        config.frame_size,
+        config.noop_max,
+        config.fire_reset,
+        config.max_episode_frames,
+    )
     return gym.wrappers.FrameStackObservation(env, config.frame_stack, padding_type="zero")
 
 

@@ -41,15 +41,15 @@ class EnvConfig:
     frameskip: int = 4  # emulator frames per env step; the observation is the max of the last two
     frame_size: int = 84  # square grayscale frames, area-resampled from 210x160
     frame_stack: int = 4
-    noop_max: int = 30  # a random number of no-ops (at most this many) after each reset; 0 = none
+    noop_max: int = 30  # uniform 0..noop_max-1 no-op frames after each reset (ale-py's rule); 0 = none
     repeat_action_probability: float = 0.0  # sticky actions; R2D2: 0.0, Machado et al. 2018: 0.25
     full_action_space: bool = False  # False: the game's minimal action set
-    fire_reset: bool = False  # press FIRE after the no-ops at reset (games that need it to start)
+    fire_reset: bool = False  # press FIRE at reset, counted as one of the no-ops (ale-py's rule)
     clip_rewards: bool = False  # learner reward = sign-clipped to [-1, 1]; raw kept in env_info
     # Life loss is always reported as env_info.life_loss; with episodic_life it also sets
     # `terminated` (the game itself continues, Mnih et al. 2015's training trick). R2D2: off.
     episodic_life: bool = False
-    max_episode_frames: int = 108_000  # truncation (not termination) after this many frames
+    max_episode_frames: int = 108_000  # truncation (not termination) after this many frames of play
     num_threads: int = 0  # native backend worker threads; 0 lets ale-py choose
 
     # --- gymnasium ids ----------------------------------------------------------------------------
