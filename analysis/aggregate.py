@@ -1,0 +1,293 @@
+"""Aggregates over runs x games with stratified-bootstrap confidence intervals (rliable).
+
+Agarwal et al., "Deep Reinforcement Learning at the Edge of the Statistical Precipice", NeurIPS
+2021: report interval estimates, not point estimates; the interquartile mean (IQM) is robust to
+outlier games and more efficient than the median; the stratified bootstrap resamples runs within
+each game. All intervals here are 95% percentile intervals with a fixed random state, so a report
+is reproducible.
+
+Score matrices are ``[runs, games]`` per arm. rliable needs the same number of runs for every game,
+so ``score_matrices`` keeps the first ``n`` seeds of each game, ``n`` being the smallest seed count
+over games and arms, and returns the runs it left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+from rliable import library as rly
+from rliable import metrics
+
+from analysis.scores import (
+    R2D2_PUBLISHED_MEAN_HNS_PERCENT,
+    R2D2_PUBLISHED_MEDIAN_HNS_PERCENT,
+    atari_game,
+    human_random_table,
+    r2d2_published_scores,
+)
+
+CI_SIZE = 0.95
+METRICS: dict[str, Callable[[np.ndarray], float]] = {
+    "IQM": metrics.aggregate_iqm,
+    "Median": metrics.aggregate_median,
+    "Mean": metrics.aggregate_mean,
+    "Optimality gap": metrics.aggregate_optimality_gap,  # gamma = 1: the distance below human level
+}
+
+
+def _interval_estimates(
+    score_dict: dict, func: Callable[..., np.ndarray], reps: int, seed: int
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """rliable's stratified bootstrap, reproducible: rliable 1.2 draws its resampling indices from the
+    global ``np.random`` (``StratifiedBootstrap.update_indices``) and ignores ``random_state``, so the
+    global state is seeded for the call and restored afterwards."""
+    saved = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        return rly.get_interval_estimates(score_dict, func, reps=reps, confidence_interval_size=CI_SIZE)
+    finally:
+        np.random.set_state(saved)
+
+
+def _balanced(table: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Rows of the games every arm ran, keeping the ``n`` lowest seeds of each (arm, game), ``n`` the
+    smallest seed count of any (arm, game); and the game order."""
+    if table.empty:
+        return table, []
+    games = sorted(set.intersection(*(set(g.env) for _, g in table.groupby("arm"))))
+    used = table[table.env.isin(games)]
+    seeds = used[["arm", "env", "seed"]].drop_duplicates()
+    n = int(seeds.groupby(["arm", "env"]).size().min())
+    kept = seeds.sort_values("seed").groupby(["arm", "env"]).head(n)
+    return used.merge(kept, on=["arm", "env", "seed"]), games
+
+
+def score_matrices(
+    final: pd.DataFrame, column: str = "normalised"
+) -> tuple[dict[str, np.ndarray], list[str], pd.DataFrame]:
+    """``{arm: [runs, games]}`` over the games every arm ran, the game order, and the runs left out."""
+    kept, games = _balanced(final)
+    matrices = {
+        arm: np.stack(
+            [g[g.env == game].sort_values("seed")[column].to_numpy(float) for game in games], axis=1
+        )
+        for arm, g in kept.groupby("arm")
+    }
+    merged = final.merge(kept[["arm", "env", "seed"]], on=["arm", "env", "seed"], how="left", indicator=True)
+    return matrices, games, merged[merged["_merge"] == "left_only"].drop(columns="_merge")
+
+
+def aggregate_metrics(matrices: dict[str, np.ndarray], reps: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """IQM, median, mean and optimality gap per arm with 95% stratified-bootstrap CIs.
+
+    Returns ``arm, metric, value, ci_low, ci_high``."""
+    func = lambda scores: np.array([f(scores) for f in METRICS.values()])  # noqa: E731
+    points, intervals = _interval_estimates(matrices, func, reps, seed)
+    rows = []
+    for arm in matrices:
+        for i, name in enumerate(METRICS):
+            rows.append(
+                {
+                    "arm": arm,
+                    "metric": name,
+                    "value": float(points[arm][i]),
+                    "ci_low": float(intervals[arm][0, i]),
+                    "ci_high": float(intervals[arm][1, i]),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def performance_profiles(
+    matrices: dict[str, np.ndarray], taus: np.ndarray | None = None, reps: int = 1000, seed: int = 0
+) -> pd.DataFrame:
+    """Score distributions (fraction of runs x games with score > tau) with 95% CIs (Agarwal et al.
+    2021, Sec. 4: run-score profiles). Returns ``arm, tau, fraction, ci_low, ci_high``."""
+    if taus is None:
+        top = max(float(np.max(m)) for m in matrices.values())
+        taus = np.linspace(min(0.0, min(float(np.min(m)) for m in matrices.values())), max(top, 1.0), 41)
+    profiles, cis = _interval_estimates(
+        matrices, lambda scores: rly.score_distributions(scores, taus), reps, seed
+    )
+    return pd.concat(
+        pd.DataFrame(
+            {
+                "arm": arm,
+                "tau": taus,
+                "fraction": profiles[arm],
+                "ci_low": cis[arm][0],
+                "ci_high": cis[arm][1],
+            }
+        )
+        for arm in matrices
+    ).reset_index(drop=True)
+
+
+def probability_of_improvement(
+    matrices: dict[str, np.ndarray], x: str, y: str, reps: int = 2000, seed: int = 0
+) -> dict[str, float]:
+    """P(X > Y): the probability that a run of arm ``x`` beats a run of arm ``y`` on a random game,
+    averaged over games (Mann-Whitney U per game; Agarwal et al. 2021, Sec. 4), with a 95% CI from
+    independent stratified bootstraps of both arms."""
+    points, intervals = _interval_estimates(
+        {f"{x} > {y}": [matrices[x], matrices[y]]},
+        lambda sx, sy: np.array([metrics.probability_of_improvement(sx, sy)]),
+        reps,
+        seed,
+    )
+    (key,) = points
+    return {
+        "x": x,
+        "y": y,
+        "value": float(points[key][0]),
+        "ci_low": float(intervals[key][0, 0]),
+        "ci_high": float(intervals[key][1, 0]),
+    }
+
+
+def sample_efficiency(resampled: pd.DataFrame, reps: int = 500, seed: int = 0) -> pd.DataFrame:
+    """IQM over runs x envs at each point of a common env-step grid (``analysis.curves.resample_curves``
+    with ``per_env=False``), with 95% stratified-bootstrap CIs. Returns ``arm, env_steps, frames,
+    iqm, ci_low, ci_high``."""
+    kept, games = _balanced(resampled)
+    grid = kept.groupby("point")[["env_steps", "frames"]].mean()
+    cube = {  # arm -> [runs, games, points]
+        arm: np.stack(
+            [
+                g[g.env == game].pivot(index="seed", columns="point", values="value").to_numpy(float)
+                for game in games
+            ],
+            axis=1,
+        )
+        for arm, g in kept.groupby("arm")
+    }
+    func = lambda s: np.array([metrics.aggregate_iqm(s[:, :, t]) for t in range(s.shape[2])])  # noqa: E731
+    points, intervals = _interval_estimates(cube, func, reps, seed)
+    return pd.concat(
+        pd.DataFrame(
+            {
+                "arm": arm,
+                "env_steps": grid.env_steps.to_numpy(),
+                "frames": grid.frames.to_numpy(),
+                "iqm": points[arm],
+                "ci_low": intervals[arm][0],
+                "ci_high": intervals[arm][1],
+            }
+        )
+        for arm in cube
+    ).reset_index(drop=True)
+
+
+def bootstrap_mean_ci(values: np.ndarray, reps: int = 2000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """95% percentile-bootstrap CI of the mean over axis 0 (runs) of ``values`` [runs, ...].
+
+    With one run the interval collapses to the value: a single seed carries no spread estimate."""
+    values = np.asarray(values, dtype=float)
+    if values.ndim < 1 or values.shape[0] == 0:
+        raise ValueError(f"bootstrap_mean_ci needs at least one run, got shape {values.shape}")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, values.shape[0], size=(reps, values.shape[0]))
+    means = values[idx].mean(axis=1)
+    alpha = (1 - CI_SIZE) / 2
+    return np.quantile(means, alpha, axis=0), np.quantile(means, 1 - alpha, axis=0)
+
+
+def curve_bands(resampled: pd.DataFrame, reps: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """Per (arm, env) learning curve: mean over seeds with a 95% bootstrap CI at each grid point.
+    Input from ``analysis.curves.resample_curves(per_env=True)``; returns ``arm, env, env_steps,
+    frames, mean, ci_low, ci_high, n_runs``."""
+    out = []
+    for (arm, env), g in resampled.groupby(["arm", "env"]):
+        table = g.pivot(index="seed", columns="point", values="value")
+        lo, hi = bootstrap_mean_ci(table.to_numpy(float), reps=reps, seed=seed)
+        x = g.groupby("point")[["env_steps", "frames"]].mean().loc[table.columns]
+        out.append(
+            pd.DataFrame(
+                {
+                    "arm": arm,
+                    "env": env,
+                    "env_steps": x.env_steps.to_numpy(),
+                    "frames": x.frames.to_numpy(),
+                    "mean": table.mean(axis=0).to_numpy(),
+                    "ci_low": lo,
+                    "ci_high": hi,
+                    "n_runs": len(table),
+                }
+            )
+        )
+    columns = ["arm", "env", "env_steps", "frames", "mean", "ci_low", "ci_high", "n_runs"]
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=columns)
+
+
+def compare_with_published(final: pd.DataFrame, reps: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Per arm and Atari game: our final raw score (mean over seeds, 95% bootstrap CI), R2D2's Table 4
+    score, their ratio, and whether the published score lies inside our CI.
+
+    R2D2's scores come from about 10 billion frames of training (Kapturowski et al. 2019, Sec. 3); the
+    ``frames`` column says how far our runs went, so a ratio far below 1 may only mean a smaller budget.
+    """
+    published = r2d2_published_scores().set_index("game")
+    rows = []
+    for (arm, env), g in final.groupby(["arm", "env"]):
+        game = atari_game(env)
+        if game is None or game not in published.index:
+            continue
+        scores = g.sort_values("seed").score.to_numpy(float)
+        lo, hi = bootstrap_mean_ci(scores, reps=reps, seed=seed)
+        ref = float(published.loc[game, "r2d2_score"])
+        mean = float(scores.mean())
+        rows.append(
+            {
+                "arm": arm,
+                "env": env,
+                "game": game,
+                "n_runs": len(scores),
+                "frames": int(g.frames.max()),
+                "score": mean,
+                "ci_low": float(lo),
+                "ci_high": float(hi),
+                "published": ref,
+                "ratio": mean / ref if ref != 0 else np.nan,
+                "published_in_ci": bool(lo <= ref <= hi),
+            }
+        )
+    columns = [
+        "arm",
+        "env",
+        "game",
+        "n_runs",
+        "frames",
+        "score",
+        "ci_low",
+        "ci_high",
+        "published",
+        "ratio",
+        "published_in_ci",
+    ]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def r2d2_self_check(table: str = "r2d2") -> dict[str, float]:
+    """R2D2's own Table 4 scores through our normalisation and aggregation (one 'run' per game: the
+    published mean of 3 seeds), next to the paper's Table 1 aggregates (median 1920.6%, mean 4024.9%).
+
+    ``median_rounding_bound`` is how far the median may move from Table 4 printing scores to 0.1: half
+    a digit of the median game's score, in normalised points (data/SOURCES.md, "Rounding")."""
+    hr = human_random_table(table)
+    published = r2d2_published_scores()
+    hns = np.array([hr.normalise(g, s).item() for g, s in zip(published.game, published.r2d2_score)]) * 100
+    matrix = hns[None, :]
+    median = float(metrics.aggregate_median(matrix))
+    median_game = published.game.iloc[int(np.argsort(hns)[len(hns) // 2])]
+    random, human = hr.scores.loc[median_game, ["random", "human"]]
+    return {
+        "median": median,
+        "mean": float(metrics.aggregate_mean(matrix)),
+        "published_median": R2D2_PUBLISHED_MEDIAN_HNS_PERCENT,
+        "published_mean": R2D2_PUBLISHED_MEAN_HNS_PERCENT,
+        "median_game": median_game,
+        "median_rounding_bound": 0.05 * 100 / abs(human - random),
+        "n_games": len(hns),
+    }

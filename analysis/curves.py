@@ -1,0 +1,145 @@
+"""Final scores and learning curves of an experiment's complete runs, raw and normalised.
+
+Where a score comes from (stated in every table as ``source``):
+
+* final score: the mean return over the evaluation episodes at a run's last evaluation
+  (``eval.csv``); a run with no evaluation falls back to the last ``return_mean`` of its training
+  episodes (``progress.csv``), which includes exploration and is marked as such;
+* learning curve: the mean evaluation return at each evaluation point when a run evaluated at
+  least twice, else ``return_mean`` per progress row (training episodes).
+
+Normalisation (``normalised`` column): human-normalised (``analysis.scores``) when every env of the
+experiment is an Atari-57 game; otherwise min-max per env over every score of the experiment
+(0 = the lowest, 1 = the highest seen on that env, all arms together), which makes envs comparable
+within this experiment only and is labelled so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analysis.runs import KEYS, Experiment
+from analysis.scores import atari_game, human_random_table
+
+EVAL_SOURCE = "eval.csv: mean return of the evaluation episodes"
+TRAIN_SOURCE = "progress.csv: return_mean of training episodes"
+TRAIN_RETURN_COLUMN = "return_mean"
+
+
+@dataclass(frozen=True)
+class Scores:
+    """``final``: one row per complete run (``arm, env, seed, env_steps, frames, score, normalised,
+    source``); ``curves``: one row per run and log point (same columns)."""
+
+    final: pd.DataFrame
+    curves: pd.DataFrame
+    normalisation: str  # what ``normalised`` means, for the report
+    human_normalised: bool
+
+
+def _eval_points(eval_table: pd.DataFrame) -> pd.DataFrame:
+    if eval_table.empty or "return" not in eval_table:
+        return pd.DataFrame(columns=KEYS + ["env_steps", "frames", "score"])
+    points = eval_table.groupby(KEYS + ["env_steps"], as_index=False).agg(
+        frames=("frames", "max"), score=("return", "mean")
+    )
+    return points.assign(source=EVAL_SOURCE)
+
+
+def _train_points(progress: pd.DataFrame) -> pd.DataFrame:
+    if progress.empty or TRAIN_RETURN_COLUMN not in progress:
+        return pd.DataFrame(columns=KEYS + ["env_steps", "frames", "score"])
+    points = progress[KEYS + ["env_steps", "frames", TRAIN_RETURN_COLUMN]].rename(
+        columns={TRAIN_RETURN_COLUMN: "score"}
+    )
+    return points.dropna(subset=["score"]).assign(source=TRAIN_SOURCE)
+
+
+def raw_scores(exp: Experiment) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(final, curves) in raw returns for the complete runs of ``exp``."""
+    complete = exp.complete[KEYS]
+    evals = _eval_points(exp.eval).merge(complete, on=KEYS)
+    train = _train_points(exp.progress).merge(complete, on=KEYS)
+    n_eval = evals.groupby(KEYS).size().rename("n_eval").reset_index()
+    with_eval_curve = n_eval[n_eval.n_eval >= 2][KEYS]
+    with_eval = n_eval[KEYS]
+
+    def pick(points: pd.DataFrame, chosen: pd.DataFrame, keep: bool) -> pd.DataFrame:
+        merged = points.merge(chosen.assign(_chosen=True), on=KEYS, how="left")
+        mask = merged._chosen.eq(True) if keep else merged._chosen.isna()
+        return merged[mask].drop(columns="_chosen")
+
+    curves = pd.concat(
+        [pick(evals, with_eval_curve, keep=True), pick(train, with_eval_curve, keep=False)], ignore_index=True
+    )
+    last = lambda t: t.sort_values("env_steps").groupby(KEYS, as_index=False).tail(1)  # noqa: E731
+    final = pd.concat([last(evals), last(pick(train, with_eval, keep=False))], ignore_index=True)
+    cols = KEYS + ["env_steps", "frames", "score", "source"]
+    sort = lambda t: t[cols].sort_values(KEYS + ["env_steps"]).reset_index(drop=True)  # noqa: E731
+    return sort(final), sort(curves)
+
+
+def score_tables(exp: Experiment, table: str = "r2d2") -> Scores:
+    """Final scores and curves of the complete runs, with a ``normalised`` column (see module doc)."""
+    final, curves = raw_scores(exp)
+    envs = sorted(set(final.env) | set(curves.env))
+    games = {env: atari_game(env) for env in envs}
+    if envs and all(games.values()):
+        hr = human_random_table(table)
+        for frame in (final, curves):
+            frame["normalised"] = [hr.normalise(games[e], s).item() for e, s in zip(frame.env, frame.score)]
+        return Scores(final, curves, f"human-normalised (1 = human); table: {hr.description}", True)
+    both = pd.concat([final[["env", "score"]], curves[["env", "score"]]])
+    lo = both.groupby("env").score.min()
+    span = (both.groupby("env").score.max() - lo).replace(0.0, 1.0)
+    for frame in (final, curves):
+        frame["normalised"] = (frame.score - frame.env.map(lo)) / frame.env.map(span)
+    return Scores(
+        final,
+        curves,
+        "min-max per env within this experiment (0 = lowest, 1 = highest score seen on that env, all arms); "
+        "not every env is an Atari-57 game, so no human-normalised score exists",
+        False,
+    )
+
+
+def resample_curves(
+    curves: pd.DataFrame, column: str, n_points: int = 25, per_env: bool = True
+) -> pd.DataFrame:
+    """Each run's ``column`` linearly interpolated onto a common env-step grid.
+
+    The grid spans the steps every run covers (from the latest first log point to the earliest last
+    one), so no run is extrapolated; with ``per_env`` each env gets its own grid, else one grid serves
+    all envs (for aggregates across envs). Returns ``arm, env, seed, point, env_steps, frames, value``.
+    """
+    columns = KEYS + ["point", "env_steps", "frames", "value"]
+    groups = curves.groupby("env") if per_env else [(None, curves)]
+    rows = []
+    for _, group in groups:
+        spans = group.groupby(KEYS).env_steps.agg(["min", "max"])
+        if spans.empty or spans["max"].min() < spans["min"].max():
+            continue
+        lo, hi = spans["min"].max(), spans["max"].min()
+        grid = np.linspace(lo, hi, n_points) if hi > lo else np.array([hi], dtype=float)
+        for (arm, env, seed), run in group.groupby(KEYS):
+            run = run.sort_values("env_steps")
+            frames_per_step = (run.frames / run.env_steps.where(run.env_steps > 0)).dropna()
+            skip = float(frames_per_step.iloc[-1]) if len(frames_per_step) else 1.0
+            value = np.interp(grid, run.env_steps.to_numpy(float), run[column].to_numpy(float))
+            rows.append(
+                pd.DataFrame(
+                    {
+                        "arm": arm,
+                        "env": env,
+                        "seed": seed,
+                        "point": np.arange(len(grid)),
+                        "env_steps": grid,
+                        "frames": grid * skip,
+                        "value": value,
+                    }
+                )
+            )
+    return pd.concat(rows, ignore_index=True)[columns] if rows else pd.DataFrame(columns=columns)

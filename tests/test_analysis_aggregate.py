@@ -1,0 +1,169 @@
+"""Aggregates with CIs, comparisons, throughput and config diffs: hand-computed values."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.aggregate import (
+    aggregate_metrics,
+    bootstrap_mean_ci,
+    compare_with_published,
+    curve_bands,
+    performance_profiles,
+    probability_of_improvement,
+    sample_efficiency,
+    score_matrices,
+)
+from analysis.configdiff import config_diff
+from analysis.curves import resample_curves, score_tables
+from analysis.runs import load_experiment
+from analysis.synthetic import SyntheticArm, write_experiment
+from analysis.throughput import arm_throughput, run_throughput
+
+
+def _final(rows):
+    return pd.DataFrame(rows, columns=["arm", "env", "seed", "normalised"])
+
+
+def test_score_matrices_balance_seeds_and_games():
+    final = _final(
+        [
+            ("a", "g1", 0, 1.0),
+            ("a", "g1", 1, 2.0),
+            ("a", "g2", 0, 3.0),
+            ("a", "g2", 1, 4.0),
+            ("a", "g3", 0, 9.0),
+            ("b", "g1", 0, 5.0),
+            ("b", "g2", 0, 6.0),
+            ("b", "g2", 1, 7.0),
+        ]
+    )
+    matrices, games, left_out = score_matrices(final)
+    assert games == ["g1", "g2"]  # g3: only arm a ran it
+    np.testing.assert_array_equal(matrices["a"], [[1.0, 3.0]])  # b has 1 seed on g1 -> 1 seed everywhere
+    np.testing.assert_array_equal(matrices["b"], [[5.0, 6.0]])
+    assert sorted(map(tuple, left_out[["arm", "env", "seed"]].values.tolist())) == [
+        ("a", "g1", 1), ("a", "g2", 1), ("a", "g3", 0), ("b", "g2", 1)
+    ]  # fmt: skip
+
+
+def test_aggregate_point_estimates_hand_computed():
+    # 4 runs x 2 games; IQM trims the lowest and highest quarter of all 8 scores.
+    m = np.array([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [6.0, 100.0]])
+    table = aggregate_metrics({"x": m}, reps=200).set_index("metric")
+    assert table.loc["IQM", "value"] == pytest.approx(np.mean([2.0, 3.0, 4.0, 5.0]))
+    assert table.loc["Median", "value"] == pytest.approx(np.median([3.0, 27.25]))
+    assert table.loc["Mean", "value"] == pytest.approx(np.mean([3.0, 27.25]))
+    assert table.loc["Optimality gap", "value"] == pytest.approx(1 - np.mean([0, 1, 1, 1, 1, 1, 1, 1]))
+    assert (table.ci_low <= table.value).all() and (table.value <= table.ci_high).all()
+    # reproducible: the bootstrap is seeded
+    pd.testing.assert_frame_equal(
+        aggregate_metrics({"x": m}, reps=200), aggregate_metrics({"x": m}, reps=200)
+    )
+
+
+def test_probability_of_improvement():
+    rng = np.random.default_rng(0)
+    better, worse = rng.normal(1.0, 0.1, (5, 3)), rng.normal(0.0, 0.1, (5, 3))
+    poi = probability_of_improvement({"b": better, "w": worse}, "b", "w", reps=200)
+    assert poi["value"] == 1.0 and poi["ci_low"] == 1.0
+    same = probability_of_improvement({"b": better, "c": better.copy()}, "b", "c", reps=200)
+    assert same["value"] == pytest.approx(0.5)
+
+
+def test_performance_profile_fractions():
+    m = np.array([[0.0, 0.5], [1.0, 2.0]])
+    table = performance_profiles({"x": m}, taus=np.array([-1.0, 0.25, 0.75, 1.5, 3.0]), reps=100)
+    np.testing.assert_allclose(table.fraction, [1.0, 0.75, 0.5, 0.25, 0.0])
+
+
+def test_bootstrap_mean_ci():
+    lo, hi = bootstrap_mean_ci(np.array([[1.0, 5.0], [1.0, 7.0], [1.0, 9.0]]), reps=500)
+    np.testing.assert_allclose(lo[0], 1.0) and np.testing.assert_allclose(hi[0], 1.0)
+    assert 5.0 <= lo[1] < 7.0 < hi[1] <= 9.0
+    with pytest.raises(ValueError, match="at least one run"):
+        bootstrap_mean_ci(np.zeros((0, 2)))
+
+
+def test_compare_with_published():
+    final = pd.DataFrame(
+        {
+            "arm": "a",
+            "env": ["pong", "pong", "pong", "CartPole-v1"],
+            "seed": [0, 1, 2, 0],
+            "score": [20.0, 21.0, 21.0, 500.0],
+            "frames": 4000,
+        }
+    )
+    table = compare_with_published(final, reps=500)
+    assert len(table) == 1  # CartPole has no published R2D2 score
+    row = table.iloc[0]
+    assert row.published == 21.0 and row.score == pytest.approx(62 / 3)
+    assert row.ratio == pytest.approx(62 / 63) and row.published_in_ci and row.ci_high == 21.0
+
+
+def test_throughput_and_curves_from_synthetic_experiment(tmp_path):
+    arms = {"a": SyntheticArm(1.0, {"lr": 1}), "b": SyntheticArm(0.2, {"lr": 2})}
+    exp = load_experiment(write_experiment(tmp_path, "e", arms, ["pong", "breakout"], [0, 1, 2], n_logs=5))
+    per_run = run_throughput(exp)
+    assert len(per_run) == 12 and (per_run.env_steps == 10_000).all() and (per_run.frames == 40_000).all()
+    per_arm = arm_throughput(per_run).set_index("arm")
+    assert per_arm.n_runs.tolist() == [6, 6]
+    shares = per_arm[["share_sampling", "share_optimizing", "share_evaluating", "share_logging"]].sum(axis=1)
+    np.testing.assert_allclose(shares, 1.0)
+    assert per_arm.loc["a", "replay_ratio_trained"] == pytest.approx(0.8)
+    assert per_arm.loc["a", "replay_ratio_with_burnin"] == pytest.approx(1.2)
+
+    scores = score_tables(exp)
+    bands = curve_bands(resample_curves(scores.curves, "score", n_points=5))
+    assert len(bands) == 2 * 2 * 5 and (bands.ci_low <= bands["mean"] + 1e-9).all()
+    efficiency = sample_efficiency(
+        resample_curves(scores.curves, "normalised", n_points=5, per_env=False), reps=100
+    )
+    a, b = (efficiency[efficiency.arm == arm].iqm.to_numpy() for arm in ("a", "b"))
+    assert len(a) == 5 and a[-1] > a[0] and a[-1] > b[-1]
+    assert efficiency.frames.iloc[-1] == 4 * efficiency.env_steps.iloc[-1]
+
+
+def test_resample_does_not_extrapolate():
+    curves = pd.DataFrame(
+        {
+            "arm": "a",
+            "env": "e",
+            "seed": [0, 0, 0, 1, 1],
+            "env_steps": [0, 10, 20, 5, 15],
+            "frames": [0, 10, 20, 5, 15],
+            "value": [0.0, 1.0, 2.0, 0.0, 1.0],
+        }
+    )
+    table = resample_curves(curves, "value", n_points=3)
+    assert table.env_steps.min() == 5 and table.env_steps.max() == 15
+    np.testing.assert_allclose(table[table.seed == 0].value, [0.5, 1.0, 1.5])
+
+
+def test_config_diff_ignores_run_level_keys():
+    configs = {
+        ("a", "pong", 0): {
+            "algo": "r2d1",
+            "opt": {"lr": 1, "eps": 1e-3},
+            "runner": {"seed": 0},
+            "env": {"id": "pong"},
+        },
+        ("a", "qbert", 1): {
+            "algo": "r2d1",
+            "opt": {"lr": 1, "eps": 1e-3},
+            "runner": {"seed": 1},
+            "env": {"id": "qbert"},
+        },
+        ("b", "pong", 0): {
+            "algo": "r2d1",
+            "opt": {"lr": 2, "eps": 1e-3, "clip": 80},
+            "runner": {"seed": 0},
+            "env": {"id": "pong"},
+        },
+    }
+    diff = config_diff(configs)
+    assert diff.to_dict("records") == [
+        {"key": "opt.clip", "a": "(absent)", "b": 80},
+        {"key": "opt.lr", "a": 1, "b": 2},
+    ]

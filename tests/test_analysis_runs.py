@@ -1,0 +1,98 @@
+"""Loading run directories into tidy tables; damaged runs are listed, not fatal."""
+
+import json
+
+import pytest
+
+from analysis.curves import EVAL_SOURCE, TRAIN_SOURCE, raw_scores, score_tables
+from analysis.runs import flatten, load_experiment, load_run
+from analysis.synthetic import SyntheticArm, write_experiment
+
+ARMS = {
+    "fast": SyntheticArm(1.5, {"algo": "r2d1", "lr": 1e-4}),
+    "slow": SyntheticArm(0.5, {"algo": "r2d1", "lr": 1e-3}),
+}
+
+
+@pytest.fixture
+def experiment(tmp_path):
+    return write_experiment(tmp_path, "exp", ARMS, ["pong", "qbert"], [0, 1], n_logs=4, eval_episodes=3)
+
+
+def test_tidy_tables(experiment):
+    exp = load_experiment(experiment)
+    assert exp.name == "exp" and exp.arms == ["fast", "slow"] and exp.envs == ["pong", "qbert"]
+    assert len(exp.runs) == 8 and set(exp.runs.status) == {"complete"}
+    assert len(exp.progress) == 8 * 4 and len(exp.eval) == 8 * 4 * 3
+    assert list(exp.progress.columns[:3]) == ["arm", "env", "seed"]
+    lr = exp.config[exp.config.key == "lr"].set_index(["arm", "env", "seed"]).value
+    assert lr.loc[("slow", "qbert", 1)] == 1e-3
+    assert set(exp.metadata.columns) >= {"arm", "git_commit", "packages.numpy", "seeds.seed"}
+    assert exp.skipped.empty and exp.missing.empty
+
+
+def test_damaged_runs_are_listed(experiment):
+    # torn last line: tolerated, still complete, problem noted
+    torn = experiment / "fast/pong/seed0/progress.csv"
+    torn.write_bytes(torn.read_bytes() + b"1,2,3")
+    (experiment / "fast/pong/seed1/config.json").unlink()  # corrupt
+    (experiment / "slow/qbert/seed0/status.json").write_text(json.dumps({"state": "running"}))  # incomplete
+    (experiment / "slow/pong/seed1/eval.csv").write_bytes(b'env_steps,frames\n1,2,3,4\n"unterminated\n')
+    exp = load_experiment(experiment)
+    status = exp.runs.set_index(["arm", "env", "seed"]).status
+    assert status[("fast", "pong", 0)] == "complete"
+    assert "torn last line" in exp.runs.set_index(["arm", "env", "seed"]).problems[("fast", "pong", 0)]
+    assert status[("fast", "pong", 1)] == "corrupt"
+    assert status[("slow", "qbert", 0)] == "incomplete"
+    assert status[("slow", "pong", 1)] == "corrupt"
+    skipped = exp.skipped.set_index(["arm", "env", "seed"]).reason
+    assert "config.json missing" in skipped[("fast", "pong", 1)]
+    assert "eval.csv does not parse" in skipped[("slow", "pong", 1)]
+    assert len(skipped) == 3
+    final, _ = raw_scores(exp)
+    assert len(final) == 5  # only complete runs give scores
+
+
+def test_missing_grid_cells(experiment):
+    import shutil
+
+    shutil.rmtree(experiment / "slow/qbert/seed1")
+    exp = load_experiment(experiment)
+    assert exp.missing.to_dict("records") == [{"arm": "slow", "env": "qbert", "seed": 1}]
+
+
+def test_empty_or_absent_experiment_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no run directories"):
+        load_experiment(tmp_path)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_experiment(tmp_path / "nope")
+
+
+def test_load_one_run(experiment):
+    exp = load_run(experiment / "slow/qbert/seed1")
+    assert exp.runs[["arm", "env", "seed"]].values.tolist() == [["slow", "qbert", 1]]
+
+
+def test_score_sources_and_human_normalisation(tmp_path):
+    exp_dir = write_experiment(tmp_path, "e", ARMS, ["pong"], [0], n_logs=3, eval_episodes=2)
+    # a run without evaluations falls back to training returns, and says so
+    (exp_dir / "slow/pong/seed0/eval.csv").unlink()
+    scores = score_tables(load_experiment(exp_dir))
+    assert scores.human_normalised and "Video Pinball random 0.0" in scores.normalisation
+    source = scores.final.set_index("arm").source
+    assert source["fast"] == EVAL_SOURCE and source["slow"] == TRAIN_SOURCE
+    row = scores.final.iloc[0]
+    assert row.normalised == pytest.approx((row.score + 20.7) / 35.3)
+    assert set(scores.curves.groupby("arm").size()) == {3}
+
+
+def test_non_atari_envs_use_min_max_within_experiment(tmp_path):
+    exp_dir = write_experiment(tmp_path, "e", ARMS, ["CartPole-v1"], [0, 1], n_logs=3)
+    scores = score_tables(load_experiment(exp_dir))
+    assert not scores.human_normalised and "min-max" in scores.normalisation
+    both = list(scores.final.normalised) + list(scores.curves.normalised)
+    assert min(both) == pytest.approx(0.0) and max(both) == pytest.approx(1.0)
+
+
+def test_flatten():
+    assert flatten({"a": {"b": 1, "c": {"d": None}}, "e": [1, 2]}) == {"a.b": 1, "a.c.d": None, "e": "[1, 2]"}
