@@ -21,9 +21,13 @@ import re
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from algorithms import registry
+
+if TYPE_CHECKING:
+    from algorithms.counters import Counters
 
 SAMPLER_MODES = ("serial", "cpu", "gpu", "alternating")
 RUNNER_KINDS = ("sync", "async", "ddp")
@@ -296,3 +300,46 @@ def _from_json(annotation: Any, value: Any, where: str) -> Any:
         # JSON writes 1.0 as 1.0, but hand-written configs often say 1; a float field gets a float.
         return float(value)
     return value
+
+
+# --- the entry point -----------------------------------------------------------------------------
+
+# runner kind -> "module:function" with signature (config, run: RunDir, resume) -> Counters.
+RUNNERS: dict[str, str] = {
+    "sync": "algorithms.runners.sync:run",
+}
+
+
+def train(config: TrainConfig, run_dir: Path | str, resume: bool = True) -> Counters:
+    """Train ``config`` into ``run_dir`` (Contract 5 layout) and return the final counters.
+
+    With ``resume`` and an existing run directory, the stored config must equal ``config``
+    (``RunDir.open`` names the first difference) and training continues from the latest
+    checkpoint; a run that already finished returns at once with its counters. Without
+    ``resume``, an existing run directory is an error. ``status.json`` ends as ``complete``, or
+    ``failed`` with the error (which is re-raised), also on Ctrl-C.
+    """
+    import importlib
+
+    import torch
+
+    from algorithms.rundir import RunDir
+
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"train: config must be a TrainConfig, got {type(config).__name__}")
+    if config.runner.kind not in RUNNERS:
+        raise ValueError(
+            f"RunnerConfig.kind {config.runner.kind!r} has no runner yet; available: {sorted(RUNNERS)}"
+        )
+    torch.set_num_threads(config.runner.torch_threads)
+    run = RunDir.open(Path(run_dir), config_to_dict(config), {"seed": config.runner.seed}, resume=resume)
+    module, function = RUNNERS[config.runner.kind].split(":")
+    try:
+        counters = getattr(importlib.import_module(module), function)(config, run, resume)
+    except BaseException as error:
+        run.set_status("failed", f"{type(error).__name__}: {error}")
+        raise
+    finally:
+        run.close()
+    run.set_status("complete")
+    return counters

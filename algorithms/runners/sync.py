@@ -1,0 +1,317 @@
+"""The synchronous runner: sample a batch, optimize on it, repeat; log, evaluate and checkpoint on
+env-step boundaries; resume from the last checkpoint.
+
+One iteration::
+
+    agent.set_mode("sample", env_steps); samples, traj_infos = sampler.sample(itr)  # "sampling" time
+    counters.add_env_steps(T * B, episodes=len(traj_infos))
+    agent.set_mode("train", env_steps); opt_info = algo.optimize(itr, samples)      # "optimizing" time
+    counters.add_updates(opt_info.updates, opt_info.samples_trained, opt_info.samples_replayed)
+
+Boundaries are in env steps (``RunnerConfig``): a progress row when ``log_interval_steps`` is
+crossed (counters, return statistics of the episodes finished since the last row, and the mean of
+each diagnostic over the ``optimize`` calls since the last row), evaluation episodes to
+``eval.csv`` when ``eval_interval_steps`` is crossed, and a checkpoint at
+``checkpoint_every_steps``. At the end of the budget: a last row and an evaluation if the last ones
+were not at the final step, and a final checkpoint.
+
+Checkpoints (``checkpoints/latest.pt``, plain tensors and numbers, ``torch.load(weights_only=True)``)
+hold the agent's parameters, ``algo.state_dict()`` (optimizer, target networks, schedules),
+the counters, the global RNG states and the runner's own boundaries and pending log window.
+**Replay contents are not saved**: a replay-based algorithm restarts with an empty replay and
+refills it before training again (the counters keep counting from the checkpoint), which keeps
+checkpoints small (a 1M-step Atari replay is ~7 GB). Environment state is not saved either: a
+resumed run starts fresh episodes from envs seeded by (run seed, resume step), see
+``algorithms.samplers.base``. On resume, progress and eval rows logged after the checkpoint are
+dropped (``RunDir.truncate_progress_after``) and logged again as the run passes those steps, so the
+table has every boundary exactly once.
+
+Time not spent sampling, optimizing or evaluating (progress rows, checkpoints) counts as
+"logging"; throughput excludes evaluation and logging (``Counters``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from algorithms import registry
+from algorithms.algos.base import OptInfo
+from algorithms.counters import Counters
+from algorithms.logger import RunLogger
+from algorithms.rundir import RunDir, rng_state, set_rng_state
+from algorithms.samplers.base import BaseSampler, BatchSpec, env_spaces
+
+if TYPE_CHECKING:
+    from algorithms.agents.base import Agent
+    from algorithms.train import TrainConfig
+
+CHECKPOINT_FORMAT = 1
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's and torch's global RNGs (the rule in ``algorithms.train``)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_agent(config: TrainConfig, device: torch.device) -> Agent:
+    """The algorithm's agent for ``config.env``'s spaces, on ``device``."""
+    observation_space, action_space = env_spaces(config.env)
+    agent = registry.build_agent(config.algo, config.algo_config, observation_space, action_space)
+    agent.model.to(device)
+    return agent
+
+
+def make_sampler(config: TrainConfig, agent: Agent, seed: int, start_env_steps: int) -> BaseSampler:
+    """The sampler of ``config.sampler.mode`` (modes other than serial live with the parallel samplers)."""
+    if config.sampler.mode != "serial":
+        raise ValueError(f"SamplerConfig.mode {config.sampler.mode!r} is not available to the sync runner")
+    from algorithms.samplers.serial import SerialSampler
+
+    return SerialSampler(config.env, agent, config.sampler, seed, start_env_steps)
+
+
+def next_boundary(env_steps: int, interval: int) -> int:
+    """The first multiple of ``interval`` strictly above ``env_steps``."""
+    return (env_steps // interval + 1) * interval
+
+
+@dataclass
+class LogWindow:
+    """What happened since the last progress row: finished episodes and each diagnostic's values."""
+
+    traj_infos: list[dict[str, Any]] = field(default_factory=list)
+    diagnostics: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, traj_infos: list[dict[str, Any]], opt_info: OptInfo) -> None:
+        self.traj_infos.extend(traj_infos)
+        for key, value in opt_info.diagnostics.items():
+            self.diagnostics.setdefault(key, []).append(float(value))
+
+    def mean_diagnostics(self) -> dict[str, float]:
+        """Mean of each diagnostic over the window's finite values (NaN where none was finite)."""
+        means = {}
+        for key, values in self.diagnostics.items():
+            finite = [v for v in values if math.isfinite(v)]
+            means[key] = float(np.mean(finite)) if finite else math.nan
+        return means
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "returns": [t["return"] for t in self.traj_infos],
+            "lengths": [t["length"] for t in self.traj_infos],
+            "env_ranks": [t["env_rank"] for t in self.traj_infos],
+            "diagnostics": {k: list(v) for k, v in self.diagnostics.items()},
+        }
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any]) -> LogWindow:
+        trajs = [
+            {"return": r, "length": n, "env_rank": k}
+            for r, n, k in zip(state["returns"], state["lengths"], state["env_ranks"])
+        ]
+        return cls(trajs, {k: list(v) for k, v in state["diagnostics"].items()})
+
+
+class SyncRunner:
+    """Runs one training job in this process (see the module docstring).
+
+    Build with ``SyncRunner.build(config, run, resume)``, then ``run()``. ``rank`` / ``world_size``
+    are 0 / 1 here; the DDP runner reuses this class with one instance per rank, where only rank 0
+    writes the run directory.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        run: RunDir | None,
+        agent: Agent,
+        algo: Any,
+        sampler: BaseSampler,
+        counters: Counters,
+        checkpoint: dict[str, Any] | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        self.config = config
+        self.run_dir = run
+        self.agent = agent
+        self.algo = algo
+        self.sampler = sampler
+        self.counters = counters
+        self.rank = rank
+        self.world_size = world_size
+        runner = config.runner
+        if checkpoint is None:
+            self.window = LogWindow()
+            self.next_log = runner.log_interval_steps
+            self.next_eval = runner.eval_interval_steps or None
+            self.next_checkpoint = runner.checkpoint_every_steps
+            self.last_log_steps = -1
+            self.last_eval_steps = -1
+        else:
+            state = checkpoint["runner"]
+            self.window = LogWindow.from_state_dict(state["window"])
+            self.next_log = state["next_log"]
+            self.next_eval = state["next_eval"]
+            self.next_checkpoint = state["next_checkpoint"]
+            self.last_log_steps = state["last_log_steps"]
+            self.last_eval_steps = state["last_eval_steps"]
+        self.logger: RunLogger | None = None
+
+    @classmethod
+    def build(
+        cls, config: TrainConfig, run: RunDir | None, resume: bool, rank: int = 0, world_size: int = 1
+    ) -> SyncRunner:
+        """Seed, build agent, algorithm and sampler, and restore the latest checkpoint if resuming.
+
+        Rank ``r`` of ``world_size`` seeds its RNGs and envs with ``runner.seed + r``.
+        """
+        runner = config.runner
+        seed = runner.seed + rank
+        seed_everything(seed)
+        device = torch.device(runner.device)
+        agent = build_agent(config, device)
+        checkpoint = run.load_checkpoint() if (run is not None and resume) else None
+        if checkpoint is not None and checkpoint.get("format") != CHECKPOINT_FORMAT:
+            found = checkpoint.get("format")
+            raise ValueError(
+                f"{run.checkpoint_path}: checkpoint format {found!r}, expected {CHECKPOINT_FORMAT}"
+            )
+        batch_spec = BatchSpec(config.sampler.batch_T, config.sampler.batch_B)
+        algo = registry.algo_module(config.algo).Algo(
+            config.algo_config, agent, config.env.env_frameskip, batch_spec
+        )
+        if checkpoint is None:
+            counters = Counters(frameskip=config.env.env_frameskip)
+        else:
+            agent.load_state_dict(checkpoint["agent"])
+            algo.load_state_dict(checkpoint["algo"])
+            counters = Counters.from_state_dict(checkpoint["counters"])
+            set_rng_state(checkpoint["rng"])
+            run.truncate_progress_after(counters.env_steps)
+        sampler = make_sampler(config, agent, seed, counters.env_steps)
+        return cls(config, run, agent, algo, sampler, counters, checkpoint, rank, world_size)
+
+    # --- the loop ---------------------------------------------------------------------------------
+    def run(self) -> Counters:
+        runner = self.config.runner
+        self.sampler.initialize()
+        if self.run_dir is not None:
+            self.logger = RunLogger(
+                self.run_dir,
+                runner.n_steps,
+                initial_steps=self.counters.env_steps,
+                tensorboard=runner.tensorboard,
+                console=sys.stderr.isatty(),
+                description=f"{self.config.algo} {self.config.env.id}",
+            )
+        try:
+            while self.counters.env_steps < runner.n_steps:
+                self.iteration(self.counters.sampler_itrs)
+                steps = self.counters.env_steps
+                if steps >= self.next_log:
+                    self.log_row()
+                    self.next_log = next_boundary(steps, runner.log_interval_steps)
+                if self.next_eval is not None and steps >= self.next_eval:
+                    self.evaluate()
+                    self.next_eval = next_boundary(steps, runner.eval_interval_steps)
+                if steps >= self.next_checkpoint:
+                    self.next_checkpoint = next_boundary(steps, runner.checkpoint_every_steps)
+                    self.save_checkpoint()
+            steps = self.counters.env_steps
+            if self.last_log_steps != steps:
+                self.log_row()
+            if self.last_eval_steps != steps:
+                self.evaluate()
+            self.save_checkpoint()
+        finally:
+            self.sampler.shutdown()
+            if self.logger is not None:
+                self.logger.close()
+        return self.counters
+
+    def iteration(self, itr: int) -> None:
+        """Sample one batch and optimize on it, counting steps, updates and time."""
+        counters = self.counters
+        with counters.timer("sampling"):
+            self.agent.set_mode("sample", counters.env_steps)
+            samples, traj_infos = self.sampler.sample(itr)
+        env_steps, episodes = self.count_samples(traj_infos)
+        counters.add_env_steps(env_steps, episodes=episodes)
+        with counters.timer("optimizing"):
+            self.agent.set_mode("train", counters.env_steps)
+            opt_info = self.algo.optimize(itr, samples)
+        counters.add_updates(*self.count_updates(opt_info))
+        self.window.add(traj_infos, opt_info)
+        if self.logger is not None:
+            self.logger.advance(counters.env_steps)
+
+    def count_samples(self, traj_infos: list[dict[str, Any]]) -> tuple[int, int]:
+        """(env steps, finished episodes) this iteration added to the run."""
+        return self.sampler.batch_spec.size, len(traj_infos)
+
+    def count_updates(self, opt_info: OptInfo) -> tuple[int, int, int]:
+        """(updates, samples trained, samples replayed) this iteration added to the run."""
+        return opt_info.updates, opt_info.samples_trained, opt_info.samples_replayed
+
+    # --- boundaries -------------------------------------------------------------------------------
+    def log_row(self) -> None:
+        if self.logger is not None:
+            self.logger.log(self.counters, self.window.traj_infos, self.window.mean_diagnostics())
+        self.window = LogWindow()
+        self.last_log_steps = self.counters.env_steps
+
+    def evaluate(self) -> None:
+        n_episodes = self.config.sampler.eval_episodes
+        self.last_eval_steps = self.counters.env_steps
+        if n_episodes == 0 or self.run_dir is None:
+            return
+        counters = self.counters
+        with counters.timer("evaluating"):
+            episodes = self.sampler.evaluate(n_episodes, counters.env_steps)
+        stamp = {
+            "env_steps": counters.env_steps,
+            "frames": counters.frames,
+            "updates": counters.updates,
+            "wall_time_s": counters.wall_time_s,
+        }
+        with counters.timer("logging"):
+            self.run_dir.append_eval([{**stamp, **episode} for episode in episodes])
+
+    def save_checkpoint(self) -> None:
+        if self.run_dir is None:
+            return
+        with self.counters.timer("logging"):
+            self.run_dir.save_checkpoint(self.state_dict())
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs (see the module docstring for what is left out)."""
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "agent": self.agent.state_dict(),
+            "algo": self.algo.state_dict(),
+            "counters": self.counters.state_dict(),
+            "rng": rng_state(),
+            "runner": {
+                "window": self.window.state_dict(),
+                "next_log": self.next_log,
+                "next_eval": self.next_eval,
+                "next_checkpoint": self.next_checkpoint,
+                "last_log_steps": self.last_log_steps,
+                "last_eval_steps": self.last_eval_steps,
+            },
+        }
+
+
+def run(config: TrainConfig, run_dir: RunDir, resume: bool) -> Counters:
+    """Train ``config`` synchronously in this process, writing ``run_dir``."""
+    return SyncRunner.build(config, run_dir, resume).run()

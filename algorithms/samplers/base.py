@@ -1,0 +1,315 @@
+"""The sampler interface, and the per-step logic every sampling mode shares (Contract 3).
+
+Interface (``BaseSampler``)::
+
+    sampler = SomeSampler(env_config, agent, sampler_config, seed, start_env_steps=0)
+    sampler.initialize()                      # build envs (and workers); reset every env
+    samples, traj_infos = sampler.sample(itr) # one [T, B] batch, see below
+    rows = sampler.evaluate(n_episodes, env_steps)  # eval-mode episodes on separate envs
+    sampler.shutdown()                        # idempotent; also on errors
+
+``agent`` is the learner's agent: the serial sampler acts with it directly; parallel modes copy
+its parameters to their workers (``registry.AgentFactory`` builds the copies). The runner sets the
+agent's mode (``agent.set_mode("sample", env_steps)``) before each ``sample`` call.
+
+``samples`` is a ``NamedArrays`` of CPU torch tensors, [T, B, ...] (T = ``batch_T``, B =
+``batch_B``), fields in this order: ``observation`` (what the agent acted on at t), ``action``,
+``reward``, ``terminated``, ``truncated``, ``final_observation`` (env step t, Contract 1),
+``prev_action``, ``prev_reward`` (of t-1, zero at the first step of an episode), ``agent_info``,
+``env_info``, and ``bootstrap``: a [B] ``NamedArrays`` of the inputs at step T
+(``observation, prev_action, prev_reward``, plus ``agent_state`` for recurrent agents).
+The batch is the sampler's own buffer: the next ``sample`` call overwrites it, so an algorithm
+copies what it keeps (replay appends copy; on-policy updates finish before the next call).
+
+``traj_infos`` is one dict per *game* episode that ended during the batch: ``return`` (raw,
+unclipped), ``length`` (env steps), ``env_rank``. With ``EnvConfig.episodic_life`` a life loss is
+terminal for the learner (state and prev action reset) but does not end a game, so it is no
+episode here.
+
+Per-step logic, shared so that every mode produces identical samples for identical seeds:
+``EnvStepper`` drives B envs with an agent in one process (serial sampler, evaluation, parallel
+CPU workers); a mode that splits action selection from env stepping (parallel GPU) composes the
+same pieces instead: ``step_record`` builds the record of step t, ``next_inputs`` the agent inputs
+of step t+1 (zeros where an episode ended), ``agent.reset_state(next_state, episode_done(record))``
+resets recurrent state, and ``finished_episodes`` extracts the trajectory infos.
+
+Seeding rule: the envs of a sampler are seeded from the run seed only (``env_seed``), never from
+the global RNGs, and env of global rank r gets ``algorithms.envs.factory.env_seeds(seed, r + 1)[r]``
+(a prefix-stable ``SeedSequence`` stream), which is what ``make_vec_env(config, B, seed)`` gives
+env r of a single vector env. A resumed run starts fresh episodes from a seed that also depends on
+the env step it resumed at (environment state is not checkpointed). Evaluation envs get their own
+stream (``role="eval"``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+import torch
+
+from algorithms.arrays import NamedArrays, buffer_from_example
+
+if TYPE_CHECKING:
+    from algorithms.agents.base import Agent
+    from algorithms.envs.base import VecEnv
+    from algorithms.envs.config import EnvConfig
+    from algorithms.train import SamplerConfig
+
+ENV_SEED_ROLES = {"train": 0, "eval": 1}
+
+
+class BatchSpec(NamedTuple):
+    """Shape of one sampler batch: ``T`` time steps of ``B`` environments."""
+
+    T: int
+    B: int
+
+    @property
+    def size(self) -> int:
+        return self.T * self.B
+
+
+def env_seed(run_seed: int, role: str = "train", start_env_steps: int = 0) -> int:
+    """The seed a sampler passes to ``make_vec_env`` for its ``role`` ("train" or "eval") envs.
+
+    A fresh run's training envs use ``run_seed`` itself; evaluation envs and resumed segments get
+    independent seeds mixed from (run seed, role, env step of the resume) by ``SeedSequence``.
+    """
+    if role not in ENV_SEED_ROLES:
+        raise ValueError(f"env_seed: role must be one of {sorted(ENV_SEED_ROLES)}, got {role!r}")
+    if role == "train" and start_env_steps == 0:
+        return int(run_seed)
+    words = np.random.SeedSequence(
+        [int(run_seed), ENV_SEED_ROLES[role], int(start_env_steps)]
+    ).generate_state(1)
+    return int(words[0] & 0x7FFFFFFF)
+
+
+def env_spaces(env_config: EnvConfig) -> tuple[Any, Any]:
+    """(observation_space, action_space) of one env of ``env_config``, to build the agent from."""
+    from algorithms.envs.factory import make_vec_env
+
+    env = make_vec_env(env_config, 1, 0)
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
+
+
+# --- the per-step pieces -------------------------------------------------------------------------
+
+
+def episode_done(record: NamedArrays) -> torch.Tensor:
+    """[B] bool: the learner's episode ended at this step (``terminated | truncated``)."""
+    return torch.as_tensor(record.terminated) | torch.as_tensor(record.truncated)
+
+
+def step_record(
+    inputs: NamedArrays, action: torch.Tensor, agent_info: NamedArrays, env_step: NamedArrays
+) -> NamedArrays:
+    """The [B] record of one step in Contract 3's field order.
+
+    ``inputs`` are the agent inputs the action was chosen from (``observation``, ``prev_action``,
+    ``prev_reward``); ``env_step`` is the env's Contract 1 output for ``action``. Leaves may alias
+    the env's own arrays: copy the record into a buffer before the env steps again.
+    """
+    return NamedArrays(
+        observation=inputs.observation,
+        action=action,
+        reward=env_step.reward,
+        terminated=env_step.terminated,
+        truncated=env_step.truncated,
+        final_observation=env_step.final_observation,
+        prev_action=inputs.prev_action,
+        prev_reward=inputs.prev_reward,
+        agent_info=agent_info,
+        env_info=env_step.env_info,
+    )
+
+
+def next_inputs(record: NamedArrays, env_step: NamedArrays) -> NamedArrays:
+    """Agent inputs for the next step: the env's next observation, and this step's action and reward
+    as ``prev_action`` / ``prev_reward``, zeroed where the episode ended (the next observation is
+    then already the first of a new episode, Contract 1's same-step autoreset)."""
+    done = episode_done(record)
+    action = torch.as_tensor(record.action)
+    keep_action = (~done).view(-1, *([1] * (action.dim() - 1)))
+    reward = torch.as_tensor(record.reward)
+    return NamedArrays(
+        # Copied: a vector env may reuse its output array on the next step.
+        observation=torch.from_numpy(np.array(env_step.observation, copy=True)),
+        prev_action=torch.where(keep_action, action, torch.zeros_like(action)),
+        prev_reward=torch.where(done, torch.zeros_like(reward), reward),
+    )
+
+
+def finished_episodes(record: NamedArrays, env_ranks: np.ndarray) -> list[dict[str, Any]]:
+    """Trajectory infos of the games that ended at this step, in env-rank order.
+
+    A game ended where the env reports a positive ``episode_length`` (Contract 1: valid where the
+    game reset, 0 elsewhere); with episodic life, a life loss sets ``terminated`` but no length.
+    """
+    lengths = np.asarray(record.env_info.episode_length)
+    returns = np.asarray(record.env_info.episode_return)
+    return [
+        {"return": float(returns[i]), "length": int(lengths[i]), "env_rank": int(env_ranks[i])}
+        for i in np.flatnonzero(lengths > 0)
+    ]
+
+
+def initial_inputs(observation: np.ndarray, prev_action_example: torch.Tensor) -> NamedArrays:
+    """Agent inputs right after ``env.reset()``: zero previous action and reward."""
+    B = observation.shape[0]
+    return NamedArrays(
+        observation=torch.from_numpy(np.array(observation, copy=True)),
+        prev_action=torch.zeros((B, *prev_action_example.shape), dtype=prev_action_example.dtype),
+        prev_reward=torch.zeros(B, dtype=torch.float32),
+    )
+
+
+def record_example(observation_space: Any, action_space: Any, agent: Agent) -> NamedArrays:
+    """One env's step record (no leading dims) for allocating [T, B] buffers before any env steps.
+
+    The action and ``agent_info`` come from one ``agent.step`` on zero inputs, under saved and
+    restored torch and numpy global RNG states, so allocating never changes what is sampled.
+    ``env_info`` follows Contract 1's field list.
+    """
+    obs = np.zeros(observation_space.shape, dtype=observation_space.dtype)
+    act = np.zeros(action_space.shape, dtype=action_space.dtype)
+    device = agent.device
+    numpy_state = np.random.get_state()
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        action, agent_info, _ = agent.step(
+            torch.from_numpy(obs[None]).to(device),
+            torch.from_numpy(act[None]).to(device),
+            torch.zeros(1, device=device),
+            agent.initial_state(1),
+        )
+    np.random.set_state(numpy_state)
+    return NamedArrays(
+        observation=obs,
+        action=action[0].cpu(),
+        reward=np.float32(0),
+        terminated=np.False_,
+        truncated=np.False_,
+        final_observation=obs,
+        prev_action=action[0].cpu(),
+        prev_reward=np.float32(0),
+        agent_info=agent_info[0].map(lambda x: x.detach().cpu()),
+        env_info=NamedArrays(
+            life_loss=np.False_,
+            raw_reward=np.float32(0),
+            episode_return=np.float32(0),
+            episode_length=np.int64(0),
+        ),
+    )
+
+
+def allocate_samples(example: NamedArrays, batch_spec: BatchSpec, shared: bool = False) -> NamedArrays:
+    """A zeroed [T, B] sample buffer of torch tensors from ``record_example``'s one-env record."""
+    buffer = buffer_from_example(example, (batch_spec.T, batch_spec.B), shared=shared)
+    return buffer if shared else buffer.to_torch()
+
+
+class EnvStepper:
+    """Drives B environments with an agent, one step at a time, in one process.
+
+    Holds the agent inputs of the next step and the agent's recurrent state; ``reset()`` starts
+    every env on a new episode, ``step()`` acts, steps the envs and returns the step's record and
+    finished episodes. The agent's model may live on any device; inputs move there and records
+    come back as CPU tensors.
+    """
+
+    def __init__(self, env: VecEnv, agent: Agent, env_ranks: np.ndarray) -> None:
+        if len(env_ranks) != env.num_envs:
+            raise ValueError(f"EnvStepper: {len(env_ranks)} env ranks for {env.num_envs} envs")
+        self.env = env
+        self.agent = agent
+        self.env_ranks = np.asarray(env_ranks, dtype=np.int64)
+        self.inputs: NamedArrays | None = None
+        self.state: NamedArrays | None = None
+
+    def reset(self, prev_action_example: torch.Tensor) -> None:
+        """Reset every env; ``prev_action_example`` is one env's action (shape and dtype)."""
+        self.inputs = initial_inputs(self.env.reset(), prev_action_example)
+        self.state = self.agent.initial_state(self.env.num_envs)
+
+    def step(self) -> tuple[NamedArrays, list[dict[str, Any]]]:
+        """One step of every env: returns (record [B], traj infos of games that ended)."""
+        if self.inputs is None:
+            raise RuntimeError("EnvStepper.step before reset()")
+        device = self.agent.device
+        action, agent_info, next_state = self.agent.step(
+            self.inputs.observation.to(device),
+            self.inputs.prev_action.to(device),
+            self.inputs.prev_reward.to(device),
+            self.state,
+        )
+        action = action.cpu()
+        env_step = self.env.step(action.numpy())
+        record = step_record(self.inputs, action, agent_info.map(lambda x: x.cpu()), env_step)
+        self.inputs = next_inputs(record, env_step)
+        self.state = self.agent.reset_state(next_state, episode_done(record).to(device))
+        return record, finished_episodes(record, self.env_ranks)
+
+    def bootstrap(self) -> NamedArrays:
+        """Inputs of the step after the batch (Contract 3's ``bootstrap``), CPU tensors [B]."""
+        if self.inputs is None:
+            raise RuntimeError("EnvStepper.bootstrap before reset()")
+        if not self.agent.recurrent:
+            return self.inputs
+        return self.inputs.replace(agent_state=self.state.map(lambda x: x.detach().cpu()))
+
+
+class BaseSampler(ABC):
+    """Common constructor and evaluation for every sampling mode (see the module docstring).
+
+    Evaluation is the same in every mode: the learner's agent in ``eval`` mode on
+    ``config.eval_n_envs`` separate envs in this process (``EvalSampler``), built on first use.
+    """
+
+    def __init__(
+        self,
+        env_config: EnvConfig,
+        agent: Agent,
+        config: SamplerConfig,
+        seed: int,
+        start_env_steps: int = 0,
+    ) -> None:
+        self.env_config = env_config
+        self.agent = agent
+        self.config = config
+        self.seed = int(seed)
+        self.start_env_steps = int(start_env_steps)
+        self.batch_spec = BatchSpec(config.batch_T, config.batch_B)
+        self._eval_sampler: Any = None
+
+    @abstractmethod
+    def initialize(self) -> None:
+        """Build envs (and workers) and reset every env; call once before ``sample``."""
+
+    @abstractmethod
+    def sample(self, itr: int) -> tuple[NamedArrays, list[dict[str, Any]]]:
+        """Collect one [T, B] batch with the agent's current parameters and mode."""
+
+    def evaluate(self, n_episodes: int, env_steps: int) -> list[dict[str, Any]]:
+        """``n_episodes`` eval-mode episodes: dicts with ``episode``, ``return`` (raw), ``length``."""
+        if self._eval_sampler is None:
+            from algorithms.samplers.evaluation import EvalSampler
+
+            self._eval_sampler = EvalSampler(
+                self.env_config,
+                self.agent,
+                n_envs=self.config.eval_n_envs,
+                seed=env_seed(self.seed, "eval", self.start_env_steps),
+                max_steps=self.config.eval_max_steps,
+            )
+        return self._eval_sampler.evaluate(n_episodes, env_steps)
+
+    def shutdown(self) -> None:
+        """Close envs and workers; safe to call more than once."""
+        if self._eval_sampler is not None:
+            self._eval_sampler.close()
+            self._eval_sampler = None
