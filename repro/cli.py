@@ -1,0 +1,282 @@
+"""``python -m repro``: published settings, plans and the scheduler from the command line.
+
+    python -m repro list
+    python -m repro show r2d2_paper [--profile smoke]
+    python -m repro diff rlpyt_r2d1_published r2d1_corrected      # NAME@PROFILE also works
+    python -m repro run r2d1 --seeds 3 --profile smoke --dry-run   # plan, totals, estimated time
+    python -m repro run r2d1 --seeds 3 --profile smoke [--games pong,qbert] [--backend ray] [--jobs 2]
+    python -m repro summary runs/r2d1-smoke
+
+Bad input (unknown setting, game, profile or plan, SEEDS < 1, a malformed config file) prints one
+line ``error: ...`` and exits 2 before any run directory is created. ``run`` exits 1 when a job
+failed for good and 130 when interrupted (rerun the same command to continue).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from repro.schema import ConfigError
+
+DEFAULT_ROOT = Path("runs")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"error: {message} (see python -m repro {self.prog.split()[-1]} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from repro.plans import available_plans
+    from repro.profiles import available_profiles
+    from repro.settings import available_settings
+
+    print("settings:", " ".join(available_settings()))
+    print("profiles:", " ".join(available_profiles()))
+    print("plans:   ", " ".join(available_plans()))
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from repro.inspect_settings import resolve_label, show_text
+
+    label = args.setting + (f"@{args.profile}" if args.profile else "")
+    print(show_text(resolve_label(label)))
+    return 0
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from repro.inspect_settings import diff_text, resolve_label
+
+    print(diff_text(resolve_label(args.a), resolve_label(args.b)))
+    return 0
+
+
+def _plan_jobs(args: argparse.Namespace):
+    from repro.plans import check_seeds, expand, load_plan, parse_list
+
+    seeds = check_seeds(args.seeds)
+    plan = load_plan(args.plan)
+    return plan, expand(
+        plan,
+        seeds,
+        args.profile,
+        Path(args.root),
+        experiment=args.exp or None,
+        envs=parse_list(args.games, "GAMES"),
+        arms=parse_list(args.arms, "ARMS"),
+    )
+
+
+def _jobs_arg(text: str | None) -> int | None:
+    if text is None or not str(text).strip():
+        return None
+    try:
+        jobs = int(text)
+    except ValueError:
+        raise ConfigError(f"JOBS must be a positive integer, got {text!r}") from None
+    if jobs < 1:
+        raise ConfigError(f"JOBS must be a positive integer, got {jobs}")
+    return jobs
+
+
+def _tasks(jobs):
+    from repro.scheduler import Task
+
+    return [
+        Task(
+            key=j.key,
+            run_dir=j.run_dir,
+            argv=(
+                sys.executable,
+                "-m",
+                "repro",
+                "run-job",
+                "--arm",
+                j.arm,
+                "--profile",
+                j.profile,
+                "--env",
+                j.env,
+                "--seed",
+                str(j.seed),
+                "--run-dir",
+                str(j.run_dir),
+            ),  # fmt: skip
+            steps=j.n_steps,
+            threads=j.config.runner.torch_threads,
+        )
+        for j in jobs
+    ]
+
+
+def _dry_run(plan, jobs, n_slots: int, slot_kind: str, probe: bool) -> None:
+    from repro.tables import human_count, human_duration, render
+
+    print(f"plan {plan.name}: {plan.title}")
+    print(f"experiment directory: {jobs[0].run_dir.parents[2]}")
+    rows = [(j.key, human_count(j.n_steps), human_count(j.frames), j.config.runner.device) for j in jobs]
+    print(render(["job", "env steps", "frames", "device"], rows, align_right=(1, 2)))
+    steps = sum(j.n_steps for j in jobs)
+    frames = sum(j.frames for j in jobs)
+    print(
+        f"\n{len(jobs)} jobs, {steps:,} env steps, {frames:,} frames in total; {n_slots} {slot_kind} slot(s)"
+    )
+    if not probe:
+        return
+    from repro.probe import estimate_seconds, probe_job
+
+    probes = {}
+    for job in jobs:
+        if job.arm not in probes:
+            print(f"probing throughput: {job.arm} on {job.env} ...", flush=True)
+            probes[job.arm] = p = probe_job(job)
+            print(
+                f"  {p.env_steps} env steps, {p.updates} updates: {1 / p.seconds_per_step:,.0f} env steps/s "
+                f"with updates, {p.fixed_s:.1f} s fixed cost per job"
+            )
+    print(
+        f"estimated duration: {human_duration(estimate_seconds(jobs, probes, n_slots))} (see repro/probe.py)"
+    )
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from repro.scheduler import detect_slots
+
+    plan, jobs = _plan_jobs(args)
+    n_jobs = _jobs_arg(args.jobs)
+    if args.retries < 0:
+        raise ConfigError(f"--retries must be >= 0, got {args.retries}")
+    if args.backend not in ("local", "ray"):
+        raise ConfigError(f"BACKEND must be 'local' or 'ray', got {args.backend!r}")
+    threads = max(j.config.runner.torch_threads for j in jobs)
+    if args.backend == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise ConfigError("BACKEND=ray needs the ray extra: pip install -e '.[ray]'") from None
+    slots = detect_slots(n_jobs, threads)
+    if args.dry_run:
+        _dry_run(plan, jobs, len(slots), slots[0].device if args.backend == "local" else "ray", args.probe)
+        return 0
+    tasks = _tasks(jobs)
+    start = time.perf_counter()
+    if args.backend == "ray":
+        from repro.ray_backend import run_ray
+
+        outcomes = run_ray(tasks, address=args.address, retries=args.retries, progress=not args.no_progress)
+    else:
+        from repro.scheduler import run_local
+
+        print(f"{len(tasks)} jobs on {len(slots)} {slots[0].device} slot(s)", file=sys.stderr)
+        outcomes = run_local(tasks, slots, retries=args.retries, progress=not args.no_progress)
+    wall = time.perf_counter() - start
+    counts = {
+        s: sum(o.state == s for o in outcomes) for s in ("complete", "skipped", "failed", "interrupted")
+    }
+    ran_steps = sum(t.steps for t, o in zip(tasks, outcomes) if o.state == "complete")
+    print(
+        f"{plan.name}: {counts['complete']} complete, {counts['skipped']} skipped (already complete), "
+        f"{counts['failed']} failed, {counts['interrupted']} interrupted in {wall:.0f} s wall "
+        f"({ran_steps / wall if wall else 0:,.0f} env steps/s over the machine)"
+    )
+    for o in outcomes:
+        if o.state == "failed":
+            print(f"  failed: {o.key}: {o.error}")
+    if counts["interrupted"]:
+        print("interrupted: rerun the same command to continue from the checkpoints")
+        return 130
+    return 1 if counts["failed"] else 0
+
+
+def _cmd_run_job(args: argparse.Namespace) -> int:
+    from algorithms.train import train
+    from repro.plans import resolve_job_setting
+    from repro.profiles import load_profile
+    from repro.settings import train_config
+
+    setting, classes = resolve_job_setting(
+        args.arm, load_profile(args.profile), args.env, args.seed, args.device
+    )
+    config = train_config(setting, classes)
+    train(config, Path(args.run_dir), resume=True)
+    return 0
+
+
+def _cmd_summary(args: argparse.Namespace) -> int:
+    from repro.summary import summary_text
+
+    path = Path(args.experiment_dir)
+    if not path.is_dir():
+        raise ConfigError(f"experiment directory {path} does not exist")
+    print(summary_text(path))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m repro", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("list", help="shipped settings, profiles and plans")
+    p.set_defaults(func=_cmd_list)
+
+    p = sub.add_parser("show", help="a setting resolved, every value with its source")
+    p.add_argument("setting", help="name, NAME@PROFILE, or a path to a .toml file")
+    p.add_argument("--profile", default=None)
+    p.set_defaults(func=_cmd_show)
+
+    p = sub.add_parser("diff", help="every hyperparameter that differs between two settings")
+    p.add_argument("a")
+    p.add_argument("b")
+    p.set_defaults(func=_cmd_diff)
+
+    p = sub.add_parser("run", help="run (or --dry-run) an experiment plan")
+    p.add_argument("plan")
+    p.add_argument("--seeds", required=True, help="number of seeds (0..SEEDS-1)")
+    p.add_argument("--profile", default="paper")
+    p.add_argument("--games", default=None, help="comma-separated env ids replacing the plan's")
+    p.add_argument("--arms", default=None, help="comma-separated settings replacing the plan's")
+    p.add_argument("--exp", default=None, help="experiment name (default <plan>-<profile>)")
+    p.add_argument("--root", default=str(DEFAULT_ROOT))
+    p.add_argument("--backend", default="local")
+    p.add_argument("--address", default=None, help="Ray cluster address (BACKEND=ray)")
+    p.add_argument("--jobs", default=None, help="slots (default: GPUs, else cores / torch threads)")
+    p.add_argument(
+        "--retries", type=int, default=2, help="retries of a failed job before it is marked failed"
+    )
+    p.add_argument("--dry-run", action="store_true")
+    p.add_argument(
+        "--no-probe", dest="probe", action="store_false", help="dry run without the throughput probe"
+    )
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("run-job", help="(used by the scheduler) train one job of a plan")
+    p.add_argument("--arm", required=True)
+    p.add_argument("--profile", required=True)
+    p.add_argument("--env", required=True)
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--device", default=None)
+    p.set_defaults(func=_cmd_run_job)
+
+    p = sub.add_parser("summary", help="throughput summary of runs/<experiment>")
+    p.add_argument("experiment_dir")
+    p.set_defaults(func=_cmd_summary)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

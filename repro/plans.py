@@ -1,0 +1,202 @@
+"""Experiment plans: arms x environments x seeds, expanded into jobs.
+
+A plan (``repro/configs/plans/<name>.toml``)::
+
+    [plan]
+    title = "..."
+    arms = ["rlpyt_r2d1_published", "r2d1_corrected"]     # setting names
+    envs = ["pong", "seaquest"]                            # env ids (EnvConfig.id)
+    envs_source = "where the env list comes from"
+
+Each job is one (arm, env, seed) with its fully resolved ``TrainConfig`` (setting, then profile,
+then the plan's env id and seed), and its run directory ``<root>/<experiment>/<arm>/<env>/seed<k>``
+(docs/ARCHITECTURE.md, Contract 5). Everything is validated while expanding, before any directory
+is created: an unknown arm, game, profile or a bad seed count is a ``ConfigError``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from algorithms.rundir import run_path
+from repro.profiles import Profile, apply_profile, load_profile
+from repro.schema import ConfigError, unknown_key_message
+from repro.settings import (
+    CONFIG_DIR,
+    SETTINGS_DIR,
+    Entry,
+    Schema,
+    Setting,
+    default_schema,
+    load_setting,
+    override,
+    read_toml,
+    train_config,
+)
+
+PLANS_DIR = CONFIG_DIR / "plans"
+PLAN_KEYS = {"title": str, "description": str, "arms": list, "envs": list, "envs_source": str}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    path: Path
+    title: str
+    description: str
+    arms: tuple[str, ...]
+    envs: tuple[str, ...]
+    envs_source: str
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run of the plan. ``config`` is the resolved ``algorithms.train.TrainConfig``."""
+
+    experiment: str
+    arm: str
+    env: str
+    seed: int
+    profile: str
+    run_dir: Path
+    config: Any
+
+    @property
+    def key(self) -> str:
+        return f"{self.arm}/{self.env}/seed{self.seed}"
+
+    @property
+    def n_steps(self) -> int:
+        return self.config.runner.n_steps
+
+    @property
+    def frames(self) -> int:
+        return self.n_steps * self.config.env.env_frameskip
+
+
+def available_plans(plans_dir: Path = PLANS_DIR) -> list[str]:
+    return sorted(p.stem for p in Path(plans_dir).glob("*.toml"))
+
+
+def load_plan(name: str, plans_dir: Path = PLANS_DIR) -> Plan:
+    path = Path(name) if name.endswith(".toml") else Path(plans_dir) / f"{name}.toml"
+    if not path.is_file():
+        raise ConfigError(f"unknown plan '{name}'; " + unknown_key_message(name, available_plans(plans_dir)))
+    data = read_toml(path)
+    meta = data.get("plan")
+    if set(data) != {"plan"} or not isinstance(meta, Mapping):
+        raise ConfigError(f"{path}: a plan file has exactly one table, [plan]")
+    for key, value in meta.items():
+        if key not in PLAN_KEYS:
+            raise ConfigError(
+                f"{path} [plan]: unknown key '{key}'; " + unknown_key_message(key, list(PLAN_KEYS))
+            )
+        if not isinstance(value, PLAN_KEYS[key]):
+            raise ConfigError(
+                f"{path} [plan] '{key}': expected {PLAN_KEYS[key].__name__}, got {type(value).__name__}"
+            )
+    for key in ("title", "arms", "envs", "envs_source"):
+        if key not in meta:
+            raise ConfigError(f"{path} [plan]: missing required key '{key}'")
+    for key in ("arms", "envs"):
+        if not meta[key] or not all(isinstance(v, str) for v in meta[key]):
+            raise ConfigError(f"{path} [plan] '{key}': expected a non-empty list of strings")
+    return Plan(
+        path.stem, path, meta["title"], meta.get("description", ""), tuple(meta["arms"]), tuple(meta["envs"]),
+        meta["envs_source"],
+    )  # fmt: skip
+
+
+def parse_list(text: str | None, what: str) -> tuple[str, ...] | None:
+    """``"pong, qbert"`` -> ``("pong", "qbert")``; empty or None -> None (use the plan's own)."""
+    if text is None or not text.strip():
+        return None
+    items = tuple(t.strip() for t in text.split(",") if t.strip())
+    for item in items:
+        if not _NAME.match(item):
+            raise ConfigError(f"{what}: {item!r} is not a valid name")
+    if len(set(items)) != len(items):
+        raise ConfigError(f"{what}: duplicate entries in {text!r}")
+    return items
+
+
+def check_seeds(seeds: Any) -> int:
+    if isinstance(seeds, bool) or not isinstance(seeds, int):
+        try:
+            seeds = int(str(seeds).strip())
+        except ValueError:
+            raise ConfigError(f"SEEDS must be a positive integer, got {seeds!r}") from None
+    if seeds < 1:
+        raise ConfigError(f"SEEDS must be a positive integer, got {seeds}")
+    return seeds
+
+
+def resolve_job_setting(
+    arm: str,
+    profile: Profile,
+    env: str | None = None,
+    seed: int | None = None,
+    device: str | None = None,
+    settings_dir: Path = SETTINGS_DIR,
+    schema: Schema = default_schema,
+) -> tuple[Setting, dict[str, type]]:
+    """The setting ``arm`` scaled by ``profile`` with the plan's env id and seed (and the slot's device)."""
+    setting = load_setting(arm, settings_dir, schema)
+    classes = schema(setting.algo)
+    setting = apply_profile(setting, profile, classes)
+    per_job: dict[str, Entry] = {}
+    if env is not None:
+        per_job["env.id"] = Entry(env, "experiment plan", "plan", "plan")
+    if seed is not None:
+        per_job["runner.seed"] = Entry(seed, "experiment plan: seed index", "plan", "plan")
+    if device is not None:
+        per_job["runner.device"] = Entry(device, "scheduler slot", "plan", "scheduler")
+    try:
+        return override(setting, per_job, classes), classes
+    except ConfigError as e:
+        # The env id is the only per-job value that can be wrong: say which game, without the file.
+        message = str(e)
+        if env is not None and "EnvConfig.id" in message:
+            raise ConfigError(f"unknown game or env '{env}': {message.split('EnvConfig.id: ')[-1]}") from e
+        raise
+
+
+def expand(
+    plan: Plan,
+    seeds: int,
+    profile_name: str,
+    root: Path,
+    experiment: str | None = None,
+    envs: Sequence[str] | None = None,
+    arms: Sequence[str] | None = None,
+    settings_dir: Path = SETTINGS_DIR,
+    schema: Schema = default_schema,
+) -> list[Job]:
+    """Every job of ``plan``: arms x envs x seeds 0..seeds-1, all configs resolved and validated."""
+    seeds = check_seeds(seeds)
+    profile = load_profile(profile_name)
+    experiment = experiment or f"{plan.name}-{profile.name}"
+    if not _NAME.match(experiment):
+        raise ConfigError(f"experiment name {experiment!r} is not a valid directory name")
+    jobs = []
+    for arm in arms or plan.arms:
+        for env in envs or plan.envs:
+            for seed in range(seeds):
+                setting, classes = resolve_job_setting(arm, profile, env, seed, None, settings_dir, schema)
+                jobs.append(
+                    Job(
+                        experiment=experiment,
+                        arm=arm,
+                        env=env,
+                        seed=seed,
+                        profile=profile.name,
+                        run_dir=run_path(Path(root), experiment, arm, env, seed),
+                        config=train_config(setting, classes),
+                    )
+                )
+    return jobs

@@ -1,0 +1,68 @@
+"""Estimate how long a plan takes from a short training run of one job per arm on this machine.
+
+The probe trains the job's own config (profile applied) for ``batches`` sampler batches, with
+learning starting after the first batch so that the measured cost per env step includes updates
+at the arm's replay ratio, and without evaluation. From its counters it takes the cost per env
+step (sampling + optimizing time / env steps) and the fixed cost of a job (the rest of the wall
+time: start-up, model build). The estimate for the plan is
+
+    sum over jobs (n_steps * cost per step + fixed cost) / number of slots,
+
+which overestimates runs that spend a long time before learning starts (those steps are cheaper)
+and ignores evaluation time. It runs in a temporary directory: no run directory is created.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from repro.plans import Job
+
+LEARN_START_FIELDS = ("min_steps_learn", "learning_starts_steps")
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    arm: str
+    env_steps: int
+    updates: int
+    seconds_per_step: float
+    fixed_s: float
+
+
+def probe_config(config, batches: int):
+    """``config`` shortened to ``batches`` sampler batches, learning after the first, no evaluation."""
+    batch = config.sampler.batch_T * config.sampler.batch_B
+    algo_changes = {f: batch for f in LEARN_START_FIELDS if hasattr(config.algo_config, f)}
+    return dataclasses.replace(
+        config,
+        algo_config=dataclasses.replace(config.algo_config, **algo_changes),
+        sampler=dataclasses.replace(config.sampler, eval_episodes=0),
+        runner=dataclasses.replace(
+            config.runner, n_steps=batch * batches, log_interval_steps=batch, eval_interval_steps=0
+        ),
+    )
+
+
+def probe_job(job: Job, batches: int = 3) -> ProbeResult:
+    from algorithms.train import train
+
+    config = probe_config(job.config, batches)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="repro-probe-") as tmp:
+        counters = train(config, Path(tmp) / "probe", resume=False)
+    wall = time.perf_counter() - t0
+    train_s = counters.time_sampling_s + counters.time_optimizing_s
+    steps = max(1, counters.env_steps)
+    return ProbeResult(
+        job.arm, counters.env_steps, counters.updates, train_s / steps, max(0.0, wall - train_s)
+    )
+
+
+def estimate_seconds(jobs: list[Job], probes: dict[str, ProbeResult], n_slots: int) -> float:
+    total = sum(j.n_steps * probes[j.arm].seconds_per_step + probes[j.arm].fixed_s for j in jobs)
+    return total / max(1, n_slots)

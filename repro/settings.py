@@ -1,0 +1,299 @@
+"""Published settings: TOML data files, every value with its source, loaded strictly.
+
+File format (``repro/configs/settings/<name>.toml``; the scheme is documented in
+``repro/configs/README.md``)::
+
+    [setting]
+    title = "R2D2 as published"
+    citation = "Kapturowski et al. 2019, ICLR (camera-ready)"
+    algo = "r2d1"                 # algorithms.registry name; inherited from the base if omitted
+    base = "r2d2_paper"           # optional, one level: the base may not have a base itself
+
+    [algo]                        # -> the algorithm's Config      [env] -> EnvConfig
+    discount = { value = 0.997, source = "Sec. 2.3; Table 2" }   # [sampler], [runner] -> train.py
+    clip_grad_norm = { value = 80.0, source = "rlpyt r2d1.py", origin = "unverified" }
+
+Every key is a table ``{ value, source[, origin] }``; ``origin`` says what kind of source it is
+(``ORIGINS``; default ``published``). A setting inherits its base's entries and overrides some;
+keys it does not give at all take the dataclass default and are shown with origin ``default``.
+A setting is loaded by name (the shipped directory) or by path (any ``.toml`` file, whose base is
+looked up next to it first).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from repro.schema import (
+    ConfigError,
+    build,
+    check_keys,
+    convert,
+    field_defaults,
+    field_types,
+    unknown_key_message,
+)
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+SETTINGS_DIR = CONFIG_DIR / "settings"
+
+ORIGINS: dict[str, str] = {
+    "published": "stated in the cited source",
+    "inherited": "not in the paper; taken from the work it defers to (R2D2 Table 2 caption: Ape-X)",
+    "unverified": "attributed to the authors, but not found in the paper",
+    "derived": "computed from published values (the source says how)",
+    "harness": "a choice of this harness (how to run), not a published hyperparameter",
+    "default": "not given by the setting: the dataclass default",
+    "profile": "changed by a profile (budget only)",
+    "plan": "set per job by an experiment plan (game, seed)",
+}
+FILE_ORIGINS = ("published", "inherited", "unverified", "derived", "harness")
+SECTIONS = ("algo", "env", "sampler", "runner")
+META_KEYS = {"title": str, "citation": str, "algo": str, "base": str, "description": str}
+ENTRY_KEYS = ("value", "source", "origin")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One hyperparameter value with where it comes from. ``file`` is the file that set it."""
+
+    value: Any
+    source: str
+    origin: str
+    file: str
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A resolved setting: metadata plus one ``Entry`` per ``section.key`` (type-checked)."""
+
+    name: str
+    path: Path
+    title: str
+    citation: str
+    algo: str
+    base: str | None
+    description: str
+    entries: dict[str, Entry]
+
+    def section(self, section: str) -> dict[str, Any]:
+        prefix = section + "."
+        return {k[len(prefix) :]: e.value for k, e in self.entries.items() if k.startswith(prefix)}
+
+
+def default_schema(algo: str) -> dict[str, type]:
+    """Section -> dataclass for algorithm ``algo``: its Config, EnvConfig, SamplerConfig, RunnerConfig."""
+    from algorithms import registry, train
+
+    try:
+        algo_cls = registry.config_class(algo)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    except ImportError as e:
+        raise ConfigError(f"algorithm {algo!r} is registered but its module does not import: {e}") from e
+    return {
+        "algo": algo_cls,
+        "env": train.env_config_class(),
+        "sampler": train.SamplerConfig,
+        "runner": train.RunnerConfig,
+    }
+
+
+Schema = Callable[[str], dict[str, type]]
+
+
+def available_settings(settings_dir: Path = SETTINGS_DIR) -> list[str]:
+    return sorted(p.stem for p in Path(settings_dir).glob("*.toml"))
+
+
+def _find(name_or_path: str, settings_dir: Path, near: Path | None = None) -> Path:
+    if name_or_path.endswith(".toml"):
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise ConfigError(f"setting file {name_or_path} does not exist")
+        return path
+    for directory in ([near] if near else []) + [Path(settings_dir)]:
+        candidate = directory / f"{name_or_path}.toml"
+        if candidate.is_file():
+            return candidate
+    known = available_settings(settings_dir)
+    raise ConfigError(f"unknown setting '{name_or_path}'; " + unknown_key_message(name_or_path, known))
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse ``path``; a syntax error becomes a one-line ``ConfigError`` naming the file."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: TOML syntax error: {str(e).splitlines()[0]}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text: {e.reason}") from e
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from e
+
+
+def parse_entry(raw: Any, where: str, origins: tuple[str, ...] = FILE_ORIGINS) -> tuple[Any, str, str]:
+    """``(value, source, origin)`` of one ``{ value, source[, origin] }`` table."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(
+            f'{where}: must be a table {{ value = ..., source = "..." }}, got a bare {type(raw).__name__}'
+        )
+    for key in raw:
+        if key not in ENTRY_KEYS:
+            raise ConfigError(
+                f"{where}: unknown field '{key}' (an entry has value, source and optionally origin)"
+            )
+    if "value" not in raw:
+        raise ConfigError(f"{where}: missing 'value'")
+    source = raw.get("source")
+    if not isinstance(source, str) or not source.strip():
+        raise ConfigError(f"{where}: missing 'source' (every value says where it comes from)")
+    origin = raw.get("origin", "published")
+    if origin not in origins:
+        raise ConfigError(f"{where}: origin {origin!r} is not one of {list(origins)}")
+    return raw["value"], source, origin
+
+
+def _read_file(path: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Meta table and raw section tables of one setting file, structure checked."""
+    data = read_toml(path)
+    for key in data:
+        if key != "setting" and key not in SECTIONS:
+            raise ConfigError(
+                f"{path}: unknown table [{key}]; "
+                f"expected [setting] and {', '.join(f'[{s}]' for s in SECTIONS)}"
+            )
+    meta = data.get("setting")
+    if not isinstance(meta, Mapping):
+        raise ConfigError(f"{path}: missing [setting] table (title, citation, algo or base)")
+    for key, value in meta.items():
+        if key not in META_KEYS:
+            raise ConfigError(
+                f"{path} [setting]: unknown key '{key}'; " + unknown_key_message(key, list(META_KEYS))
+            )
+        if not isinstance(value, META_KEYS[key]):
+            raise ConfigError(f"{path} [setting] '{key}': expected a string, got {type(value).__name__}")
+    for key in ("title", "citation"):
+        if key not in meta:
+            raise ConfigError(f"{path} [setting]: missing required key '{key}'")
+    if "algo" not in meta and "base" not in meta:
+        raise ConfigError(f"{path} [setting]: missing required key 'algo' (or a 'base' to inherit it from)")
+    sections = {}
+    for section in SECTIONS:
+        table = data.get(section, {})
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{path}: [{section}] must be a table")
+        sections[section] = dict(table)
+    return dict(meta), sections
+
+
+def load_setting(
+    name_or_path: str, settings_dir: Path = SETTINGS_DIR, schema: Schema = default_schema
+) -> Setting:
+    """Load, inherit and type-check one setting; any problem is a ``ConfigError`` naming file and key."""
+    path = _find(name_or_path, settings_dir)
+    meta, sections = _read_file(path)
+    layers = [(path, sections)]
+    base_name = meta.get("base")
+    if base_name is not None:
+        base_path = _find(base_name, settings_dir, near=path.parent)
+        if base_path.resolve() == path.resolve():
+            raise ConfigError(f"{path} [setting] 'base': a setting cannot be its own base")
+        base_meta, base_sections = _read_file(base_path)
+        if "base" in base_meta:
+            raise ConfigError(
+                f"{path} [setting] 'base': {base_name!r} has a base itself ({base_meta['base']!r}); "
+                "one level of inheritance only"
+            )
+        if "algo" in meta and meta["algo"] != base_meta["algo"]:
+            raise ConfigError(
+                f"{path} [setting] 'algo': {meta['algo']!r} differs from its base's {base_meta['algo']!r}"
+            )
+        meta.setdefault("algo", base_meta["algo"])
+        layers.insert(0, (base_path, base_sections))
+    classes = schema(meta["algo"])
+    entries: dict[str, Entry] = {}
+    for layer_path, layer in layers:
+        for section in SECTIONS:
+            cls = classes[section]
+            where = f"{layer_path} [{section}]"
+            check_keys(cls, layer[section], where)
+            hints = field_types(cls)
+            for key, raw in layer[section].items():
+                value, source, origin = parse_entry(raw, f"{where} '{key}'")
+                value = convert(value, hints[key], f"{where} '{key}'")
+                entries[f"{section}.{key}"] = Entry(value, source, origin, str(layer_path))
+    setting = Setting(
+        name=path.stem,
+        path=path,
+        title=meta["title"],
+        citation=meta["citation"],
+        algo=meta["algo"],
+        base=base_name,
+        description=meta.get("description", ""),
+        entries=entries,
+    )
+    build_sections(setting, classes)
+    return setting
+
+
+def build_sections(setting: Setting, classes: Mapping[str, type]) -> dict[str, Any]:
+    """Instances of the section dataclasses (their own validation runs); errors name the setting file."""
+    built = {}
+    for section in SECTIONS:
+        built[section] = build(classes[section], setting.section(section), f"{setting.path} [{section}]")
+    return built
+
+
+def with_defaults(setting: Setting, classes: Mapping[str, type]) -> dict[str, Entry]:
+    """The setting's entries plus every field it leaves to the dataclass default (origin ``default``)."""
+    out = dict(setting.entries)
+    for section in SECTIONS:
+        cls = classes[section]
+        for key, value in field_defaults(cls).items():
+            name = f"{section}.{key}"
+            if name not in out:
+                out[name] = Entry(value, f"{cls.__module__}.{cls.__qualname__} default", "default", "")
+    return dict(sorted(out.items(), key=lambda kv: (SECTIONS.index(kv[0].split(".")[0]), kv[0])))
+
+
+def override(setting: Setting, changes: Mapping[str, Entry], classes: Mapping[str, type]) -> Setting:
+    """``setting`` with some entries replaced (profiles, plans); the result is validated again."""
+    entries = dict(setting.entries)
+    for name, entry in changes.items():
+        section, _, key = name.partition(".")
+        hints = field_types(classes[section])
+        if key not in hints:
+            cls = classes[section]
+            raise ConfigError(
+                f"{entry.file} '{name}': unknown key '{key}' for {cls.__module__}.{cls.__qualname__}; "
+                + unknown_key_message(key, list(hints))
+            )
+        value = convert(entry.value, hints[key], f"{entry.file} '{name}'")
+        entries[name] = dataclasses.replace(entry, value=value)
+    changed = dataclasses.replace(setting, entries=entries)
+    build_sections(changed, classes)
+    return changed
+
+
+def train_config(setting: Setting, classes: Mapping[str, type]) -> Any:
+    """The ``algorithms.train.TrainConfig`` of a setting (which must give ``env.id``)."""
+    from algorithms.train import TrainConfig
+
+    built = build_sections(setting, classes)
+    try:
+        return TrainConfig(
+            algo=setting.algo,
+            algo_config=built["algo"],
+            env=built["env"],
+            sampler=built["sampler"],
+            runner=built["runner"],
+        )
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"{setting.path}: {str(e).splitlines()[0]}") from e

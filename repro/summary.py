@@ -1,0 +1,89 @@
+"""Throughput summary of an experiment, read from its run directories' ``progress.csv``.
+
+Per job and in total (per arm and overall): env steps, frames, updates, env steps/s and updates/s
+(sampling + optimizing time only, as ``algorithms.counters`` defines throughput: evaluation and
+logging excluded), and the achieved replay ratio under both countings, ``trained`` (samples in
+the loss per env step, R2D2's) and ``with_burnin`` (burn-in steps included, rlpyt's). Totals are
+ratios of sums (steps over summed train time), not means of ratios.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from algorithms.rundir import find_runs, read_run
+from repro.tables import human_count, render
+
+COLUMNS = (
+    "env_steps",
+    "frames",
+    "updates",
+    "samples_trained",
+    "samples_replayed",
+    "time_sampling_s",
+    "time_optimizing_s",
+    "wall_time_s",
+)
+
+
+@dataclass
+class RunThroughput:
+    arm: str
+    env: str
+    seed: str
+    state: str
+    values: dict[str, float]
+
+
+def collect(experiment_dir: Path) -> list[RunThroughput]:
+    out = []
+    for path in find_runs(experiment_dir):
+        run = read_run(path)
+        values = {c: 0.0 for c in COLUMNS}
+        if not run.progress.empty:
+            last = run.progress.iloc[-1]
+            values = {c: float(last[c]) if c in last else 0.0 for c in COLUMNS}
+        rel = path.relative_to(experiment_dir).parts
+        arm, env, seed = (rel + ("?", "?", "?"))[:3] if len(rel) < 3 else rel[-3:]
+        out.append(RunThroughput(arm, env, seed, run.state or run.status, values))
+    return out
+
+
+def _derived(v: dict[str, float]) -> tuple[str, ...]:
+    train_s = v["time_sampling_s"] + v["time_optimizing_s"]
+    steps = v["env_steps"]
+    return (
+        human_count(steps),
+        human_count(v["frames"]),
+        human_count(v["updates"]),
+        f"{steps / train_s:,.0f}" if train_s else "-",
+        f"{v['updates'] / train_s:.2f}" if train_s else "-",
+        f"{v['samples_trained'] / steps:.3f}" if steps else "-",
+        f"{v['samples_replayed'] / steps:.3f}" if steps else "-",
+        f"{v['wall_time_s']:.0f}",
+    )
+
+
+HEADER = ["env steps", "frames", "updates", "steps/s", "updates/s", "RR trained", "RR w/ burn-in", "wall s"]
+
+
+def summary_text(experiment_dir: Path) -> str:
+    runs = collect(experiment_dir)
+    if not runs:
+        return f"{experiment_dir}: no run directories"
+    rows = [(r.arm, r.env, r.seed, r.state, *_derived(r.values)) for r in runs]
+    totals = []
+    for arm in sorted({r.arm for r in runs}) + ["ALL"]:
+        chosen = [r for r in runs if arm in ("ALL", r.arm)]
+        summed = {c: sum(r.values[c] for r in chosen) for c in COLUMNS}
+        complete = sum(r.state == "complete" for r in chosen)
+        totals.append((arm, f"{len(chosen)} runs", f"{complete} complete", "", *_derived(summed)))
+    right = tuple(range(4, 12))
+    return (
+        f"throughput of {experiment_dir} (steps/s and updates/s over sampling + optimizing time; "
+        "RR = replay ratio: trained steps per env step, and with burn-in steps included)\n\n"
+        + render(["arm", "env", "seed", "state", *HEADER], rows, right)
+        + "\n\ntotals (sums; wall s is summed over runs)\n\n"
+        + render(["arm", "runs", "complete", "", *HEADER], totals, right)
+    )
