@@ -46,7 +46,7 @@ from algorithms.algos.base import OptInfo
 from algorithms.counters import Counters
 from algorithms.logger import RunLogger
 from algorithms.rundir import RunDir, rng_state, set_rng_state
-from algorithms.samplers.base import BaseSampler, BatchSpec, env_spaces
+from algorithms.samplers.base import BaseSampler, BatchSpec, env_spaces, make_sampler
 
 if TYPE_CHECKING:
     from algorithms.agents.base import Agent
@@ -70,13 +70,13 @@ def build_agent(config: TrainConfig, device: torch.device) -> Agent:
     return agent
 
 
-def make_sampler(config: TrainConfig, agent: Agent, seed: int, start_env_steps: int) -> BaseSampler:
-    """The sampler of ``config.sampler.mode`` (modes other than serial live with the parallel samplers)."""
-    if config.sampler.mode != "serial":
-        raise ValueError(f"SamplerConfig.mode {config.sampler.mode!r} is not available to the sync runner")
-    from algorithms.samplers.serial import SerialSampler
-
-    return SerialSampler(config.env, agent, config.sampler, seed, start_env_steps)
+def sampler_for(config: TrainConfig, agent: Agent, seed: int, start_env_steps: int) -> BaseSampler:
+    """The sampler of ``config.sampler.mode`` acting with ``agent`` (copies built by an ``AgentFactory``)."""
+    observation_space, action_space = agent.observation_space, agent.action_space
+    factory = registry.AgentFactory(config.algo, config.algo_config, observation_space, action_space)
+    return make_sampler(
+        config.sampler.mode, config.env, agent, config.sampler, seed, start_env_steps, agent_factory=factory
+    )
 
 
 def next_boundary(env_steps: int, interval: int) -> int:
@@ -198,7 +198,7 @@ class SyncRunner:
             counters = Counters.from_state_dict(checkpoint["counters"])
             set_rng_state(checkpoint["rng"])
             run.truncate_progress_after(counters.env_steps)
-        sampler = make_sampler(config, agent, seed, counters.env_steps)
+        sampler = sampler_for(config, agent, seed, counters.env_steps)
         return cls(config, run, agent, algo, sampler, counters, checkpoint, rank, world_size)
 
     # --- the loop ---------------------------------------------------------------------------------

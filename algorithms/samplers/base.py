@@ -1,8 +1,8 @@
 """The sampler interface, and the per-step logic every sampling mode shares (Contract 3).
 
-Interface (``BaseSampler``)::
+Interface (``BaseSampler``; ``make_sampler`` picks the class of ``SamplerConfig.mode``)::
 
-    sampler = SomeSampler(env_config, agent, sampler_config, seed, start_env_steps=0)
+    sampler = SomeSampler(env_config, agent, sampler_config, seed, start_env_steps=0, agent_factory=...)
     sampler.initialize()                      # build envs (and workers); reset every env
     samples, traj_infos = sampler.sample(itr) # one [T, B] batch, see below
     rows = sampler.evaluate(n_episodes, env_steps)  # eval-mode episodes on separate envs
@@ -58,6 +58,14 @@ if TYPE_CHECKING:
     from algorithms.train import SamplerConfig
 
 ENV_SEED_ROLES = {"train": 0, "eval": 1}
+
+# SamplerConfig.mode -> "module:class"; every class takes BaseSampler's constructor arguments.
+SAMPLERS: dict[str, str] = {
+    "serial": "algorithms.samplers.serial:SerialSampler",
+    "cpu": "algorithms.samplers.parallel_cpu:ParallelCpuSampler",
+    "gpu": "algorithms.samplers.parallel_gpu:ParallelGpuSampler",
+    "alternating": "algorithms.samplers.alternating:AlternatingSampler",
+}
 
 
 class BatchSpec(NamedTuple):
@@ -263,6 +271,26 @@ class EnvStepper:
         return self.inputs.replace(agent_state=self.state.map(lambda x: x.detach().cpu()))
 
 
+def make_sampler(
+    mode: str,
+    env_config: EnvConfig,
+    agent: Agent,
+    config: SamplerConfig,
+    seed: int,
+    start_env_steps: int = 0,
+    *,
+    agent_factory: Any = None,
+) -> BaseSampler:
+    """The sampler for ``mode`` (a key of ``SAMPLERS``); ``agent_factory`` builds worker agent copies."""
+    import importlib
+
+    if mode not in SAMPLERS:
+        raise ValueError(f"unknown sampler mode {mode!r}; known: {sorted(SAMPLERS)}")
+    module, name = SAMPLERS[mode].split(":")
+    cls = getattr(importlib.import_module(module), name)
+    return cls(env_config, agent, config, seed, start_env_steps, agent_factory=agent_factory)
+
+
 class BaseSampler(ABC):
     """Common constructor and evaluation for every sampling mode (see the module docstring).
 
@@ -277,9 +305,12 @@ class BaseSampler(ABC):
         config: SamplerConfig,
         seed: int,
         start_env_steps: int = 0,
+        *,
+        agent_factory: Any = None,
     ) -> None:
         self.env_config = env_config
         self.agent = agent
+        self.agent_factory = agent_factory
         self.config = config
         self.seed = int(seed)
         self.start_env_steps = int(start_env_steps)
