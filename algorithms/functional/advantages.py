@@ -144,3 +144,14 @@ def discounted_returns(
         following = reward_t[t] + discount * not_terminal[t] * bootstrap
         returns[t] = following
     return returns
+
+
+def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> float:
+    """``1 - Var(target - prediction) / Var(target)``, a value-function diagnostic: 1 is perfect, 0 no
+    better than a constant, negative worse (NaN when the target is constant)."""
+    if prediction.shape != target.shape:
+        raise ValueError(
+            f"prediction {tuple(prediction.shape)} and target {tuple(target.shape)} differ in shape"
+        )
+    var = target.var()
+    return float("nan") if var == 0 else float(1.0 - (target - prediction).var() / var)

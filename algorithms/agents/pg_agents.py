@@ -1,0 +1,141 @@
+"""Agents for on-policy policy gradients (A2C, PPO): feed-forward and recurrent actor-critics.
+
+Both sample from the policy in ``sample`` mode and take its most likely action (argmax, or the
+Gaussian mean) in ``eval`` mode, and report ``agent_info`` with the ``value`` and the ``log_prob``
+of the action at sampling time, which PPO's ratio and value clipping need. Continuous actions are
+sampled from an unbounded Gaussian and clipped to the action box before the environment sees them
+(as Stable-Baselines3 and OpenAI Baselines do); the unclipped sample is kept as
+``agent_info.pre_clip_action`` because the log-probability belongs to it. The recurrent agent also
+reports ``agent_info.prev_state``, the LSTM state before each step (Contract 3).
+
+Algorithms use three methods on a batch ``NamedArrays`` in Contract 3's layout:
+
+* ``evaluate(batch) -> (log_prob, entropy, value)`` under the current parameters, with gradients.
+  Leading dims are ``[N]`` rows for the feed-forward agent and ``[T, b]`` whole env columns for the
+  recurrent one, whose state starts from ``prev_state[0]`` and is reset after every episode end.
+* ``next_values(samples) -> [T, B]``: V of the state each step led to, for GAE: ``value[t + 1]``,
+  V(bootstrap) after the batch, V(final_observation) where truncated (Pardo et al. 2018), and
+  anything where terminated (masked by the return computation).
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import torch
+
+from algorithms.agents.base import Agent
+from algorithms.arrays import NamedArrays
+from algorithms.functional.advantages import next_state_values
+from algorithms.models.policies import ActorCritic, RecurrentActorCritic
+
+
+def policy_action(batch: NamedArrays) -> torch.Tensor:
+    """The action whose log-probability the agent reported: unclipped for Gaussian policies."""
+    if "pre_clip_action" in batch.agent_info:
+        return batch.agent_info.pre_clip_action
+    return batch.action
+
+
+class _PgAgentBase(Agent):
+    def __init__(self, model, observation_space: gym.Space, action_space: gym.Space) -> None:
+        super().__init__(model, observation_space, action_space)
+        self.continuous = isinstance(action_space, gym.spaces.Box)
+        if self.continuous:
+            self._low = torch.as_tensor(action_space.low, dtype=torch.float32)
+            self._high = torch.as_tensor(action_space.high, dtype=torch.float32)
+
+    def _act(self, dist, value: torch.Tensor) -> tuple[torch.Tensor, NamedArrays]:
+        action = dist.mode if self.mode == "eval" else dist.sample()
+        info = NamedArrays(value=value, log_prob=dist.log_prob(action))
+        if self.continuous:
+            info = info.replace(pre_clip_action=action)
+            low, high = self._low.to(action.device), self._high.to(action.device)
+            action = torch.maximum(torch.minimum(action, high), low)
+        return action, info
+
+
+class PgAgent(_PgAgentBase):
+    """Feed-forward actor-critic agent over an ``ActorCritic`` model (categorical or Gaussian)."""
+
+    def __init__(self, model: ActorCritic, observation_space: gym.Space, action_space: gym.Space) -> None:
+        super().__init__(model, observation_space, action_space)
+
+    @torch.no_grad()
+    def step(self, observation, prev_action, prev_reward, state):
+        dist, value = self.model(observation)
+        action, info = self._act(dist, value)
+        return action, info, None
+
+    def evaluate(self, batch: NamedArrays) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        dist, value = self.model(batch.observation)
+        return dist.log_prob(policy_action(batch)), dist.entropy(), value
+
+    @torch.no_grad()
+    def next_values(self, samples: NamedArrays) -> torch.Tensor:
+        value = samples.agent_info.value
+        done = samples.terminated | samples.truncated
+        final_value = torch.zeros_like(value)
+        truncated = samples.truncated & ~samples.terminated
+        if truncated.any():  # rare (time limits): evaluate only those rows
+            final_value[truncated] = self.model.value(samples.final_observation[truncated])
+        bootstrap_value = self.model.value(samples.bootstrap.observation)
+        return next_state_values(value, bootstrap_value, done, final_value)
+
+
+class RecurrentPgAgent(_PgAgentBase):
+    """Recurrent actor-critic agent over a ``RecurrentActorCritic``; state ``NamedArrays(h, c)`` [B, H]."""
+
+    recurrent = True
+
+    def __init__(
+        self, model: RecurrentActorCritic, observation_space: gym.Space, action_space: gym.Space
+    ) -> None:
+        super().__init__(model, observation_space, action_space)
+
+    def initial_state(self, batch_size: int) -> NamedArrays:
+        return self.model.initial_state(batch_size, self.device)
+
+    @torch.no_grad()
+    def step(self, observation, prev_action, prev_reward, state):
+        if state is None:
+            state = self.initial_state(observation.shape[0])
+        no_reset = torch.zeros(1, observation.shape[0], dtype=torch.bool, device=observation.device)
+        dist, value, next_state, _ = self.model(
+            observation[None], prev_action[None], prev_reward[None], state, no_reset
+        )
+        action, info = self._act(dist, value)
+        return action[0], info[0].replace(prev_state=state), next_state
+
+    def _run(self, batch: NamedArrays):
+        """The model over a [T, b] batch from its stored initial state, reset after episode ends."""
+        done = batch.terminated | batch.truncated
+        reset = torch.cat([torch.zeros_like(done[:1]), done[:-1]], dim=0)
+        return self.model(
+            batch.observation, batch.prev_action, batch.prev_reward, batch.agent_info.prev_state[0], reset
+        )
+
+    def evaluate(self, batch: NamedArrays) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        dist, value, _, _ = self._run(batch)
+        return dist.log_prob(policy_action(batch)), dist.entropy(), value
+
+    @torch.no_grad()
+    def next_values(self, samples: NamedArrays) -> torch.Tensor:
+        value = samples.agent_info.value
+        done = samples.terminated | samples.truncated
+        final_value = torch.zeros_like(value)
+        truncated = samples.truncated & ~samples.terminated
+        if truncated.any():
+            # V(final_observation[t]) continues the episode from the state after step t, with
+            # step t's action and reward as the previous ones.
+            _, _, _, states = self._run(samples)
+            final_value[truncated] = self.model.value(
+                samples.final_observation[truncated],
+                samples.action[truncated],
+                samples.reward[truncated],
+                states[truncated],
+            )
+        boot = samples.bootstrap
+        bootstrap_value = self.model.value(
+            boot.observation, boot.prev_action, boot.prev_reward, boot.agent_state
+        )
+        return next_state_values(value, bootstrap_value, done, final_value)

@@ -1,0 +1,291 @@
+"""Proximal Policy Optimization (Schulman et al. 2017, "Proximal Policy Optimization Algorithms"),
+feed-forward and recurrent.
+
+One ``optimize`` call per sampler batch of T steps x B envs:
+
+1. values after every step (bootstrap and truncation included, ``agent.next_values``) and GAE
+   advantages and lambda-returns (Schulman et al. 2016);
+2. ``epochs`` passes over the batch in minibatches of ``minibatch_size_steps`` steps: random rows
+   for a feed-forward agent, whole env columns (all T steps of ``minibatch_size_steps / T`` envs)
+   for a recurrent agent, so its LSTM runs over the sequences it sampled;
+3. per minibatch: clipped surrogate (eq. 7) + ``value_coef`` x value loss (clipped as in Baselines
+   ``ppo2`` when ``clip_value_loss``) - ``entropy_coef`` x entropy (eq. 9), advantages normalised
+   per minibatch, gradients clipped to ``max_grad_norm``, one Adam step; optionally stop the
+   update early once the approximate KL to the sampling policy exceeds 1.5 x ``target_kl``
+   (Spinning Up's PPO; Stable-Baselines3's ``target_kl``);
+4. learning rate (and, for Atari, the clip range) annealed linearly to 0 over
+   ``anneal_env_steps`` (Schulman et al. 2017, Table 5, "alpha linearly annealed from 1 to 0").
+
+Published settings: ``Config()`` is the MuJoCo setting (Table 3); ``PRESETS["atari"]`` the Atari
+setting (Table 5); sampler settings (horizon T, actors B) are listed with them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from algorithms.agents.pg_agents import PgAgent, RecurrentPgAgent
+from algorithms.algos.base import OptInfo
+from algorithms.arrays import NamedArrays
+from algorithms.functional.advantages import explained_variance, generalized_advantage_estimation
+from algorithms.functional.policy_losses import approx_kl, entropy_bonus, ppo_clipped_surrogate, value_loss
+from algorithms.models.policies import ActorCritic, RecurrentActorCritic
+
+
+@dataclass(frozen=True)
+class Config:
+    """PPO hyperparameters. Defaults: Schulman et al. 2017, Table 3 (MuJoCo, 1M steps): horizon 2048
+    (``SamplerConfig.batch_T``, 1 actor), Adam 3e-4, 10 epochs, minibatch 64, gamma 0.99, lambda 0.95,
+    clip 0.2 (Sec. 6.1, best of the compared epsilons), 64-64 tanh MLPs not shared (Sec. 6.1).
+    The paper does not state: the value and entropy coefficients for MuJoCo, gradient clipping,
+    value clipping, Adam's epsilon and per-minibatch advantage normalisation; these follow OpenAI
+    Baselines ``ppo2`` (``vf_coef=0.5``, ``max_grad_norm=0.5``, ``cliprange_vf=cliprange``,
+    ``eps=1e-5``), the code behind the paper's results.
+    """
+
+    discount: float = 0.99
+    gae_lambda: float = 0.95
+    learning_rate: float = 3e-4
+    adam_epsilon: float = 1e-5
+    epochs: int = 10
+    minibatch_size_steps: int = 64
+    clip_epsilon: float = 0.2
+    clip_value_loss: bool = True
+    value_coef: float = 0.5
+    entropy_coef: float = 0.0
+    normalize_advantage: bool = True
+    max_grad_norm: float = 0.5  # 0: no clipping
+    # Linear annealing of the learning rate (and of the clip range with anneal_clip) from 1 at env
+    # step 0 to 0 at this env step; 0 keeps them constant.
+    anneal_env_steps: int = 0
+    anneal_clip: bool = False
+    target_kl: float = 0.0  # 0: never stop early
+    # Model.
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    recurrent: bool = False
+    lstm_size: int = 128
+
+    def __post_init__(self) -> None:
+        for name in ("discount", "gae_lambda"):
+            _require(0.0 <= getattr(self, name) <= 1.0, name, getattr(self, name), "in [0, 1]")
+        for name in ("learning_rate", "adam_epsilon", "clip_epsilon"):
+            _require(getattr(self, name) > 0, name, getattr(self, name), "> 0")
+        for name in ("value_coef", "entropy_coef", "max_grad_norm", "target_kl"):
+            _require(getattr(self, name) >= 0, name, getattr(self, name), ">= 0")
+        for name in ("epochs", "minibatch_size_steps", "lstm_size"):
+            value = getattr(self, name)
+            _require(
+                isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                name,
+                value,
+                "an int >= 1",
+            )
+        _require(self.anneal_env_steps >= 0, "anneal_env_steps", self.anneal_env_steps, ">= 0")
+        _require(
+            isinstance(self.hidden_sizes, tuple) and all(h >= 1 for h in self.hidden_sizes),
+            "hidden_sizes",
+            self.hidden_sizes,
+            "a tuple of positive ints",
+        )
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> Config:
+        """The published setting ``name`` (a key of ``PRESETS``) with ``overrides`` applied."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown PPO preset {name!r}; known: {sorted(PRESETS)}")
+        return cls(**{**PRESETS[name]["algo"], **overrides})
+
+
+def _require(condition: bool, field: str, value: Any, what: str) -> None:
+    if not condition:
+        raise ValueError(f"ppo.Config.{field} must be {what}, got {value!r}")
+
+
+# Published settings as overrides of Config, with the sampler shape they were run with; the
+# reproduction layer moves these into data files.
+PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    # Schulman et al. 2017, Table 3 (MuJoCo, 1M timesteps).
+    "mujoco": {"algo": {}, "sampler": {"batch_T": 2048, "batch_B": 1}},
+    # Schulman et al. 2017, Table 5 (Atari, 40M frames = 10M env steps): horizon 128, 8 actors,
+    # Adam 2.5e-4 x alpha, 3 epochs, minibatch 32 x 8, clip 0.1 x alpha, c1 = 1, c2 = 0.01, alpha
+    # annealed 1 -> 0 over training; the same network as Mnih et al. 2016 (shared Nature torso).
+    "atari": {
+        "algo": {
+            "learning_rate": 2.5e-4,
+            "epochs": 3,
+            "minibatch_size_steps": 256,
+            "clip_epsilon": 0.1,
+            "value_coef": 1.0,
+            "entropy_coef": 0.01,
+            "anneal_env_steps": 10_000_000,
+            "anneal_clip": True,
+        },
+        "sampler": {"batch_T": 128, "batch_B": 8},
+    },
+    # CartPole-v1 (not in the paper): rl-baselines3-zoo hyperparams/ppo.yml, "CartPole-v1"
+    # (8 envs x 32 steps, minibatch 256, 20 epochs, gamma 0.98, lambda 0.8, lr and clip annealed
+    # from 1e-3 and 0.2 over the 100k-step budget, no entropy bonus).
+    "cartpole": {
+        "algo": {
+            "discount": 0.98,
+            "gae_lambda": 0.8,
+            "learning_rate": 1e-3,
+            "epochs": 20,
+            "minibatch_size_steps": 256,
+            "entropy_coef": 0.0,
+            "anneal_env_steps": 100_000,
+            "anneal_clip": True,
+        },
+        "sampler": {"batch_T": 32, "batch_B": 8},
+    },
+}
+
+
+def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space) -> PgAgent:
+    """An actor-critic agent: recurrent (LSTM) when ``config.recurrent``."""
+    if config.recurrent:
+        model = RecurrentActorCritic(observation_space, action_space, config.hidden_sizes, config.lstm_size)
+        return RecurrentPgAgent(model, observation_space, action_space)
+    return PgAgent(
+        ActorCritic(observation_space, action_space, config.hidden_sizes), observation_space, action_space
+    )
+
+
+def minibatch_indices(n_items: int, n_minibatches: int, generator: torch.Generator | None = None):
+    """A random permutation of ``range(n_items)`` split into ``n_minibatches`` equal index tensors."""
+    return torch.randperm(n_items, generator=generator).chunk(n_minibatches)
+
+
+class Algo:
+    """PPO on [T, B] batches from the synchronous runner (Contract 4)."""
+
+    def __init__(
+        self, config: Config, agent: PgAgent | RecurrentPgAgent, counters_frameskip: int, batch_spec
+    ) -> None:
+        self.config = config
+        self.agent = agent
+        self.T, self.B = int(batch_spec.T), int(batch_spec.B)
+        batch_size = self.T * self.B
+        if batch_size % config.minibatch_size_steps:
+            raise ValueError(
+                f"ppo.Config.minibatch_size_steps={config.minibatch_size_steps} must divide the batch "
+                f"T x B = {self.T} x {self.B} = {batch_size}"
+            )
+        self.n_minibatches = batch_size // config.minibatch_size_steps
+        if agent.recurrent and self.B % self.n_minibatches:
+            raise ValueError(
+                f"ppo.Config.minibatch_size_steps={config.minibatch_size_steps}: a recurrent minibatch is "
+                f"whole env columns, so it must be a multiple of T={self.T} that splits B={self.B} evenly"
+            )
+        self.optimizer = torch.optim.Adam(
+            agent.model.parameters(), lr=config.learning_rate, eps=config.adam_epsilon
+        )
+
+    def anneal_fraction(self, itr: int) -> float:
+        """1 at the start of training, falling linearly to 0 at ``anneal_env_steps`` (1 if disabled)."""
+        if self.config.anneal_env_steps == 0:
+            return 1.0
+        return max(0.0, 1.0 - itr * self.T * self.B / self.config.anneal_env_steps)
+
+    def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
+        c, agent = self.config, self.agent
+        device = agent.device
+        samples = samples.map(lambda x: x.to(device))
+        with torch.no_grad():
+            next_value = agent.next_values(samples)
+            advantage, value_target = generalized_advantage_estimation(
+                samples.reward,
+                samples.agent_info.value,
+                next_value,
+                samples.terminated,
+                samples.truncated,
+                c.discount,
+                c.gae_lambda,
+            )
+        batch = NamedArrays(
+            observation=samples.observation,
+            action=samples.action,
+            prev_action=samples.prev_action,
+            prev_reward=samples.prev_reward,
+            terminated=samples.terminated,
+            truncated=samples.truncated,
+            agent_info=samples.agent_info,
+            advantage=advantage,
+            value_target=value_target,
+        )
+        if not agent.recurrent:  # minibatches of random steps; recurrent ones take whole env columns
+            batch = batch.map(lambda x: x.reshape(self.T * self.B, *x.shape[2:]))
+        n_items = self.B if agent.recurrent else self.T * self.B
+
+        fraction = self.anneal_fraction(itr)
+        learning_rate = c.learning_rate * fraction
+        clip_epsilon = c.clip_epsilon * (fraction if c.anneal_clip else 1.0)
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
+
+        totals: dict[str, torch.Tensor] = {}
+        updates, stopped_early = 0, False
+        for _ in range(c.epochs):
+            for idx in minibatch_indices(n_items, self.n_minibatches):
+                idx = idx.to(device)
+                mb = batch[:, idx] if agent.recurrent else batch[idx]
+                log_prob, entropy, value = agent.evaluate(mb)
+                kl = approx_kl(log_prob, mb.agent_info.log_prob)
+                if c.target_kl > 0 and kl.item() > 1.5 * c.target_kl:
+                    stopped_early = True
+                    break
+                adv = mb.advantage
+                if c.normalize_advantage:
+                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                pi_loss, clip_fraction = ppo_clipped_surrogate(
+                    log_prob, mb.agent_info.log_prob, adv, clip_epsilon
+                )
+                v_loss = value_loss(
+                    value,
+                    mb.value_target,
+                    old_value=mb.agent_info.value if c.clip_value_loss else None,
+                    clip_epsilon=clip_epsilon if c.clip_value_loss else None,
+                )
+                entropy_mean = entropy_bonus(entropy)
+                loss = pi_loss + c.value_coef * v_loss - c.entropy_coef * entropy_mean
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = nn.utils.clip_grad_norm_(
+                    agent.model.parameters(), c.max_grad_norm or float("inf")
+                )
+                self.optimizer.step()
+                updates += 1
+                for key, val in (
+                    ("pi_loss", pi_loss),
+                    ("value_loss", v_loss),
+                    ("entropy", entropy_mean),
+                    ("approx_kl", kl),
+                    ("clip_fraction", clip_fraction),
+                    ("grad_norm", grad_norm),
+                ):
+                    totals[key] = totals.get(key, 0.0) + val.detach()
+            if stopped_early:
+                break
+
+        diagnostics = {key: float(total) / max(updates, 1) for key, total in totals.items()}
+        diagnostics.update(
+            explained_variance=explained_variance(samples.agent_info.value, value_target),
+            learning_rate=learning_rate,
+            clip_epsilon=clip_epsilon,
+            stopped_early=float(stopped_early),
+        )
+        trained = updates * c.minibatch_size_steps
+        return OptInfo(
+            updates=updates, samples_trained=trained, samples_replayed=trained, diagnostics=diagnostics
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])

@@ -1,0 +1,318 @@
+"""Policy and value networks for policy gradients (A2C, PPO) and Q-value policy gradients (DDPG, TD3, SAC).
+
+On-policy actor-critics return a ``torch.distributions`` object and a value:
+
+* ``ActorCritic``: Atari frames go through the shared Nature conv torso with its 512-unit layer and
+  two linear heads (Mnih et al. 2016, Sec. 8 / Schulman et al. 2017, Sec. 6.2, "the same policy
+  network architecture as Mnih et al. 2016"); vector observations go through two separate MLPs
+  with tanh units for policy and value (Schulman et al. 2017, Sec. 6.1: "two hidden layers of 64
+  units, and tanh nonlinearities ... we don't share parameters between the policy and value
+  function").
+* ``RecurrentActorCritic``: torso -> LSTM fed ``[features, previous action, previous reward]`` ->
+  heads, whose state is zeroed before every step that starts a new episode *inside* a [T, B]
+  sequence, so training on a batch with episode boundaries sees exactly what the sampler saw.
+
+Action heads: ``CategoricalHead`` (discrete) and ``GaussianHead`` (continuous, diagonal, with a
+state-independent log-std as in Schulman et al. 2017, Sec. 6.1 and the TRPO code it cites).
+
+Off-policy continuous-control networks: ``QNetwork`` (Q(s, a) on the concatenated input, as TD3,
+Fujimoto et al. 2018, Sec. 6.1), ``TwinQNetwork``, ``DeterministicPolicy`` (tanh output scaled to
+the action box, DDPG/TD3) and ``TanhGaussianPolicy`` (SAC, Haarnoja et al. 2018, Appendix C).
+``ValueNetwork`` is V(s).
+
+Initialisation of the on-policy nets follows OpenAI Baselines (orthogonal, gain sqrt(2) in the
+torso, 0.01 on the policy output, 1 on the value output); Andrychowicz et al. 2021 ("What Matters
+in On-Policy RL", Sec. 3.2) found the small policy-output scale among the choices that matter most.
+"""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import torch
+from torch import nn
+from torch.distributions import Categorical, Distribution, Independent, Normal
+from torch.nn import functional as F
+
+from algorithms.arrays import NamedArrays
+from algorithms.functional.policy_losses import tanh_gaussian_log_prob
+from algorithms.models.torsos import MlpTorso, NatureConvTorso
+
+# SAC's log-std bounds, from the authors' code (haarnoja/sac, policies/gaussian_policy.py).
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+
+def orthogonal_init_(module: nn.Module, gain: float) -> None:
+    """Orthogonal weights with ``gain`` and zero biases for every Linear/Conv2d in ``module``."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear | nn.Conv2d):
+            nn.init.orthogonal_(m.weight, gain)
+            nn.init.zeros_(m.bias)
+
+
+def _box_bounds(action_space: gym.spaces.Box) -> tuple[torch.Tensor, torch.Tensor]:
+    low = torch.as_tensor(action_space.low, dtype=torch.float32)
+    high = torch.as_tensor(action_space.high, dtype=torch.float32)
+    if not (torch.isfinite(low).all() and torch.isfinite(high).all()):
+        raise ValueError(f"the action box must be bounded for a squashed policy, got low={low} high={high}")
+    return low, high
+
+
+def _torso(observation_shape: tuple[int, ...], hidden_sizes: tuple[int, ...], activation: type[nn.Module]):
+    if len(observation_shape) == 3:
+        return NatureConvTorso(tuple(observation_shape), fc_size=512)
+    if len(observation_shape) == 1:
+        return MlpTorso(int(observation_shape[0]), tuple(hidden_sizes), activation)
+    raise ValueError(f"no torso for observation shape {tuple(observation_shape)}: expected (C, H, W) or (D,)")
+
+
+# --- action heads ---------------------------------------------------------------------------------
+
+
+class CategoricalHead(nn.Module):
+    """Linear logits -> ``Categorical``; ``mode`` is the most likely action."""
+
+    def __init__(self, input_size: int, n_actions: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(input_size, n_actions)
+
+    def forward(self, features: torch.Tensor) -> Distribution:
+        return Categorical(logits=self.linear(features), validate_args=False)
+
+
+class GaussianHead(nn.Module):
+    """Linear mean and a state-independent log-std -> diagonal ``Normal`` over the action vector."""
+
+    def __init__(self, input_size: int, action_dim: int, initial_log_std: float = 0.0) -> None:
+        super().__init__()
+        self.linear = nn.Linear(input_size, action_dim)
+        self.log_std = nn.Parameter(torch.full((action_dim,), float(initial_log_std)))
+
+    def forward(self, features: torch.Tensor) -> Distribution:
+        mean = self.linear(features)
+        std = self.log_std.exp().expand_as(mean)
+        return Independent(Normal(mean, std, validate_args=False), 1, validate_args=False)
+
+
+def action_head(input_size: int, action_space: gym.Space) -> CategoricalHead | GaussianHead:
+    """The head for ``action_space``: categorical for ``Discrete``, Gaussian for a 1-D ``Box``."""
+    if isinstance(action_space, gym.spaces.Discrete):
+        return CategoricalHead(input_size, int(action_space.n))
+    if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+        return GaussianHead(input_size, int(action_space.shape[0]))
+    raise ValueError(f"no policy head for action space {action_space}: expected Discrete or a 1-D Box")
+
+
+def _init_heads(head: nn.Module, value: nn.Linear) -> None:
+    orthogonal_init_(head.linear, 0.01)
+    orthogonal_init_(value, 1.0)
+
+
+# --- feed-forward actor-critic --------------------------------------------------------------------
+
+
+class ActorCritic(nn.Module):
+    """``forward(observation [..., *obs]) -> (distribution over actions [...], value [...])``.
+
+    Frames: shared Nature torso (``hidden_sizes`` unused). Vectors: separate policy and value MLPs
+    of ``hidden_sizes`` with ``activation`` (tanh in Schulman et al. 2017).
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        hidden_sizes: tuple[int, ...] = (64, 64),
+        activation: type[nn.Module] = nn.Tanh,
+    ) -> None:
+        super().__init__()
+        shape = tuple(observation_space.shape)
+        self.pi_torso = _torso(shape, hidden_sizes, activation)
+        self.shared = len(shape) == 3
+        self.v_torso = None if self.shared else _torso(shape, hidden_sizes, activation)
+        self.pi_head = action_head(self.pi_torso.output_size, action_space)
+        self.v_head = nn.Linear(self.pi_torso.output_size, 1)
+        orthogonal_init_(self, math.sqrt(2.0))
+        _init_heads(self.pi_head, self.v_head)
+
+    def forward(self, observation: torch.Tensor) -> tuple[Distribution, torch.Tensor]:
+        pi_features = self.pi_torso(observation)
+        v_features = pi_features if self.v_torso is None else self.v_torso(observation)
+        return self.pi_head(pi_features), self.v_head(v_features).squeeze(-1)
+
+    def value(self, observation: torch.Tensor) -> torch.Tensor:
+        features = self.pi_torso(observation) if self.v_torso is None else self.v_torso(observation)
+        return self.v_head(features).squeeze(-1)
+
+
+# --- recurrent actor-critic -----------------------------------------------------------------------
+
+
+class RecurrentActorCritic(nn.Module):
+    """Torso -> LSTM -> policy and value heads, with resets inside a sequence.
+
+    ``forward(observation [T, B, *obs], prev_action [T, B, *act], prev_reward [T, B], state, reset [T, B])
+    -> (distribution [T, B], value [T, B], next_state, states)``: ``state`` is the (h, c) before
+    step 0 (``NamedArrays(h=[B, H], c=[B, H])``); ``reset[t]`` zeroes it before step t (the step
+    starts a new episode; the sampler zeroed it there too). ``next_state`` is the state after step
+    T - 1; ``states`` is the state after every step, ``NamedArrays(h=[T, B, H], c=[T, B, H])``, used
+    to bootstrap from truncated episodes' final observations.
+
+    The LSTM input is ``[features, previous action (one-hot for discrete), previous reward]`` as in
+    the recurrent agents of rlpyt (``models/pg/atari_lstm_model.py``) and R2D2.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        hidden_sizes: tuple[int, ...] = (64,),
+        lstm_size: int = 128,
+        activation: type[nn.Module] = nn.Tanh,
+    ) -> None:
+        super().__init__()
+        self.torso = _torso(tuple(observation_space.shape), hidden_sizes, activation)
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.action_size = int(action_space.n) if self.discrete else int(action_space.shape[0])
+        self.lstm_size = int(lstm_size)
+        self.lstm = nn.LSTMCell(self.torso.output_size + self.action_size + 1, self.lstm_size)
+        self.pi_head = action_head(self.lstm_size, action_space)
+        self.v_head = nn.Linear(self.lstm_size, 1)
+        orthogonal_init_(self.torso, math.sqrt(2.0))
+        _init_heads(self.pi_head, self.v_head)
+
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> NamedArrays:
+        zeros = torch.zeros(batch_size, self.lstm_size, device=device)
+        return NamedArrays(h=zeros, c=zeros.clone())
+
+    def _lstm_input(self, observation, prev_action, prev_reward) -> torch.Tensor:
+        features = self.torso(observation)
+        if self.discrete:
+            action = F.one_hot(prev_action.long(), self.action_size).to(features.dtype)
+        else:
+            action = prev_action.to(features.dtype)
+        return torch.cat([features, action, prev_reward.to(features.dtype).unsqueeze(-1)], dim=-1)
+
+    def forward(
+        self,
+        observation: torch.Tensor,
+        prev_action: torch.Tensor,
+        prev_reward: torch.Tensor,
+        state: NamedArrays,
+        reset: torch.Tensor,
+    ) -> tuple[Distribution, torch.Tensor, NamedArrays, NamedArrays]:
+        T, B = reset.shape
+        if tuple(prev_reward.shape) != (T, B) or tuple(observation.shape[:2]) != (T, B):
+            raise ValueError(
+                f"RecurrentActorCritic: observation {tuple(observation.shape)}, prev_reward "
+                f"{tuple(prev_reward.shape)} and reset {tuple(reset.shape)} must share [T, B]"
+            )
+        x = self._lstm_input(observation, prev_action, prev_reward)  # features of all steps in one pass
+        keep = (~reset).to(x.dtype).unsqueeze(-1)
+        h, c = state.h, state.c
+        hs, cs = [], []
+        for t in range(T):
+            h, c = self.lstm(x[t], (h * keep[t], c * keep[t]))
+            hs.append(h)
+            cs.append(c)
+        h_all, c_all = torch.stack(hs), torch.stack(cs)
+        return (
+            self.pi_head(h_all),
+            self.v_head(h_all).squeeze(-1),
+            NamedArrays(h=h, c=c),
+            NamedArrays(h=h_all, c=c_all),
+        )
+
+    def value(self, observation, prev_action, prev_reward, state: NamedArrays) -> torch.Tensor:
+        """V of one step [B] from ``state`` [B, H] (no reset): bootstrap values."""
+        h, _ = self.lstm(self._lstm_input(observation, prev_action, prev_reward), (state.h, state.c))
+        return self.v_head(h).squeeze(-1)
+
+
+# --- off-policy continuous control ----------------------------------------------------------------
+
+
+def _mlp(input_size: int, hidden_sizes: tuple[int, ...], output_size: int) -> nn.Sequential:
+    torso = MlpTorso(input_size, tuple(hidden_sizes), nn.ReLU)
+    return nn.Sequential(torso, nn.Linear(torso.output_size, output_size))
+
+
+class ValueNetwork(nn.Module):
+    """V(s): ReLU MLP ``[..., D] -> [...]``."""
+
+    def __init__(self, observation_dim: int, hidden_sizes: tuple[int, ...] = (256, 256)) -> None:
+        super().__init__()
+        self.net = _mlp(observation_dim, hidden_sizes, 1)
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.net(observation).squeeze(-1)
+
+
+class QNetwork(nn.Module):
+    """Q(s, a): ReLU MLP on ``[observation, action]`` -> ``[...]``."""
+
+    def __init__(
+        self, observation_dim: int, action_dim: int, hidden_sizes: tuple[int, ...] = (256, 256)
+    ) -> None:
+        super().__init__()
+        self.net = _mlp(observation_dim + action_dim, hidden_sizes, 1)
+
+    def forward(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([observation.to(action.dtype), action], dim=-1)).squeeze(-1)
+
+
+class TwinQNetwork(nn.Module):
+    """Two independent Q-networks (clipped double Q, Fujimoto et al. 2018, Sec. 4.2): ``-> (q1, q2)``."""
+
+    def __init__(
+        self, observation_dim: int, action_dim: int, hidden_sizes: tuple[int, ...] = (256, 256)
+    ) -> None:
+        super().__init__()
+        self.q1 = QNetwork(observation_dim, action_dim, hidden_sizes)
+        self.q2 = QNetwork(observation_dim, action_dim, hidden_sizes)
+
+    def forward(self, observation: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.q1(observation, action), self.q2(observation, action)
+
+
+class DeterministicPolicy(nn.Module):
+    """mu(s) = center + scale * tanh(MLP(s)): the DDPG/TD3 actor (Lillicrap et al. 2016, Sec. 7;
+    Fujimoto et al. 2018, Sec. 6.1: 400-300 ReLU units, tanh output scaled to the action range)."""
+
+    def __init__(self, observation_dim: int, action_space: gym.spaces.Box, hidden_sizes=(400, 300)) -> None:
+        super().__init__()
+        low, high = _box_bounds(action_space)
+        self.register_buffer("center", (high + low) / 2)
+        self.register_buffer("scale", (high - low) / 2)
+        self.net = _mlp(observation_dim, tuple(hidden_sizes), int(action_space.shape[0]))
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.center + self.scale * torch.tanh(self.net(observation.to(torch.float32)))
+
+
+class TanhGaussianPolicy(nn.Module):
+    """SAC's squashed Gaussian policy (Haarnoja et al. 2018, Appendix C):
+    ``a = center + scale * tanh(u)``, ``u ~ N(mean(s), std(s)^2)`` with mean and log-std from one
+    ReLU MLP, log-std clamped to [-20, 2].
+
+    ``forward(observation, deterministic=False) -> (action, log_prob)``: a reparameterised sample
+    (or ``center + scale * tanh(mean)`` when deterministic) and its log-density [...].
+    """
+
+    def __init__(self, observation_dim: int, action_space: gym.spaces.Box, hidden_sizes=(256, 256)) -> None:
+        super().__init__()
+        low, high = _box_bounds(action_space)
+        self.register_buffer("center", (high + low) / 2)
+        self.register_buffer("scale", (high - low) / 2)
+        self.action_dim = int(action_space.shape[0])
+        self.net = _mlp(observation_dim, tuple(hidden_sizes), 2 * self.action_dim)
+
+    def forward(
+        self, observation: torch.Tensor, deterministic: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = self.net(observation.to(torch.float32)).chunk(2, dim=-1)
+        log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        pre_tanh = mean if deterministic else mean + log_std.exp() * torch.randn_like(mean)
+        log_prob = tanh_gaussian_log_prob(pre_tanh, mean, log_std, self.scale)
+        return self.center + self.scale * torch.tanh(pre_tanh), log_prob

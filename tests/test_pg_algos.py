@@ -1,0 +1,137 @@
+"""A2C and PPO: configs, one optimize call on hand-built batches, and a CI-sized learning check."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from algorithms.algos import a2c, ppo
+from algorithms.arrays import NamedArrays
+from algorithms.samplers.base import BatchSpec
+
+torch.set_num_threads(1)
+
+OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+ACT = gym.spaces.Discrete(2)
+
+
+def _batch(agent, T, B, seed=0):
+    """A [T, B] batch in Contract 3's layout from ``agent`` on random observations (one truncation)."""
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    obs = torch.randn(T, B, 4, generator=g)
+    state = agent.initial_state(B)
+    prev_action, prev_reward = torch.zeros(B, dtype=torch.int64), torch.zeros(B)
+    actions, infos, prev_actions, prev_rewards = [], [], [], []
+    reward = (obs[..., 0] > 0).float()  # reward 1 for pushing when x > 0: learnable from the observation
+    for t in range(T):
+        action, info, state = agent.step(obs[t], prev_action, prev_reward, state)
+        prev_actions.append(prev_action)
+        prev_rewards.append(prev_reward)
+        actions.append(action)
+        infos.append(info)
+        prev_action, prev_reward = action, reward[t]
+    truncated = torch.zeros(T, B, dtype=torch.bool)
+    truncated[T // 2, 0] = True
+    agent_info = NamedArrays({k: torch.stack([i[k] for i in infos]) for k in ("value", "log_prob")})
+    if agent.recurrent:
+        agent_info = agent_info.replace(
+            prev_state=NamedArrays(
+                h=torch.stack([i.prev_state.h for i in infos]), c=torch.stack([i.prev_state.c for i in infos])
+            )
+        )
+    bootstrap = NamedArrays(
+        observation=torch.randn(B, 4, generator=g), prev_action=prev_action, prev_reward=prev_reward
+    )
+    if agent.recurrent:
+        bootstrap = bootstrap.replace(agent_state=state)
+    return NamedArrays(
+        observation=obs,
+        action=torch.stack(actions),
+        reward=reward * (torch.stack(actions) == 1),
+        terminated=torch.zeros(T, B, dtype=torch.bool),
+        truncated=truncated,
+        final_observation=obs,
+        prev_action=torch.stack(prev_actions),
+        prev_reward=torch.stack(prev_rewards),
+        agent_info=agent_info,
+        bootstrap=bootstrap,
+    )
+
+
+def test_configs_validate_and_presets_load():
+    with pytest.raises(ValueError, match="ppo.Config.discount"):
+        ppo.Config(discount=1.5)
+    with pytest.raises(ValueError, match="a2c.Config.learning_rate"):
+        a2c.Config(learning_rate=0.0)
+    with pytest.raises(ValueError, match="unknown PPO preset 'pong'"):
+        ppo.Config.preset("pong")
+    for module in (a2c, ppo):
+        for name, preset in module.PRESETS.items():
+            assert isinstance(module.Config.preset(name), module.Config)
+            assert set(preset) == {"algo", "sampler"}
+    assert ppo.Config.preset("atari").clip_epsilon == 0.1  # Schulman et al. 2017, Table 5
+
+
+def test_ppo_minibatch_size_must_fit_the_batch():
+    agent = ppo.build_agent(ppo.Config(), OBS, ACT)
+    with pytest.raises(ValueError, match="minibatch_size_steps=64 must divide"):
+        ppo.Algo(ppo.Config(), agent, 1, BatchSpec(10, 3))
+    recurrent = ppo.build_agent(ppo.Config(recurrent=True, minibatch_size_steps=3), OBS, ACT)
+    with pytest.raises(ValueError, match="whole env columns"):
+        ppo.Algo(ppo.Config(recurrent=True, minibatch_size_steps=3), recurrent, 1, BatchSpec(2, 3))
+
+
+@pytest.mark.parametrize("recurrent", [False, True])
+def test_ppo_optimize_counts_updates_and_improves_the_surrogate(recurrent):
+    torch.manual_seed(0)
+    config = ppo.Config(
+        epochs=4, minibatch_size_steps=32, recurrent=recurrent, lstm_size=16, hidden_sizes=(16,)
+    )
+    agent = ppo.build_agent(config, OBS, ACT)
+    algo = ppo.Algo(config, agent, 1, BatchSpec(16, 4))
+    samples = _batch(agent, 16, 4)
+    info = algo.optimize(0, samples)
+    assert info.updates == 4 * 2 and info.samples_trained == 4 * 64
+    for key in (
+        "pi_loss",
+        "value_loss",
+        "entropy",
+        "approx_kl",
+        "clip_fraction",
+        "grad_norm",
+        "explained_variance",
+    ):
+        assert np.isfinite(info.diagnostics[key]), key
+    # The policy moved toward the rewarded action where x > 0 (both agents evaluate [T, B] here).
+    log_prob, _, _ = agent.evaluate(samples)
+    rewarded = (samples.action == 1) & (samples.observation[..., 0] > 0)
+    assert (log_prob - samples.agent_info.log_prob)[rewarded].mean() > 0
+
+
+def test_ppo_target_kl_stops_early():
+    torch.manual_seed(0)
+    config = ppo.Config(epochs=10, minibatch_size_steps=16, learning_rate=1e-2, target_kl=1e-6)
+    agent = ppo.build_agent(config, OBS, ACT)
+    info = ppo.Algo(config, agent, 1, BatchSpec(16, 4)).optimize(0, _batch(agent, 16, 4))
+    assert info.diagnostics["stopped_early"] == 1.0 and info.updates < 10 * 4
+
+
+def test_learning_rate_anneals_linearly():
+    config = ppo.Config(anneal_env_steps=640, minibatch_size_steps=32)
+    algo = ppo.Algo(config, ppo.build_agent(config, OBS, ACT), 1, BatchSpec(16, 4))
+    assert [algo.anneal_fraction(i) for i in (0, 5, 10, 20)] == pytest.approx([1.0, 0.5, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("recurrent", [False, True])
+def test_a2c_optimize_one_step(recurrent):
+    torch.manual_seed(0)
+    config = a2c.Config(recurrent=recurrent, hidden_sizes=(16,), lstm_size=16, learning_rate=1e-2)
+    agent = a2c.build_agent(config, OBS, ACT)
+    algo = a2c.Algo(config, agent, 1, BatchSpec(8, 4))
+    samples = _batch(agent, 8, 4)
+    info = algo.optimize(0, samples)
+    assert info.updates == 1 and info.samples_trained == 32
+    assert {"pi_loss", "value_loss", "entropy", "grad_norm", "learning_rate"} <= set(info.diagnostics)
+    _, _, value = agent.evaluate(samples)
+    assert not torch.allclose(value, samples.agent_info.value)
