@@ -17,7 +17,7 @@ JOBS ?=
 EXP ?=
 
 .PHONY: help venv test lint format bench-env bench-learn-dqn bench-learn-pg bench-sampler bench-replay \
-	reproduce-r2d1 report regress regress-update clean
+	reproduce-r2d1 repro-dry-run report regress regress-update clean
 
 help:
 	@echo "make test | lint | bench-env | bench-learn-dqn | bench-learn-pg | bench-sampler"
@@ -50,6 +50,20 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
+
+# Reproduction layer (repro/README.md). R2D1_EXP is the experiment directory under runs/.
+R2D1_EXP = r2d1-$(PROFILE)
+REPRO_RUN_ARGS = r2d1 --seeds "$(SEEDS)" --profile "$(PROFILE)" --games "$(GAMES)" --jobs "$(JOBS)" \
+	--backend "$(BACKEND)" $(if $(ADDRESS),--address "$(ADDRESS)")
+
+# Runs the plan (skipping finished runs, resuming interrupted ones) and prints the throughput summary.
+reproduce-r2d1: $(if $(filter ray,$(BACKEND)),$(STAMP_RAY),$(STAMP))
+	$(PY) -m repro run $(REPRO_RUN_ARGS) --exp $(R2D1_EXP)
+	@# --- report: the analysis/report issue adds `$(PY) -m reports build runs/$(R2D1_EXP)` here ---
+
+# The plan, its totals and an estimated duration from a short throughput probe; runs nothing.
+repro-dry-run: $(STAMP)
+	$(PY) -m repro run $(REPRO_RUN_ARGS) --exp $(R2D1_EXP) --dry-run
 
 bench-env: $(STAMP)
 	$(PY) -m bench.bench_env --out runs/bench/env.csv

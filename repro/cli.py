@@ -190,6 +190,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for o in outcomes:
         if o.state == "failed":
             print(f"  failed: {o.key}: {o.error}")
+    experiment_dir = jobs[0].run_dir.parents[2]
+    if experiment_dir.is_dir():
+        from repro.summary import summary_text
+
+        print("\n" + summary_text(experiment_dir))
     if counts["interrupted"]:
         print("interrupted: rerun the same command to continue from the checkpoints")
         return 130
