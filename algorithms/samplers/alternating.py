@@ -1,0 +1,168 @@
+"""Alternating sampler: two groups of env workers take turns, so one group's env stepping overlaps
+action selection for the other.
+
+As in the parallel GPU sampler, workers only step envs and the main process selects actions; but
+the B envs form two groups (ranks ``[0, B0)`` and ``[B0, B)``), each with its own workers and shared
+buffers. Per time step::
+
+    act(group 0, t) -> group 0 steps ...     act(group 1, t) while group 0 steps
+    wait(group 0, t), act(group 0, t + 1) while group 1 steps -> group 0 steps ...
+    wait(group 1, t), act(group 1, t + 1) while group 0 steps -> ...
+
+so the device (or the CPU running the policy) and the env workers are both busy: with env time E
+and inference time I per half-batch, a step costs about ``2 max(E, I)`` instead of ``2 (E + I)``
+(rlpyt's alternating GPU sampler, rlpyt/samplers/parallel/gpu/alternating_sampler.py; Stooke &
+Abbeel 2019, "rlpyt", Sec. 2.2).
+
+Per-step logic is the serial ``EnvStepper``'s, cut in two around the env step (``GroupStepper``).
+With the same seed the samples equal the serial sampler's when actions depend on inputs and
+parameters only; random exploration is drawn per group (two agent calls on B/2 envs instead of
+one on B), so it differs unless the agent draws noise per env.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from algorithms.arrays import NamedArrays, concatenate
+from algorithms.samplers.base import (
+    BaseSampler,
+    allocate_samples,
+    env_seed,
+    env_spaces,
+    episode_done,
+    finished_episodes,
+    initial_inputs,
+    next_inputs,
+    record_example,
+    step_record,
+)
+from algorithms.samplers.parallel_gpu import RemoteVecEnv
+from algorithms.samplers.workers import split_ranks
+
+
+class GroupStepper:
+    """``EnvStepper.step`` cut around the env step: ``act`` sends the actions, ``observe`` records.
+
+    The agent is shared with the other group, so ``act`` sets its env ranks (per-env epsilons) to
+    this group's before acting; the recurrent state and previous action/reward are this group's.
+    """
+
+    def __init__(self, env: RemoteVecEnv, agent: Any, env_ranks: np.ndarray, global_batch: int) -> None:
+        self.env = env
+        self.agent = agent
+        self.env_ranks = np.asarray(env_ranks, dtype=np.int64)
+        self.global_batch = int(global_batch)
+        self.inputs: NamedArrays | None = None
+        self.state: NamedArrays | None = None
+        self._pending: tuple[torch.Tensor, NamedArrays, NamedArrays | None] | None = None
+
+    def reset(self, prev_action_example: torch.Tensor) -> None:
+        self.inputs = initial_inputs(self.env.reset(), prev_action_example)
+        self.state = self.agent.initial_state(self.env.num_envs)
+
+    def act(self) -> None:
+        """Select this group's actions and start its envs stepping (returns without waiting)."""
+        device = self.agent.device
+        self.agent.set_env_ranks(self.env_ranks, self.global_batch)
+        action, agent_info, next_state = self.agent.step(
+            self.inputs.observation.to(device),
+            self.inputs.prev_action.to(device),
+            self.inputs.prev_reward.to(device),
+            self.state,
+        )
+        action = action.cpu()
+        self._pending = (action, agent_info.map(lambda x: x.cpu()), next_state)
+        self.env.send_step(action.numpy())
+
+    def observe(self) -> tuple[NamedArrays, list[dict[str, Any]]]:
+        """Wait for the envs, then return the step's record [b] and the games that ended."""
+        env_step = self.env.receive_step()
+        action, agent_info, next_state = self._pending
+        self._pending = None
+        record = step_record(self.inputs, action, agent_info, env_step)
+        self.inputs = next_inputs(record, env_step)
+        self.state = self.agent.reset_state(next_state, episode_done(record).to(self.agent.device))
+        return record, finished_episodes(record, self.env_ranks)
+
+    def bootstrap(self) -> NamedArrays:
+        if not self.agent.recurrent:
+            return self.inputs
+        return self.inputs.replace(agent_state=self.state.map(lambda x: x.detach().cpu()))
+
+
+class AlternatingSampler(BaseSampler):
+    """Two groups of env workers (``config.n_workers`` split between them, at least one each)."""
+
+    def __init__(
+        self,
+        env_config: Any,
+        agent: Any,
+        config: Any,
+        seed: int,
+        start_env_steps: int = 0,
+        *,
+        agent_factory: Any = None,
+    ) -> None:
+        super().__init__(env_config, agent, config, seed, start_env_steps, agent_factory=agent_factory)
+        if config.batch_B < 2:
+            raise ValueError(
+                f"SamplerConfig.batch_B must be >= 2 for mode 'alternating', got {config.batch_B}"
+            )
+
+    def initialize(self) -> None:
+        observation_space, action_space = env_spaces(self.env_config)
+        B = self.batch_spec.B
+        example = record_example(observation_space, action_space, self.agent)
+        self.samples = allocate_samples(example, self.batch_spec)
+        seed = env_seed(self.seed, "train", self.start_env_steps)
+        workers = [max(1, n) for _, n in split_ranks(max(2, self.config.n_workers), 2)]
+        self.groups: list[GroupStepper] = []
+        self.columns: list[slice] = []
+        try:
+            for g, (first, n) in enumerate(split_ranks(B, 2)):
+                env = RemoteVecEnv(
+                    f"alternating sampler group {g}",
+                    self.env_config,
+                    seed,
+                    first_rank=first,
+                    num_envs=n,
+                    n_workers=min(workers[g], n),
+                    example=example,
+                    observation_space=observation_space,
+                    action_space=action_space,
+                    frameskip=self.env_config.env_frameskip,
+                )
+                self.groups.append(GroupStepper(env, self.agent, np.arange(first, first + n), B))
+                self.columns.append(slice(first, first + n))
+            for group in self.groups:
+                group.reset(example.action)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    @torch.no_grad()
+    def sample(self, itr: int) -> tuple[NamedArrays, list[dict[str, Any]]]:
+        T = self.batch_spec.T
+        traj_infos: list[dict[str, Any]] = []
+        for group in self.groups:
+            group.act()
+        for t in range(T):
+            # Groups finish step t in rank order, so episodes keep the serial order (t, env rank).
+            for group, columns in zip(self.groups, self.columns):
+                record, finished = group.observe()
+                self.samples[t, columns] = record
+                traj_infos.extend(finished)
+                if t + 1 < T:
+                    group.act()  # overlaps the other group's env step
+        bootstrap = concatenate([group.bootstrap() for group in self.groups])
+        return self.samples.replace(bootstrap=bootstrap), traj_infos
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        for group in getattr(self, "groups", []):
+            group.env.close()
+        self.groups = []
