@@ -27,6 +27,7 @@ from algorithms.envs.factory import env_seeds, make_vec_env
         ({"id": "pong", "frameskip": 0}, r"EnvConfig.frameskip must be an integer >= 1, got 0"),
         ({"id": "pong", "frame_stack": 2.0}, r"EnvConfig.frame_stack must be an integer >= 1, got 2.0"),
         ({"id": "pong", "max_episode_frames": 0}, r"EnvConfig.max_episode_frames must be"),
+        ({"id": "pong", "frame_size": 200}, r"EnvConfig.frame_size must be <= 160"),
         (
             {"id": "pong", "repeat_action_probability": 1.5},
             r"repeat_action_probability must be a number in \[0, 1\]",

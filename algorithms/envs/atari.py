@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import functools
 
+import ale_py
 import gymnasium as gym
 import numpy as np
+from ale_py.vector_env import AtariVectorEnv
 
 from algorithms.envs.base import RawStep, VecEnv
 from algorithms.envs.config import EnvConfig
@@ -90,8 +92,6 @@ def area_resize(frame: np.ndarray, height: int, width: int) -> np.ndarray:
 
 def gymnasium_atari_id(game: str) -> str:
     """The ``ALE/<Game>-v5`` gymnasium id of a snake_case ALE game (``"pong"`` -> ``"ALE/Pong-v5"``)."""
-    import ale_py
-
     gym.register_envs(ale_py)
     for env_id, spec in gym.envs.registry.items():
         if env_id.startswith("ALE/") and env_id.endswith("-v5") and spec.kwargs.get("game") == game:
@@ -213,8 +213,6 @@ class NativeAtariVecEnv(VecEnv):
     """
 
     def __init__(self, config: EnvConfig, num_envs: int, seeds: np.ndarray) -> None:
-        from ale_py.vector_env import AtariVectorEnv
-
         super().__init__(num_envs, config.frameskip, config.clip_rewards, config.episodic_life)
         self._env = AtariVectorEnv(
             config.id,

@@ -69,7 +69,7 @@ class VecEnv(ABC):
         # Episodes (and their statistics) end where the backend reset the game; with episodic_life a
         # life loss is terminal for the learner while the game itself goes on.
         game_over = raw.terminated | raw.truncated
-        terminated = raw.terminated | raw.life_loss if self._episodic_life else raw.terminated
+        terminated = (raw.terminated | raw.life_loss) if self._episodic_life else raw.terminated
 
         self._episode_return += raw.reward
         self._episode_length += 1

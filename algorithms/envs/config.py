@@ -45,7 +45,7 @@ class EnvConfig:
     repeat_action_probability: float = 0.0  # sticky actions; R2D2: 0.0, Machado et al. 2018: 0.25
     full_action_space: bool = False  # False: the game's minimal action set
     fire_reset: bool = False  # press FIRE at reset, counted as one of the no-ops (ale-py's rule)
-    clip_rewards: bool = False  # learner reward = sign-clipped to [-1, 1]; raw kept in env_info
+    clip_rewards: bool = False  # learner reward clipped to [-1, 1]; the raw one kept in env_info
     # Life loss is always reported as env_info.life_loss; with episodic_life it also sets
     # `terminated` (the game itself continues, Mnih et al. 2015's training trick). R2D2: off.
     episodic_life: bool = False
@@ -75,6 +75,10 @@ class EnvConfig:
             _check_gym_id(self.id)
         _check_int("frameskip", self.frameskip, minimum=1)
         _check_int("frame_size", self.frame_size, minimum=1)
+        if self.frame_size > 160:
+            raise ValueError(
+                f"EnvConfig.frame_size must be <= 160 (frames are downsampled), got {self.frame_size}"
+            )
         _check_int("frame_stack", self.frame_stack, minimum=1)
         _check_int("noop_max", self.noop_max, minimum=0)
         _check_int("max_episode_frames", self.max_episode_frames, minimum=1)
@@ -97,6 +101,10 @@ class EnvConfig:
 def _check_int(name: str, value: object, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"EnvConfig.{name} must be an integer >= {minimum}, got {value!r}")
+
+
+# ale-py and gymnasium are imported where validation needs them, so that importing this module
+# (e.g. to read a config.json) does not load the emulator or the gymnasium registry.
 
 
 def atari_game_ids() -> list[str]:
