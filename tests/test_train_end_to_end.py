@@ -154,7 +154,7 @@ def test_resume_restores_parameters_optimizer_counters_and_rng_from_the_checkpoi
     assert checkpoint["counters"]["env_steps"] == 200
 
     run = RunDir.open(tmp_path / "r", config_to_dict(config), {"seed": 0})
-    runner = SyncRunner.build(config, run, resume=True)
+    runner = SyncRunner.build(config, run, run.load_checkpoint())
     for name, value in runner.agent.state_dict().items():
         assert torch.equal(value, checkpoint["agent"][name]), name
     adam = runner.algo.optimizer.state_dict()["state"]

@@ -55,6 +55,14 @@ if TYPE_CHECKING:
 CHECKPOINT_FORMAT = 1
 
 
+def rank_seed(seed: int, rank: int) -> int:
+    """Global-RNG seed of data-parallel rank ``rank``: the run seed on rank 0, an independent
+    ``SeedSequence`` draw elsewhere (``seed + rank`` would equal rank 0 of the run seeded ``seed + 1``)."""
+    if rank == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
+
+
 def seed_everything(seed: int) -> None:
     """Seed Python's, numpy's and torch's global RNGs (the rule in ``algorithms.train``)."""
     random.seed(seed)
@@ -68,15 +76,6 @@ def build_agent(config: TrainConfig, device: torch.device) -> Agent:
     agent = registry.build_agent(config.algo, config.algo_config, observation_space, action_space)
     agent.model.to(device)
     return agent
-
-
-def sampler_for(config: TrainConfig, agent: Agent, seed: int, start_env_steps: int) -> BaseSampler:
-    """The sampler of ``config.sampler.mode`` acting with ``agent`` (copies built by an ``AgentFactory``)."""
-    observation_space, action_space = agent.observation_space, agent.action_space
-    factory = registry.AgentFactory(config.algo, config.algo_config, observation_space, action_space)
-    return make_sampler(
-        config.sampler.mode, config.env, agent, config.sampler, seed, start_env_steps, agent_factory=factory
-    )
 
 
 def next_boundary(env_steps: int, interval: int) -> int:
@@ -169,23 +168,24 @@ class SyncRunner:
 
     @classmethod
     def build(
-        cls, config: TrainConfig, run: RunDir | None, resume: bool, rank: int = 0, world_size: int = 1
+        cls,
+        config: TrainConfig,
+        run: RunDir | None,
+        checkpoint: dict[str, Any] | None,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        device: str | None = None,
     ) -> SyncRunner:
-        """Seed, build agent, algorithm and sampler, and restore the latest checkpoint if resuming.
+        """Seed, build agent, algorithm and sampler, and restore ``checkpoint`` (None: a fresh run).
 
-        Rank ``r`` of ``world_size`` seeds its RNGs and envs with ``runner.seed + r``.
+        ``rank`` / ``world_size`` / ``device`` are for the DDP runner: rank ``r`` seeds its RNGs with
+        ``rank_seed(seed, r)``; ``device`` overrides ``runner.device``.
         """
-        runner = config.runner
-        seed = runner.seed + rank
+        seed = rank_seed(config.runner.seed, rank)
         seed_everything(seed)
-        device = torch.device(runner.device)
-        agent = build_agent(config, device)
-        checkpoint = run.load_checkpoint() if (run is not None and resume) else None
-        if checkpoint is not None and checkpoint.get("format") != CHECKPOINT_FORMAT:
-            found = checkpoint.get("format")
-            raise ValueError(
-                f"{run.checkpoint_path}: checkpoint format {found!r}, expected {CHECKPOINT_FORMAT}"
-            )
+        agent = build_agent(config, torch.device(device or config.runner.device))
+        cls.prepare_agent(agent)
         batch_spec = BatchSpec(config.sampler.batch_T, config.sampler.batch_B)
         algo = registry.algo_module(config.algo).Algo(
             config.algo_config, agent, config.env.env_frameskip, batch_spec
@@ -193,13 +193,44 @@ class SyncRunner:
         if checkpoint is None:
             counters = Counters(frameskip=config.env.env_frameskip)
         else:
+            if checkpoint.get("format") != CHECKPOINT_FORMAT:
+                found = checkpoint.get("format")
+                raise ValueError(f"checkpoint format {found!r}, expected {CHECKPOINT_FORMAT}")
             agent.load_state_dict(checkpoint["agent"])
             algo.load_state_dict(checkpoint["algo"])
             counters = Counters.from_state_dict(checkpoint["counters"])
-            set_rng_state(checkpoint["rng"])
-            run.truncate_progress_after(counters.env_steps)
-        sampler = sampler_for(config, agent, seed, counters.env_steps)
+            set_rng_state(cls.rng_of_rank(checkpoint, rank))
+            if run is not None:
+                run.truncate_progress_after(counters.env_steps)
+        sampler = cls.make_sampler(config, agent, counters.env_steps, rank, world_size)
         return cls(config, run, agent, algo, sampler, counters, checkpoint, rank, world_size)
+
+    @classmethod
+    def prepare_agent(cls, agent: Agent) -> None:
+        """Hook run after the agent is built and before the algorithm is (DDP wraps the model here)."""
+
+    @classmethod
+    def rng_of_rank(cls, checkpoint: dict[str, Any], rank: int) -> dict[str, Any]:
+        """The global RNG states rank ``rank`` resumes with."""
+        return checkpoint["rng"]
+
+    @classmethod
+    def make_sampler(
+        cls, config: TrainConfig, agent: Agent, start_env_steps: int, rank: int, world_size: int
+    ) -> BaseSampler:
+        """The sampler of ``config.sampler.mode``; parallel modes build agent copies from a factory."""
+        factory = registry.AgentFactory(
+            config.algo, config.algo_config, agent.observation_space, agent.action_space
+        )
+        return make_sampler(
+            config.sampler.mode,
+            config.env,
+            agent,
+            config.sampler,
+            config.runner.seed,
+            start_env_steps,
+            agent_factory=factory,
+        )
 
     # --- the loop ---------------------------------------------------------------------------------
     def run(self) -> Counters:
@@ -245,23 +276,21 @@ class SyncRunner:
         with counters.timer("sampling"):
             self.agent.set_mode("sample", counters.env_steps)
             samples, traj_infos = self.sampler.sample(itr)
-        env_steps, episodes = self.count_samples(traj_infos)
-        counters.add_env_steps(env_steps, episodes=episodes)
         with counters.timer("optimizing"):
             self.agent.set_mode("train", counters.env_steps)
             opt_info = self.algo.optimize(itr, samples)
-        counters.add_updates(*self.count_updates(opt_info))
+        traj_infos, opt_info = self.gather(traj_infos, opt_info)
+        counters.add_env_steps(self.sampler.batch_spec.size * self.world_size, episodes=len(traj_infos))
+        counters.add_updates(opt_info.updates, opt_info.samples_trained, opt_info.samples_replayed)
         self.window.add(traj_infos, opt_info)
         if self.logger is not None:
             self.logger.advance(counters.env_steps)
 
-    def count_samples(self, traj_infos: list[dict[str, Any]]) -> tuple[int, int]:
-        """(env steps, finished episodes) this iteration added to the run."""
-        return self.sampler.batch_spec.size, len(traj_infos)
-
-    def count_updates(self, opt_info: OptInfo) -> tuple[int, int, int]:
-        """(updates, samples trained, samples replayed) this iteration added to the run."""
-        return opt_info.updates, opt_info.samples_trained, opt_info.samples_replayed
+    def gather(
+        self, traj_infos: list[dict[str, Any]], opt_info: OptInfo
+    ) -> tuple[list[dict[str, Any]], OptInfo]:
+        """This iteration's episodes and optimizer work over the whole run (one process here)."""
+        return traj_infos, opt_info
 
     # --- boundaries -------------------------------------------------------------------------------
     def log_row(self) -> None:
@@ -314,4 +343,5 @@ class SyncRunner:
 
 def run(config: TrainConfig, run_dir: RunDir, resume: bool) -> Counters:
     """Train ``config`` synchronously in this process, writing ``run_dir``."""
-    return SyncRunner.build(config, run_dir, resume).run()
+    checkpoint = run_dir.load_checkpoint() if resume else None
+    return SyncRunner.build(config, run_dir, checkpoint).run()

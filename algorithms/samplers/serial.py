@@ -6,7 +6,7 @@ Every other mode must produce the same samples as this one for the same seed (se
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -14,17 +14,50 @@ import torch
 from algorithms.arrays import NamedArrays
 from algorithms.samplers.base import BaseSampler, EnvStepper, allocate_samples, env_seed, record_example
 
+if TYPE_CHECKING:
+    from algorithms.agents.base import Agent
+    from algorithms.envs.config import EnvConfig
+    from algorithms.train import SamplerConfig
+
 
 class SerialSampler(BaseSampler):
-    """Steps ``batch_B`` envs (one vector env) for ``batch_T`` steps per ``sample`` call."""
+    """Steps ``batch_B`` envs (one vector env) for ``batch_T`` steps per ``sample`` call.
+
+    ``first_rank`` / ``global_batch`` place these envs in a larger set (the DDP runner gives rank r
+    the global env ranks ``[r * B, (r + 1) * B)`` of ``world_size * B``): envs are seeded as those
+    ranks of one vector env and the agent's per-env exploration sees the global ranks.
+    """
+
+    def __init__(
+        self,
+        env_config: EnvConfig,
+        agent: Agent,
+        config: SamplerConfig,
+        seed: int,
+        start_env_steps: int = 0,
+        *,
+        agent_factory: Any = None,
+        first_rank: int = 0,
+        global_batch: int | None = None,
+    ) -> None:
+        super().__init__(env_config, agent, config, seed, start_env_steps, agent_factory=agent_factory)
+        self.first_rank = int(first_rank)
+        self.global_batch = int(global_batch or self.first_rank + config.batch_B)
+        if self.first_rank < 0 or self.first_rank + config.batch_B > self.global_batch:
+            raise ValueError(
+                f"SerialSampler: env ranks [{first_rank}, {first_rank + config.batch_B}) "
+                f"do not fit a global batch of {self.global_batch}"
+            )
+        self.env: Any = None
 
     def initialize(self) -> None:
-        from algorithms.envs.factory import make_vec_env
+        from algorithms.samplers.workers import make_env_slice
 
         B = self.batch_spec.B
-        self.env = make_vec_env(self.env_config, B, env_seed(self.seed, "train", self.start_env_steps))
-        ranks = np.arange(B)
-        self.agent.set_env_ranks(ranks, B)
+        seed = env_seed(self.seed, "train", self.start_env_steps)
+        self.env = make_env_slice(self.env_config, seed, self.first_rank, B)
+        ranks = np.arange(self.first_rank, self.first_rank + B)
+        self.agent.set_env_ranks(ranks, self.global_batch)
         example = record_example(self.env.observation_space, self.env.action_space, self.agent)
         self.buffer = allocate_samples(example, self.batch_spec)
         self.stepper = EnvStepper(self.env, self.agent, ranks)
@@ -41,7 +74,6 @@ class SerialSampler(BaseSampler):
 
     def shutdown(self) -> None:
         super().shutdown()
-        env = getattr(self, "env", None)
-        if env is not None:
-            env.close()
+        if self.env is not None:
+            self.env.close()
             self.env = None
