@@ -13,6 +13,7 @@ from algorithms.functional.policy_losses import (
     entropy_bonus,
     polyak_update_,
     ppo_clipped_surrogate,
+    q_target,
     sac_temperature_loss,
     smoothed_target_action,
     soft_q_target,
@@ -118,25 +119,23 @@ def test_td3_smoothing_and_clipped_double_q_target_hand_values():
         action, noise, 0.5, torch.tensor([-1.0, -1.0]), torch.tensor([1.0, 1.0])
     )
     assert smoothed[0].tolist() == pytest.approx([1.0, -0.7])  # 1.2 clipped to the bound; -0.8 to -0.5
-    y = clipped_double_q_target(
-        torch.tensor([1.0, 1.0]),
-        torch.tensor([False, True]),
-        torch.tensor([3.0, 3.0]),
-        torch.tensor([2.0, 9.0]),
-        0.9,
-    )
+    discount_t = torch.tensor([0.9, 0.0])  # the second transition ended in a terminal state
+    reward = torch.tensor([1.0, 1.0])
+    y = clipped_double_q_target(reward, discount_t, torch.tensor([3.0, 3.0]), torch.tensor([2.0, 9.0]))
     assert y.tolist() == pytest.approx([1.0 + 0.9 * 2.0, 1.0])
+    assert q_target(reward, discount_t, torch.tensor([3.0, 3.0])).tolist() == pytest.approx([3.7, 1.0])
+    per_dim = smoothed_target_action(action, noise, torch.tensor([0.1, 1.0]), -torch.ones(2), torch.ones(2))
+    assert per_dim[0].tolist() == pytest.approx([1.0, -1.0])  # noise clipped to 0.1 in dim 0
 
 
 def test_soft_q_target_hand_values():
     y = soft_q_target(
         reward=torch.tensor([1.0, 1.0]),
-        terminated=torch.tensor([False, True]),
+        discount_t=torch.tensor([0.9, 0.0]),
         next_q1=torch.tensor([3.0, 3.0]),
         next_q2=torch.tensor([4.0, 3.0]),
         next_log_prob=torch.tensor([-2.0, -2.0]),
         alpha=0.5,
-        discount=0.9,
     )
     assert y.tolist() == pytest.approx([1.0 + 0.9 * (3.0 + 1.0), 1.0])
 
@@ -169,6 +168,4 @@ def test_shape_mismatch_is_named():
     with pytest.raises(ValueError, match="advantage"):
         ppo_clipped_surrogate(torch.zeros(3), torch.zeros(3), torch.zeros(4), 0.2)
     with pytest.raises(ValueError, match="next_q2"):
-        clipped_double_q_target(
-            torch.zeros(3), torch.zeros(3, dtype=torch.bool), torch.zeros(3), torch.zeros(2), 0.9
-        )
+        clipped_double_q_target(torch.zeros(3), torch.zeros(3), torch.zeros(3), torch.zeros(2))

@@ -5,7 +5,7 @@ implements. Scalar losses are means over all elements; callers weight and sum th
 
 On-policy (A2C, PPO): ``ppo_clipped_surrogate``, ``value_loss`` (optionally clipped),
 ``entropy_bonus``, ``a2c_loss``, ``approx_kl``.
-Off-policy (DDPG, TD3, SAC): ``tanh_gaussian_log_prob``, ``smoothed_target_action``,
+Off-policy (DDPG, TD3, SAC): ``tanh_gaussian_log_prob``, ``smoothed_target_action``, ``q_target``,
 ``clipped_double_q_target``, ``soft_q_target``, ``sac_temperature_loss``, ``polyak_update_``.
 """
 
@@ -163,71 +163,79 @@ def tanh_gaussian_log_prob(
 def smoothed_target_action(
     target_action: torch.Tensor,
     noise: torch.Tensor,
-    noise_clip: float,
+    noise_clip: torch.Tensor | float,
     low: torch.Tensor,
     high: torch.Tensor,
 ) -> torch.Tensor:
     """TD3's target policy smoothing, Fujimoto et al. 2018 ("Addressing Function Approximation Error
     in Actor-Critic Methods"), eq. 15: ``clip(mu'(s') + clip(noise, -c, c), low, high)``.
 
-    ``noise`` is drawn by the caller (``N(0, sigma^2)``, sigma = 0.2 and c = 0.5 in the paper, Sec.
-    6.1, in units of the action range) so this stays a pure function. Shapes [N, A]; ``low`` and
-    ``high`` broadcast to [A].
+    ``noise`` is drawn by the caller (``N(0, sigma^2)``; sigma = 0.2 and c = 0.5 times the action
+    range's half-width in the paper, Sec. 6.1) so this stays a pure function. Shapes [N, A];
+    ``noise_clip``, ``low`` and ``high`` broadcast to [A].
     """
     _check_same((("target_action", target_action), ("noise", noise)))
-    if noise_clip < 0:
+    noise_clip = torch.as_tensor(noise_clip, dtype=noise.dtype, device=noise.device)
+    if (noise_clip < 0).any():
         raise ValueError(f"noise_clip must be >= 0, got {noise_clip}")
-    smoothed = target_action + noise.clamp(-noise_clip, noise_clip)
+    smoothed = target_action + torch.maximum(torch.minimum(noise, noise_clip), -noise_clip)
     return torch.maximum(torch.minimum(smoothed, high), low)
+
+
+def q_target(reward: torch.Tensor, discount_t: torch.Tensor, next_q: torch.Tensor) -> torch.Tensor:
+    """DDPG's critic target, Lillicrap et al. 2016 ("Continuous control with deep reinforcement
+    learning"), Algorithm 1: ``y = r + discount_t * Q'(s', mu'(s'))``.
+
+    ``discount_t`` [N] is gamma (gamma^n for n-step returns) and 0 where the transition ended in a
+    terminal state (rlax convention), so truncated transitions still bootstrap. Returns detached [N].
+    """
+    _check_same((("reward", reward), ("discount_t", discount_t), ("next_q", next_q)))
+    return (reward + discount_t * next_q).detach()
 
 
 def clipped_double_q_target(
     reward: torch.Tensor,
-    terminated: torch.Tensor,
+    discount_t: torch.Tensor,
     next_q1: torch.Tensor,
     next_q2: torch.Tensor,
-    discount: float,
 ) -> torch.Tensor:
-    """TD3's clipped double-Q target, Fujimoto et al. 2018, eq. 10 (with ``(1 - terminated)``):
+    """TD3's clipped double-Q target, Fujimoto et al. 2018, eq. 10:
 
-        y = r + discount * (1 - terminated) * min(Q1'(s', a~), Q2'(s', a~))
+        y = r + discount_t * min(Q1'(s', a~), Q2'(s', a~))
 
-    ``discount`` may already be ``gamma^n`` for n-step transitions. Shapes [N]; returns detached [N].
+    ``discount_t`` as in ``q_target`` (0 at terminals). Shapes [N]; returns detached [N].
     """
-    _check_same((("reward", reward), ("terminated", terminated), ("next_q1", next_q1), ("next_q2", next_q2)))
-    not_terminal = (~terminated.bool()).to(reward.dtype)
-    return (reward + discount * not_terminal * torch.minimum(next_q1, next_q2)).detach()
+    _check_same((("reward", reward), ("discount_t", discount_t), ("next_q1", next_q1), ("next_q2", next_q2)))
+    return (reward + discount_t * torch.minimum(next_q1, next_q2)).detach()
 
 
 def soft_q_target(
     reward: torch.Tensor,
-    terminated: torch.Tensor,
+    discount_t: torch.Tensor,
     next_q1: torch.Tensor,
     next_q2: torch.Tensor,
     next_log_prob: torch.Tensor,
     alpha: torch.Tensor | float,
-    discount: float,
 ) -> torch.Tensor:
     """The soft Bellman target of SAC with twin critics, Haarnoja et al. 2018b ("Soft Actor-Critic
     Algorithms and Applications"), eqs. 3 and 5, with the clipped double-Q minimum of Sec. 5:
 
-        y = r + discount * (1 - terminated) * ( min(Q1'(s', a'), Q2'(s', a')) - alpha * log pi(a'|s') ),
-        a' ~ pi(.|s').
+        y = r + discount_t * ( min(Q1'(s', a'), Q2'(s', a')) - alpha * log pi(a'|s') ),  a' ~ pi(.|s').
 
-    Shapes [N]; ``alpha`` a scalar. Returns detached [N].
+    ``discount_t`` as in ``q_target`` (0 at terminals). Shapes [N]; ``alpha`` a scalar. Returns
+    detached [N].
     """
     _check_same(
         (
             ("reward", reward),
-            ("terminated", terminated),
+            ("discount_t", discount_t),
             ("next_q1", next_q1),
             ("next_q2", next_q2),
             ("next_log_prob", next_log_prob),
         )
     )
-    not_terminal = (~terminated.bool()).to(reward.dtype)
     soft_value = torch.minimum(next_q1, next_q2) - alpha * next_log_prob
-    return (reward + discount * not_terminal * soft_value).detach()
+    return (reward + discount_t * soft_value).detach()
 
 
 def sac_temperature_loss(
