@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -41,6 +42,14 @@ from algorithms.envs.factory import env_seeds, make_vec_env
             r"max_episode_steps must be an integer >= 1",
         ),
         ({"id": "", "kind": "gym"}, r"EnvConfig.id must be a non-empty string"),
+        (
+            {"id": "CartPole-v1", "kind": "gym", "frameskip": 2},
+            r"EnvConfig.frameskip applies to Atari games only",
+        ),
+        (
+            {"id": "Pendulum-v1", "kind": "gym", "clip_rewards": True, "noop_max": 0},
+            r"EnvConfig.noop_max applies",
+        ),
     ],
 )
 def test_bad_config_is_a_one_line_error(kwargs, message):
@@ -86,3 +95,16 @@ def test_env_seeds_are_deterministic_distinct_and_fit_a_c_int():
     # A larger batch extends a smaller one: env i keeps its seed when more envs are added.
     np.testing.assert_array_equal(env_seeds(0, 8), seeds[:8])
     assert not np.array_equal(env_seeds(1, 8), seeds[:8])
+
+
+class DictObservationEnv(gym.Env):
+    """A gymnasium env with a Dict observation space, which Contract 1's arrays cannot hold."""
+
+    observation_space = gym.spaces.Dict({"a": gym.spaces.Discrete(2)})
+    action_space = gym.spaces.Discrete(2)
+
+
+def test_non_array_observation_space_is_an_error():
+    gym.register(id="DictObservationProbe-v0", entry_point=DictObservationEnv)
+    with pytest.raises(ValueError, match="'DictObservationProbe-v0' has a Dict observation space"):
+        make_vec_env(EnvConfig("DictObservationProbe-v0", kind="gym"), 1, 0)

@@ -11,13 +11,26 @@ silent default from either library.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 EnvKind = Literal["atari", "gym"]
 EnvBackend = Literal["native", "gymnasium"]
 
 KINDS: tuple[str, ...] = ("atari", "gym")
+# Fields a gymnasium id ignores: setting one of them for a gymnasium id is an error, not a no-op.
+ATARI_ONLY_FIELDS: tuple[str, ...] = (
+    "frameskip",
+    "frame_size",
+    "frame_stack",
+    "noop_max",
+    "repeat_action_probability",
+    "full_action_space",
+    "fire_reset",
+    "episodic_life",
+    "max_episode_frames",
+    "num_threads",
+)
 BACKENDS: tuple[str, ...] = ("native", "gymnasium")
 
 
@@ -73,6 +86,9 @@ class EnvConfig:
                 )
         else:
             _check_gym_id(self.id)
+            for f in fields(self):
+                if f.name in ATARI_ONLY_FIELDS and getattr(self, f.name) != f.default:
+                    raise ValueError(f"EnvConfig.{f.name} applies to Atari games only, not to {self.id!r}")
         _check_int("frameskip", self.frameskip, minimum=1)
         _check_int("frame_size", self.frame_size, minimum=1)
         if self.frame_size > 160:

@@ -11,6 +11,9 @@ from algorithms.envs.config import EnvConfig
 from algorithms.envs.gym_vec import GymnasiumVecEnv
 from algorithms.envs.pomdp import VelocityMask
 
+# Observation spaces whose samples stack into one [B, *obs] array.
+ARRAY_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)
+
 
 def env_seeds(seed: int, num_envs: int) -> np.ndarray:
     """Per-env seeds derived from one run seed: independent streams via ``numpy.random.SeedSequence``.
@@ -48,4 +51,9 @@ def make_vec_env(config: EnvConfig, num_envs: int, seed: int) -> VecEnv:
         envs = [make_gymnasium_atari(config) for _ in range(num_envs)]
     else:
         envs = [make_gym_env(config) for _ in range(num_envs)]
+        if not isinstance(envs[0].observation_space, ARRAY_SPACES):
+            space = type(envs[0].observation_space).__name__
+            raise ValueError(
+                f"EnvConfig.id: {config.id!r} has a {space} observation space; Contract 1 needs arrays"
+            )
     return GymnasiumVecEnv(envs, seeds, config.env_frameskip, config.clip_rewards, config.episodic_life)
