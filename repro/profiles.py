@@ -1,6 +1,7 @@
 """Profiles: scale an experiment to a machine without touching the algorithm.
 
-A profile (``repro/configs/profiles/<name>.toml``) overrides, per algorithm, only keys in
+A profile (``repro/configs/profiles/<name>.toml``) overrides, per algorithm (``[r2d1.runner]``) and
+optionally per setting (``[ppo_atari.algo]``, applied after its algorithm's), only keys in
 ``BUDGET_KEYS`` (how much to run: steps, replay size, learning start, environments, evaluation)
 and ``EXECUTION_KEYS`` (how to run it: threads, sampler processes, logging). Anything else is
 refused when the profile is loaded, so a profile cannot change a hyperparameter of the algorithm;
@@ -37,11 +38,12 @@ BUDGET_KEYS: frozenset[str] = frozenset(
         "sampler.eval_episodes",
         "sampler.eval_max_steps",
         # Algorithm fields (names as the algorithm Configs spell them).
-        "algo.replay_size",
         "algo.replay_size_steps",
         "algo.min_steps_learn",
-        "algo.learning_starts_steps",
-        "algo.eps_decay_steps",
+        # Schedules the papers define over the whole run ("annealed from 1 to 0 over training",
+        # Schulman et al. 2017 Table 5; IS exponent "to 1 by the end of learning", Schaul et al. 2016).
+        "algo.anneal_env_steps",
+        "algo.priority_beta_steps",
     }
 )
 # Execution: where and how the same computation runs, and how often it is written down.
@@ -65,15 +67,16 @@ class Profile:
     name: str
     path: Path
     description: str
-    changes: dict[str, dict[str, Entry]]  # algorithm name -> {"section.key": Entry}
+    changes: dict[str, dict[str, Entry]]  # algorithm or setting name -> {"section.key": Entry}
 
-    def changes_for(self, algo: str) -> dict[str, Entry]:
-        if self.changes and algo not in self.changes:
+    def changes_for(self, setting: Setting) -> dict[str, Entry]:
+        """The profile's changes for ``setting``: its algorithm's tables, then the setting's own."""
+        if self.changes and setting.algo not in self.changes:
             raise ConfigError(
-                f"{self.path}: profile '{self.name}' has no [{algo}.*] tables, so it does not say how to "
-                f"scale algorithm '{algo}'"
+                f"{self.path}: profile '{self.name}' has no [{setting.algo}.*] tables, "
+                f"so it does not say how to scale algorithm '{setting.algo}'"
             )
-        return self.changes.get(algo, {})
+        return {**self.changes.get(setting.algo, {}), **self.changes.get(setting.name, {})}
 
 
 def available_profiles(profiles_dir: Path = PROFILES_DIR) -> list[str]:
@@ -100,8 +103,17 @@ def load_profile(name_or_path: str, profiles_dir: Path = PROFILES_DIR) -> Profil
     for key in meta:
         if key != "description":
             raise ConfigError(f"{path} [profile]: unknown key '{key}'; known: description")
+    from algorithms.registry import ALGORITHMS
+    from repro.settings import available_settings
+
+    known = sorted(ALGORITHMS) + available_settings()
     changes: dict[str, dict[str, Entry]] = {}
     for algo, tables in data.items():
+        if algo not in known:
+            raise ConfigError(
+                f"{path}: [{algo}.*] names neither an algorithm nor a setting; "
+                + unknown_key_message(algo, known)
+            )
         if not isinstance(tables, Mapping):
             raise ConfigError(f"{path}: '{algo}' must be a table of [{algo}.<section>] tables")
         algo_changes: dict[str, Entry] = {}
@@ -126,4 +138,4 @@ def load_profile(name_or_path: str, profiles_dir: Path = PROFILES_DIR) -> Profil
 
 def apply_profile(setting: Setting, profile: Profile, classes: Mapping[str, type]) -> Setting:
     """``setting`` scaled by ``profile`` (validated again by the dataclasses)."""
-    return override(setting, profile.changes_for(setting.algo), classes)
+    return override(setting, profile.changes_for(setting), classes)

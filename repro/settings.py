@@ -45,6 +45,7 @@ SETTINGS_DIR = CONFIG_DIR / "settings"
 ORIGINS: dict[str, str] = {
     "published": "stated in the cited source",
     "inherited": "not in the paper; taken from the work it defers to (R2D2 Table 2 caption: Ape-X)",
+    "code": "not fixed by the paper; from the reference implementation named in the source",
     "unverified": "attributed to the authors, but not found in the paper",
     "derived": "computed from published values (the source says how)",
     "harness": "a choice of this harness (how to run), not a published hyperparameter",
@@ -52,7 +53,7 @@ ORIGINS: dict[str, str] = {
     "profile": "changed by a profile (budget only)",
     "plan": "set per job by an experiment plan (game, seed)",
 }
-FILE_ORIGINS = ("published", "inherited", "unverified", "derived", "harness")
+FILE_ORIGINS = ("published", "inherited", "code", "unverified", "derived", "harness")
 SECTIONS = ("algo", "env", "sampler", "runner")
 META_KEYS = {"title": str, "citation": str, "algo": str, "base": str, "description": str}
 ENTRY_KEYS = ("value", "source", "origin")
