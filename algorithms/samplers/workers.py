@@ -236,16 +236,21 @@ class WorkerGroup:
 
     # --- shutdown ----------------------------------------------------------------------------
     def close(self, timeout_s: float = JOIN_TIMEOUT_S) -> None:
-        """Ask every worker to stop, join with a timeout, then terminate and kill what is left."""
+        """Ask idle workers to stop and join them with a timeout; terminate busy ones (they would not
+        read the request before finishing their command), then kill what is left."""
         if self._closed:
             return
         self._closed = True
-        for conn, proc in zip(self._conns, self._procs):
-            if proc.is_alive():
-                try:
-                    conn.send(("close", ()))
-                except (BrokenPipeError, OSError):
-                    pass
+        for conn, proc, pending in zip(self._conns, self._procs, self._pending):
+            if not proc.is_alive():
+                continue
+            if pending is not None:
+                proc.terminate()
+                continue
+            try:
+                conn.send(("close", ()))
+            except (BrokenPipeError, OSError):
+                pass
         deadline = time.monotonic() + timeout_s
         for proc in self._procs:
             proc.join(timeout=max(0.0, deadline - time.monotonic()))
