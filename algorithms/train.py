@@ -307,6 +307,7 @@ def _from_json(annotation: Any, value: Any, where: str) -> Any:
 # runner kind -> "module:function" with signature (config, run: RunDir, resume) -> Counters.
 RUNNERS: dict[str, str] = {
     "sync": "algorithms.runners.sync:run",
+    "ddp": "algorithms.runners.ddp:run",
 }
 
 
