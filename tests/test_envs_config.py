@@ -76,15 +76,16 @@ def test_gymnasium_backend_needs_a_v5_id():
 
 
 @pytest.mark.parametrize(
-    "num_envs, seed, message",
+    "num_envs, seed, first_rank, message",
     [
-        (0, 0, "num_envs must be an integer >= 1, got 0"),
-        (2, -1, "seed must be a non-negative integer, got -1"),
+        (0, 0, 0, "num_envs must be an integer >= 1, got 0"),
+        (2, -1, 0, "seed must be a non-negative integer, got -1"),
+        (2, 0, -1, "first_rank must be a non-negative integer, got -1"),
     ],
 )
-def test_make_vec_env_bad_arguments(num_envs, seed, message):
+def test_make_vec_env_bad_arguments(num_envs, seed, first_rank, message):
     with pytest.raises(ValueError, match=message):
-        make_vec_env(EnvConfig("CartPole-v1", kind="gym"), num_envs, seed)
+        make_vec_env(EnvConfig("CartPole-v1", kind="gym"), num_envs, seed, first_rank=first_rank)
 
 
 def test_env_seeds_are_deterministic_distinct_and_fit_a_c_int():

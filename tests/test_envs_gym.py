@@ -141,3 +141,16 @@ def test_same_seed_same_observations(config):
     assert all(np.array_equal(x, y) for x, y in zip(first, again))
     assert not np.array_equal(first[0], other[0]), "another seed starts elsewhere"
     assert not np.array_equal(first[0][0], first[0][1]), "the envs of one batch get different seeds"
+
+
+@pytest.mark.parametrize(
+    "config", [cartpole(), EnvConfig("pong", noop_max=30, repeat_action_probability=0.25)], ids=lambda c: c.id
+)
+def test_rank_slice_matches_the_full_batch(config):
+    """Envs 2..3 built on their own (``first_rank=2``) replay envs 2..3 of the batch of 4."""
+    rng = np.random.default_rng(0)
+    with make_vec_env(config, 4, seed=9) as full, make_vec_env(config, 2, seed=9, first_rank=2) as part:
+        np.testing.assert_array_equal(part.reset(), full.reset()[2:])
+        for _ in range(20):
+            actions = rng.integers(0, 2, size=4)
+            assert part.step(actions[2:]) == full.step(actions)[2:]

@@ -18,7 +18,9 @@ ARRAY_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiBinary, gym
 def env_seeds(seed: int, num_envs: int) -> np.ndarray:
     """Per-env seeds derived from one run seed: independent streams via ``numpy.random.SeedSequence``.
 
-    Kept below 2**31 because ale-py takes C ``int`` seeds.
+    Prefix-stable: env i gets the same seed for every ``num_envs > i``, so a slice of a batch can
+    be rebuilt on its own (``make_vec_env(..., first_rank=...)``). Kept below 2**31 because ale-py
+    takes C ``int`` seeds.
     """
     return (
         np.random.SeedSequence(seed).generate_state(num_envs, dtype=np.uint32).astype(np.int64) & 0x7FFFFFFF
@@ -34,17 +36,21 @@ def make_gym_env(config: EnvConfig) -> gym.Env:
     return env
 
 
-def make_vec_env(config: EnvConfig, num_envs: int, seed: int) -> VecEnv:
+def make_vec_env(config: EnvConfig, num_envs: int, seed: int, *, first_rank: int = 0) -> VecEnv:
     """Build ``num_envs`` environments of ``config``, seeded deterministically from ``seed``.
 
     Atari with ``backend="native"`` uses ale-py's vector env; Atari with ``backend="gymnasium"``
-    and every other gymnasium id step single envs in a Python loop.
+    and every other gymnasium id step single envs in a Python loop. With ``first_rank=k`` the
+    envs are ranks ``k .. k + num_envs - 1`` of the batch ``make_vec_env(config, k + num_envs,
+    seed)`` would build (same seeds, same episodes): what a parallel sampler's worker holds.
     """
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"make_vec_env: num_envs must be an integer >= 1, got {num_envs!r}")
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
         raise ValueError(f"make_vec_env: seed must be a non-negative integer, got {seed!r}")
-    seeds = env_seeds(int(seed), num_envs)
+    if isinstance(first_rank, bool) or not isinstance(first_rank, int) or first_rank < 0:
+        raise ValueError(f"make_vec_env: first_rank must be a non-negative integer, got {first_rank!r}")
+    seeds = env_seeds(int(seed), first_rank + num_envs)[first_rank:]
     if config.kind == "atari" and config.backend == "native":
         return NativeAtariVecEnv(config, num_envs, seeds)
     if config.kind == "atari":
