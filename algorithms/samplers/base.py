@@ -34,11 +34,12 @@ of step t+1 (zeros where an episode ended), ``agent.reset_state(next_state, epis
 resets recurrent state, and ``finished_episodes`` extracts the trajectory infos.
 
 Seeding rule: the envs of a sampler are seeded from the run seed only (``env_seed``), never from
-the global RNGs, and env of global rank r gets ``algorithms.envs.factory.env_seeds(seed, r + 1)[r]``
-(a prefix-stable ``SeedSequence`` stream), which is what ``make_vec_env(config, B, seed)`` gives
-env r of a single vector env. A resumed run starts fresh episodes from a seed that also depends on
-the env step it resumed at (environment state is not checkpointed). Evaluation envs get their own
-stream (``role="eval"``).
+the global RNGs, and the env of global rank r is seeded as env r of one vector env,
+``make_vec_env(config, n, seed, first_rank=k)`` holding ranks ``k .. k + n - 1`` (the per-env
+seeds are a prefix-stable ``SeedSequence`` stream), so any split of the B envs across workers or
+DDP ranks sees the same episodes. A resumed run starts fresh episodes from a seed that also
+depends on the env step it resumed at (environment state is not checkpointed). Evaluation envs get
+their own stream (``role="eval"``).
 """
 
 from __future__ import annotations

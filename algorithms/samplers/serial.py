@@ -51,11 +51,11 @@ class SerialSampler(BaseSampler):
         self.env: Any = None
 
     def initialize(self) -> None:
-        from algorithms.samplers.workers import make_env_slice
+        from algorithms.envs.factory import make_vec_env
 
         B = self.batch_spec.B
         seed = env_seed(self.seed, "train", self.start_env_steps)
-        self.env = make_env_slice(self.env_config, seed, self.first_rank, B)
+        self.env = make_vec_env(self.env_config, B, seed, first_rank=self.first_rank)
         ranks = np.arange(self.first_rank, self.first_rank + B)
         self.agent.set_env_ranks(ranks, self.global_batch)
         example = record_example(self.env.observation_space, self.env.action_space, self.agent)
