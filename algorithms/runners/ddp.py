@@ -38,7 +38,6 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -47,7 +46,7 @@ from torch.nn.parallel import DistributedDataParallel
 from algorithms.algos.base import OptInfo
 from algorithms.counters import Counters
 from algorithms.rundir import RunDir, rng_state
-from algorithms.runners.sync import SyncRunner
+from algorithms.runners.sync import SyncRunner, finite_mean
 from algorithms.samplers.base import BaseSampler
 from algorithms.samplers.serial import SerialSampler
 
@@ -97,13 +96,9 @@ def rank_device(device: str, rank: int) -> str:
 
 def parameter_checksum(model: torch.nn.Module) -> tuple[float, float]:
     """(sum, sum of squares) of every parameter in float64: equal replicas give equal values."""
-    total = torch.zeros((), dtype=torch.float64)
-    squares = torch.zeros((), dtype=torch.float64)
-    for p in model.parameters():
-        values = p.detach().to(torch.float64).cpu()
-        total += values.sum()
-        squares += values.square().sum()
-    return float(total), float(squares)
+    params = [p.detach().to(torch.float64) for p in model.parameters()]
+    sums = torch.stack([torch.stack([p.sum(), p.square().sum()]) for p in params]).sum(dim=0).cpu()
+    return float(sums[0]), float(sums[1])
 
 
 class DdpRunner(SyncRunner):
@@ -163,11 +158,10 @@ class DdpRunner(SyncRunner):
                 f"{self.config.algo!r} must train its parameters through model.forward (DDP averages "
                 "only those gradients)"
             )
-        diagnostics: dict[str, float] = {}
-        for key in opt_info.diagnostics:
-            values = [info.diagnostics.get(key, math.nan) for _, info, _ in everyone]
-            finite = [v for v in values if math.isfinite(v)]
-            diagnostics[key] = float(np.mean(finite)) if finite else math.nan
+        diagnostics = {
+            key: finite_mean([info.diagnostics.get(key, math.nan) for _, info, _ in everyone])
+            for key in opt_info.diagnostics
+        }
         total = OptInfo(
             updates=updates[0],
             samples_trained=sum(info.samples_trained for _, info, _ in everyone),

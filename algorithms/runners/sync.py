@@ -78,6 +78,12 @@ def build_agent(config: TrainConfig, device: torch.device) -> Agent:
     return agent
 
 
+def finite_mean(values: list[float]) -> float:
+    """Mean of the finite values (NaN if there are none): diagnostics are NaN before learning starts."""
+    finite = [v for v in values if math.isfinite(v)]
+    return float(np.mean(finite)) if finite else math.nan
+
+
 def next_boundary(env_steps: int, interval: int) -> int:
     """The first multiple of ``interval`` strictly above ``env_steps``."""
     return (env_steps // interval + 1) * interval
@@ -97,11 +103,7 @@ class LogWindow:
 
     def mean_diagnostics(self) -> dict[str, float]:
         """Mean of each diagnostic over the window's finite values (NaN where none was finite)."""
-        means = {}
-        for key, values in self.diagnostics.items():
-            finite = [v for v in values if math.isfinite(v)]
-            means[key] = float(np.mean(finite)) if finite else math.nan
-        return means
+        return {key: finite_mean(values) for key, values in self.diagnostics.items()}
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -123,7 +125,7 @@ class LogWindow:
 class SyncRunner:
     """Runs one training job in this process (see the module docstring).
 
-    Build with ``SyncRunner.build(config, run, resume)``, then ``run()``. ``rank`` / ``world_size``
+    Build with ``SyncRunner.build(config, run, checkpoint)``, then ``run()``. ``rank`` / ``world_size``
     are 0 / 1 here; the DDP runner reuses this class with one instance per rank, where only rank 0
     writes the run directory.
     """
