@@ -1,0 +1,86 @@
+"""A replay buffer is a storage composed with a sampler; no class hierarchy of replay kinds.
+
+The storage (``TransitionStorage`` or ``SequenceStorage``, each with ``FullObservations`` or
+``FrameObservations``) owns the data; the sampler (``UniformSampler`` or ``PrioritizedSampler``)
+owns which item is drawn. rlpyt built every combination as a class
+(``AsyncPrioritizedSequenceReplayFrameBuffer``); here each is a constructor call::
+
+    from algorithms.replay.buffer import ReplayBuffer
+    from algorithms.replay.observations import FrameObservations
+    from algorithms.replay.samplers import PrioritizedSampler
+    from algorithms.replay.transitions import TransitionStorage
+
+    storage = TransitionStorage(1_000_000, num_envs=B, example=samples[0, 0],
+                                observations=FrameObservations(4), n_step=3, gamma=0.99)
+    replay = ReplayBuffer(storage, PrioritizedSampler(storage.num_items, alpha=0.5, beta=0.4,
+                                                      beta_anneal_draws=total_updates))
+
+    replay.append(samples)                        # [T, B] batch of Contract 3 (docs/ARCHITECTURE.md)
+    batch, indices, is_weights = replay.sample(32)
+    ...                                           # loss weighted by is_weights
+    replay.update_priorities(indices, td_error.abs())
+
+``append(samples, priorities=None)`` returns the items it wrote ([T * B] steps for transitions,
+[starts * B] sequences for sequence storage). ``priorities`` (same length) sets their initial
+priorities instead of the running maximum; ``update_priorities`` also accepts items that are not
+valid yet (a sequence still being written): the priority waits and applies once the item becomes
+valid. That is how R2D2-style initial priorities computed by the actor for a whole sequence enter.
+``sample`` returns torch tensors (CPU): the storage's batch, the item indices (numpy int64, for
+``update_priorities``) and the importance-sampling weights [batch] (float32; ones when uniform).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from algorithms.arrays import NamedArrays, to_numpy
+from algorithms.replay.samplers import PrioritizedSampler, UniformSampler
+
+
+class Storage(Protocol):
+    num_items: int
+
+    def append(self, samples: NamedArrays) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def valid(self, items: np.ndarray) -> np.ndarray: ...
+
+    def extract(self, items: np.ndarray) -> NamedArrays: ...
+
+
+class ReplayBuffer:
+    """``storage`` x ``sampler``: append [T, B] batches, sample items, update their priorities."""
+
+    def __init__(self, storage: Storage, sampler: UniformSampler | PrioritizedSampler) -> None:
+        if sampler.num_items != storage.num_items:
+            raise ValueError(
+                f"ReplayBuffer: sampler has {sampler.num_items} items but the storage has {storage.num_items}"
+            )
+        self.storage = storage
+        self.sampler = sampler
+
+    def __len__(self) -> int:
+        """Items that can be sampled now."""
+        return self.sampler.num_valid
+
+    def append(self, samples: NamedArrays, priorities: np.ndarray | torch.Tensor | None = None) -> np.ndarray:
+        written, changed = self.storage.append(samples)
+        if priorities is not None:
+            priorities = np.asarray(to_numpy(priorities), dtype=np.float64).reshape(-1)
+            if priorities.size != written.size:
+                raise ValueError(f"replay append: {priorities.size} priorities for {written.size} new items")
+        self.sampler.on_write(written, priorities)
+        self.sampler.set_valid(changed, self.storage.valid(changed))
+        return written
+
+    def sample(self, batch_size: int) -> tuple[NamedArrays, np.ndarray, torch.Tensor]:
+        if batch_size < 1:
+            raise ValueError(f"replay sample: batch_size={batch_size} must be positive")
+        items, weights = self.sampler.sample(batch_size)
+        return self.storage.extract(items), items, torch.from_numpy(weights)
+
+    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray | torch.Tensor) -> None:
+        priorities = np.asarray(to_numpy(priorities), dtype=np.float64).reshape(-1)
+        self.sampler.update_priorities(np.asarray(indices, dtype=np.int64), priorities)

@@ -1,0 +1,103 @@
+"""How a replay stores observations: whole, or as single Atari frames. A part of every storage.
+
+Both kinds live in the storage's ring of R rows x B envs (``ring.StepRing``) and answer the same
+calls, so transition and sequence storage take either one:
+
+* :class:`FullObservations` stores each observation as given, plus each step's
+  ``final_observation`` (Contract 1), so a time-limit step can bootstrap from the true last
+  observation. Memory: 2 x observation bytes per step; meant for vector observations.
+* :class:`FrameObservations` stores only the newest 84x84 frame of each stacked observation, once,
+  and rebuilds the stack on sampling from the frames of the previous ``frame_stack - 1`` rows of the
+  same env. Frames from before an episode start are replaced by zeros, which is what the env gives
+  (``algorithms/envs/atari.py``: stacks are zero-padded after a reset), so the rebuilt stacks equal
+  the observations written, also across the ring's wrap-around. The final observation of a
+  truncated episode is not kept (it would cost a frame per episode end in a separate store); see
+  ``transitions.py`` for how a time-limit step is handled instead. Memory: H x W bytes per step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from algorithms.arrays import NamedArrays, buffer_from_example
+
+
+def _alloc(example: np.ndarray, shape: tuple[int, ...], shared: bool) -> np.ndarray:
+    buf = buffer_from_example(example, shape, shared=shared)
+    return buf.numpy() if shared else buf
+
+
+class FullObservations:
+    """Observations and final observations stored whole."""
+
+    lookback = 0  # rows before a step needed to rebuild its observation
+    keeps_final_observation = True
+
+    def allocate(self, example: np.ndarray, rows: int, num_envs: int, shared: bool) -> None:
+        """``example``: one observation [*obs]."""
+        self._observation = _alloc(example, (rows, num_envs), shared)
+        self._final = _alloc(example, (rows, num_envs), shared)
+
+    @property
+    def nbytes(self) -> int:
+        return self._observation.nbytes + self._final.nbytes
+
+    def write(self, positions: np.ndarray, samples: NamedArrays) -> None:
+        """Store ``observation`` and ``final_observation`` [T, B, *obs] at ring rows ``positions`` [T]."""
+        self._observation[positions] = np.asarray(samples.observation)
+        self._final[positions] = np.asarray(samples.final_observation)
+
+    def gather(self, positions: np.ndarray, env: np.ndarray, episode_start: np.ndarray) -> np.ndarray:
+        """Observations at ring rows ``positions`` [n] of envs ``env`` [n] -> [n, *obs]."""
+        return self._observation[positions, env]
+
+    def gather_final(self, positions: np.ndarray, env: np.ndarray) -> np.ndarray:
+        return self._final[positions, env]
+
+
+class FrameObservations:
+    """Each frame stored once; stacks of ``frame_stack`` frames (oldest first) rebuilt on sampling."""
+
+    keeps_final_observation = False
+
+    def __init__(self, frame_stack: int = 4) -> None:
+        if frame_stack < 1:
+            raise ValueError(f"FrameObservations: frame_stack={frame_stack} must be positive")
+        self.frame_stack = int(frame_stack)
+        self.lookback = self.frame_stack - 1
+
+    def allocate(self, example: np.ndarray, rows: int, num_envs: int, shared: bool) -> None:
+        """``example``: one stacked observation [frame_stack, H, W]."""
+        example = np.asarray(example)
+        if example.ndim != 3 or example.shape[0] != self.frame_stack:
+            raise ValueError(
+                f"FrameObservations: observations must be [frame_stack={self.frame_stack}, H, W], "
+                f"got {example.shape}"
+            )
+        self._frames = _alloc(example[-1], (rows, num_envs), shared)
+        self._rows = rows
+
+    @property
+    def nbytes(self) -> int:
+        return self._frames.nbytes
+
+    def write(self, positions: np.ndarray, samples: NamedArrays) -> None:
+        """Store the newest frame of each ``samples.observation`` [T, B, frame_stack, H, W]."""
+        self._frames[positions] = np.asarray(samples.observation)[:, :, -1]
+
+    def gather(self, positions: np.ndarray, env: np.ndarray, episode_start: np.ndarray) -> np.ndarray:
+        """Rebuild stacks at ring rows ``positions`` [n] of envs ``env`` [n] -> [n, frame_stack, H, W].
+
+        ``episode_start`` [R, B] marks rows that begin an episode: frames older than such a row
+        belong to the previous episode and come back as zeros.
+        """
+        out = np.empty((len(positions), self.frame_stack, *self._frames.shape[2:]), dtype=self._frames.dtype)
+        out[:, -1] = self._frames[positions, env]
+        padded = episode_start[positions, env].copy()  # rows older than this one are padding
+        for back in range(1, self.frame_stack):
+            older = (positions - back) % self._rows
+            frames = self._frames[older, env]
+            frames[padded] = 0
+            out[:, -1 - back] = frames
+            padded |= episode_start[older, env]
+        return out

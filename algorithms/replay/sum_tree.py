@@ -1,0 +1,129 @@
+"""A vectorized sum tree for prioritized replay (Schaul et al. 2016, Sec. 3.3 and Appendix B.2.1).
+
+Leaves hold non-negative priorities; every inner node holds the sum of its children, so drawing an
+item with probability p_i / sum_j p_j is a descent by prefix sum. Unlike the binary tree walked one
+item at a time in Python (rlpyt, OpenAI baselines), this one handles a whole batch with a few numpy
+calls per level, and keeps the number of levels small:
+
+* inner nodes have ``branching`` (K = 16) children, so a level is a [K, n] gather and one small
+  matrix product gives the prefix sums over the children of a batch of nodes;
+* the top level is a flat array of at most ``max_top`` (1024) nodes that is searched with one
+  ``cumsum`` + ``searchsorted`` instead of more levels. At 1M leaves: 245 top nodes, then three
+  levels of 16.
+
+``set`` writes leaves and recomputes each touched ancestor from its children (not by adding deltas),
+so sums carry the rounding of one summation per node and never drift over millions of updates;
+duplicate indices are harmless. ``find`` never returns a zero-priority leaf.
+
+The single flat float64 buffer may live in shared memory (``shared=True``: a torch tensor in shared
+memory viewed as numpy), so another process can read the priorities.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from algorithms.arrays import buffer_from_example
+
+
+class SumTree:
+    """Sums over ``capacity`` leaves, with batched ``set``, ``get`` and ``find``.
+
+    Layout: level 0 is the flat top, ``[M]``; level d = 1 .. depth is a [K, M K^(d-1)] array whose
+    column p holds the K children of node p of level d - 1 (node j of level d sits at row j % K,
+    column j // K), so gathering the children of a batch of nodes is one ``take`` giving a contiguous
+    [K, n] block. Level ``depth`` holds the leaves.
+    """
+
+    def __init__(self, capacity: int, branching: int = 16, max_top: int = 1024, shared: bool = False) -> None:
+        if capacity < 1:
+            raise ValueError(f"SumTree: capacity={capacity} must be positive")
+        if branching < 2:
+            raise ValueError(f"SumTree: branching={branching} must be at least 2")
+        self.capacity = int(capacity)
+        self.branching = K = int(branching)
+        depth = 0
+        while -(-capacity // K**depth) > max_top:
+            depth += 1
+        self.depth = depth
+        top = -(-capacity // K**depth)
+        sizes = [top * K**d for d in range(depth + 1)]
+        flat = buffer_from_example(np.zeros((), dtype=np.float64), sum(sizes), shared=shared)
+        flat = flat.numpy() if shared else flat
+        offsets = np.cumsum([0, *sizes])
+        self._top = flat[: sizes[0]]
+        self._levels = [self._top] + [
+            flat[offsets[d] : offsets[d + 1]].reshape(K, sizes[d - 1]) for d in range(1, depth + 1)
+        ]
+        self._rng = np.random.default_rng(capacity)  # only for the rare redraws in ``find``
+        # Row j of this matrix sums children 0 .. j-1: the mass to the left of each child.
+        self._exclusive_prefix = np.tril(np.ones((K, K)), k=-1)
+
+    @property
+    def total(self) -> float:
+        return float(self._top.sum())
+
+    def _at(self, d: int, nodes: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Index tuple of ``nodes`` in level ``d``'s array."""
+        if d == 0:
+            return (nodes,)
+        return (nodes % self.branching, nodes // self.branching)
+
+    def get(self, indices: np.ndarray) -> np.ndarray:
+        """Leaf values at ``indices`` [n]."""
+        return self._levels[-1][self._at(self.depth, np.asarray(indices, dtype=np.int64))]
+
+    def set(self, indices: np.ndarray, values: np.ndarray) -> None:
+        """Set leaves ``indices`` [n] to ``values`` [n] (>= 0) and update their ancestors."""
+        indices = np.asarray(indices, dtype=np.int64)
+        values = np.asarray(values, dtype=np.float64)
+        if indices.shape != values.shape or indices.ndim != 1:
+            raise ValueError(
+                f"SumTree.set: indices {indices.shape} and values {values.shape} must be equal [n]"
+            )
+        if indices.size == 0:
+            return
+        if indices.min() < 0 or indices.max() >= self.capacity:
+            raise IndexError(f"SumTree.set: indices must lie in [0, {self.capacity})")
+        if not np.all(values >= 0):  # also rejects NaN
+            raise ValueError("SumTree.set: priorities must be non-negative numbers")
+        self._levels[-1][self._at(self.depth, indices)] = values
+        for d in range(self.depth, 0, -1):
+            indices = indices // self.branching
+            self._levels[d - 1][self._at(d - 1, indices)] = np.take(self._levels[d], indices, axis=1).sum(
+                axis=0
+            )
+
+    def find(self, fractions: np.ndarray) -> tuple[np.ndarray, float]:
+        """Leaves hit by the targets ``fractions * total`` (fractions in [0, 1)), and the total.
+
+        Leaf i is hit by target x when prefix(i) <= x < prefix(i) + leaf(i). Rounding can send a
+        target within an ulp of a node's upper edge into a zero-priority leaf; such draws are redone
+        with fresh fractions, so a zero-priority leaf is never returned.
+        """
+        prefix = np.cumsum(self._top)
+        total = float(prefix[-1])
+        if not total > 0:
+            raise ValueError("SumTree.find: all priorities are zero")
+        fractions = np.asarray(fractions, dtype=np.float64)
+        leaves = self._descend(prefix, fractions * total)
+        bad = self.get(leaves) <= 0
+        while bad.any():
+            leaves[bad] = self._descend(prefix, self._rng.random(int(bad.sum())) * total)
+            bad = self.get(leaves) <= 0
+        return leaves, total
+
+    def _descend(self, prefix: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        targets = np.minimum(targets, np.nextafter(prefix[-1], 0.0))
+        node = np.minimum(np.searchsorted(prefix, targets, side="right"), prefix.size - 1)
+        targets = targets - (prefix[node] - self._top[node])
+        columns = np.arange(targets.size)
+        for d in range(1, self.depth + 1):
+            children = np.take(self._levels[d], node, axis=1)  # [K, n]
+            before = self._exclusive_prefix @ children  # [K, n]: mass left of each child
+            child = (
+                np.count_nonzero(before <= targets, axis=0) - 1
+            )  # the last child starting at or before the target
+            targets = targets - before[child, columns]
+            node = node * self.branching + child
+        return node

@@ -1,0 +1,188 @@
+"""Transition storage with n-step returns: the data side of uniform, n-step and prioritized replay.
+
+Items are single steps (ring row, env): item = position * B + env, ``num_items = R * B``. A step
+is a sampling item once its n-step window is complete: n-step returns are computed **on write**,
+by :func:`algorithms.functional.returns.nstep_returns`, for the rows whose window the newest write
+completed (as rlpyt's ``NStepReturnBuffer``), so sampling is only gathers. The newest n rows are
+not yet valid (their bootstrap observation is not written), nor are the oldest ``lookback`` rows
+once the ring has wrapped (their frame history was overwritten).
+
+``sample`` data (:meth:`TransitionStorage.extract`), all torch tensors with leading dim [n]:
+
+| field | meaning |
+|---|---|
+| ``observation`` | the observation acted on at t |
+| ``action`` | the action taken at t |
+| ``return_n`` | sum_{k<m} gamma^k r_{t+k}, m <= n steps (cut at the first episode end) |
+| ``done_n`` | the window reached a terminal: no bootstrap |
+| ``discount_n`` | gamma^m, or 0 where ``done_n``: the weight of the bootstrap value |
+| ``next_observation`` | the bootstrap observation: the next observation of step t+m-1 |
+
+Episode ends and truncation (``terminated`` and ``truncated`` never merge):
+
+* ``terminated`` at t+k: the window stops there, ``done_n``, no bootstrap.
+* ``truncated`` (time limit) at t+k, with :class:`FullObservations`: the window stops there and
+  bootstraps gamma^(k+1) from that step's stored ``final_observation``, the true last observation
+  (Pardo et al. 2018).
+* ``truncated`` with :class:`FrameObservations`, which keeps no final frame: windows that would
+  reach the time-limit step stop one step before it and bootstrap from the observation *of* the
+  time-limit step (stored, same episode, one step shorter window: still an unbiased n-step
+  target), and the time-limit step itself is never sampled, as its own target would need the
+  missing final observation. One transition per time-limited episode is lost (Atari: one in 27,000).
+
+``nstep_done_bug=True`` reproduces rlpyt before PR #182 (see ``functional/returns.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from algorithms.arrays import NamedArrays
+from algorithms.functional.returns import nstep_returns
+from algorithms.replay.ring import Observations, StepRing
+
+
+class TransitionStorage:
+    """n-step transitions of B envs in a ring of ``capacity_steps // B`` rows.
+
+    Args:
+        capacity_steps: steps kept across all envs (rows = capacity_steps // num_envs).
+        num_envs: B, the sampler's batch width.
+        example: one step of a sample batch (e.g. ``samples[0, 0]``).
+        observations: ``FullObservations()`` or ``FrameObservations(frame_stack)``.
+        n_step: n of the returns (1 = plain DQN).
+        gamma: discount.
+        nstep_done_bug: rlpyt's pre-PR-#182 n-step done (for the as-published arm only).
+        shared: allocate every array in shared memory.
+    """
+
+    def __init__(
+        self,
+        capacity_steps: int,
+        num_envs: int,
+        example: NamedArrays,
+        observations: Observations,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        nstep_done_bug: bool = False,
+        shared: bool = False,
+    ) -> None:
+        if num_envs < 1:
+            raise ValueError(f"TransitionStorage: num_envs={num_envs} must be positive")
+        if n_step < 1:
+            raise ValueError(f"TransitionStorage: n_step={n_step} must be positive")
+        rows = capacity_steps // num_envs
+        if rows < 2 * (n_step + observations.lookback + 1):
+            raise ValueError(
+                f"TransitionStorage: capacity_steps={capacity_steps} gives {rows} rows per env, too few for "
+                f"n_step={n_step} and a frame lookback of {observations.lookback}"
+            )
+        self.n_step = int(n_step)
+        self.gamma = float(gamma)
+        self.nstep_done_bug = bool(nstep_done_bug)
+        self.ring = StepRing(
+            rows,
+            num_envs,
+            example,
+            observations,
+            extra=dict(
+                return_n=np.zeros((), dtype=np.float32),
+                discount_n=np.zeros((), dtype=np.float32),
+                done_n=np.zeros((), dtype=bool),
+                steps_n=np.zeros((), dtype=np.int16),
+            ),
+            shared=shared,
+        )
+        self.num_items = rows * num_envs
+
+    @property
+    def nbytes(self) -> int:
+        return self.ring.nbytes
+
+    def _items(self, first_row: int, stop_row: int) -> np.ndarray:
+        """Items of absolute rows [first_row, stop_row) for all envs."""
+        B = self.ring.num_envs
+        if stop_row <= first_row:
+            return np.zeros(0, dtype=np.int64)
+        positions = np.arange(first_row, stop_row) % self.ring.rows
+        return (positions[:, None] * B + np.arange(B)).ravel()
+
+    def append(self, samples: NamedArrays) -> tuple[np.ndarray, np.ndarray]:
+        """Write a [T, B] batch (Contract 3).
+
+        Returns ``(written, changed)``: items [T * B] written now (row-major: [T, B] flattened) and
+        the items whose validity may have changed (pass them to ``valid``).
+        """
+        ring, n = self.ring, self.n_step
+        t0, _ = ring.write(samples, max_rows=ring.rows - n - ring.observations.lookback - 1)
+        t = ring.t
+        # Windows completed by this write: rows [t0 - n, t - n) (clipped to rows ever written).
+        first, stop = max(t0 - n, 0), t - n
+        if stop > first:
+            self._write_returns(first, stop)
+        written = self._items(t0, t)
+        lost = t - ring.rows  # rows from here on lost their frame history to this write
+        history_lost = self._items(max(lost, 0), max(lost + ring.observations.lookback, 0))
+        changed = np.concatenate([self._items(first, stop), written, history_lost])
+        return written, changed
+
+    def _write_returns(self, first: int, stop: int) -> None:
+        ring, f = self.ring, self.ring.fields
+        positions = np.arange(first, stop + self.n_step - 1) % ring.rows
+        terminated = torch.from_numpy(f.terminated[positions])
+        truncated = f.truncated[positions]
+        if not ring.observations.keeps_final_observation:
+            # No final frame: cut windows one step before a time limit and bootstrap from the
+            # time-limit step's own observation (module docstring).
+            cut = np.zeros_like(truncated)
+            cut[:-1] = truncated[1:]
+            truncated = cut
+        out = nstep_returns(
+            torch.from_numpy(f.reward[positions]),
+            terminated,
+            torch.from_numpy(truncated),
+            self.gamma,
+            self.n_step,
+            nstep_done_bug=self.nstep_done_bug,
+        )
+        rows = positions[: stop - first]
+        k = stop - first
+        f.return_n[rows] = out.returns[:k].numpy()
+        f.discount_n[rows] = out.discount[:k].numpy()
+        f.done_n[rows] = out.done[:k].numpy()
+        f.steps_n[rows] = out.steps[:k].numpy()
+
+    def valid(self, items: np.ndarray) -> np.ndarray:
+        """Whether each item may be sampled now."""
+        ring = self.ring
+        positions, env = items // ring.num_envs, items % ring.num_envs
+        row = ring.absolute(positions)
+        t = ring.t
+        oldest = 0 if t <= ring.rows else t - ring.rows + ring.observations.lookback
+        ok = (row >= oldest) & (row < t - self.n_step)
+        if not ring.observations.keeps_final_observation:
+            ok &= ~ring.fields.truncated[positions, env]
+        return ok
+
+    def extract(self, items: np.ndarray) -> NamedArrays:
+        """The transitions of ``items`` [n] as torch tensors (table in the module docstring)."""
+        ring, f = self.ring, self.ring.fields
+        positions, env = items // ring.num_envs, items % ring.num_envs
+        steps = f.steps_n[positions, env].astype(np.int64)
+        bootstrap = (positions + steps) % ring.rows
+        obs = ring.observations
+        next_observation = obs.gather(bootstrap, env, f.episode_start)
+        if obs.keeps_final_observation:
+            last = (positions + steps - 1) % ring.rows
+            final = np.flatnonzero(f.truncated[last, env])
+            if final.size:
+                next_observation[final] = obs.gather_final(last[final], env[final])
+        return NamedArrays(
+            observation=obs.gather(positions, env, f.episode_start),
+            action=f.action[positions, env],
+            return_n=f.return_n[positions, env],
+            done_n=f.done_n[positions, env],
+            discount_n=f.discount_n[positions, env],
+            next_observation=next_observation,
+        ).to_torch()
