@@ -122,7 +122,10 @@ class WorkerGroup:
         *,
         torch_threads: int = 1,
         start_timeout_s: float = START_TIMEOUT_S,
+        daemon: bool = True,
     ) -> None:
+        """``daemon=False`` lets a worker start workers of its own (the asynchronous runner's sampler
+        process running a parallel sampler); it still exits when its parent dies (its pipe closes)."""
         if not body_factories:
             raise ValueError(f"{name}: a worker group needs at least one worker")
         ctx = spawn_context()
@@ -138,7 +141,7 @@ class WorkerGroup:
                     target=_worker_main,
                     args=(self.worker_name(rank), factory, child_conn, torch_threads),
                     name=self.worker_name(rank),
-                    daemon=True,  # never outlive a parent that exits without closing us
+                    daemon=daemon,  # daemons are ended by a parent that exits without closing them
                 )
                 proc.start()
                 child_conn.close()  # the parent keeps only its end: EOF then means the child died
@@ -219,12 +222,12 @@ class WorkerGroup:
         self.send(command, *args)
         return self.receive(timeout_s=timeout_s)
 
-    def check_alive(self) -> None:
-        """Raise ``WorkerError`` if any worker has died (for loops that wait on shared memory)."""
+    def dead_worker(self) -> str | None:
+        """A description of the first worker that is no longer running, or None (no side effects)."""
         for rank, proc in enumerate(self._procs):
             if not proc.is_alive():
-                self.close()
-                self._raise_dead(rank, self._pending[rank])
+                return f"{self.worker_name(rank)} (pid {proc.pid}) {_describe_exit(proc.exitcode)}"
+        return None
 
     def _raise_dead(self, rank: int, command: str | None) -> None:
         proc = self._procs[rank]

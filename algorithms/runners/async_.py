@@ -1,0 +1,374 @@
+"""The asynchronous runner: sampling and optimization in separate processes, joined through shared
+memory, with the replay ratio throttled to a target.
+
+Layout (rlpyt's async mode, rlpyt/runners/async_rl.py; R2D2's actors and learner, Kapturowski et
+al. 2019, Sec. 2.3)::
+
+    sampler process                     this process
+    ---------------                     ------------
+    sampler (any mode) -> DoubleBuffer -> copier thread: algo.append_samples(batch)  [replay write lock]
+          ^                                main thread:   algo.train(itr, 1)           [replay read lock]
+          |                                               logging, evaluation, checkpoints
+          +------ SharedStateDict <------- parameters, pushed every async_param_sync_steps env steps
+
+* The sampler process runs the configured sampler (serial, or a parallel mode whose workers it
+  starts itself) with its own agent copy, and writes each [T, B] batch into the free slot of a
+  shared-memory ``DoubleBuffer``: it never waits for the optimizer's lock, only when the optimizer
+  has fallen a whole buffer behind (or the throttle below holds it back).
+* A copier thread here moves each batch from its slot into the algorithm's replay under the write
+  side of an ``RWLock`` and frees the slot; the main thread trains one update at a time under the
+  read side, so an append never interleaves with a minibatch being drawn or priorities updated.
+* Parameters: the learner pushes its ``state_dict`` to a ``SharedStateDict`` each time the sampler
+  has advanced ``RunnerConfig.async_param_sync_steps`` env steps (R2D2, Table 2: actors fetch every
+  400 steps); the sampler loads the newest version before its next batch.
+* Throttle, with ``replay_ratio_target`` = r > 0 under ``replay_ratio_counting`` ("trained":
+  ``OptInfo.samples_trained``, R2D2's counting; "with_burnin": ``samples_replayed``, rlpyt's): from
+  the env step L at which training started (the end of the algorithm's warm-up), the optimizer
+  trains while ``counted < r (env_steps - L)`` and otherwise waits for data, and the sampler waits
+  while ``counted < r (env_steps_sampled - L) - r T B`` (more than one batch ahead). The counters
+  report the achieved ratio over all env steps, warm-up included. With r = 0 the optimizer trains
+  as fast as it can and the ratio is whatever results (R2D2's learner).
+
+Algorithm contract for this runner (Contract 4, async extension): besides ``optimize``, the
+algorithm implements ``append_samples(samples)`` (add a batch to its replay, count its env steps,
+no training) and ``train(itr, n_updates) -> OptInfo`` (that many updates from the replay, or none
+while it is still warming up). The replay itself stays in this process: its storage is the
+algorithm's, unchanged.
+
+Time accounting: training counts as "optimizing", waiting for samples as "sampling", so
+throughput (env steps per sampling + optimizing second) is the wall-clock rate outside evaluation
+and logging.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from algorithms.arrays import buffer_from_example
+from algorithms.replay.shared import DoubleBuffer, RWLock
+from algorithms.runners.sync import SyncRunner, next_boundary
+from algorithms.samplers.base import BatchSpec, allocate_samples, make_sampler, record_example
+from algorithms.samplers.parallel_cpu import bootstrap_example
+from algorithms.samplers.serial import SerialSampler
+from algorithms.samplers.workers import SharedStateDict, WorkerError, WorkerGroup, spawn_context
+
+if TYPE_CHECKING:
+    from algorithms.agents.base import Agent
+    from algorithms.counters import Counters
+    from algorithms.rundir import RunDir
+    from algorithms.train import TrainConfig
+
+# Slots of the shared progress array (float64): written by one side each.
+_SAMPLED, _COUNTED, _LEARN_START = 0, 1, 2
+_WAIT_S = 0.002  # granularity of the throttle waits
+DATA_TIMEOUT_S = 600.0  # no batch from the sampler for this long: report it instead of hanging
+
+
+def check_async_algo(algo: Any, name: str) -> None:
+    """``TypeError`` naming what ``algo`` lacks for the asynchronous runner (see the module docstring)."""
+    missing = [m for m in ("append_samples", "train") if not callable(getattr(algo, m, None))]
+    if missing:
+        raise TypeError(
+            f"algorithm {name!r} cannot run under RunnerConfig.kind 'async': its Algo lacks "
+            f"{', '.join(missing)} (append_samples(samples) and train(itr, n_updates), Contract 4)"
+        )
+
+
+class _Stopped(Exception):
+    """Raised inside waits when the run is being stopped."""
+
+
+@dataclass(frozen=True)
+class SamplerProcessSpec:
+    """What the sampler process needs, picklable for ``spawn``; calling it builds the process's body."""
+
+    config: Any  # TrainConfig
+    agent_factory: Any
+    start_env_steps: int
+    batch: DoubleBuffer
+    traj_infos: Any  # multiprocessing Queue of per-batch episode lists
+    params: SharedStateDict
+    progress: Any  # shared float64 array, slots above
+    stop: Any  # multiprocessing Event
+
+    def __call__(self) -> SamplerProcess:
+        return SamplerProcess(self)
+
+
+class SamplerProcess:
+    """Inside the sampler process: an agent copy and a sampler of the configured mode."""
+
+    def __init__(self, spec: SamplerProcessSpec) -> None:
+        config = spec.config
+        self.spec = spec
+        self.parent_pid = os.getppid()
+        torch.manual_seed(int(np.random.SeedSequence([config.runner.seed, 1]).generate_state(1)[0]))
+        self.agent: Agent = spec.agent_factory()
+        if config.sampler.mode in ("gpu", "alternating"):
+            self.agent.model.to(config.runner.device)  # these modes batch inference here, on the device
+        self.params_version = spec.params.pull(self.agent, -1)
+        self.sampler = make_sampler(
+            config.sampler.mode,
+            config.env,
+            self.agent,
+            config.sampler,
+            config.runner.seed,
+            spec.start_env_steps,
+            agent_factory=spec.agent_factory,
+        )
+        self.sampler.initialize()
+
+    def run(self) -> int:
+        """Sample until the step budget is reached or the run stops; returns the env steps sampled."""
+        spec, runner = self.spec, self.spec.config.runner
+        batch_size = self.sampler.batch_spec.size
+        env_steps = self.spec.start_env_steps
+        itr = 0
+        while env_steps < runner.n_steps:
+            try:
+                self._check_stop()
+                self._wait_for_optimizer(env_steps, batch_size)
+            except _Stopped:
+                break
+            self.params_version = spec.params.pull(self.agent, self.params_version)
+            self.agent.set_mode("sample", env_steps)
+            samples, traj_infos = self.sampler.sample(itr)
+            try:
+                slot = spec.batch.begin_write(timeout_s=DATA_TIMEOUT_S, alive=self._check_stop)
+            except _Stopped:
+                break
+            spec.batch.slots[slot][:] = samples
+            spec.traj_infos.put(traj_infos)
+            env_steps += batch_size
+            itr += 1
+            spec.progress[_SAMPLED] = env_steps
+            spec.batch.end_write(slot, (itr, batch_size))
+        return env_steps
+
+    def _check_stop(self) -> None:
+        # A parent that died without stopping us (SIGKILL) leaves us reparented: stop too.
+        if self.spec.stop.is_set() or os.getppid() != self.parent_pid:
+            raise _Stopped
+
+    def _wait_for_optimizer(self, env_steps: int, batch_size: int) -> None:
+        """The sampler side of the throttle: hold while the optimizer is more than a batch behind."""
+        target = self.spec.config.runner.replay_ratio_target
+        progress = self.spec.progress
+        while target > 0 and progress[_LEARN_START] >= 0:
+            owed = target * (env_steps - progress[_LEARN_START]) - target * batch_size
+            if progress[_COUNTED] >= owed:
+                return
+            self._check_stop()
+            time.sleep(_WAIT_S)
+
+    def close(self) -> None:
+        self.sampler.shutdown()
+
+
+class AsyncRunner(SyncRunner):
+    """Runs one job with the sampler in its own process (see the module docstring).
+
+    Logging, evaluation (in this process, with the learner's agent on separate envs) and
+    checkpoints are the synchronous runner's.
+    """
+
+    @classmethod
+    def make_sampler(
+        cls, config: TrainConfig, agent: Agent, start_env_steps: int, rank: int, world_size: int
+    ) -> SerialSampler:
+        """The sampler *object of this process*, used for evaluation only (training samples come from
+        the sampler process); ``BaseSampler.evaluate`` is the same in every mode."""
+        return SerialSampler(config.env, agent, config.sampler, config.runner.seed, start_env_steps)
+
+    def run(self) -> Counters:
+        check_async_algo(self.algo, self.config.algo)
+        config, runner = self.config, self.config.runner
+        ctx = spawn_context()
+        batch_spec = BatchSpec(config.sampler.batch_T, config.sampler.batch_B)
+        example = record_example(self.agent.observation_space, self.agent.action_space, self.agent)
+        layout = allocate_samples(example, batch_spec).replace(
+            bootstrap=buffer_from_example(bootstrap_example(example, self.agent), batch_spec.B).to_torch()
+        )
+        self.batch = DoubleBuffer(layout)
+        self.traj_queue = ctx.Queue()
+        self.params = SharedStateDict(self.agent.state_dict())
+        self.progress = ctx.Array("d", [self.counters.env_steps, 0.0, -1.0], lock=False)
+        self.stop = ctx.Event()
+        self.replay_lock = RWLock()
+        self.arrivals: queue.Queue[tuple[int, list[dict[str, Any]]]] = queue.Queue()
+        self.arrived = threading.Event()
+        self.copier_error: BaseException | None = None
+        from algorithms import registry
+
+        spec = SamplerProcessSpec(
+            config=config,
+            agent_factory=registry.AgentFactory(
+                config.algo, config.algo_config, self.agent.observation_space, self.agent.action_space
+            ),
+            start_env_steps=self.counters.env_steps,
+            batch=self.batch,
+            traj_infos=self.traj_queue,
+            params=self.params,
+            progress=self.progress,
+            stop=self.stop,
+        )
+        self.workers = WorkerGroup("async sampler", [spec], torch_threads=runner.torch_threads, daemon=False)
+        copier = threading.Thread(target=self._copy_batches, name="replay copier", daemon=True)
+        self.start_logger()
+        try:
+            self.workers.send("run")
+            copier.start()
+            self.optimize_until_done()
+            self.finish()
+        finally:
+            self.stop.set()
+            copier.join(timeout=10)
+            self.workers.close()
+            self.sampler.shutdown()
+            if self.logger is not None:
+                self.logger.close()
+        return self.counters
+
+    # --- the copier thread ------------------------------------------------------------------------
+    def _copy_batches(self) -> None:
+        """Move each batch from its shared slot into the replay (write lock), then free the slot."""
+        try:
+            while True:
+                slot, (_, n_steps) = self.batch.begin_read(
+                    timeout_s=DATA_TIMEOUT_S, alive=self._sampler_alive
+                )
+                traj_infos = self.traj_queue.get(timeout=DATA_TIMEOUT_S)
+                with self.replay_lock.write():
+                    self.algo.append_samples(self.batch.slots[slot])
+                self.batch.end_read(slot)
+                self.arrivals.put((n_steps, traj_infos))
+                self.arrived.set()
+        except _Stopped:
+            return
+        except BaseException as error:
+            self.copier_error = error
+            self.arrived.set()
+
+    def _sampler_alive(self) -> None:
+        if self.stop.is_set():
+            raise _Stopped
+        if self.workers.dead_worker() is not None:
+            raise WorkerError(self.workers.dead_worker())
+
+    # --- the main thread --------------------------------------------------------------------------
+    def optimize_until_done(self) -> None:
+        runner = self.config.runner
+        target = runner.replay_ratio_target
+        counters = self.counters
+        next_push = counters.env_steps + runner.async_param_sync_steps
+        data_since_idle = True  # new data arrived since train() last did no update
+        while True:
+            self.take_arrivals()
+            steps = counters.env_steps
+            sampling_done = steps >= runner.n_steps
+            learn_start = self.progress[_LEARN_START]
+            if target > 0 and learn_start >= 0:
+                behind = self.counted() < target * (steps - learn_start)
+            else:
+                behind = not sampling_done  # no throttle: train whenever there is data
+            if behind and data_since_idle:
+                with counters.timer("optimizing"), self.replay_lock.read():
+                    self.agent.set_mode("train", steps)
+                    opt_info = self.algo.train(counters.sampler_itrs, 1)
+                counters.add_updates(opt_info.updates, opt_info.samples_trained, opt_info.samples_replayed)
+                self.window.add([], opt_info)
+                if opt_info.updates == 0:
+                    data_since_idle = False  # still warming up: wait for more data
+                elif learn_start < 0:
+                    self.progress[_LEARN_START] = steps
+                self.progress[_COUNTED] = self.counted()
+                if self.progress[_SAMPLED] >= next_push:
+                    self.params.push(self.agent.state_dict())
+                    next_push = self.progress[_SAMPLED] + runner.async_param_sync_steps
+                continue
+            if sampling_done:
+                return
+            with counters.timer("sampling"):
+                if self.arrived.wait(timeout=0.05):
+                    data_since_idle = True
+            self.check_sampler()
+
+    def counted(self) -> int:
+        c = self.counters
+        return (
+            c.samples_trained if self.config.runner.replay_ratio_counting == "trained" else c.samples_replayed
+        )
+
+    def take_arrivals(self) -> None:
+        """Count the batches the copier has appended, and cross log/eval/checkpoint boundaries."""
+        self.check_sampler()
+        runner = self.config.runner
+        while True:
+            try:
+                n_steps, traj_infos = self.arrivals.get_nowait()
+            except queue.Empty:
+                break
+            self.arrived.clear()
+            self.counters.add_env_steps(n_steps, episodes=len(traj_infos))
+            self.window.traj_infos.extend(traj_infos)
+            steps = self.counters.env_steps
+            if self.logger is not None:
+                self.logger.advance(steps)
+            if steps >= self.next_log:
+                self.log_row()
+                self.next_log = next_boundary(steps, runner.log_interval_steps)
+            if self.next_eval is not None and steps >= self.next_eval:
+                self.evaluate()
+                self.next_eval = next_boundary(steps, runner.eval_interval_steps)
+            if steps >= self.next_checkpoint:
+                self.next_checkpoint = next_boundary(steps, runner.checkpoint_every_steps)
+                with self.replay_lock.read():  # the algorithm's counters, consistent with its replay
+                    self.save_checkpoint()
+
+    def check_sampler(self) -> None:
+        """Re-raise a failure of the copier thread or the sampler process (with the sampler's traceback)."""
+        if self.copier_error is None:
+            return
+        if isinstance(self.copier_error, WorkerError):
+            self.workers.receive(timeout_s=5)  # raises the sampler's own error report if it sent one
+        raise self.copier_error
+
+    def finish(self) -> None:
+        """Wait for the sampler to report its end, then the last progress row, evaluation and checkpoint."""
+        self.workers.receive(timeout_s=60)
+        self.take_arrivals()
+        steps = self.counters.env_steps
+        if self.last_log_steps != steps:
+            self.log_row()
+        if self.last_eval_steps != steps:
+            self.evaluate()
+        self.save_checkpoint()
+
+    def start_logger(self) -> None:
+        import sys
+
+        from algorithms.logger import RunLogger
+
+        if self.run_dir is not None:
+            self.logger = RunLogger(
+                self.run_dir,
+                self.config.runner.n_steps,
+                initial_steps=self.counters.env_steps,
+                tensorboard=self.config.runner.tensorboard,
+                console=sys.stderr.isatty(),
+                description=f"{self.config.algo} {self.config.env.id} (async)",
+            )
+
+
+def run(config: TrainConfig, run_dir: RunDir, resume: bool) -> Counters:
+    """Train ``config`` with the sampler in its own process, writing ``run_dir``."""
+    checkpoint = run_dir.load_checkpoint() if resume else None
+    return AsyncRunner.build(config, run_dir, checkpoint).run()

@@ -1,0 +1,100 @@
+"""The asynchronous runner on CartPole with a small replay-based algorithm (``async_probe_algo``):
+the replay ratio reaches its target under either counting, parameters reach the sampler process,
+the run directory is complete, and a dead sampler process is a clear error, not a hang."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import async_probe_algo as probe
+import pytest
+import torch
+import train_probe_algo
+
+from algorithms import registry
+from algorithms.envs.config import EnvConfig
+from algorithms.rundir import RunDir, read_run
+from algorithms.runners.async_ import AsyncRunner
+from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, config_to_dict
+
+
+@pytest.fixture(autouse=True)
+def _threads():
+    torch.set_num_threads(1)
+
+
+def make_config(n_steps: int, target: float, counting: str = "trained", **runner) -> TrainConfig:
+    return TrainConfig(
+        algo="probe_replay",
+        algo_config=probe.Config(),
+        env=EnvConfig(id="CartPole-v1", kind="gym"),
+        sampler=SamplerConfig(batch_T=10, batch_B=4, eval_n_envs=1, eval_episodes=2, eval_max_steps=100),
+        runner=RunnerConfig(
+            kind="async",
+            n_steps=n_steps,
+            log_interval_steps=1000,
+            replay_ratio_target=target,
+            replay_ratio_counting=counting,
+            async_param_sync_steps=200,
+            **runner,
+        ),
+    )
+
+
+def build(config: TrainConfig, path) -> AsyncRunner:
+    run = RunDir.open(path, config_to_dict(config), {"seed": config.runner.seed}, resume=False)
+    return AsyncRunner.build(config, run, None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("counting", ["trained", "with_burnin"])
+def test_async_run_reaches_the_target_replay_ratio(counting: str, tmp_path) -> None:
+    target, n_steps = 1.5, 3000
+    runner = build(make_config(n_steps, target, counting), tmp_path / "run")
+    counters = runner.run()
+    runner.run_dir.set_status("complete")
+    assert counters.env_steps == n_steps
+    achieved = counters.replay_ratio_trained if counting == "trained" else counters.replay_ratio_with_burnin
+    # Training starts after the warm-up (64 steps + at most one batch of 40), which the overall ratio counts.
+    assert target * (n_steps - 104) / n_steps * 0.97 <= achieved <= target * 1.03, achieved
+    burnin = probe.Config().burnin_steps
+    assert counters.samples_replayed == counters.samples_trained * (1 + burnin)
+    assert runner.params.version >= n_steps // 200 - 2  # pushed about every 200 sampled env steps
+    data = read_run(tmp_path / "run")
+    assert data.status == "complete", data.problems
+    assert data.progress["env_steps"].tolist() == [1000, 2000, 3000]
+    assert len(data.eval) == 2
+
+
+def test_async_run_without_target_trains_while_sampling(tmp_path) -> None:
+    runner = build(make_config(800, 0.0), tmp_path / "run")
+    counters = runner.run()
+    assert counters.env_steps == 800 and counters.updates > 0
+    assert counters.time_optimizing_s > 0 and counters.time_sampling_s > 0
+
+
+def test_killed_sampler_process_is_a_clear_error(tmp_path) -> None:
+    runner = build(make_config(10**7, 1.0), tmp_path / "run")
+
+    def kill_sampler() -> None:
+        while getattr(runner, "workers", None) is None or runner.counters.env_steps < 200:
+            threading.Event().wait(0.05)
+        os.kill(runner.workers.pids[0], signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_sampler, daemon=True)
+    killer.start()
+    with pytest.raises(RuntimeError, match=r"async sampler worker 0 \(pid \d+\) was killed by SIGKILL"):
+        runner.run()
+    killer.join(timeout=5)
+
+
+def test_algorithm_without_the_async_methods_is_rejected(tmp_path, monkeypatch) -> None:
+    monkeypatch.setitem(registry.ALGORITHMS, "probe", train_probe_algo.__name__)
+    config = make_config(100, 0.0)
+    config = TrainConfig("probe", train_probe_algo.Config(), config.env, config.sampler, config.runner)
+    with pytest.raises(
+        TypeError, match="'probe' cannot run under RunnerConfig.kind 'async'.*append_samples, train"
+    ):
+        build(config, tmp_path / "run").run()
