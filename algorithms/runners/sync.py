@@ -236,41 +236,54 @@ class SyncRunner:
 
     # --- the loop ---------------------------------------------------------------------------------
     def run(self) -> Counters:
-        runner = self.config.runner
         self.sampler.initialize()
-        if self.run_dir is not None:
-            self.logger = RunLogger(
-                self.run_dir,
-                runner.n_steps,
-                initial_steps=self.counters.env_steps,
-                tensorboard=runner.tensorboard,
-                console=sys.stderr.isatty(),
-                description=f"{self.config.algo} {self.config.env.id}",
-            )
+        self.start_logger()
         try:
-            while self.counters.env_steps < runner.n_steps:
+            while self.counters.env_steps < self.config.runner.n_steps:
                 self.iteration(self.counters.sampler_itrs)
-                steps = self.counters.env_steps
-                if steps >= self.next_log:
-                    self.log_row()
-                    self.next_log = next_boundary(steps, runner.log_interval_steps)
-                if self.next_eval is not None and steps >= self.next_eval:
-                    self.evaluate()
-                    self.next_eval = next_boundary(steps, runner.eval_interval_steps)
-                if steps >= self.next_checkpoint:
-                    self.next_checkpoint = next_boundary(steps, runner.checkpoint_every_steps)
-                    self.save_checkpoint()
-            steps = self.counters.env_steps
-            if self.last_log_steps != steps:
-                self.log_row()
-            if self.last_eval_steps != steps:
-                self.evaluate()
-            self.save_checkpoint()
+                self.cross_boundaries()
+            self.finish()
         finally:
             self.sampler.shutdown()
             if self.logger is not None:
                 self.logger.close()
         return self.counters
+
+    def start_logger(self, description: str = "") -> None:
+        """The console bar and progress-table writer (where this process writes the run directory)."""
+        if self.run_dir is None:
+            return
+        runner = self.config.runner
+        self.logger = RunLogger(
+            self.run_dir,
+            runner.n_steps,
+            initial_steps=self.counters.env_steps,
+            tensorboard=runner.tensorboard,
+            console=sys.stderr.isatty(),
+            description=description or f"{self.config.algo} {self.config.env.id}",
+        )
+
+    def cross_boundaries(self) -> None:
+        """Log, evaluate and checkpoint for every interval the env-step count has just crossed."""
+        runner, steps = self.config.runner, self.counters.env_steps
+        if steps >= self.next_log:
+            self.log_row()
+            self.next_log = next_boundary(steps, runner.log_interval_steps)
+        if self.next_eval is not None and steps >= self.next_eval:
+            self.evaluate()
+            self.next_eval = next_boundary(steps, runner.eval_interval_steps)
+        if steps >= self.next_checkpoint:
+            self.next_checkpoint = next_boundary(steps, runner.checkpoint_every_steps)
+            self.save_checkpoint()
+
+    def finish(self) -> None:
+        """At the end of the budget: a last row and evaluation unless done at this step, a last checkpoint."""
+        steps = self.counters.env_steps
+        if self.last_log_steps != steps:
+            self.log_row()
+        if self.last_eval_steps != steps:
+            self.evaluate()
+        self.save_checkpoint()
 
     def iteration(self, itr: int) -> None:
         """Sample one batch and optimize on it, counting steps, updates and time."""
