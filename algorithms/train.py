@@ -307,6 +307,7 @@ def _from_json(annotation: Any, value: Any, where: str) -> Any:
 # runner kind -> "module:function" with signature (config, run: RunDir, resume) -> Counters.
 RUNNERS: dict[str, str] = {
     "sync": "algorithms.runners.sync:run",
+    "async": "algorithms.runners.async_:run",
     "ddp": "algorithms.runners.ddp:run",
 }
 
@@ -328,10 +329,6 @@ def train(config: TrainConfig, run_dir: Path | str, resume: bool = True) -> Coun
 
     if not isinstance(config, TrainConfig):
         raise TypeError(f"train: config must be a TrainConfig, got {type(config).__name__}")
-    if config.runner.kind not in RUNNERS:
-        raise ValueError(
-            f"RunnerConfig.kind {config.runner.kind!r} has no runner yet; available: {sorted(RUNNERS)}"
-        )
     torch.set_num_threads(config.runner.torch_threads)
     run = RunDir.open(Path(run_dir), config_to_dict(config), {"seed": config.runner.seed}, resume=resume)
     module, function = RUNNERS[config.runner.kind].split(":")

@@ -8,7 +8,15 @@ import json
 import pytest
 
 from algorithms import registry
-from algorithms.train import RunnerConfig, SamplerConfig, dataclass_from_dict
+from algorithms.samplers.base import SAMPLERS
+from algorithms.train import (
+    RUNNER_KINDS,
+    RUNNERS,
+    SAMPLER_MODES,
+    RunnerConfig,
+    SamplerConfig,
+    dataclass_from_dict,
+)
 
 
 @pytest.mark.parametrize(
@@ -84,3 +92,8 @@ def test_registry_lists_every_algorithm_and_rejects_unknown_names():
     assert all(path.startswith("algorithms.algos.") for path in registry.ALGORITHMS.values())
     with pytest.raises(ValueError, match=r"unknown algorithm 'dqn2'; known: a2c, c51, ddpg"):
         registry.algo_module("dqn2")
+
+
+def test_every_runner_kind_and_sampler_mode_has_an_implementation():
+    assert set(RUNNERS) == set(RUNNER_KINDS)
+    assert set(SAMPLERS) == set(SAMPLER_MODES)
