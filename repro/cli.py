@@ -90,31 +90,21 @@ def _jobs_arg(text: str | None) -> int | None:
 def _tasks(jobs):
     from repro.scheduler import Task
 
-    return [
-        Task(
-            key=j.key,
-            run_dir=j.run_dir,
-            argv=(
-                sys.executable,
-                "-m",
-                "repro",
-                "run-job",
-                "--arm",
-                j.arm,
-                "--profile",
-                j.profile,
-                "--env",
-                j.env,
-                "--seed",
-                str(j.seed),
-                "--run-dir",
-                str(j.run_dir),
-            ),  # fmt: skip
-            steps=j.n_steps,
-            threads=j.config.runner.torch_threads,
-        )
-        for j in jobs
-    ]
+    tasks = []
+    for j in jobs:
+        argv = [
+            sys.executable,
+            "-m",
+            "repro",
+            "run-job",
+            "--arm",
+            j.setting,
+            "--profile",
+            str(j.profile_path),
+        ]
+        argv += ["--env", j.env, "--seed", str(j.seed), "--run-dir", str(j.run_dir)]
+        tasks.append(Task(j.key, j.run_dir, tuple(argv), j.n_steps, j.config.runner.torch_threads))
+    return tasks
 
 
 def _dry_run(plan, jobs, n_slots: int, slot_kind: str, probe: bool) -> None:

@@ -4,7 +4,7 @@ A plan (``repro/configs/plans/<name>.toml``)::
 
     [plan]
     title = "..."
-    arms = ["rlpyt_r2d1_published", "r2d1_corrected"]     # setting names
+    arms = ["rlpyt_r2d1_published", "r2d1_corrected"]     # setting names (or paths to .toml files)
     envs = ["pong", "seaquest"]                            # env ids (EnvConfig.id)
     envs_source = "where the env list comes from"
 
@@ -59,10 +59,12 @@ class Job:
     """One run of the plan. ``config`` is the resolved ``algorithms.train.TrainConfig``."""
 
     experiment: str
-    arm: str
+    arm: str  # the arm's name in the run directory: the setting's name
+    setting: str  # how to load it: a shipped setting's name or a path to a .toml file
     env: str
     seed: int
     profile: str
+    profile_path: Path
     run_dir: Path
     config: Any
 
@@ -191,11 +193,13 @@ def expand(
                 jobs.append(
                     Job(
                         experiment=experiment,
-                        arm=arm,
+                        arm=setting.name,
+                        setting=arm,
                         env=env,
                         seed=seed,
                         profile=profile.name,
-                        run_dir=run_path(Path(root), experiment, arm, env, seed),
+                        profile_path=profile.path,
+                        run_dir=run_path(Path(root), experiment, setting.name, env, seed),
                         config=train_config(setting, classes),
                     )
                 )
