@@ -5,10 +5,13 @@ run any algorithm under any runner. ``config_to_dict`` / ``config_from_dict`` ar
 through ``config.json``: plain JSON types only, unknown keys and wrong types are one-line errors
 naming the key.
 
-Seeding rule (one place, so every runner and sampler mode agrees):
+Seeding rule (the same for every runner and sampler mode):
 
-* ``train()`` seeds Python's ``random``, numpy's global RNG and torch from ``runner.seed`` before
-  the agent is built, so model initialisation is a function of the seed;
+* the runner seeds Python's ``random``, numpy's global RNG and torch from ``runner.seed``
+  (``algorithms.runners.sync.seed_everything``) before the agent is built, so model
+  initialisation and everything drawn from the global RNGs are functions of the seed; DDP rank
+  r > 0 uses an independent seed derived from (seed, r) (``rank_seed``); a resumed run restores
+  the RNG states saved in its checkpoint instead;
 * environments are seeded by the samplers from the run seed and each env's global rank
   (``algorithms.samplers.base.env_seed``), never from the global RNGs, so sampler modes that
   split the B environments across workers see the same episodes as the serial sampler.
