@@ -1,0 +1,278 @@
+"""DQN (Mnih et al. 2015, "Human-level control through deep reinforcement learning", Nature) and the
+options that Rainbow (Hessel et al. 2018) later combined: double Q-learning (van Hasselt et al.
+2016), the dueling network (Wang et al. 2016), prioritized replay (Schaul et al. 2016) and n-step
+returns (Sutton 1988; Hessel et al. 2018, Sec. 2).
+
+One update::
+
+    (s, a, G, discount, s') ~ replay             # G: n-step return, discount: gamma^m or 0 at terminals
+    y = G + discount * max_a' Q_target(s', a')   # double: Q_target(s', argmax_a' Q(s', a'))
+    loss = mean_i w_i * huber(Q(s_i, a_i) - y_i) # w: importance weights (1 without prioritization)
+    priorities <- |Q(s, a) - y|                  # prioritized only
+    every target_update_period_updates: Q_target <- Q
+
+``optimize`` appends each sampler batch to the replay and, once ``min_steps_learn`` env steps have
+been collected, runs one update per ``train_every_steps`` env steps (Nature: 4).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from algorithms.agents.dqn_agents import EpsilonGreedyAgent
+from algorithms.agents.epsilon import EpsilonSchedule
+from algorithms.algos.base import OptInfo
+from algorithms.arrays import NamedArrays
+from algorithms.functional.td import (
+    double_q_learning_target,
+    huber_loss,
+    q_learning_target,
+    select_action_values,
+    squared_loss,
+)
+from algorithms.models.dqn_model import QNetwork
+from algorithms.replay.buffer import ReplayBuffer
+from algorithms.replay.observations import FrameObservations, FullObservations
+from algorithms.replay.samplers import PrioritizedSampler, UniformSampler
+from algorithms.replay.transitions import TransitionStorage
+from algorithms.samplers.base import BatchSpec
+
+OPTIMIZERS = ("rmsprop", "adam")
+LOSSES = ("huber", "squared")
+
+
+@dataclass(frozen=True)
+class Config:
+    """DQN settings. Defaults are Nature DQN (Mnih et al. 2015, Extended Data Table 1) unless noted.
+
+    Counts are env steps (agent steps; 4 Atari frames each) or updates, as the names say. Dopamine's
+    ``dqn_nature.gin`` reads the table the same way (e.g. 50k agent steps before learning).
+    """
+
+    discount: float = 0.99
+    batch_size: int = 32
+    replay_size_steps: int = 1_000_000
+    min_steps_learn: int = 50_000  # "replay start size"
+    train_every_steps: int = 4  # "update frequency": env steps (summed over envs) per update
+    # The table says 10,000 "parameter updates", but DeepMind's code counted agent steps (target_q =
+    # 10000 in run_gpu), i.e. 2,500 updates at one update per 4 steps; Dopamine and SB3 do the same.
+    target_update_period_updates: int = 2_500
+    loss: str = "huber"  # Nature clips the TD error's gradient to [-1, 1]: the Huber loss
+    optimizer: str = "rmsprop"
+    learning_rate: float = 2.5e-4
+    # Nature's RMSProp (squared gradient momentum 0.95) is the centered variant; its "min squared
+    # gradient 0.01" sits inside the square root, torch adds eps outside: Dopamine uses 1e-5 there.
+    rmsprop_alpha: float = 0.95
+    optimizer_eps: float = 1e-5  # RMSprop eps (or Adam eps with optimizer="adam")
+    clip_grad_norm: float = 0.0  # 0 = no clipping (Nature)
+    # Options, all off in Nature DQN.
+    double: bool = False  # van Hasselt et al. 2016
+    dueling: bool = False  # Wang et al. 2016
+    n_step: int = 1
+    prioritized: bool = False  # Schaul et al. 2016, proportional variant
+    priority_alpha: float = 0.6  # Schaul et al. 2016, Table 1 (proportional)
+    priority_beta_start: float = 0.4  # Schaul et al. 2016, Table 1; annealed linearly to 1 ...
+    # ... by the end of learning: 50M frames = 12.5M steps = 3.125M updates at one per 4 steps.
+    priority_beta_anneal_updates: int = 3_125_000
+    # Exploration (Extended Data Table 1: 1.0 -> 0.1 over the first 1M frames = 250k steps).
+    eps_start: float = 1.0
+    eps_final: float = 0.1
+    eps_decay_steps: int = 250_000
+    eps_per_env: Literal["same", "apex"] = "same"
+    eps_eval: float = 0.05  # Nature Methods, "Evaluation procedure"
+    # Network for vector observations (Atari frames use the Nature convolutions).
+    mlp_hidden_sizes: tuple[int, ...] = (64, 64)
+    hidden_size: int = 512  # Nature's fully connected layer; each dueling stream
+
+    def __post_init__(self) -> None:
+        _check(0.0 <= self.discount <= 1.0, "discount", self.discount, "in [0, 1]")
+        for name in ("batch_size", "replay_size_steps", "train_every_steps", "target_update_period_updates"):
+            _check(getattr(self, name) >= 1, name, getattr(self, name), ">= 1")
+        _check(self.n_step >= 1, "n_step", self.n_step, ">= 1")
+        _check(self.min_steps_learn >= 0, "min_steps_learn", self.min_steps_learn, ">= 0")
+        _check(self.loss in LOSSES, "loss", self.loss, f"one of {LOSSES}")
+        _check(self.optimizer in OPTIMIZERS, "optimizer", self.optimizer, f"one of {OPTIMIZERS}")
+        _check(self.learning_rate > 0, "learning_rate", self.learning_rate, "> 0")
+        _check(self.optimizer_eps > 0, "optimizer_eps", self.optimizer_eps, "> 0")
+        _check(0.0 <= self.rmsprop_alpha < 1.0, "rmsprop_alpha", self.rmsprop_alpha, "in [0, 1)")
+        _check(self.clip_grad_norm >= 0, "clip_grad_norm", self.clip_grad_norm, ">= 0 (0 = off)")
+        _check(self.priority_alpha >= 0, "priority_alpha", self.priority_alpha, ">= 0")
+        _check(
+            0.0 <= self.priority_beta_start <= 1.0,
+            "priority_beta_start",
+            self.priority_beta_start,
+            "in [0, 1]",
+        )
+        _check(
+            self.priority_beta_anneal_updates >= 0,
+            "priority_beta_anneal_updates",
+            self.priority_beta_anneal_updates,
+            ">= 0",
+        )
+        _check(
+            all(h >= 1 for h in self.mlp_hidden_sizes), "mlp_hidden_sizes", self.mlp_hidden_sizes, "positive"
+        )
+        _check(self.hidden_size >= 1, "hidden_size", self.hidden_size, ">= 1")
+        self.epsilon_schedule  # validates the eps_* fields  # noqa: B018
+
+    @property
+    def epsilon_schedule(self) -> EpsilonSchedule:
+        return EpsilonSchedule(
+            start=self.eps_start,
+            final=self.eps_final,
+            decay_steps=self.eps_decay_steps,
+            per_env=self.eps_per_env,
+            eval=self.eps_eval,
+        )
+
+
+def _check(ok: bool, name: str, value: Any, what: str) -> None:
+    if not ok:
+        raise ValueError(f"Config.{name} must be {what}, got {value!r}")
+
+
+def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space) -> EpsilonGreedyAgent:
+    """Nature Q-network (conv torso for frames, MLP for vectors), optionally dueling, epsilon-greedy."""
+    model = QNetwork(
+        observation_space.shape,
+        action_space.n,
+        dueling=config.dueling,
+        hidden_size=config.hidden_size,
+        mlp_hidden_sizes=config.mlp_hidden_sizes,
+    )
+    return EpsilonGreedyAgent(model, observation_space, action_space, config.epsilon_schedule)
+
+
+def make_optimizer(config: Config, params: Any) -> torch.optim.Optimizer:
+    if config.optimizer == "adam":
+        return torch.optim.Adam(params, lr=config.learning_rate, eps=config.optimizer_eps)
+    return torch.optim.RMSprop(
+        params, lr=config.learning_rate, alpha=config.rmsprop_alpha, eps=config.optimizer_eps, centered=True
+    )
+
+
+class Algo:
+    """DQN learner: replay, target network, optimizer (see the module docstring)."""
+
+    def __init__(
+        self, config: Config, agent: EpsilonGreedyAgent, counters_frameskip: int, batch_spec: BatchSpec
+    ):
+        self.config = config
+        self.agent = agent
+        self.model: nn.Module = agent.model
+        self.target_model = copy.deepcopy(self.model).requires_grad_(False)
+        self.optimizer = make_optimizer(config, self.model.parameters())
+        self.batch_spec = BatchSpec(*batch_spec)
+        self.replay: ReplayBuffer | None = None  # built from the first batch's example step
+        self.replay_steps = 0  # steps in the replay since this process started (not checkpointed)
+        self.updates = 0
+        self._update_credit = 0  # env steps not yet matched by an update
+
+    def build_replay(self, example: NamedArrays) -> ReplayBuffer:
+        """n-step transition storage (single frames for Atari stacks) x uniform or prioritized sampling."""
+        c = self.config
+        frames = len(example.observation.shape) == 3
+        storage = TransitionStorage(
+            c.replay_size_steps,
+            self.batch_spec.B,
+            example,
+            FrameObservations(example.observation.shape[0]) if frames else FullObservations(),
+            n_step=c.n_step,
+            gamma=c.discount,
+        )
+        # The replay draws from numpy's generator; seeding it from torch's global RNG (seeded by
+        # train()) makes runs repeatable.
+        seed = int(torch.randint(2**31 - 1, ()))
+        if c.prioritized:
+            sampler: UniformSampler | PrioritizedSampler = PrioritizedSampler(
+                storage.num_items,
+                alpha=c.priority_alpha,
+                beta=c.priority_beta_start,
+                beta_final=1.0,
+                beta_anneal_draws=c.priority_beta_anneal_updates,
+                seed=seed,
+            )
+        else:
+            sampler = UniformSampler(storage.num_items, seed=seed)
+        return ReplayBuffer(storage, sampler)
+
+    # --- the loss -----------------------------------------------------------------------------------
+    def q_values(self, model: nn.Module, observation: torch.Tensor) -> torch.Tensor:
+        return model(observation)
+
+    def loss(self, batch: NamedArrays) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+        """Weighted TD loss of a minibatch -> (loss, |TD error| [batch] for priorities, diagnostics)."""
+        q = select_action_values(self.q_values(self.model, batch.observation), batch.action)
+        with torch.no_grad():
+            q_target_next = self.q_values(self.target_model, batch.next_observation)
+            if self.config.double:
+                q_online_next = self.q_values(self.model, batch.next_observation)
+                y = double_q_learning_target(batch.return_n, batch.discount_n, q_target_next, q_online_next)
+            else:
+                y = q_learning_target(batch.return_n, batch.discount_n, q_target_next)
+        td_error = q - y
+        elementwise = huber_loss(td_error) if self.config.loss == "huber" else squared_loss(td_error)
+        loss = (batch.is_weights * elementwise).mean()
+        td_abs = td_error.detach().abs()
+        return loss, td_abs, {"q_mean": float(q.detach().mean()), "td_abs_mean": float(td_abs.mean())}
+
+    # --- the loop -------------------------------------------------------------------------------------
+    def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
+        if self.replay is None:
+            self.replay = self.build_replay(samples.replace(bootstrap=None)[0, 0])
+        self.replay.append(samples)
+        steps = samples.reward.numel()
+        self.replay_steps += steps
+        # Counted per process: a resumed run refills its (not checkpointed) replay before learning.
+        if self.replay_steps < self.config.min_steps_learn:
+            return OptInfo()
+        self._update_credit += steps
+        n_updates, self._update_credit = divmod(self._update_credit, self.config.train_every_steps)
+        diagnostics: dict[str, list[float]] = {}
+        device = self.agent.device
+        for _ in range(n_updates):
+            data, indices, is_weights = self.replay.sample(self.config.batch_size)
+            batch = data.replace(is_weights=is_weights).to_torch(device)
+            loss, td_abs, info = self.loss(batch)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.config.clip_grad_norm > 0:
+                info["grad_norm"] = float(
+                    nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad_norm)
+                )
+            self.optimizer.step()
+            if self.config.prioritized:
+                self.replay.update_priorities(indices, td_abs.cpu())
+            self.updates += 1
+            if self.updates % self.config.target_update_period_updates == 0:
+                self.target_model.load_state_dict(self.model.state_dict())
+            info["loss"] = float(loss.detach())
+            for k, v in info.items():
+                diagnostics.setdefault(k, []).append(v)
+        trained = n_updates * self.config.batch_size
+        return OptInfo(
+            updates=n_updates,
+            samples_trained=trained,
+            samples_replayed=trained,
+            diagnostics={k: sum(v) / len(v) for k, v in diagnostics.items()},
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "target_model": self.target_model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "updates": self.updates,
+            "update_credit": self._update_credit,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.target_model.load_state_dict(state["target_model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = int(state["updates"])
+        self._update_credit = int(state["update_credit"])
