@@ -1,0 +1,231 @@
+"""Sampler throughput: every sampling mode against the raw env and the ideal overlap.
+
+Two sections, on Atari through ale-py's native vector env (``EnvConfig`` defaults, random no-op
+starts), each figure the median of ``--repeats`` fresh runs (build and reset not timed, one warm-up
+batch not timed):
+
+1. ``trivial``: each sampler mode (serial, cpu, gpu, alternating) with a policy whose inference
+   costs nothing (uniform random actions), against the raw vector env stepping the same number of
+   envs with random actions on the same number of env threads. Target (issue 5): every mode
+   >= 0.9 of the raw rate.
+2. ``nature_cnn``: the Nature DQN network (Mnih et al. 2015) acting epsilon-greedily on the CPU,
+   serial vs parallel CPU vs alternating, against the ideal overlap of env stepping and inference,
+   ``min(env rate, inference rate)`` (inference alone on the batch size the mode uses: B, or B/2
+   for the two alternating groups). Target: alternating >= 0.8 of that ideal.
+
+Threads: torch uses one thread in every process; ``--env-threads`` is the total of native env
+threads, split over the workers in parallel modes (each worker's vector env gets
+``env_threads / n_workers``), so every mode has the same number of envs and env threads as the raw
+reference.
+
+    python -m bench.bench_sampler --out runs/bench/sampler.csv [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from algorithms.agents.base import Agent
+from algorithms.agents.dqn_agents import EpsilonGreedyAgent
+from algorithms.agents.epsilon import EpsilonSchedule
+from algorithms.arrays import NamedArrays
+from algorithms.envs.config import EnvConfig
+from algorithms.envs.factory import make_vec_env
+from algorithms.models.dqn_model import QNetwork
+from algorithms.samplers.base import env_spaces, make_sampler
+from algorithms.train import SamplerConfig
+from bench.bench_env import cpu_model
+
+MODES = ("serial", "cpu", "gpu", "alternating")
+
+
+class RandomAgent(Agent):
+    """The trivial policy: uniform random actions, no network evaluation (the linear layer only
+    gives ``Agent`` a device)."""
+
+    def __init__(self, observation_space: Any, action_space: Any) -> None:
+        super().__init__(nn.Linear(1, 1), observation_space, action_space)
+        self.n_actions = int(action_space.n)
+
+    @torch.no_grad()
+    def step(self, observation, prev_action, prev_reward, state):
+        action = torch.randint(0, self.n_actions, (observation.shape[0],))
+        return action, NamedArrays(), None
+
+
+@dataclass(frozen=True)
+class AgentFactory:
+    """Picklable agent recipe for the sampler workers: ``"random"`` or ``"nature_cnn"``."""
+
+    policy: str
+    env: EnvConfig
+
+    def __call__(self) -> Agent:
+        observation_space, action_space = env_spaces(self.env)
+        if self.policy == "random":
+            return RandomAgent(observation_space, action_space)
+        # Epsilon 0.01: the network is evaluated on every step, as in a late-training actor.
+        schedule = EpsilonSchedule(start=0.01, final=0.01, decay_steps=0, eval=0.001)
+        model = QNetwork(tuple(observation_space.shape), int(action_space.n))
+        return EpsilonGreedyAgent(model, observation_space, action_space, schedule)
+
+
+def env_config(game: str, env_threads: int, n_workers: int) -> EnvConfig:
+    return EnvConfig(game, num_threads=max(1, env_threads // n_workers))
+
+
+def raw_env_rate(game: str, n_envs: int, env_threads: int, steps: int, seed: int) -> float:
+    """Env steps per second of the raw native vector env with random actions."""
+    with make_vec_env(env_config(game, env_threads, 1), n_envs, seed) as env:
+        actions = np.random.default_rng(seed).integers(0, env.action_space.n, size=(steps + 10, n_envs))
+        env.reset()
+        for a in actions[:10]:
+            env.step(a)
+        start = time.perf_counter()
+        for a in actions[10:]:
+            env.step(a)
+        return steps * n_envs / (time.perf_counter() - start)
+
+
+def inference_rate(game: str, batch: int, calls: int) -> float:
+    """Env steps per second the Nature CNN agent can act for alone, on batches of ``batch`` envs."""
+    agent = AgentFactory("nature_cnn", EnvConfig(game))()
+    agent.set_mode("sample", 0)
+    obs = torch.zeros((batch, *agent.observation_space.shape), dtype=torch.uint8)
+    prev_action, prev_reward = torch.zeros(batch, dtype=torch.int64), torch.zeros(batch)
+    for _ in range(3):
+        agent.step(obs, prev_action, prev_reward, None)
+    start = time.perf_counter()
+    for _ in range(calls):
+        agent.step(obs, prev_action, prev_reward, None)
+    return calls * batch / (time.perf_counter() - start)
+
+
+def sampler_rate(mode: str, policy: str, args: argparse.Namespace, seed: int) -> float:
+    """Env steps per second of one sampler over ``args.batches`` batches after one warm-up batch."""
+    n_workers = 1 if mode == "serial" else args.workers
+    env = env_config(args.game, args.env_threads, n_workers)
+    factory = AgentFactory(policy, env)
+    agent = factory()
+    config = SamplerConfig(mode=mode, batch_T=args.batch_t, batch_B=args.envs, n_workers=n_workers)
+    sampler = make_sampler(mode, env, agent, config, seed, agent_factory=factory)
+    try:
+        sampler.initialize()
+        agent.set_mode("sample", 0)
+        sampler.sample(0)
+        start = time.perf_counter()
+        for itr in range(1, args.batches + 1):
+            sampler.sample(itr)
+        return args.batches * config.batch_size / (time.perf_counter() - start)
+    finally:
+        sampler.shutdown()
+
+
+def median_of(fn, repeats: int) -> tuple[float, list[float]]:
+    values = [fn(seed) for seed in range(repeats)]
+    return statistics.median(values), values
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="CSV file, one row per measurement")
+    parser.add_argument("--game", default="pong")
+    parser.add_argument("--envs", type=int, default=8, help="B: envs in every mode")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes of the parallel modes")
+    parser.add_argument("--env-threads", type=int, default=2, help="native env threads in total")
+    parser.add_argument("--batch-t", type=int, default=32)
+    parser.add_argument("--batches", type=int, default=16, help="timed batches per repeat")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="4 timed batches of 16 steps per repeat")
+    args = parser.parse_args()
+    if args.quick:
+        args.batches, args.batch_t = 4, 16
+    torch.set_num_threads(1)
+    steps = args.batches * args.batch_t
+
+    rows: list[dict[str, Any]] = []
+
+    def record(section: str, what: str, median: float, values: list[float], **extra: Any) -> None:
+        rows.append(
+            {
+                "section": section,
+                "what": what,
+                "steps_per_s": round(median, 1),
+                "repeats": " ".join(f"{v:.1f}" for v in values),
+                **extra,
+            }
+        )
+        print(f"{section:>10} {what:>26}: {median:9.1f} env steps/s  ({rows[-1]['repeats']})", flush=True)
+
+    raw, values = median_of(
+        lambda s: raw_env_rate(args.game, args.envs, args.env_threads, steps, s), args.repeats
+    )
+    record("trivial", "raw_env", raw, values)
+    for mode in MODES:
+        rate, values = median_of(lambda s, m=mode: sampler_rate(m, "random", args, s), args.repeats)
+        record("trivial", mode, rate, values, ratio=round(rate / raw, 3), target=0.9)
+
+    half = args.envs // 2
+    inf_full, v_full = median_of(lambda s: inference_rate(args.game, args.envs, steps), args.repeats)
+    record("nature_cnn", f"inference_B{args.envs}", inf_full, v_full)
+    inf_half, v_half = median_of(lambda s: inference_rate(args.game, half, steps), args.repeats)
+    record("nature_cnn", f"inference_B{half}", inf_half, v_half)
+    for mode in ("serial", "cpu", "alternating"):
+        ideal = min(raw, inf_half if mode == "alternating" else inf_full)
+        rate, values = median_of(lambda s, m=mode: sampler_rate(m, "nature_cnn", args, s), args.repeats)
+        target = 0.8 if mode == "alternating" else ""
+        record(
+            "nature_cnn",
+            mode,
+            rate,
+            values,
+            ideal=round(ideal, 1),
+            ratio=round(rate / ideal, 3),
+            target=target,
+        )
+
+    settings = {k: v for k, v in vars(args).items() if k not in ("out", "quick")}
+    machine = f"{cpu_model()}, {os.cpu_count()} logical CPUs"
+    for row in rows:
+        row.update(settings, machine=machine)
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+
+    lines = [
+        f"# Sampler throughput: {args.game}, B={args.envs} envs, {args.workers} workers, "
+        f"{args.env_threads} env threads, T={args.batch_t}, {args.batches} batches, median of {args.repeats}",
+        "",
+        f"Machine: {machine} (possibly shared with other jobs: treat the figures as indicative).",
+        "",
+        "| section | what | env steps/s | reference | ratio | target |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        reference = row.get("ideal", round(raw, 1) if "ratio" in row else "")
+        lines.append(
+            f"| {row['section']} | {row['what']} | {row['steps_per_s']:.0f} | {reference} | "
+            f"{row.get('ratio', '')} | {row.get('target', '')} |"
+        )
+    summary = "\n".join(lines) + "\n"
+    args.out.with_suffix(".md").write_text(summary)
+    print()
+    print(summary)
+
+
+if __name__ == "__main__":
+    main()
