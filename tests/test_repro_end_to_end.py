@@ -1,0 +1,116 @@
+"""End to end through ``python -m repro run``: real training jobs (A2C on CartPole from a setting
+file), parallel slots, throughput summary, skipping finished runs, Ctrl-C and resume from checkpoint.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from algorithms.rundir import LOG_FILE, read_run
+from repro.scheduler import last_env_steps
+
+REPO = Path(__file__).resolve().parents[1]
+
+SETTING = """
+[setting]
+title = "A2C on CartPole (test)"
+citation = "test"
+base = "a2c_atari"
+
+[algo]
+entropy_coef = { value = 0.0, source = "test" }
+anneal_env_steps = { value = 0, source = "test" }
+[env]
+id = { value = "CartPole-v1", source = "test" }
+kind = { value = "gym", source = "test" }
+fire_reset = { value = false, source = "test" }
+clip_rewards = { value = false, source = "test" }
+episodic_life = { value = false, source = "test" }
+[sampler]
+batch_B = { value = 4, source = "test" }
+eval_episodes = { value = 1, source = "test" }
+eval_max_steps = { value = 50, source = "test" }
+[runner]
+n_steps = { value = 400, source = "test" }
+log_interval_steps = { value = 100, source = "test" }
+"""
+PROFILE = """
+[profile]
+description = "test: long enough to interrupt"
+[a2c.runner]
+n_steps = { value = 6_000, source = "test" }
+log_interval_steps = { value = 200, source = "test" }
+"""
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "a2c_cartpole.toml").write_text(textwrap.dedent(SETTING))
+    (tmp_path / "long.toml").write_text(textwrap.dedent(PROFILE))
+    plan = tmp_path / "cartpole.toml"
+    arm = tmp_path / "a2c_cartpole.toml"
+    plan.write_text(f'[plan]\ntitle = "t"\narms = ["{arm}"]\nenvs = ["CartPole-v1"]\nenvs_source = "test"\n')
+    return tmp_path
+
+
+def repro(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "repro", *args]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, **kwargs)
+
+
+@pytest.mark.slow
+def test_run_plan_summary_and_skip(files):
+    root = files / "runs"
+    args = ["run", str(files / "cartpole.toml"), "--seeds", "2", "--profile", "paper", "--root", str(root)]
+    done = repro(*args, "--jobs", "2", "--no-progress")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "2 complete, 0 skipped" in done.stdout
+    runs = [root / "cartpole-paper" / "a2c_cartpole" / "CartPole-v1" / f"seed{k}" for k in (0, 1)]
+    for run in runs:
+        data = read_run(run)
+        assert data.status == "complete", data.problems
+        assert data.progress["env_steps"].iloc[-1] == 400
+        assert (run / LOG_FILE).read_text().startswith("=== attempt 1 on cpu")
+    # The summary is read back from progress.csv: a row per run and the totals.
+    assert "a2c_cartpole  CartPole-v1  seed0  complete" in done.stdout
+    assert "ALL           2 runs  2 complete" in done.stdout
+    again = repro(*args, "--no-progress")
+    assert again.returncode == 0 and "0 complete, 2 skipped" in again.stdout
+
+
+@pytest.mark.slow
+def test_ctrl_c_then_rerun_resumes_from_checkpoint(files):
+    root = files / "runs"
+    args = ["run", str(files / "cartpole.toml"), "--seeds", "1", "--profile", str(files / "long.toml")]
+    args += ["--root", str(root), "--no-progress"]
+    run = root / "cartpole-long" / "a2c_cartpole" / "CartPole-v1" / "seed0"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "repro", *args], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 120
+    while last_env_steps(run) < 1_000:
+        assert proc.poll() is None and time.monotonic() < deadline, (
+            "job ended or stalled before the interrupt"
+        )
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "rerun the same command" in out
+    stopped = read_run(run)
+    assert stopped.status != "complete" and 1_000 <= stopped.progress["env_steps"].iloc[-1] < 6_000
+
+    done = repro(*args)
+    assert done.returncode == 0, done.stderr[-2000:]
+    final = read_run(run)
+    assert final.status == "complete"
+    steps = final.progress["env_steps"].tolist()
+    assert steps == sorted(set(steps)) and steps[-1] == 6_000  # resumed: no duplicated or lost rows
+    log = (run / LOG_FILE).read_text()
+    assert log.count("=== attempt") == 2
