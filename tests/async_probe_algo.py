@@ -81,7 +81,7 @@ class Algo:
 
     def train(self, itr: int, n_updates: int) -> OptInfo:
         if self.env_steps < self.config.min_steps_learn:
-            return OptInfo()
+            return OptInfo(diagnostics={"loss": float("nan")})  # same keys on every call (Contract 4)
         stored = min(self.env_steps, self.config.capacity_steps)
         losses = []
         for _ in range(n_updates):
