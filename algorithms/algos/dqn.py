@@ -91,35 +91,8 @@ class Config:
     hidden_size: int = 512  # Nature's fully connected layer; each dueling stream
 
     def __post_init__(self) -> None:
-        _check(0.0 <= self.discount <= 1.0, "discount", self.discount, "in [0, 1]")
-        for name in ("batch_size", "replay_size_steps", "train_every_steps", "target_update_period_updates"):
-            _check(getattr(self, name) >= 1, name, getattr(self, name), ">= 1")
-        _check(self.n_step >= 1, "n_step", self.n_step, ">= 1")
-        _check(self.min_steps_learn >= 0, "min_steps_learn", self.min_steps_learn, ">= 0")
-        _check(self.loss in LOSSES, "loss", self.loss, f"one of {LOSSES}")
-        _check(self.optimizer in OPTIMIZERS, "optimizer", self.optimizer, f"one of {OPTIMIZERS}")
-        _check(self.learning_rate > 0, "learning_rate", self.learning_rate, "> 0")
-        _check(self.optimizer_eps > 0, "optimizer_eps", self.optimizer_eps, "> 0")
-        _check(0.0 <= self.rmsprop_alpha < 1.0, "rmsprop_alpha", self.rmsprop_alpha, "in [0, 1)")
-        _check(self.clip_grad_norm >= 0, "clip_grad_norm", self.clip_grad_norm, ">= 0 (0 = off)")
-        _check(self.priority_alpha >= 0, "priority_alpha", self.priority_alpha, ">= 0")
-        _check(
-            0.0 <= self.priority_beta_start <= 1.0,
-            "priority_beta_start",
-            self.priority_beta_start,
-            "in [0, 1]",
-        )
-        _check(
-            self.priority_beta_anneal_updates >= 0,
-            "priority_beta_anneal_updates",
-            self.priority_beta_anneal_updates,
-            ">= 0",
-        )
-        _check(
-            all(h >= 1 for h in self.mlp_hidden_sizes), "mlp_hidden_sizes", self.mlp_hidden_sizes, "positive"
-        )
-        _check(self.hidden_size >= 1, "hidden_size", self.hidden_size, ">= 1")
-        self.epsilon_schedule  # validates the eps_* fields  # noqa: B018
+        check_common_fields(self)
+        check_field(self.loss in LOSSES, "loss", self.loss, f"one of {LOSSES}")
 
     @property
     def epsilon_schedule(self) -> EpsilonSchedule:
@@ -132,9 +105,34 @@ class Config:
         )
 
 
-def _check(ok: bool, name: str, value: Any, what: str) -> None:
+def check_field(ok: bool, name: str, value: Any, what: str) -> None:
     if not ok:
         raise ValueError(f"Config.{name} must be {what}, got {value!r}")
+
+
+def check_common_fields(c: Any) -> None:
+    """Validate the fields DQN shares with C51 and Rainbow (``ValueError`` naming the field)."""
+    check_field(0.0 <= c.discount <= 1.0, "discount", c.discount, "in [0, 1]")
+    for name in (
+        "batch_size",
+        "replay_size_steps",
+        "train_every_steps",
+        "target_update_period_updates",
+        "n_step",
+    ):
+        check_field(getattr(c, name) >= 1, name, getattr(c, name), ">= 1")
+    for name in ("min_steps_learn", "priority_beta_anneal_updates", "priority_alpha", "clip_grad_norm"):
+        check_field(getattr(c, name) >= 0, name, getattr(c, name), ">= 0")
+    check_field(c.optimizer in OPTIMIZERS, "optimizer", c.optimizer, f"one of {OPTIMIZERS}")
+    check_field(c.learning_rate > 0, "learning_rate", c.learning_rate, "> 0")
+    check_field(c.optimizer_eps > 0, "optimizer_eps", c.optimizer_eps, "> 0")
+    check_field(0.0 <= c.rmsprop_alpha < 1.0, "rmsprop_alpha", c.rmsprop_alpha, "in [0, 1)")
+    check_field(
+        0.0 <= c.priority_beta_start <= 1.0, "priority_beta_start", c.priority_beta_start, "in [0, 1]"
+    )
+    check_field(all(h >= 1 for h in c.mlp_hidden_sizes), "mlp_hidden_sizes", c.mlp_hidden_sizes, "positive")
+    check_field(c.hidden_size >= 1, "hidden_size", c.hidden_size, ">= 1")
+    c.epsilon_schedule  # validates the eps_* fields  # noqa: B018
 
 
 def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space) -> EpsilonGreedyAgent:
