@@ -77,7 +77,7 @@ def test_replicas_stay_identical_and_counts_add_up_across_ranks(tmp_path):
 
 
 @pytest.mark.slow
-def test_train_with_ddp_writes_one_run_directory(tmp_path):
+def test_train_with_ddp_writes_one_run_directory_and_reopens_it(tmp_path):
     config = ddp_config(n_steps=4 * WORLD * T * B)  # 128 steps: rows at 64 and 128
     counters = train(config, tmp_path / "run")
     data = read_run(tmp_path / "run")
@@ -90,6 +90,14 @@ def test_train_with_ddp_writes_one_run_directory(tmp_path):
     checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "latest.pt", weights_only=True)
     assert len(checkpoint["ddp_rng"]) == WORLD
     assert not any(k.startswith("module.") for k in checkpoint["agent"])
+    # Resuming the finished run: every rank loads the checkpoint and its own RNG state, nothing is
+    # trained or logged again.
+    assert train(config, tmp_path / "run").env_steps == 128
+    assert read_run(tmp_path / "run").progress["env_steps"].tolist() == [64, 128]
+    assert (
+        torch.load(tmp_path / "run" / "checkpoints" / "latest.pt", weights_only=True)["counters"]["updates"]
+        == 4
+    )
 
 
 def test_data_parallel_model_behaves_like_the_model_it_wraps(tmp_path):

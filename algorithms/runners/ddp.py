@@ -196,7 +196,11 @@ def _rank_main(
         timeout=COLLECTIVE_TIMEOUT,
     )
     try:
-        checkpoint = None if checkpoint_path is None else torch.load(checkpoint_path, weights_only=True)
+        checkpoint = (
+            None
+            if checkpoint_path is None
+            else torch.load(checkpoint_path, weights_only=True, map_location="cpu")
+        )
         runner = DdpRunner.build(
             config,
             run if rank == 0 else None,
