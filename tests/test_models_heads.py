@@ -91,3 +91,23 @@ def test_r2d1_model_sequence_equals_step_by_step():
     assert not torch.allclose(q_other, q_seq)
     q_other, _ = model(obs, pa, pr + 1.0, state0)
     assert not torch.allclose(q_other, q_seq)
+
+
+def test_r2d1_model_reset_starts_episodes_from_zero_state():
+    torch.manual_seed(0)
+    model = R2D1Model((4,), 3, lstm_size=16, head_hidden_size=8, mlp_hidden_sizes=(8,))
+    obs, pa, pr = _r2d1_inputs(6, 2)
+    state0 = NamedArrays(h=torch.randn(2, 16), c=torch.randn(2, 16))
+    reset = torch.zeros(6, 2, dtype=torch.bool)
+    reset[3, 0] = True  # env 0 starts a new episode at step 3
+    q, final, states = model(obs, pa, pr, state0, reset=reset, return_states=True)
+    q_fused, final_fused = model(obs, pa, pr, state0)
+    assert torch.allclose(q[:, 1], q_fused[:, 1], atol=1e-5) and torch.allclose(q[:3], q_fused[:3], atol=1e-5)
+    # From step 3 on, env 0 behaves as a fresh episode: equal to running those steps from zeros.
+    q_new, final_new = model(obs[3:, :1], pa[3:, :1], pr[3:, :1])
+    assert torch.allclose(q[3:, :1], q_new, atol=1e-5)
+    assert torch.allclose(final.h[:1], final_new.h, atol=1e-5)
+    # The per-step states are the states after each step: continuing from step 2's state gives step 3.
+    q_next, _ = model(obs[3, 1:], pa[3, 1:], pr[3, 1:], states[2, 1:])
+    assert torch.allclose(q_next, q[3, 1:], atol=1e-5)
+    assert torch.allclose(states.h[-1], final.h) and torch.allclose(states.c[-1], final.c)

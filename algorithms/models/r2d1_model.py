@@ -28,6 +28,11 @@ class R2D1Model(nn.Module):
     action indices) and ``prev_reward`` have the same leading dims; ``q`` has them too, followed by
     ``A``. ``state`` is the (h, c) before the first step (``None``: zeros), ``[B, H]`` (``[H]`` for
     unbatched input); ``next_state`` is the state after the last step, same shape.
+
+    ``reset`` (``[T, B]`` bool, optional) zeroes the state before step t where an episode begins, so
+    a replayed sequence that crosses an episode end never carries memory into the next episode;
+    ``return_states`` adds the (h, c) after every step, ``[T, B, H]``, as a third output. Both run the
+    LSTM one step at a time; otherwise the whole sequence goes through the fused LSTM in one call.
     """
 
     def __init__(
@@ -61,7 +66,9 @@ class R2D1Model(nn.Module):
         prev_action: torch.Tensor,
         prev_reward: torch.Tensor,
         state: NamedArrays | None = None,
-    ) -> tuple[torch.Tensor, NamedArrays]:
+        reset: torch.Tensor | None = None,
+        return_states: bool = False,
+    ) -> tuple[torch.Tensor, NamedArrays] | tuple[torch.Tensor, NamedArrays, NamedArrays]:
         lead = observation.shape[: observation.dim() - len(self.observation_shape)]
         if len(lead) > 2:
             raise ValueError(
@@ -79,11 +86,27 @@ class R2D1Model(nn.Module):
             [features, prev_action_one_hot, prev_reward.reshape(T, B, 1).to(features.dtype)], -1
         )
         if state is None:
-            hc = None
+            h0 = c0 = lstm_input.new_zeros(1, B, self.lstm_size)
         else:
-            hc = (state.h.reshape(1, B, self.lstm_size), state.c.reshape(1, B, self.lstm_size))
-        lstm_out, (h, c) = self.lstm(lstm_input, hc)
-        q = self.head(lstm_out)
+            h0, c0 = state.h.reshape(1, B, self.lstm_size), state.c.reshape(1, B, self.lstm_size)
+        if reset is None and not return_states:
+            lstm_out, (h, c) = self.lstm(lstm_input, (h0, c0))
+        else:
+            keep = None if reset is None else (~reset.reshape(T, B, 1)).to(lstm_input.dtype)
+            h, c, outputs, cells = h0, c0, [], []
+            for t in range(T):
+                if keep is not None:
+                    h, c = h * keep[t], c * keep[t]
+                out, (h, c) = self.lstm(lstm_input[t : t + 1], (h, c))
+                outputs.append(out[0])
+                cells.append(c[0])
+            lstm_out = torch.stack(outputs)
+        q = self.head(lstm_out).reshape(*lead, self.n_actions)
         state_shape = (B, self.lstm_size) if len(lead) else (self.lstm_size,)
         next_state = NamedArrays(h=h.reshape(state_shape), c=c.reshape(state_shape))
-        return q.reshape(*lead, self.n_actions), next_state
+        if not return_states:
+            return q, next_state
+        states = NamedArrays(
+            h=lstm_out.reshape(*lead, self.lstm_size), c=torch.stack(cells).reshape(*lead, self.lstm_size)
+        )
+        return q, next_state, states
