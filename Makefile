@@ -59,7 +59,12 @@ REPRO_RUN_ARGS = r2d1 --seeds "$(SEEDS)" --profile "$(PROFILE)" --games "$(GAMES
 # Runs the plan (skipping finished runs, resuming interrupted ones) and prints the throughput summary.
 reproduce-r2d1: $(if $(filter ray,$(BACKEND)),$(STAMP_RAY),$(STAMP))
 	$(PY) -m repro run $(REPRO_RUN_ARGS) --exp $(R2D1_EXP)
-	@# --- report: the analysis/report issue adds `$(PY) -m reports build runs/$(R2D1_EXP)` here ---
+	$(PY) -m reports build runs/$(R2D1_EXP)
+
+# Self-contained HTML report of one experiment (analysis + reports); prints the page's path.
+report: $(STAMP)
+	@test -n "$(EXP)" || { echo "make report: set EXP=runs/<experiment>" >&2; exit 2; }
+	$(PY) -m reports build "$(EXP)"
 
 # The plan, its totals and an estimated duration from a short throughput probe; runs nothing.
 repro-dry-run: $(STAMP)

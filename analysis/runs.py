@@ -24,7 +24,8 @@ import pandas as pd
 from algorithms.rundir import RunData, find_runs, read_run
 
 KEYS = ["arm", "env", "seed"]
-# A plan file the reproduction layer may leave at the experiment root; read only to describe it.
+# A plan file the reproduction layer may leave at the experiment root: shown in reports, and its
+# ``jobs`` list (``[{"arm", "env", "seed"}, ...]``), when present, says which runs are expected.
 PLAN_FILES = ("plan.json", "experiment.json")
 
 
@@ -123,15 +124,22 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=KEYS)
 
 
-def _missing(runs: pd.DataFrame) -> pd.DataFrame:
-    """Cells of the arms x envs x seeds grid with no run directory (a plan lists what should exist;
-    without one, the grid spanned by the runs found is the best guess)."""
-    if runs.empty:
+def _missing(runs: pd.DataFrame, plan: dict[str, Any] | None) -> pd.DataFrame:
+    """Expected runs with no run directory. Expected: the plan's ``jobs`` (``[{"arm", "env", "seed"}]``)
+    when the experiment has a plan file listing them, else the arms x envs x seeds grid spanned by the
+    runs found (the best guess without a plan)."""
+    jobs = plan.get("jobs") if plan else None
+    if isinstance(jobs, list) and jobs and all(isinstance(j, dict) and set(KEYS) <= set(j) for j in jobs):
+        expected = pd.DataFrame(jobs)[KEYS].astype({"seed": int})
+    elif runs.empty:
         return pd.DataFrame(columns=KEYS)
-    grid = pd.MultiIndex.from_product(
-        [sorted(runs.arm.unique()), sorted(runs.env.unique()), sorted(runs.seed.unique())], names=KEYS
-    ).to_frame(index=False)
-    merged = grid.merge(runs[KEYS], on=KEYS, how="left", indicator=True)
+    else:
+        expected = pd.MultiIndex.from_product(
+            [sorted(runs.arm.unique()), sorted(runs.env.unique()), sorted(runs.seed.unique())], names=KEYS
+        ).to_frame(index=False)
+    merged = expected.merge(
+        runs[KEYS] if len(runs) else pd.DataFrame(columns=KEYS), on=KEYS, how="left", indicator=True
+    )
     return merged[merged["_merge"] == "left_only"][KEYS].reset_index(drop=True)
 
 
@@ -196,5 +204,5 @@ def _build(experiment_dir: Path, paths: list[Path], plan: dict[str, Any] | None)
         configs=tables.configs,
         plan=plan,
         skipped=_frame(tables.skipped, KEYS + ["path", "status", "reason"]),
-        missing=_missing(runs),
+        missing=_missing(runs, plan),
     )

@@ -96,3 +96,18 @@ def test_non_atari_envs_use_min_max_within_experiment(tmp_path):
 
 def test_flatten():
     assert flatten({"a": {"b": 1, "c": {"d": None}}, "e": [1, 2]}) == {"a.b": 1, "a.c.d": None, "e": "[1, 2]"}
+
+
+def test_plan_jobs_define_missing_runs(experiment):
+    jobs = [
+        {"arm": arm, "env": env, "seed": seed}
+        for arm in ARMS
+        for env in ("pong", "qbert")
+        for seed in (0, 1, 2)
+    ]
+    (experiment / "plan.json").write_text(json.dumps({"plan": "demo", "profile": "smoke", "jobs": jobs}))
+    exp = load_experiment(experiment)
+    assert exp.plan["profile"] == "smoke"
+    assert sorted(exp.missing.itertuples(index=False, name=None)) == [
+        ("fast", "pong", 2), ("fast", "qbert", 2), ("slow", "pong", 2), ("slow", "qbert", 2)
+    ]  # fmt: skip

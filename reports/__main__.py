@@ -1,0 +1,42 @@
+"""``python -m reports build runs/<experiment>``: write the experiment's HTML report, print its path."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from reports.build import build_report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reports", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    build = commands.add_parser("build", help="build the HTML report of one experiment directory")
+    build.add_argument("experiment", type=Path, help="runs/<experiment>")
+    build.add_argument(
+        "--out", type=Path, default=None, help="output file (default: <experiment>/report.html)"
+    )
+    build.add_argument(
+        "--reps", type=int, default=2000, help="bootstrap resamples per interval (default 2000)"
+    )
+    build.add_argument(
+        "--table",
+        choices=("r2d2", "dqn_zoo"),
+        default="r2d2",
+        help="Atari-57 human/random table; they differ in Video Pinball's random score (0.0 vs 16256.9)",
+    )
+    args = parser.parse_args(argv)
+    if args.reps < 100:
+        parser.error(f"--reps must be at least 100, got {args.reps}")
+    try:
+        path = build_report(args.experiment, out=args.out, reps=args.reps, table=args.table)
+    except FileNotFoundError as e:
+        print(f"reports: {e}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,479 @@
+"""Build one self-contained HTML page for an experiment directory.
+
+The page holds everything inline (figures as base64 PNG, CSS in the page, no scripts, no network):
+what ran, config differences between arms, per-game learning curves with 95% CI bands, aggregate
+metrics with 95% stratified-bootstrap CIs, performance profiles, probability of improvement,
+sample-efficiency curves, the per-game comparison with R2D2's published scores (Atari games), the
+throughput table, and every run that was missing, failed, damaged or left out, with the reason.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+from analysis import aggregate
+from analysis.configdiff import config_diff
+from analysis.curves import Scores, resample_curves, score_tables
+from analysis.runs import KEYS, Experiment, load_experiment
+from analysis.throughput import arm_throughput, run_throughput
+from reports import figures
+
+REPORT_FILE = "report.html"
+# Metadata shown under "what ran": (label, flattened metadata column).
+METADATA_FIELDS = (
+    ("git commit", "git_commit"),
+    ("git dirty", "git_dirty"),
+    ("host", "hostname"),
+    ("CPU", "cpu_model"),
+    ("CPU count", "cpu_count"),
+    ("GPU", "gpu_model"),
+    ("GPU count", "gpu_count"),
+    ("Python", "python"),
+    ("torch", "packages.torch"),
+    ("numpy", "packages.numpy"),
+    ("gymnasium", "packages.gymnasium"),
+    ("ale-py", "packages.ale-py"),
+    ("platform", "platform"),
+)
+THROUGHPUT_COLUMNS = (
+    ("runs", "n_runs"),
+    ("env steps", "env_steps"),
+    ("frames", "frames"),
+    ("updates", "updates"),
+    ("steps/s", "steps_per_second"),
+    ("frames/s", "frames_per_second"),
+    ("updates/s", "updates_per_second"),
+    ("replay ratio (trained)", "replay_ratio_trained"),
+    ("replay ratio (with burn-in)", "replay_ratio_with_burnin"),
+    ("wall time (s)", "wall_time_s"),
+    ("sampling %", "share_sampling"),
+    ("optimizing %", "share_optimizing"),
+    ("evaluating %", "share_evaluating"),
+    ("logging %", "share_logging"),
+)
+
+
+@dataclass
+class Table:
+    """A rendered table: ``id`` (for tests and anchors), header, rows of display strings."""
+
+    id: str
+    columns: list[str]
+    rows: list[list[str]]
+    caption: str = ""
+
+
+@dataclass
+class Figure:
+    id: str
+    uri: str
+    alt: str
+    caption: str = ""
+
+
+@dataclass
+class Section:
+    id: str
+    title: str
+    intro: str = ""
+    figures: list[Figure] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def fmt(value: Any) -> str:
+    """Display string: 4 significant digits for floats, thousands separators for big numbers."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "–"
+    if isinstance(value, bool | np.bool_):
+        return "yes" if value else "no"
+    if isinstance(value, int | np.integer):
+        return f"{int(value):,}"
+    if isinstance(value, float | np.floating):
+        value = float(value)
+        if value.is_integer() and abs(value) < 1e15:
+            return f"{int(value):,}"
+        if abs(value) >= 1e4:
+            return f"{value:,.0f}"
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _ci(value: float, lo: float, hi: float, scale: float = 1.0) -> str:
+    return f"{fmt(value * scale)} [{fmt(lo * scale)}, {fmt(hi * scale)}]"
+
+
+def _table(id: str, frame: pd.DataFrame, columns: list[tuple[str, str]], caption: str = "") -> Table:
+    rows = [[fmt(row[key]) for _, key in columns] for _, row in frame.iterrows()]
+    return Table(id, [label for label, _ in columns], rows, caption)
+
+
+# --- sections -----------------------------------------------------------------------------------
+def _what_ran(exp: Experiment) -> Section:
+    section = Section("what-ran", "What ran")
+    counts = exp.runs.groupby("status").size().to_dict()
+    section.intro = (
+        f"Experiment {exp.name} at {exp.path}: {len(exp.runs)} run directories "
+        f"({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))}), "
+        f"{len(exp.arms)} arms x {len(exp.envs)} envs."
+    )
+    if exp.plan is not None:
+        section.notes.append(
+            "plan: " + json.dumps({k: v for k, v in exp.plan.items() if k != "jobs"}, default=str)
+        )
+    else:
+        section.notes.append(
+            "no plan file (plan.json) at the experiment root: the expected runs are taken to be the "
+            "arms x envs x seeds grid of the runs found"
+        )
+    algos = (
+        exp.config[exp.config.key == "algo"]
+        .groupby("arm")
+        .value.agg(lambda v: ", ".join(sorted(set(map(str, v)))))
+    )
+    by_arm = exp.runs.groupby("arm").agg(
+        envs=("env", lambda v: ", ".join(sorted(set(v)))),
+        seeds=("seed", lambda v: ", ".join(map(str, sorted(set(v))))),
+        runs=("seed", "size"),
+    )
+    by_arm["algo"] = algos.reindex(by_arm.index)
+    section.tables.append(
+        _table(
+            "arms",
+            by_arm.reset_index(),
+            [("arm", "arm"), ("algorithm", "algo"), ("envs", "envs"), ("seeds", "seeds"), ("runs", "runs")],
+        )
+    )
+    meta = exp.metadata
+    rows = []
+    for label, column in METADATA_FIELDS:
+        values = sorted({fmt(v) for v in meta[column]}) if column in meta else ["not recorded"]
+        rows.append([label, ", ".join(values)])
+    if "start_time" in meta and meta.start_time.notna().any():
+        rows.append(["started", f"{meta.start_time.min()} to {meta.start_time.max()}"])
+    section.tables.append(Table("hardware", ["what", "value (all runs)"], rows, "code version and hardware"))
+    return section
+
+
+def _config_section(exp: Experiment) -> Section:
+    diff = config_diff(exp.configs)
+    section = Section(
+        "config-diff",
+        "Config differences between arms",
+        "Keys (flattened, from each run's config.json) on which the runs of every arm agree and the arms "
+        "differ; keys that vary inside an arm (seed, env id) are omitted.",
+    )
+    if len(exp.arms) < 2:
+        section.notes.append("one arm only: nothing to compare")
+    elif diff.empty:
+        section.notes.append("the arms' configs are identical")
+    else:
+        section.tables.append(_table("config-diff-table", diff, [(c, c) for c in diff.columns]))
+    return section
+
+
+def _curves_section(scores: Scores, colours: dict[str, str], reps: int) -> Section:
+    sources = ", ".join(sorted(scores.curves.source.unique())) if len(scores.curves) else "none"
+    section = Section(
+        "learning-curves",
+        "Learning curves",
+        f"Raw score per env, mean over seeds with a 95% bootstrap CI band (seeds resampled). "
+        f"Source: {sources}.",
+    )
+    bands = aggregate.curve_bands(resample_curves(scores.curves, "score"), reps=reps)
+    if bands.empty:
+        section.notes.append(
+            "no run has a learning curve (no progress rows with return_mean and no evaluations)"
+        )
+        return section
+    section.figures.append(
+        Figure(
+            "fig-learning-curves",
+            figures.learning_curves(bands, colours, "return"),
+            "learning curves per env",
+        )
+    )
+    rows = []
+    for (arm, env), g in scores.final.groupby(["arm", "env"]):
+        lo, hi = aggregate.bootstrap_mean_ci(g.score.to_numpy(float), reps=reps)
+        norm = g.normalised.to_numpy(float)
+        rows.append(
+            [
+                arm,
+                env,
+                fmt(len(g)),
+                fmt(int(g.env_steps.max())),
+                _ci(g.score.mean(), lo, hi),
+                fmt(norm.mean()),
+            ]
+        )
+    section.tables.append(
+        Table(
+            "final-table",
+            ["arm", "env", "runs", "env steps", "final score [95% CI]", "normalised (mean)"],
+            rows,
+            "final score per arm and env: " + ", ".join(sorted(scores.final.source.unique())),
+        )
+    )
+    return section
+
+
+def _aggregate_sections(
+    scores: Scores, colours: dict[str, str], reps: int
+) -> tuple[list[Section], pd.DataFrame]:
+    label = "human-normalised score" if scores.human_normalised else "normalised score"
+    matrices, games, left_out = aggregate.score_matrices(scores.final)
+    agg = Section(
+        "aggregates",
+        "Aggregate metrics",
+        f"Final scores, {scores.normalisation}. IQM, median, mean and optimality gap over runs x envs "
+        f"({len(games)} envs common to all arms, {next(iter(matrices.values())).shape[0] if matrices else 0} "
+        f"runs per env and arm) with 95% stratified-bootstrap CIs (rliable, {reps} resamples).",
+    )
+    if not games:
+        agg.notes.append("no env was run to completion by every arm: no aggregate")
+        return [agg], left_out
+    scale = 100.0 if scores.human_normalised else 1.0
+    metrics = aggregate.aggregate_metrics(matrices, reps=reps)
+    shown = metrics.assign(
+        value=metrics.value * scale, ci_low=metrics.ci_low * scale, ci_high=metrics.ci_high * scale
+    )
+    unit = " (%)" if scores.human_normalised else ""
+    table = shown.pivot(index="arm", columns="metric").swaplevel(axis=1)
+    rows = [
+        [arm]
+        + [_ci(*(table.loc[arm, (m, k)] for k in ("value", "ci_low", "ci_high"))) for m in aggregate.METRICS]
+        for arm in table.index
+    ]
+    agg.tables.append(
+        Table(
+            "aggregate-table",
+            ["arm"] + [m + unit for m in aggregate.METRICS],
+            rows,
+            "point estimate [95% CI]; optimality gap: lower is better",
+        )
+    )
+    agg.figures.append(
+        Figure("fig-aggregates", figures.interval_estimates(shown, colours, label + unit), "aggregates")
+    )
+
+    profile = Section(
+        "performance-profiles",
+        "Performance profiles",
+        "Fraction of runs (all envs) whose final score exceeds tau, with 95% CIs (Agarwal et al. 2021).",
+    )
+    profiles = aggregate.performance_profiles(matrices, reps=max(200, reps // 4))
+    profile.figures.append(
+        Figure(
+            "fig-profiles",
+            figures.performance_profiles(profiles, colours, label + " tau"),
+            "performance profiles",
+        )
+    )
+    sections = [agg, profile]
+    arms = sorted(matrices)
+    if len(arms) >= 2:
+        poi = Section(
+            "probability-of-improvement",
+            "Probability of improvement",
+            "P(X > Y): chance that a run of X scores above a run of Y on an env drawn at random "
+            "(Mann-Whitney per env, averaged), 95% CI from independent stratified bootstraps. "
+            "0.5 = no difference.",
+        )
+        pois = pd.DataFrame(
+            [
+                aggregate.probability_of_improvement(matrices, x, y, reps=reps)
+                for x, y in itertools.permutations(arms, 2)
+            ]
+        )
+        poi.tables.append(
+            Table(
+                "poi-table",
+                ["comparison", "P(X > Y) [95% CI]"],
+                [[f"P({r.x} > {r.y})", _ci(r.value, r.ci_low, r.ci_high)] for r in pois.itertuples()],
+            )
+        )
+        poi.figures.append(
+            Figure("fig-poi", figures.probability_of_improvement(pois), "probability of improvement")
+        )
+        sections.append(poi)
+    efficiency = Section(
+        "sample-efficiency",
+        "Sample efficiency",
+        f"IQM of the {label} over runs x envs along training, 95% stratified-bootstrap CIs, on a common "
+        "env-step grid (each run's curve interpolated, never extrapolated).",
+    )
+    resampled = resample_curves(scores.curves, "normalised", per_env=False)
+    if resampled.point.nunique() >= 2:
+        curves = aggregate.sample_efficiency(resampled, reps=max(200, reps // 4))
+        curves = curves.assign(
+            iqm=curves.iqm * scale, ci_low=curves.ci_low * scale, ci_high=curves.ci_high * scale
+        )
+        efficiency.figures.append(
+            Figure(
+                "fig-sample-efficiency",
+                figures.sample_efficiency(curves, colours, "IQM " + label + unit),
+                "sample efficiency",
+            )
+        )
+    else:
+        efficiency.notes.append("the runs share fewer than two logged env-step points: no curve")
+    sections.append(efficiency)
+    return sections, left_out
+
+
+def _published_section(scores: Scores, colours: dict[str, str], reps: int) -> Section | None:
+    if not scores.human_normalised:
+        return None
+    comparison = aggregate.compare_with_published(scores.final, reps=reps)
+    section = Section(
+        "published",
+        "Comparison with published scores (R2D2)",
+        "Our final raw score (mean over seeds, 95% bootstrap CI) next to R2D2's Table 4 (Kapturowski et al. "
+        "2019; mean of 3 seeds after about 10 billion frames). A ratio well below 1 at a much smaller "
+        "frame budget says little about the algorithm.",
+    )
+    columns = [
+        ("arm", "arm"),
+        ("game", "game"),
+        ("runs", "n_runs"),
+        ("frames", "frames"),
+        ("our score", "score"),
+        ("CI low", "ci_low"),
+        ("CI high", "ci_high"),
+        ("R2D2", "published"),
+        ("ratio", "ratio"),
+        ("R2D2 inside our CI", "published_in_ci"),
+    ]
+    section.tables.append(_table("published-table", comparison, columns))
+    section.figures.append(
+        Figure("fig-published", figures.published_ratios(comparison, colours), "ratio to R2D2")
+    )
+    return section
+
+
+def _throughput_section(exp: Experiment, colours: dict[str, str]) -> Section:
+    section = Section(
+        "throughput",
+        "Throughput and step accounting",
+        "From each run's last progress row (algorithms.counters). Steps/s and updates/s count sampling + "
+        "optimizing time only. Replay ratio: samples per env step, trained steps only (R2D2's counting) and "
+        "with burn-in (rlpyt's). Time columns: share of wall time. Means over the arm's runs.",
+    )
+    per_run = run_throughput(exp)
+    if per_run.empty:
+        section.notes.append("no progress rows with counters")
+        return section
+    per_arm = arm_throughput(per_run)
+    shares = [c for c in per_arm if c.startswith("share_")]
+    section.tables.append(
+        _table(
+            "throughput-table",
+            per_arm.assign(**{c: 100 * per_arm[c] for c in shares}),
+            [("arm", "arm"), *THROUGHPUT_COLUMNS],
+        )
+    )
+    section.figures.append(Figure("fig-time-split", figures.time_split(per_arm, colours), "wall-time split"))
+    columns = [("arm", "arm"), ("env", "env"), ("seed", "seed"), ("status", "status")] + [
+        (label, key) for label, key in THROUGHPUT_COLUMNS if key in per_run and not key.startswith("share_")
+    ]
+    section.tables.append(_table("throughput-runs-table", per_run, columns, "per run"))
+    return section
+
+
+def _problems_section(exp: Experiment, left_out: pd.DataFrame) -> Section:
+    section = Section("problems", "Missing, failed and skipped runs")
+    section.tables.append(
+        _table(
+            "skipped-table",
+            exp.skipped,
+            [
+                ("arm", "arm"),
+                ("env", "env"),
+                ("seed", "seed"),
+                ("status", "status"),
+                ("reason", "reason"),
+                ("path", "path"),
+            ],
+            "runs not used for results (incomplete, failed or corrupt)",
+        )
+    )
+    section.tables.append(
+        _table(
+            "missing-table",
+            exp.missing,
+            [("arm", "arm"), ("env", "env"), ("seed", "seed")],
+            "expected runs with no run directory",
+        )
+    )
+    if len(left_out):
+        section.tables.append(
+            _table(
+                "left-out-table",
+                left_out,
+                [("arm", "arm"), ("env", "env"), ("seed", "seed")],
+                "complete runs left out of the aggregates to keep the same envs and seed count for every arm",
+            )
+        )
+    notes = exp.runs[(exp.runs.status == "complete") & (exp.runs.problems != "")]
+    for row in notes.itertuples():
+        section.notes.append(f"{row.arm}/{row.env}/seed{row.seed}: {row.problems}")
+    return section
+
+
+# --- page ---------------------------------------------------------------------------------------
+def build_report(
+    experiment_dir: Path | str, out: Path | str | None = None, reps: int = 2000, table: str = "r2d2"
+) -> Path:
+    """Write the experiment's report (default ``<experiment_dir>/report.html``) and return its path.
+
+    Raises ``FileNotFoundError`` when the directory holds no run at all; anything less (damaged runs,
+    no complete run) still gives a page that says what it skipped."""
+    exp = load_experiment(experiment_dir)
+    colours = figures.arm_colours(exp.arms)
+    scores = score_tables(exp, table)
+    sections = [_what_ran(exp), _config_section(exp)]
+    left_out = pd.DataFrame(columns=KEYS)
+    if scores.final.empty:
+        sections.append(
+            Section("results", "Results", notes=["no complete run with a score: nothing to aggregate"])
+        )
+    else:
+        sections.append(_curves_section(scores, colours, reps))
+        aggregate_sections, left_out = _aggregate_sections(scores, colours, reps)
+        sections.extend(aggregate_sections)
+        published = _published_section(scores, colours, reps)
+        if published is not None:
+            sections.append(published)
+    sections.append(_throughput_section(exp, colours))
+    sections.append(_problems_section(exp, left_out))
+    html = render(
+        title=f"Experiment {exp.name}",
+        generated=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        normalisation=scores.normalisation,
+        sections=sections,
+    )
+    path = Path(out) if out is not None else exp.path / REPORT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(html, encoding="utf-8")
+    return path
+
+
+def render(**context: Any) -> str:
+    env = Environment(
+        loader=PackageLoader("reports", "templates"),
+        autoescape=select_autoescape(["html", "j2"], default_for_string=True, default=True),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    return env.get_template("experiment.html.j2").render(**context)

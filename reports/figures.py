@@ -1,0 +1,166 @@
+"""Matplotlib figures for the experiment report, returned as embeddable ``data:image/png`` URIs.
+
+Everything renders with the Agg backend (no display, no network); one colour per arm, fixed across
+every figure of a page, so an arm is recognised at a glance.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+DPI = 110
+STEP_UNITS = ((1e9, "B"), (1e6, "M"), (1e3, "k"))
+
+
+def arm_colours(arms: list[str]) -> dict[str, str]:
+    cycle = plt.get_cmap("tab10").colors
+    return {arm: matplotlib.colors.to_hex(cycle[i % len(cycle)]) for i, arm in enumerate(sorted(arms))}
+
+
+def to_data_uri(fig: Figure) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _steps_label(value: float, _pos: object = None) -> str:
+    for scale, suffix in STEP_UNITS:
+        if abs(value) >= scale:
+            return f"{value / scale:g}{suffix}"
+    return f"{value:g}"
+
+
+def learning_curves(bands: pd.DataFrame, colours: dict[str, str], ylabel: str) -> str:
+    """One panel per env: mean over seeds per arm with a 95% bootstrap band."""
+    envs = sorted(bands.env.unique())
+    cols = min(3, len(envs))
+    rows = math.ceil(len(envs) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
+    for ax, env in zip(axes.flat, envs):
+        for arm, g in bands[bands.env == env].groupby("arm"):
+            n = int(g.n_runs.iloc[0])
+            ax.plot(g.env_steps, g["mean"], color=colours[arm], label=f"{arm} (n={n})")
+            ax.fill_between(g.env_steps, g.ci_low, g.ci_high, color=colours[arm], alpha=0.2, linewidth=0)
+        ax.set_title(env)
+        ax.set_xlabel("env steps")
+        ax.set_ylabel(ylabel)
+        ax.xaxis.set_major_formatter(_steps_label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(envs) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    return to_data_uri(fig)
+
+
+def interval_estimates(metrics: pd.DataFrame, colours: dict[str, str], xlabel: str) -> str:
+    """rliable-style panel per metric: point estimate and 95% CI per arm."""
+    names = list(dict.fromkeys(metrics.metric))
+    arms = sorted(metrics.arm.unique())
+    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 0.5 * len(arms) + 1.2), squeeze=False)
+    for ax, name in zip(axes.flat, names):
+        table = metrics[metrics.metric == name].set_index("arm")
+        for i, arm in enumerate(arms):
+            row = table.loc[arm]
+            ax.barh(i, row.ci_high - row.ci_low, left=row.ci_low, height=0.6, color=colours[arm], alpha=0.6)
+            ax.plot([row.value, row.value], [i - 0.3, i + 0.3], color="black", linewidth=1.5)
+        ax.set_yticks(range(len(arms)), arms if ax is axes.flat[0] else [""] * len(arms))
+        ax.set_title(name)
+        ax.set_xlabel(xlabel)
+        ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return to_data_uri(fig)
+
+
+def performance_profiles(profiles: pd.DataFrame, colours: dict[str, str], xlabel: str) -> str:
+    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    for arm, g in profiles.groupby("arm"):
+        ax.plot(g.tau, g.fraction, color=colours[arm], label=arm)
+        ax.fill_between(g.tau, g.ci_low, g.ci_high, color=colours[arm], alpha=0.2, linewidth=0)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(r"fraction of runs with score $> \tau$")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return to_data_uri(fig)
+
+
+def probability_of_improvement(pois: pd.DataFrame) -> str:
+    fig, ax = plt.subplots(figsize=(5.5, 0.55 * len(pois) + 1.2))
+    for i, row in enumerate(pois.itertuples()):
+        ax.barh(i, row.ci_high - row.ci_low, left=row.ci_low, height=0.6, color="tab:blue", alpha=0.5)
+        ax.plot([row.value, row.value], [i - 0.3, i + 0.3], color="black", linewidth=1.5)
+    ax.axvline(0.5, color="grey", linestyle="--", linewidth=1)
+    ax.set_yticks(range(len(pois)), [f"P({r.x} > {r.y})" for r in pois.itertuples()])
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("probability of improvement")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return to_data_uri(fig)
+
+
+def sample_efficiency(curves: pd.DataFrame, colours: dict[str, str], ylabel: str) -> str:
+    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    for arm, g in curves.groupby("arm"):
+        ax.plot(g.env_steps, g.iqm, color=colours[arm], label=arm)
+        ax.fill_between(g.env_steps, g.ci_low, g.ci_high, color=colours[arm], alpha=0.2, linewidth=0)
+    ax.set_xlabel("env steps")
+    ax.xaxis.set_major_formatter(_steps_label)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return to_data_uri(fig)
+
+
+def published_ratios(comparison: pd.DataFrame, colours: dict[str, str]) -> str:
+    """Our final score / R2D2's per game and arm, with the CI of our score as an error bar."""
+    games = sorted(comparison.game.unique())
+    arms = sorted(comparison.arm.unique())
+    width = 0.8 / len(arms)
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.8 * len(games) * len(arms) + 1.5), 3.5))
+    for j, arm in enumerate(arms):
+        table = comparison[comparison.arm == arm].set_index("game").reindex(games)
+        x = np.arange(len(games)) + (j - (len(arms) - 1) / 2) * width
+        err = np.abs(
+            np.vstack([table.score - table.ci_low, table.ci_high - table.score]) / table.published.to_numpy()
+        )
+        ax.bar(x, table.ratio, width=width, color=colours[arm], label=arm, yerr=err, capsize=2)
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set_xticks(range(len(games)), games, rotation=30, ha="right")
+    ax.set_ylabel("our score / R2D2 Table 4")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return to_data_uri(fig)
+
+
+def time_split(per_arm: pd.DataFrame, colours: dict[str, str]) -> str:
+    """Wall-time split per arm (sampling, optimizing, evaluating, logging) as stacked fractions."""
+    parts = ["sampling", "optimizing", "evaluating", "logging"]
+    fig, ax = plt.subplots(figsize=(5.5, 0.5 * len(per_arm) + 1.3))
+    left = np.zeros(len(per_arm))
+    shades = plt.get_cmap("Set2").colors
+    for k, part in enumerate(parts):
+        share = per_arm[f"share_{part}"].fillna(0.0).to_numpy()
+        ax.barh(range(len(per_arm)), share, left=left, color=shades[k], label=part)
+        left += share
+    ax.set_yticks(range(len(per_arm)), per_arm.arm)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of wall time")
+    ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.35))
+    fig.tight_layout()
+    return to_data_uri(fig)

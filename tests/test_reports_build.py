@@ -1,0 +1,89 @@
+"""The experiment report: content, self-containment, escaping, and bad input."""
+
+import json
+import re
+
+import pytest
+
+from analysis.synthetic import SyntheticArm, write_experiment
+from reports.__main__ import main
+from reports.build import build_report, fmt
+
+ARMS = {
+    "corrected": SyntheticArm(1.5, {"algo": "r2d1", "optim": {"clip_grad_norm": 80.0}}),
+    "published": SyntheticArm(
+        0.8, {"algo": "r2d1", "optim": {"clip_grad_norm": "<script>alert(1)</script>"}}
+    ),
+}
+SECTIONS = ["what-ran", "config-diff", "learning-curves", "aggregates", "performance-profiles",
+            "probability-of-improvement", "sample-efficiency", "published", "throughput",
+            "problems"]  # fmt: skip
+
+
+def _table_rows(html: str, table_id: str) -> int:
+    body = re.search(rf'<table id="{table_id}">.*?<tbody>(.*?)</tbody>', html, re.S).group(1)
+    return len(re.findall(r"<tr>", body))
+
+
+@pytest.mark.slow
+def test_report_is_self_contained_and_complete(tmp_path):
+    exp = write_experiment(tmp_path, "exp", ARMS, ["pong", "qbert"], [0, 1], n_logs=4, eval_episodes=2)
+    path = build_report(exp, reps=200)
+    assert path == exp / "report.html"
+    html = path.read_text()
+    for section in SECTIONS:
+        assert f'<section id="{section}">' in html
+    # no network: every image is embedded, no scripts, no external stylesheets or links
+    images = re.findall(r'<img [^>]*src="([^"]*)"', html)
+    assert len(images) == 7 and all(src.startswith("data:image/png;base64,") for src in images)
+    assert "<script" not in html and "http://" not in html and "https://" not in html
+    # autoescaped: a config value cannot inject markup
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "Video Pinball random 0.0" in html
+    assert _table_rows(html, "aggregate-table") == 2
+    assert _table_rows(html, "published-table") == 4  # 2 arms x 2 games
+    assert _table_rows(html, "poi-table") == 2
+    assert _table_rows(html, "config-diff-table") == 1
+    assert _table_rows(html, "skipped-table") == 0
+
+
+def test_damaged_runs_are_listed_and_the_report_still_builds(tmp_path, capsys):
+    exp = write_experiment(tmp_path, "exp", ARMS, ["CartPole-v1"], [0, 1, 2], n_logs=3, eval_episodes=2)
+    (exp / "published/CartPole-v1/seed2/config.json").unlink()
+    progress = exp / "corrected/CartPole-v1/seed1/progress.csv"
+    progress.write_bytes(progress.read_bytes()[:-7])  # truncated mid-row
+    (exp / "corrected/CartPole-v1/seed2/status.json").write_text(
+        json.dumps({"state": "failed", "updated": "now", "error": "CUDA out of memory"})
+    )
+    assert main(["build", str(exp), "--reps", "100"]) == 0
+    path = capsys.readouterr().out.strip()
+    html = open(path).read()
+    assert _table_rows(html, "skipped-table") == 2
+    assert "config.json missing" in html and "CUDA out of memory" in html
+    assert "dropped a torn last line" in html  # the truncated run is still used, with a note
+    assert '<section id="published">' not in html  # CartPole has no published R2D2 score
+    assert "min-max per env" in html
+
+
+def test_no_complete_run_still_gives_a_page(tmp_path):
+    exp = write_experiment(tmp_path, "exp", ARMS, ["pong"], [0], n_logs=2, state="running")
+    html = build_report(exp, reps=100).read_text()
+    assert "no complete run with a score" in html
+    assert _table_rows(html, "skipped-table") == 2
+
+
+def test_empty_experiment_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main(["build", str(tmp_path / "empty")]) == 2
+    assert "no run directories under" in capsys.readouterr().err
+    assert main(["build", str(tmp_path / "absent")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "value, text",
+    [(None, "–"), (float("nan"), "–"), (True, "yes"), (12345, "12,345"), (40000.0, "40,000"),
+     (0.123456, "0.1235"), (123456.7, "123,457"), ("pong", "pong")],
+)  # fmt: skip
+def test_fmt(value, text):
+    assert fmt(value) == text
