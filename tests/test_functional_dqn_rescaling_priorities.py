@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -76,3 +77,8 @@ def test_importance_weights_hand_computed():
     torch.testing.assert_close(importance_weights(p, beta=0.0), torch.ones(3, dtype=torch.float64))
     with pytest.raises(ValueError, match="positive probability"):
         importance_weights(torch.tensor([0.5, 0.0]), beta=0.5)
+
+
+def test_importance_weights_accept_numpy():
+    p = np.array([0.5, 0.25, 0.125])
+    np.testing.assert_allclose(importance_weights(p, beta=1.0), [0.25, 0.5, 1.0])

@@ -30,16 +30,18 @@ def test_sum_tree_matches_naive_cumsum(capacity, branching):
     cumsum = np.cumsum(priorities)
     assert tree.total == pytest.approx(cumsum[-1], rel=1e-12)
     fractions = np.sort(rng.random(2000))
-    leaves, total = tree.find(fractions)
+    leaves, values, total = tree.find(fractions)
     expected = np.searchsorted(cumsum, fractions * cumsum[-1], side="right")
     np.testing.assert_array_equal(leaves, expected)
+    np.testing.assert_array_equal(values, priorities[leaves])
+    assert total == pytest.approx(tree.total, rel=1e-12)
     assert (priorities[leaves] > 0).all()
 
 
 def test_sum_tree_never_returns_zero_leaves_at_edges():
     tree = SumTree(100, branching=4)
     tree.set(np.array([3, 50]), np.array([1e-300, 2.0]))
-    leaves, _ = tree.find(np.array([0.0, 1 - 1e-17, np.nextafter(1.0, 0.0)]))
+    leaves, _, _ = tree.find(np.array([0.0, 1 - 1e-17, np.nextafter(1.0, 0.0)]))
     assert set(leaves.tolist()) <= {3, 50}
 
 

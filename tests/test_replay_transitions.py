@@ -87,7 +87,7 @@ def test_frame_stacks_equal_naive_stacked_buffer_at_episode_starts():
     rows = np.arange(T - ring.rows + ring.observations.lookback, T)  # history intact
     positions = np.repeat(rows % ring.rows, B)
     env = np.tile(np.arange(B), rows.size)
-    stacks = ring.observations.gather(positions, env, ring.fields.episode_start)
+    stacks = ring.observations.gather(positions * B + env, ring.flat.episode_start)
     np.testing.assert_array_equal(stacks, stream.observation[np.repeat(rows, B), env])
     starts = ring.fields.episode_start[positions, env]
     assert starts.sum() > 10  # many episode starts inside the checked window

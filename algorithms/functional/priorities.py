@@ -9,7 +9,12 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+import numpy as np
 import torch
+
+ArrayT = TypeVar("ArrayT", torch.Tensor, np.ndarray)
 
 
 def sequence_priority(td_error: torch.Tensor, eta: float, valid: torch.Tensor | None = None) -> torch.Tensor:
@@ -45,17 +50,19 @@ def sequence_priority(td_error: torch.Tensor, eta: float, valid: torch.Tensor | 
     return eta * masked.max(dim=0).values + (1 - eta) * masked.sum(dim=0) / count
 
 
-def importance_weights(probabilities: torch.Tensor, beta: float) -> torch.Tensor:
+def importance_weights(probabilities: ArrayT, beta: float) -> ArrayT:
     """(N P(i))^(-beta) / max_j (N P(j))^(-beta) over the batch (Schaul et al. 2016, Alg. 1 line 10).
 
     N, the number of items that could have been drawn, cancels in the normalisation, which leaves
     (min_j P(j) / P(i))^beta; that form is also free of overflow.
 
+    Works on torch tensors and on numpy arrays alike (the replay samplers call it with numpy).
+
     Args:
         probabilities: [batch] sampling probabilities P(i) of the sampled items (all > 0).
         beta: correction exponent in [0, 1] (1 = full correction).
     """
-    if probabilities.dim() != 1:
+    if probabilities.ndim != 1:
         raise ValueError(
             f"importance_weights: probabilities must be [batch], got shape {tuple(probabilities.shape)}"
         )

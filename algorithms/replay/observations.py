@@ -1,7 +1,9 @@
 """How a replay stores observations: whole, or as single Atari frames. A part of every storage.
 
 Both kinds live in the storage's ring of R rows x B envs (``ring.StepRing``) and answer the same
-calls, so transition and sequence storage take either one:
+calls, so transition and sequence storage take either one. Reads take flat indices
+``row * B + env`` (the storages' item numbering), which index the contiguous [R, B, ...] arrays
+through flat views: one ``take`` per field instead of 2-d fancy indexing.
 
 * :class:`FullObservations` stores each observation as given, plus each step's
   ``final_observation`` (Contract 1), so a time-limit step can bootstrap from the true last
@@ -37,6 +39,8 @@ class FullObservations:
         """``example``: one observation [*obs]."""
         self._observation = _alloc(example, (rows, num_envs), shared)
         self._final = _alloc(example, (rows, num_envs), shared)
+        self._observation_flat = self._observation.reshape(rows * num_envs, *example.shape)
+        self._final_flat = self._final.reshape(rows * num_envs, *example.shape)
 
     @property
     def nbytes(self) -> int:
@@ -47,12 +51,12 @@ class FullObservations:
         self._observation[positions] = np.asarray(samples.observation)
         self._final[positions] = np.asarray(samples.final_observation)
 
-    def gather(self, positions: np.ndarray, env: np.ndarray, episode_start: np.ndarray) -> np.ndarray:
-        """Observations at ring rows ``positions`` [n] of envs ``env`` [n] -> [n, *obs]."""
-        return self._observation[positions, env]
+    def gather(self, index: np.ndarray, episode_start: np.ndarray) -> np.ndarray:
+        """Observations at flat indices ``index`` [n] -> [n, *obs]."""
+        return self._observation_flat.take(index, axis=0)
 
-    def gather_final(self, positions: np.ndarray, env: np.ndarray) -> np.ndarray:
-        return self._final[positions, env]
+    def gather_final(self, index: np.ndarray) -> np.ndarray:
+        return self._final_flat.take(index, axis=0)
 
 
 class FrameObservations:
@@ -75,7 +79,8 @@ class FrameObservations:
                 f"got {example.shape}"
             )
         self._frames = _alloc(example[-1], (rows, num_envs), shared)
-        self._rows = rows
+        self._frames_flat = self._frames.reshape(rows * num_envs, *example.shape[1:])
+        self._num_envs = num_envs
 
     @property
     def nbytes(self) -> int:
@@ -85,19 +90,20 @@ class FrameObservations:
         """Store the newest frame of each ``samples.observation`` [T, B, frame_stack, H, W]."""
         self._frames[positions] = np.asarray(samples.observation)[:, :, -1]
 
-    def gather(self, positions: np.ndarray, env: np.ndarray, episode_start: np.ndarray) -> np.ndarray:
-        """Rebuild stacks at ring rows ``positions`` [n] of envs ``env`` [n] -> [n, frame_stack, H, W].
+    def gather(self, index: np.ndarray, episode_start: np.ndarray) -> np.ndarray:
+        """Rebuild stacks at flat indices ``index`` [n] -> [n, frame_stack, H, W].
 
-        ``episode_start`` [R, B] marks rows that begin an episode: frames older than such a row
-        belong to the previous episode and come back as zeros.
+        ``episode_start`` [R * B] (flat) marks steps that begin an episode: frames older than such a
+        step belong to the previous episode and come back as zeros.
         """
-        out = np.empty((len(positions), self.frame_stack, *self._frames.shape[2:]), dtype=self._frames.dtype)
-        out[:, -1] = self._frames[positions, env]
-        padded = episode_start[positions, env].copy()  # rows older than this one are padding
+        frames, size = self._frames_flat, self._frames_flat.shape[0]
+        out = np.empty((len(index), self.frame_stack, *frames.shape[1:]), dtype=frames.dtype)
+        out[:, -1] = frames.take(index, axis=0)
+        padded = episode_start.take(index)  # steps older than this one are padding
         for back in range(1, self.frame_stack):
-            older = (positions - back) % self._rows
-            frames = self._frames[older, env]
-            frames[padded] = 0
-            out[:, -1 - back] = frames
-            padded |= episode_start[older, env]
+            older = (index - back * self._num_envs) % size  # same env, ``back`` rows earlier
+            older_frames = frames.take(older, axis=0)
+            older_frames[padded] = 0
+            out[:, -1 - back] = older_frames
+            padded |= episode_start.take(older)
         return out

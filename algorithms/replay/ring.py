@@ -59,6 +59,8 @@ class StepRing:
         )
         buffers = buffer_from_example(step, (self.rows, self.num_envs), shared=shared)
         self.fields: NamedArrays = buffers.numpy() if shared else buffers
+        # Flat [R * B, ...] views: element row * B + env, read with one ``take`` per field.
+        self.flat: NamedArrays = self.fields.map(lambda a: a.reshape(self.rows * self.num_envs, *a.shape[2:]))
         observations.allocate(to_numpy(example.observation), self.rows, self.num_envs, shared)
         cursor = buffer_from_example(np.zeros((), dtype=np.int64), 1, shared=shared)
         self._cursor = cursor.numpy() if shared else cursor

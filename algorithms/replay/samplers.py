@@ -23,7 +23,6 @@ Arrays (the sum tree, priorities, validity flags, counters) can be allocated in 
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from algorithms.arrays import buffer_from_example
 from algorithms.functional.priorities import importance_weights
@@ -195,8 +194,7 @@ class PrioritizedSampler:
         if self.num_valid == 0:
             raise ValueError("PrioritizedSampler.sample: no valid items stored yet")
         fractions = (np.arange(batch_size) + self._rng.random(batch_size)) / batch_size
-        items, total = self.tree.find(fractions)
-        probabilities = self.tree.get(items) / total
-        weights = importance_weights(torch.from_numpy(probabilities), self.beta).numpy().astype(np.float32)
+        items, values, total = self.tree.find(fractions)
+        weights = importance_weights(values / total, self.beta).astype(np.float32)
         self._state[1] += 1
         return items, weights

@@ -148,27 +148,31 @@ class SequenceStorage:
 
     def extract(self, items: np.ndarray) -> NamedArrays:
         """Sequences of ``items`` [n] as torch tensors (fields in the module docstring)."""
-        ring, f, L = self.ring, self.ring.fields, self.sequence_length
-        slot, env = items // ring.num_envs, items % ring.num_envs
+        ring, f, L, B = self.ring, self.ring.flat, self.sequence_length, self.ring.num_envs
+        slot, env = items // B, items % B
         positions = (slot * self.stride + np.arange(L)[:, None]) % ring.rows  # [L, n]
-        env_l = np.broadcast_to(env, positions.shape)
+        index = positions * B + env  # flat indices [L, n]
         obs = ring.observations
-        observation = obs.gather(positions.ravel(), env_l.ravel(), f.episode_start)
-        terminated, truncated = f.terminated[positions, env_l], f.truncated[positions, env_l]
+
+        def steps(field: np.ndarray) -> np.ndarray:
+            return field.take(index, axis=0)
+
+        observation = obs.gather(index.ravel(), f.episode_start)
+        terminated, truncated = steps(f.terminated), steps(f.truncated)
         ended_before = np.cumsum(terminated | truncated, axis=0) - (terminated | truncated)
         batch = dict(
             observation=observation.reshape(L, len(items), *observation.shape[1:]),
-            action=f.action[positions, env_l],
-            reward=f.reward[positions, env_l],
+            action=steps(f.action),
+            reward=steps(f.reward),
             terminated=terminated,
             truncated=truncated,
-            prev_action=f.prev_action[positions, env_l],
-            prev_reward=f.prev_reward[positions, env_l],
-            episode_start=f.episode_start[positions, env_l],
+            prev_action=steps(f.prev_action),
+            prev_reward=steps(f.prev_reward),
+            episode_start=steps(f.episode_start),
             valid=ended_before == 0,
         )
         if obs.keeps_final_observation:
-            final = obs.gather_final(positions.ravel(), env_l.ravel())
+            final = obs.gather_final(index.ravel())
             batch["final_observation"] = final.reshape(L, len(items), *final.shape[1:])
         out = NamedArrays(batch)
         init_state = None

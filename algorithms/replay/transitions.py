@@ -156,33 +156,31 @@ class TransitionStorage:
     def valid(self, items: np.ndarray) -> np.ndarray:
         """Whether each item may be sampled now."""
         ring = self.ring
-        positions, env = items // ring.num_envs, items % ring.num_envs
-        row = ring.absolute(positions)
+        row = ring.absolute(items // ring.num_envs)
         t = ring.t
         oldest = 0 if t <= ring.rows else t - ring.rows + ring.observations.lookback
         ok = (row >= oldest) & (row < t - self.n_step)
         if not ring.observations.keeps_final_observation:
-            ok &= ~ring.fields.truncated[positions, env]
+            ok &= ~ring.flat.truncated.take(items)
         return ok
 
     def extract(self, items: np.ndarray) -> NamedArrays:
         """The transitions of ``items`` [n] as torch tensors (table in the module docstring)."""
-        ring, f = self.ring, self.ring.fields
-        positions, env = items // ring.num_envs, items % ring.num_envs
-        steps = f.steps_n[positions, env].astype(np.int64)
-        bootstrap = (positions + steps) % ring.rows
-        obs = ring.observations
-        next_observation = obs.gather(bootstrap, env, f.episode_start)
+        ring, f, obs = self.ring, self.ring.flat, self.ring.observations
+        size, B = ring.rows * ring.num_envs, ring.num_envs
+        # Items are flat indices row * B + env; the step k rows later in the same env is item + k B.
+        bootstrap = (items + f.steps_n.take(items).astype(np.int64) * B) % size
+        next_observation = obs.gather(bootstrap, f.episode_start)
         if obs.keeps_final_observation:
-            last = (positions + steps - 1) % ring.rows
-            final = np.flatnonzero(f.truncated[last, env])
+            last = (bootstrap - B) % size
+            final = np.flatnonzero(f.truncated.take(last))
             if final.size:
-                next_observation[final] = obs.gather_final(last[final], env[final])
+                next_observation[final] = obs.gather_final(last[final])
         return NamedArrays(
-            observation=obs.gather(positions, env, f.episode_start),
-            action=f.action[positions, env],
-            return_n=f.return_n[positions, env],
-            done_n=f.done_n[positions, env],
-            discount_n=f.discount_n[positions, env],
+            observation=obs.gather(items, f.episode_start),
+            action=f.action.take(items, axis=0),
+            return_n=f.return_n.take(items),
+            done_n=f.done_n.take(items),
+            discount_n=f.discount_n.take(items),
             next_observation=next_observation,
         ).to_torch()
