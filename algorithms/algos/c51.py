@@ -104,6 +104,8 @@ def build_agent(config: Config, observation_space: gym.Space, action_space: gym.
 class Algo(dqn.Algo):
     """DQN's learner with the categorical loss."""
 
+    diagnostic_keys = ("loss", "q_mean", "grad_norm")
+
     def loss(self, batch: NamedArrays) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         """Weighted cross-entropy to the projected target -> (loss, per-sample CE, diagnostics)."""
         support = self.agent.support.to(batch.return_n.device)

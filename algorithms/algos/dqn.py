@@ -18,6 +18,7 @@ been collected, runs one update per ``train_every_steps`` env steps (Nature: 4).
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -158,6 +159,10 @@ def make_optimizer(config: Config, params: Any) -> torch.optim.Optimizer:
 class Algo:
     """DQN learner: replay, target network, optimizer (see the module docstring)."""
 
+    # Reported on every optimize call (NaN before learning starts): loss, mean Q(s, a) of the
+    # minibatch, mean |TD error|, gradient norm before clipping.
+    diagnostic_keys: tuple[str, ...] = ("loss", "q_mean", "td_abs_mean", "grad_norm")
+
     def __init__(
         self, config: Config, agent: EpsilonGreedyAgent, counters_frameskip: int, batch_spec: BatchSpec
     ):
@@ -171,6 +176,7 @@ class Algo:
         self.replay_steps = 0  # steps in the replay since this process started (not checkpointed)
         self.updates = 0
         self._update_credit = 0  # env steps not yet matched by an update
+        self.max_grad_norm = config.clip_grad_norm if config.clip_grad_norm > 0 else math.inf
 
     def build_replay(self, example: NamedArrays) -> ReplayBuffer:
         """n-step transition storage (single frames for Atari stacks) x uniform or prioritized sampling."""
@@ -229,10 +235,10 @@ class Algo:
         self.replay_steps += steps
         # Counted per process: a resumed run refills its (not checkpointed) replay before learning.
         if self.replay_steps < self.config.min_steps_learn:
-            return OptInfo()
+            return OptInfo(diagnostics=dict.fromkeys(self.diagnostic_keys, math.nan))
         self._update_credit += steps
         n_updates, self._update_credit = divmod(self._update_credit, self.config.train_every_steps)
-        diagnostics: dict[str, list[float]] = {}
+        diagnostics: dict[str, list[float]] = {key: [] for key in self.diagnostic_keys}
         device = self.agent.device
         for _ in range(n_updates):
             data, indices, is_weights = self.replay.sample(self.config.batch_size)
@@ -240,10 +246,7 @@ class Algo:
             loss, td_abs, info = self.loss(batch)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            if self.config.clip_grad_norm > 0:
-                info["grad_norm"] = float(
-                    nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad_norm)
-                )
+            info["grad_norm"] = float(nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm))
             self.optimizer.step()
             if self.config.prioritized:
                 self.replay.update_priorities(indices, td_abs.cpu())
@@ -252,13 +255,13 @@ class Algo:
                 self.target_model.load_state_dict(self.model.state_dict())
             info["loss"] = float(loss.detach())
             for k, v in info.items():
-                diagnostics.setdefault(k, []).append(v)
+                diagnostics[k].append(v)
         trained = n_updates * self.config.batch_size
         return OptInfo(
             updates=n_updates,
             samples_trained=trained,
             samples_replayed=trained,
-            diagnostics={k: sum(v) / len(v) for k, v in diagnostics.items()},
+            diagnostics={k: sum(v) / len(v) if v else math.nan for k, v in diagnostics.items()},
         )
 
     def state_dict(self) -> dict[str, Any]:

@@ -89,6 +89,8 @@ class R2D1Model(nn.Module):
             h0 = c0 = lstm_input.new_zeros(1, B, self.lstm_size)
         else:
             h0, c0 = state.h.reshape(1, B, self.lstm_size), state.c.reshape(1, B, self.lstm_size)
+        if reset is not None and not bool(reset.any()):
+            reset = None
         if reset is None and not return_states:
             lstm_out, (h, c) = self.lstm(lstm_input, (h0, c0))
         else:

@@ -1,0 +1,474 @@
+"""R2D1: R2D2's learner (Kapturowski et al. 2019, "Recurrent Experience Replay in Distributed
+Reinforcement Learning", ICLR) run by one process, as in rlpyt (``rlpyt/algos/dqn/r2d1.py``).
+
+One update on B sequences of ``burn_in + sequence_length + n_step`` steps from prioritized sequence
+replay, each starting from the recurrent state stored when it was collected (Sec. 3, "stored state"):
+
+    burn-in:   run online and target nets over the first ``burn_in`` steps without gradient,
+               starting from the stored state, to refresh it (Sec. 3, "burn-in")
+    values:    Q(s_t, .) and Q_target(s_t, .) over the remaining steps
+    target:    y_t = h(G_t + discount_t * h^-1(Q_target(s_{t+m}, argmax_a Q(s_{t+m}, a))))
+               n-step double Q-learning with value rescaling h instead of reward clipping (Sec. 2.3)
+    loss:      mean over sequences of w_b * mean_t 0.5 (Q(s_t, a_t) - y_t)^2 over the trained steps
+    priority:  p_b = eta max_t |delta_t| + (1 - eta) mean_t |delta_t|, eta = 0.9 (Sec. 2.3)
+
+New sequences enter the replay with priorities computed the same way from the sampler's own
+Q-values (R2D2 Sec. 2.3: actors compute the initial priorities), over the n-step TD errors of the
+sequence's trained steps. Defaults are R2D2's Table 2; the two values R2D2 does not give are
+marked "inherited": the per-actor epsilons (Ape-X, via Table 2's caption) and the gradient-norm
+clip of 80 (rlpyt's default, attributed there to the R2D2 authors).
+
+**rlpyt's 2019 deviations**, each a switch, all off by default (reference SOURCES, "rlpyt's 2019
+R2D1 runs deviate from R2D2"):
+
+* ``swap_priority_exponents``: priority exponent 0.6 and importance-sampling exponent 0.9 (rlpyt's
+  class defaults until the config fix of 2019-08-13) instead of 0.9 and 0.6;
+* ``initial_priority_one_step``: initial priorities from 1-step instead of n-step TD errors;
+* ``initial_priority_no_alpha``: initial priorities enter the replay without the priority exponent
+  that updated priorities get (rlpyt passed them to the sum tree as they were);
+* ``initial_priority_half_segment``: an initial priority from only the first (1) or second (2) half
+  of the sequence's trained steps (rlpyt's ``input_priority_shift``: its sampler batch was half a
+  sequence long); 0 = the whole sequence;
+* ``replay_ratio_counts_burnin``: the replay-ratio target counts burn-in steps as replayed, so
+  fewer updates run per env step ((burn_in + T) x B per update, rlpyt's counting);
+* ``nstep_done_bug``: the n-step done keeps only the 1-step done, bootstrapping across episode ends
+  (rlpyt before PR #182; ``algorithms.functional.returns``).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from algorithms.agents.dqn_agents import R2D1Agent
+from algorithms.agents.epsilon import EpsilonSchedule
+from algorithms.algos.base import OptInfo
+from algorithms.arrays import NamedArrays
+from algorithms.functional.priorities import sequence_priority
+from algorithms.functional.returns import nstep_returns
+from algorithms.functional.td import select_action_values
+from algorithms.functional.value_rescaling import value_transform
+from algorithms.models.r2d1_model import R2D1Model
+from algorithms.replay.buffer import ReplayBuffer
+from algorithms.replay.observations import FrameObservations, FullObservations
+from algorithms.replay.samplers import PrioritizedSampler
+from algorithms.replay.sequences import SequenceStorage
+from algorithms.samplers.base import BatchSpec
+
+
+@dataclass(frozen=True)
+class Config:
+    """R2D1 settings; defaults from R2D2 (Kapturowski et al. 2019) Table 2 and Sec. 2.3 unless noted."""
+
+    discount: float = 0.997
+    n_step: int = 5
+    sequence_length_steps: int = 80  # trained steps per sequence
+    burn_in_steps: int = 40
+    sequence_period_steps: int = 40  # a sequence starts every 40 steps: adjacent ones overlap by 40
+    batch_size_sequences: int = 64
+    replay_size_steps: int = 4_000_000
+    min_steps_learn: int = 100_000  # not in R2D2; rlpyt's atari_r2d1 config (min_steps_learn=1e5)
+    # Trained steps replayed per env step ("about 0.8", R2D2 Appendix; what it counted is open, see
+    # docs/step_accounting.md); ``replay_ratio_counts_burnin`` switches to rlpyt's counting.
+    replay_ratio: float = 0.8
+    target_update_period_updates: int = 2_500
+    learning_rate: float = 1e-4
+    adam_eps: float = 1e-3
+    clip_grad_norm: float = 80.0  # inherited: rlpyt's default, not in the R2D2 paper; 0 = off
+    priority_alpha: float = 0.9
+    priority_beta: float = 0.6  # camera-ready Table 2 (the under-review version used no IS weights)
+    priority_eta: float = 0.9
+    value_rescaling: str = "signed_hyperbolic"  # h(x) = sign(x)(sqrt(|x|+1)-1) + eps x; "identity" = off
+    value_rescaling_eps: float = 1e-3
+    # Exploration: fixed per-actor epsilons 0.4^(1 + 7 i / (N - 1)), inherited from Ape-X (Horgan et
+    # al. 2018, Sec. 4.1) through R2D2 Table 2's caption.
+    eps_start: float = 1.0
+    eps_final: float = 0.01
+    eps_decay_steps: int = 0
+    eps_per_env: Literal["same", "apex"] = "apex"
+    eps_eval: float = 0.0  # R2D2 does not state one: greedy
+    # Network (R2D2 Appendix "Hyper-parameters"): conv torso -> fc 512 -> LSTM 512 -> dueling 512.
+    lstm_size: int = 512
+    fc_size: int = 512
+    head_hidden_size: int = 512
+    mlp_hidden_sizes: tuple[int, ...] = (64, 64)  # torso for vector observations
+    # rlpyt 2019 deviations (module docstring), all off = R2D2.
+    swap_priority_exponents: bool = False
+    initial_priority_one_step: bool = False
+    initial_priority_no_alpha: bool = False
+    initial_priority_half_segment: int = 0
+    replay_ratio_counts_burnin: bool = False
+    nstep_done_bug: bool = False
+
+    def __post_init__(self) -> None:
+        _check(0.0 <= self.discount <= 1.0, "discount", self.discount, "in [0, 1]")
+        for name in (
+            "n_step",
+            "sequence_length_steps",
+            "sequence_period_steps",
+            "batch_size_sequences",
+            "replay_size_steps",
+            "target_update_period_updates",
+            "lstm_size",
+            "fc_size",
+            "head_hidden_size",
+        ):
+            _check(getattr(self, name) >= 1, name, getattr(self, name), ">= 1")
+        for name in ("burn_in_steps", "min_steps_learn", "eps_decay_steps"):
+            _check(getattr(self, name) >= 0, name, getattr(self, name), ">= 0")
+        _check(self.replay_ratio > 0, "replay_ratio", self.replay_ratio, "> 0")
+        _check(self.learning_rate > 0, "learning_rate", self.learning_rate, "> 0")
+        _check(self.adam_eps > 0, "adam_eps", self.adam_eps, "> 0")
+        _check(self.clip_grad_norm >= 0, "clip_grad_norm", self.clip_grad_norm, ">= 0 (0 = off)")
+        _check(self.priority_alpha >= 0, "priority_alpha", self.priority_alpha, ">= 0")
+        _check(0.0 <= self.priority_beta <= 1.0, "priority_beta", self.priority_beta, "in [0, 1]")
+        _check(0.0 <= self.priority_eta <= 1.0, "priority_eta", self.priority_eta, "in [0, 1]")
+        value_transform(self.value_rescaling)  # ValueError naming a bad transform
+        _check(self.value_rescaling_eps > 0, "value_rescaling_eps", self.value_rescaling_eps, "> 0")
+        _check(
+            self.initial_priority_half_segment in (0, 1, 2),
+            "initial_priority_half_segment",
+            self.initial_priority_half_segment,
+            "0 (whole sequence), 1 (first half) or 2 (second half)",
+        )
+        _check(
+            all(h >= 1 for h in self.mlp_hidden_sizes), "mlp_hidden_sizes", self.mlp_hidden_sizes, "positive"
+        )
+        self.epsilon_schedule  # validates the eps_* fields  # noqa: B018
+
+    @property
+    def epsilon_schedule(self) -> EpsilonSchedule:
+        return EpsilonSchedule(
+            start=self.eps_start,
+            final=self.eps_final,
+            decay_steps=self.eps_decay_steps,
+            per_env=self.eps_per_env,
+            eval=self.eps_eval,
+        )
+
+    @property
+    def alpha_beta(self) -> tuple[float, float]:
+        """(priority exponent, importance-sampling exponent) in effect (swapped by the rlpyt switch)."""
+        if self.swap_priority_exponents:
+            return self.priority_beta, self.priority_alpha
+        return self.priority_alpha, self.priority_beta
+
+    @property
+    def replayed_steps_per_sequence(self) -> int:
+        """Steps one sequence counts toward the replay-ratio target (burn-in included by rlpyt)."""
+        return self.sequence_length_steps + (self.burn_in_steps if self.replay_ratio_counts_burnin else 0)
+
+    @property
+    def sequence_steps(self) -> int:
+        """Steps stored per sampled sequence: burn-in, trained steps, and n more for the last targets."""
+        return self.burn_in_steps + self.sequence_length_steps + self.n_step
+
+
+def _check(ok: bool, name: str, value: Any, what: str) -> None:
+    if not ok:
+        raise ValueError(f"Config.{name} must be {what}, got {value!r}")
+
+
+def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space) -> R2D1Agent:
+    model = R2D1Model(
+        observation_space.shape,
+        action_space.n,
+        lstm_size=config.lstm_size,
+        fc_size=config.fc_size,
+        head_hidden_size=config.head_hidden_size,
+        mlp_hidden_sizes=config.mlp_hidden_sizes,
+    )
+    return R2D1Agent(model, observation_space, action_space, config.epsilon_schedule)
+
+
+# --- targets and TD errors, shared by the loss and the sampler-side initial priorities ------------------
+
+
+def rescaled_nstep_targets(
+    config: Config,
+    reward: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    q_bootstrap: torch.Tensor,
+    n_step: int,
+) -> torch.Tensor:
+    """y_t = h(G_t + discount_t h^-1(q_bootstrap[t + m_t])) for every step t of [L, B].
+
+    ``q_bootstrap`` [L + 1, B] holds the value to bootstrap from at each observation index (index L:
+    the observation after the last step); windows are cut at the end of the L steps.
+    """
+    transform = value_transform(config.value_rescaling)
+    eps = config.value_rescaling_eps
+
+    def h(x: torch.Tensor) -> torch.Tensor:
+        return transform.forward(x, eps) if config.value_rescaling != "identity" else x
+
+    def h_inv(x: torch.Tensor) -> torch.Tensor:
+        return transform.inverse(x, eps) if config.value_rescaling != "identity" else x
+
+    L = reward.shape[0]
+    if q_bootstrap.shape[0] != L + 1:
+        raise ValueError(f"q_bootstrap needs {L + 1} rows for {L} steps, got {q_bootstrap.shape[0]}")
+    nstep = nstep_returns(
+        reward, terminated, truncated, config.discount, n_step, nstep_done_bug=config.nstep_done_bug
+    )
+    index = torch.arange(L, device=reward.device).view(L, *([1] * (reward.dim() - 1))) + nstep.steps
+    bootstrap = q_bootstrap.gather(0, index)
+    return h(nstep.returns + nstep.discount * h_inv(bootstrap))
+
+
+def sampler_td_errors(config: Config, samples: NamedArrays, q_bootstrap_T: torch.Tensor) -> torch.Tensor:
+    """|TD errors| [T, B] of a sampler batch from the Q-values the sampler acted on (initial priorities).
+
+    ``samples.agent_info.q`` [T, B, A] are the online net's values at each observation and
+    ``q_bootstrap_T`` [B, A] those at the observation after the batch. The sampler has only the online
+    net, so the target is max_a Q (double Q-learning's argmax and evaluation coincide). n-step, or
+    1-step with ``initial_priority_one_step`` (rlpyt 2019). The sampler never evaluates the true final
+    observation of a time limit, so a window ending in truncation bootstraps from the next episode's
+    first observation here; only the initial priority of such a sequence is affected.
+    """
+    q = samples.agent_info.q
+    q_next = torch.cat([q, q_bootstrap_T.unsqueeze(0)], dim=0).max(dim=-1).values
+    n = 1 if config.initial_priority_one_step else config.n_step
+    y = rescaled_nstep_targets(config, samples.reward, samples.terminated, samples.truncated, q_next, n)
+    return (select_action_values(q, samples.action) - y).abs()
+
+
+def initial_sequence_priorities(config: Config, td_abs: torch.Tensor) -> torch.Tensor:
+    """Priorities [B] of new sequences from the sampler's |TD errors| [T, B] over their trained steps.
+
+    ``initial_priority_half_segment`` 1 or 2 keeps only the first or second half of the trained steps
+    (rlpyt's ``input_priority_shift``, whose sampler batch was half a sequence long).
+    """
+    T = td_abs.shape[0]
+    if config.initial_priority_half_segment == 1:
+        td_abs = td_abs[: T // 2]
+    elif config.initial_priority_half_segment == 2:
+        td_abs = td_abs[T // 2 :]
+    return sequence_priority(td_abs, config.priority_eta)
+
+
+class Algo:
+    """R2D1 learner: prioritized sequence replay with stored states, burn-in, target net, Adam."""
+
+    # Reported on every optimize call (NaN before learning starts).
+    diagnostic_keys: tuple[str, ...] = ("loss", "q_mean", "td_abs_mean", "grad_norm")
+
+    def __init__(self, config: Config, agent: R2D1Agent, counters_frameskip: int, batch_spec: BatchSpec):
+        self.config = config
+        self.agent = agent
+        self.model: R2D1Model = agent.model
+        self.target_model = copy.deepcopy(self.model).requires_grad_(False)
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=config.learning_rate, eps=config.adam_eps
+        )
+        self.batch_spec = BatchSpec(*batch_spec)
+        self.replay: ReplayBuffer | None = None  # built from the first batch's example step
+        self.replay_steps = 0  # steps appended by this process (the replay is not checkpointed)
+        self.updates = 0
+        self.max_grad_norm = config.clip_grad_norm if config.clip_grad_norm > 0 else math.inf
+        self._replay_credit = 0.0  # replayed steps owed to the replay-ratio target
+        # Sampler |TD errors| of the newest rows, [rows, B], from absolute row _td_first_row on: the
+        # initial priority of a sequence needs its trained steps, which span several sampler batches.
+        self._td_history = torch.zeros(0, self.batch_spec.B)
+        self._td_first_row = 0
+
+    # --- replay -------------------------------------------------------------------------------------
+    def build_replay(self, example: NamedArrays) -> ReplayBuffer:
+        c = self.config
+        frames = len(example.observation.shape) == 3
+        storage = SequenceStorage(
+            c.replay_size_steps,
+            self.batch_spec.B,
+            example,
+            FrameObservations(example.observation.shape[0]) if frames else FullObservations(),
+            sequence_length=c.sequence_steps,
+            stride=c.sequence_period_steps,
+        )
+        alpha, beta = c.alpha_beta
+        # Seeded from torch's global RNG (seeded by train()) so runs repeat.
+        sampler = PrioritizedSampler(
+            storage.num_items, alpha=alpha, beta=beta, seed=int(torch.randint(2**31 - 1, ()))
+        )
+        return ReplayBuffer(storage, sampler)
+
+    def append(self, samples: NamedArrays) -> None:
+        """Store a sampler batch and give the sequences it completes their initial priorities."""
+        if self.replay is None:
+            self.replay = self.build_replay(samples.replace(bootstrap=None)[0, 0])
+        storage = self.replay.storage
+        t0 = storage.ring.t
+        self.replay.append(samples)
+        t = storage.ring.t
+        self.replay_steps += samples.reward.numel()
+
+        q_T, _ = self.agent.q_values(
+            samples.bootstrap.observation,
+            samples.bootstrap.prev_action,
+            samples.bootstrap.prev_reward,
+            samples.bootstrap.agent_state,
+        )
+        td = sampler_td_errors(self.config, samples, q_T)
+        if self._td_first_row + self._td_history.shape[0] != t0:  # first batch of this process
+            self._td_history, self._td_first_row = td, t0
+        else:
+            self._td_history = torch.cat([self._td_history, td])
+        c, L = self.config, self.config.sequence_steps
+        # Sequences starting at s are complete once rows up to s + L - 1 are written: s in (t0 - L, t - L].
+        first = max(t0 - L + 1, self._td_first_row)
+        starts = np.arange(first + (-first % c.sequence_period_steps), t - L + 1, c.sequence_period_steps)
+        if starts.size:
+            offset = starts - self._td_first_row + c.burn_in_steps
+            trained = torch.stack([self._td_history[o : o + c.sequence_length_steps] for o in offset], dim=1)
+            priorities = initial_sequence_priorities(c, trained.flatten(1, 2)).reshape(len(starts), -1)
+            if c.initial_priority_no_alpha:
+                # rlpyt stored input priorities without the exponent; update_priorities applies it, so
+                # hand it p^(1/alpha), which the replay raises back to exactly p.
+                priorities = priorities ** (1.0 / self.replay.sampler.alpha)
+            B = self.batch_spec.B
+            slots = (starts % storage.ring.rows) // c.sequence_period_steps
+            items = (slots[:, None] * B + np.arange(B)).ravel()
+            self.replay.update_priorities(items, priorities.reshape(-1))
+        keep = L + c.sequence_period_steps  # enough history for every sequence not yet complete
+        if self._td_history.shape[0] > keep:
+            drop = self._td_history.shape[0] - keep
+            self._td_history, self._td_first_row = self._td_history[drop:], self._td_first_row + drop
+
+    # --- the loss -----------------------------------------------------------------------------------
+    def unroll(self, model: nn.Module, batch: NamedArrays, need_states: bool) -> tuple[torch.Tensor, Any]:
+        """Burn in from the stored state without gradient, then Q-values [T + n, B, A] of the rest
+        (with per-step states when ``need_states``); the state is reset where an episode begins."""
+        c = self.config
+        burn = c.burn_in_steps
+        state = batch.init_state
+        if burn:
+            with torch.no_grad():
+                _, state = model(
+                    batch.observation[:burn],
+                    batch.prev_action[:burn],
+                    batch.prev_reward[:burn],
+                    state,
+                    reset=batch.episode_start[:burn],
+                )
+        out = model(
+            batch.observation[burn:],
+            batch.prev_action[burn:],
+            batch.prev_reward[burn:],
+            state,
+            reset=batch.episode_start[burn:],
+            return_states=need_states,
+        )
+        return out[0], (out[2] if need_states else None)
+
+    def final_observation_values(
+        self, model: nn.Module, batch: NamedArrays, states: NamedArrays, where
+    ) -> torch.Tensor:
+        """Q-values [k, A] at the true final observations of the time-limit steps ``where`` (t, b)."""
+        burn = self.config.burn_in_steps
+        t, b = where
+        return model(
+            batch.final_observation[burn + t, b],
+            batch.action[burn + t, b],
+            batch.reward[burn + t, b],
+            states[t, b],
+        )[0]
+
+    def loss(self, batch: NamedArrays) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+        """Importance-weighted squared TD loss of the trained steps -> (loss, priorities [B], diagnostics)."""
+        c = self.config
+        burn, T = c.burn_in_steps, c.sequence_length_steps
+        rest = slice(burn, None)
+        reward, terminated, truncated = batch.reward[rest], batch.terminated[rest], batch.truncated[rest]
+        full_observations = "final_observation" in batch
+        valid = torch.ones_like(terminated[:T])
+        if not full_observations:
+            # No final frame kept: a window reaching a time limit stops one step before it and bootstraps
+            # from the time-limit step's own observation, which is not trained on itself (as in
+            # replay/transitions.py).
+            cut = torch.zeros_like(truncated)
+            cut[:-1] = truncated[1:]
+            valid = ~truncated[:T]
+            truncated = cut
+        where = torch.nonzero(truncated[: T + c.n_step - 1], as_tuple=True) if full_observations else None
+        need_states = where is not None and where[0].numel() > 0
+        q_all, states = self.unroll(self.model, batch, need_states)
+        with torch.no_grad():
+            q_target_all, target_states = self.unroll(self.target_model, batch, need_states)
+            online = q_all.detach().clone()
+            if need_states:
+                # Windows ending in a time limit at t bootstrap from Q at index t + 1, which holds the next
+                # episode's first step: put the true final observation's values there (Pardo et al. 2018).
+                online[where[0] + 1, where[1]] = self.final_observation_values(
+                    self.model, batch, states, where
+                )
+                q_target_all[where[0] + 1, where[1]] = self.final_observation_values(
+                    self.target_model, batch, target_states, where
+                )
+            best = online.argmax(dim=-1, keepdim=True)  # double Q-learning: the online net selects
+            q_bootstrap = torch.cat(
+                [q_target_all.gather(-1, best).squeeze(-1), q_target_all.new_zeros(1, q_all.shape[1])]
+            )
+            y = rescaled_nstep_targets(c, reward, terminated, truncated, q_bootstrap, c.n_step)[:T]
+        q = select_action_values(q_all[:T], batch.action[rest][:T])
+        delta = q - y
+        valid_f = valid.to(delta.dtype)
+        loss = (0.5 * delta**2 * valid_f * batch.is_weights).sum() / valid_f.sum().clamp(min=1.0)
+        priorities = sequence_priority(delta.detach(), c.priority_eta, valid)
+        diagnostics = {"q_mean": float(q.detach().mean()), "td_abs_mean": float(delta.detach().abs().mean())}
+        return loss, priorities, diagnostics
+
+    # --- the loop -------------------------------------------------------------------------------------
+    def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
+        self.append(samples)
+        c = self.config
+        if self.replay_steps < c.min_steps_learn or len(self.replay) == 0:
+            return OptInfo(diagnostics=dict.fromkeys(self.diagnostic_keys, math.nan))
+        self._replay_credit += c.replay_ratio * samples.reward.numel()
+        per_update = c.batch_size_sequences * c.replayed_steps_per_sequence
+        n_updates = int(self._replay_credit // per_update)
+        self._replay_credit -= n_updates * per_update
+        diagnostics: dict[str, list[float]] = {key: [] for key in self.diagnostic_keys}
+        device = self.agent.device
+        for _ in range(n_updates):
+            data, items, is_weights = self.replay.sample(c.batch_size_sequences)
+            batch = data.replace(is_weights=is_weights).to_torch(device)
+            loss, priorities, info = self.loss(batch)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            info["grad_norm"] = float(nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm))
+            self.optimizer.step()
+            self.replay.update_priorities(items, priorities.cpu())
+            self.updates += 1
+            if self.updates % c.target_update_period_updates == 0:
+                self.target_model.load_state_dict(self.model.state_dict())
+            info["loss"] = float(loss.detach())
+            for key, value in info.items():
+                diagnostics[key].append(value)
+        sequences = n_updates * c.batch_size_sequences
+        return OptInfo(
+            updates=n_updates,
+            samples_trained=sequences * c.sequence_length_steps,
+            samples_replayed=sequences * (c.sequence_length_steps + c.burn_in_steps),
+            diagnostics={key: sum(v) / len(v) if v else math.nan for key, v in diagnostics.items()},
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "target_model": self.target_model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "updates": self.updates,
+            "replay_credit": self._replay_credit,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.target_model.load_state_dict(state["target_model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = int(state["updates"])
+        self._replay_credit = float(state["replay_credit"])
