@@ -77,5 +77,10 @@ bench-env: $(STAMP)
 bench-sampler: $(STAMP)
 	$(PY) -m bench.bench_sampler --out runs/bench/sampler.csv $(SAMPLER_ARGS)
 
+# Prioritized replay sample + update vs cpprb at 1M, and frame replay bytes/step at 1M (allocates ~7 GB).
+# REPLAY_ARGS="--frame-capacity 100000" where memory is short.
+bench-replay: $(STAMP_BENCH)
+	$(PY) -m bench.bench_replay --out runs/bench/replay.csv $(REPLAY_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
