@@ -151,3 +151,14 @@ def test_sampler_errors():
     sampler = PrioritizedSampler(4)
     with pytest.raises(ValueError, match="differs from items"):
         sampler.update_priorities(np.arange(2), np.ones(3))
+
+
+def test_same_seed_same_draws():
+    def draws(seed):
+        sampler = PrioritizedSampler(100, alpha=0.6, seed=seed)
+        _all_valid(sampler, 100)
+        sampler.update_priorities(np.arange(100), np.linspace(0.1, 3.0, 100))
+        return np.concatenate([sampler.sample(32)[0] for _ in range(5)])
+
+    np.testing.assert_array_equal(draws(7), draws(7))
+    assert not np.array_equal(draws(7), draws(8))

@@ -156,3 +156,37 @@ def test_append_errors_name_the_problem():
         storage.append(make_stream(40, B, seed=1))
     with pytest.raises(ValueError, match="too few"):
         TransitionStorage(4, B, stream[0, 0], FullObservations(), n_step=2)
+
+
+def test_frame_storage_rebuilds_real_atari_stacks():
+    """Pong through the native vector env (episodes cut short by the frame cap): every rebuilt stack
+    and every bootstrap observation equals what the env returned."""
+    from algorithms.envs.config import EnvConfig
+    from algorithms.envs.factory import make_vec_env
+
+    B, T = 2, 240
+    config = EnvConfig("pong", max_episode_frames=4 * 70)  # time limits every 70 steps
+    rng = np.random.default_rng(0)
+    with make_vec_env(config, B, seed=0) as env:
+        obs = env.reset()
+        observation, steps = [], []
+        for _ in range(T):
+            observation.append(obs)
+            step = env.step(rng.integers(0, env.action_space.n, B))
+            steps.append(step)
+            obs = step.observation
+    truncated = np.stack([s.truncated for s in steps])
+    terminated = np.stack([s.terminated for s in steps])
+    assert truncated.sum() >= 4
+    stream = NamedArrays(
+        observation=np.stack(observation),
+        action=np.zeros((T, B), np.int64),
+        reward=np.stack([s.reward for s in steps]),
+        terminated=terminated,
+        truncated=truncated,
+        final_observation=np.stack([s.final_observation for s in steps]),
+    )
+    storage = TransitionStorage(100 * B, B, stream[0, 0], FrameObservations(4), n_step=3, gamma=0.99)
+    for start in range(0, T, 20):
+        storage.append(stream[start : start + 20])
+        _check_all_valid(storage, stream, start + 20, n=3, gamma=0.99)
