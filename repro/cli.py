@@ -121,7 +121,7 @@ def _dry_run(plan, jobs, n_slots: int, slot_kind: str, probe: bool) -> None:
     )
     if not probe:
         return
-    from repro.probe import estimate_seconds, probe_job
+    from repro.probe import estimate_seconds, probe_job, startup_seconds
 
     probes = {}
     for job in jobs:
@@ -132,9 +132,10 @@ def _dry_run(plan, jobs, n_slots: int, slot_kind: str, probe: bool) -> None:
                 f"  {p.env_steps} env steps, {p.updates} updates: {1 / p.seconds_per_step:,.0f} env steps/s "
                 f"with updates, {p.fixed_s:.1f} s fixed cost per job"
             )
-    print(
-        f"estimated duration: {human_duration(estimate_seconds(jobs, probes, n_slots))} (see repro/probe.py)"
-    )
+    startup = startup_seconds()
+    print(f"process start-up (python + imports): {startup:.1f} s per job")
+    estimate = estimate_seconds(jobs, probes, n_slots, startup)
+    print(f"estimated duration: {human_duration(estimate)} on {n_slots} slot(s) (see repro/probe.py)")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

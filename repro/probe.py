@@ -4,9 +4,10 @@ The probe trains the job's own config (profile applied) for ``batches`` sampler 
 learning starting after the first batch so that the measured cost per env step includes updates
 at the arm's replay ratio, and without evaluation. From its counters it takes the cost per env
 step (sampling + optimizing time / env steps) and the fixed cost of a job (the rest of the wall
-time: start-up, model build). The estimate for the plan is
+time: env and model build, evaluation), plus the start-up of a fresh interpreter importing the
+training stack. The estimate for the plan is
 
-    sum over jobs (n_steps * cost per step + fixed cost) / number of slots,
+    sum over jobs (n_steps * cost per step + fixed cost + start-up) / number of slots,
 
 which overestimates runs that spend a long time before learning starts (those steps are cheaper)
 and ignores evaluation time. It runs in a temporary directory: no run directory is created.
@@ -15,6 +16,8 @@ and ignores evaluation time. It runs in a temporary directory: no run directory 
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -63,6 +66,16 @@ def probe_job(job: Job, batches: int = 3) -> ProbeResult:
     )
 
 
-def estimate_seconds(jobs: list[Job], probes: dict[str, ProbeResult], n_slots: int) -> float:
-    total = sum(j.n_steps * probes[j.arm].seconds_per_step + probes[j.arm].fixed_s for j in jobs)
-    return total / max(1, n_slots)
+def startup_seconds() -> float:
+    """Wall time of a fresh interpreter importing the training stack, as every job's process does."""
+    t0 = time.perf_counter()
+    code = "import torch, algorithms.train, algorithms.envs.factory"
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def estimate_seconds(
+    jobs: list[Job], probes: dict[str, ProbeResult], n_slots: int, startup_s: float
+) -> float:
+    per_job = [j.n_steps * probes[j.arm].seconds_per_step + probes[j.arm].fixed_s + startup_s for j in jobs]
+    return sum(per_job) / max(1, n_slots)

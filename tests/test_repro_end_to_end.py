@@ -114,3 +114,24 @@ def test_ctrl_c_then_rerun_resumes_from_checkpoint(files):
     assert steps == sorted(set(steps)) and steps[-1] == 6_000  # resumed: no duplicated or lost rows
     log = (run / LOG_FILE).read_text()
     assert log.count("=== attempt") == 2
+
+
+@pytest.mark.slow
+def test_dry_run_probes_throughput_without_run_dirs(files):
+    root = files / "runs"
+    out = repro(
+        "run",
+        str(files / "cartpole.toml"),
+        "--seeds",
+        "2",
+        "--profile",
+        "paper",
+        "--root",
+        str(root),
+        "--dry-run",
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "2 jobs, 800 env steps, 800 frames in total" in out.stdout  # CartPole: 1 frame per step
+    assert "probing throughput: a2c_cartpole on CartPole-v1" in out.stdout
+    assert "env steps/s with updates" in out.stdout and "estimated duration:" in out.stdout
+    assert not root.exists()
