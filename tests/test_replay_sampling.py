@@ -162,3 +162,11 @@ def test_same_seed_same_draws():
 
     np.testing.assert_array_equal(draws(7), draws(7))
     assert not np.array_equal(draws(7), draws(8))
+
+
+def test_uniform_sampler_with_rare_valid_items():
+    sampler = UniformSampler(10_000, seed=0)
+    sampler.on_write(np.arange(10_000))
+    sampler.set_valid(np.array([17, 4242]), np.array([True, True]))
+    items, _ = sampler.sample(256)
+    assert set(items.tolist()) == {17, 4242}

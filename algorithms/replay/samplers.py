@@ -38,17 +38,19 @@ class UniformSampler:
     """Every valid item equally likely; importance weights are all ones.
 
     Draws uniformly below the highest item ever written and redraws the few that are not valid
-    (the newest steps whose n-step window is incomplete, the oldest whose history was overwritten).
+    (the newest steps whose n-step window is incomplete, the oldest whose history was overwritten);
+    when valid items are rare (a replay just started), it draws from the list of valid items.
     """
+
+    redraw_rounds = 4
 
     def __init__(self, num_items: int, seed: int | None = None, shared: bool = False) -> None:
         if num_items < 1:
             raise ValueError(f"UniformSampler: num_items={num_items} must be positive")
         self.num_items = int(num_items)
         self._valid = _alloc(np.zeros((), dtype=bool), self.num_items, shared)
-        self._counts = _alloc(
-            np.zeros((), dtype=np.int64), 2, shared
-        )  # [written high-water mark, valid count]
+        # [highest item written + 1, number of valid items]
+        self._counts = _alloc(np.zeros((), dtype=np.int64), 2, shared)
         self._rng = np.random.default_rng(seed)
 
     @property
@@ -73,9 +75,13 @@ class UniformSampler:
         high = int(self._counts[0])
         items = self._rng.integers(0, high, size=batch_size)
         invalid = ~self._valid[items]
-        while invalid.any():
+        for _ in range(self.redraw_rounds):
+            if not invalid.any():
+                break
             items[invalid] = self._rng.integers(0, high, size=int(invalid.sum()))
             invalid = ~self._valid[items]
+        if invalid.any():
+            items[invalid] = self._rng.choice(np.flatnonzero(self._valid[:high]), size=int(invalid.sum()))
         return items, np.ones(batch_size, dtype=np.float32)
 
     def update_priorities(self, items: np.ndarray, priorities: np.ndarray) -> None:
