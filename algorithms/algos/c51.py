@@ -124,5 +124,5 @@ class Algo(dqn.Algo):
         return (
             loss,
             cross_entropy.detach(),
-            {"q_mean": float(q_taken.mean()), "cross_entropy": float(loss.detach())},
+            {"q_mean": float(q_taken.mean())},
         )
