@@ -14,15 +14,28 @@ from algorithms.rundir import read_run
 from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
 
 CARTPOLE = EnvConfig(id="CartPole-v1", kind="gym")
+MASKED_CARTPOLE = EnvConfig(id="CartPole-v1", kind="gym", mask_velocity=True)
+# Small replays that start learning within the budget, and small networks.
+REPLAY = dict(
+    replay_size_steps=1_000, min_steps_learn=64, target_update_period_updates=5, eps_decay_steps=100
+)
+Q_NET = dict(mlp_hidden_sizes=(16,), hidden_size=16)
 
 
 def tiny(
-    algo: str, n_steps: int, batch_T: int, batch_B: int, mode: str = "serial", n_workers: int = 1, **algo_kw
+    algo: str,
+    n_steps: int,
+    batch_T: int,
+    batch_B: int,
+    mode: str = "serial",
+    n_workers: int = 1,
+    env: EnvConfig = CARTPOLE,
+    **algo_kw,
 ):
     return TrainConfig(
         algo=algo,
         algo_config=registry.config_class(algo)(**algo_kw),
-        env=CARTPOLE,
+        env=env,
         sampler=SamplerConfig(
             mode=mode,
             batch_T=batch_T,
@@ -50,6 +63,51 @@ CASES = {
             recurrent=True,
             lstm_size=8,
             hidden_sizes=(16,),
+        ),
+        None,
+    ),
+    # 160 steps, one update per 8 env steps once 64 are stored: at 64, 72, ..., 160, 13 updates.
+    "dqn": (tiny("dqn", 160, 4, 2, batch_size=16, train_every_steps=8, **REPLAY, **Q_NET), 13),
+    "dqn_double_dueling_prioritized_3step": (
+        tiny(
+            "dqn",
+            160,
+            4,
+            2,
+            batch_size=16,
+            train_every_steps=8,
+            double=True,
+            dueling=True,
+            prioritized=True,
+            n_step=3,
+            **REPLAY,
+            **Q_NET,
+        ),
+        None,
+    ),
+    "c51": (tiny("c51", 160, 4, 2, batch_size=16, train_every_steps=8, n_atoms=11, **REPLAY, **Q_NET), 13),
+    "rainbow": (
+        tiny("rainbow", 160, 4, 2, batch_size=16, train_every_steps=8, n_atoms=11, **REPLAY, **Q_NET),
+        None,
+    ),
+    "r2d1": (
+        tiny(
+            "r2d1",
+            256,
+            8,
+            2,
+            env=MASKED_CARTPOLE,
+            sequence_length_steps=8,
+            burn_in_steps=4,
+            sequence_period_steps=4,
+            batch_size_sequences=4,
+            replay_size_steps=1_000,
+            min_steps_learn=64,
+            target_update_period_updates=5,
+            lstm_size=16,
+            fc_size=16,
+            head_hidden_size=16,
+            mlp_hidden_sizes=(16,),
         ),
         None,
     ),
@@ -103,3 +161,30 @@ def test_tiny_run_with_parallel_cpu_sampler_through_the_agent_factory(tmp_path):
     assert data.status == "complete", data.problems
     assert counters.env_steps == 64 and counters.sampler_itrs == 1
     assert data.progress["env_steps"].tolist() == [64]
+
+
+def test_replay_algorithm_resumes_with_an_empty_replay_that_it_refills(tmp_path, monkeypatch):
+    """Replay contents are not checkpointed (algorithms.runners.sync): after a resume DQN stores
+    ``min_steps_learn`` new steps before it updates again, and the counters say so."""
+    from algorithms.algos import dqn
+
+    config = tiny("dqn", 160, 4, 2, batch_size=16, train_every_steps=8, **REPLAY, **Q_NET)
+    original, calls = dqn.Algo.optimize, {"n": 0}
+
+    def interrupted(self, itr, samples):
+        calls["n"] += 1
+        if calls["n"] == 13:  # the batch reaching step 104 (8 per batch); the last checkpoint is at 80
+            raise KeyboardInterrupt
+        return original(self, itr, samples)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(dqn.Algo, "optimize", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            train(config, tmp_path / "run")
+    counters = train(config, tmp_path / "run")
+    progress = read_run(tmp_path / "run").progress
+    assert progress["env_steps"].tolist() == [80, 160]
+    # Updates at 64, 72, 80 before the checkpoint; after it, the replay refills from step 80 and
+    # learning restarts once 64 steps are stored: updates at 144, 152, 160.
+    assert progress["updates"].tolist() == [3, 6]
+    assert counters.samples_trained == 6 * 16
