@@ -40,6 +40,8 @@ BUDGET_KEYS: frozenset[str] = frozenset(
         # Algorithm fields (names as the algorithm Configs spell them).
         "algo.replay_size_steps",
         "algo.min_steps_learn",
+        "algo.learning_starts_steps",
+        "algo.random_steps",  # uniform-random warm-up before learning (TD3 Sec. 6.1), a learning start
         # Schedules the papers define over the whole run ("annealed from 1 to 0 over training",
         # Schulman et al. 2017 Table 5; IS exponent "to 1 by the end of learning", Schaul et al. 2016).
         "algo.anneal_env_steps",
