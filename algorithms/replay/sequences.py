@@ -103,8 +103,12 @@ class SequenceStorage:
         states = 0 if self._states is None else sum(leaf.nbytes for leaf in _leaves(self._states))
         return self.ring.nbytes + states
 
-    def _starts(self, first_row: int, stop_row: int) -> np.ndarray:
-        """Items of the sequence starts in absolute rows [first_row, stop_row), all envs."""
+    def items_starting_in(self, first_row: int, stop_row: int) -> np.ndarray:
+        """Items of the sequences starting in absolute rows [first_row, stop_row), [starts * B] flat.
+
+        Item numbering: the sequence of env b starting at absolute row s is item
+        ``(s % rows) // stride * B + b``; the result is ordered by start, then env.
+        """
         first = max(first_row, 0)
         first += -first % self.stride
         if stop_row <= first:
@@ -129,12 +133,12 @@ class SequenceStorage:
             slots = positions[at_start] // self.stride
             keep = ~f.episode_start[positions[at_start]]  # [k, B]: zero the state at episode starts
             _assign(self._states, slots, _to_numpy_tree(samples.agent_info.prev_state), at_start, keep)
-        written = self._starts(t0, t)
+        written = self.items_starting_in(t0, t)
         lost = t - ring.rows
         changed = np.concatenate(
             [
-                self._starts(t0 - L, t),
-                self._starts(lost - self.stride, lost + ring.observations.lookback + self.stride),
+                self.items_starting_in(t0 - L, t),
+                self.items_starting_in(lost - self.stride, lost + ring.observations.lookback + self.stride),
             ]
         )
         return written, changed
