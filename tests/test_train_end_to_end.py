@@ -75,11 +75,13 @@ def test_train_writes_a_complete_run_directory(tmp_path):
 
 def test_budget_not_divisible_by_the_batch_logs_a_final_row(tmp_path):
     # 50 steps per batch: boundaries at 120 and 240 are crossed at 150 and 250; the run ends at 300.
-    counters = train(make_config(n_steps=280, log_interval_steps=120, eval_interval_steps=0), tmp_path / "r")
+    config = make_config(n_steps=280, log_interval_steps=120, eval_interval_steps=0, tensorboard=True)
+    counters = train(config, tmp_path / "r")
     data = read_run(tmp_path / "r")
     assert counters.env_steps == 300
     assert data.progress["env_steps"].tolist() == [150, 250, 300]
     assert data.eval["env_steps"].tolist() == [300] * 3  # eval_interval_steps=0: only at the end
+    assert list((tmp_path / "r" / "tb").glob("events.out.tfevents.*"))
 
 
 def test_same_seed_gives_identical_progress_except_timings(tmp_path):
