@@ -66,6 +66,27 @@ report: $(STAMP)
 	@test -n "$(EXP)" || { echo "make report: set EXP=runs/<experiment>" >&2; exit 2; }
 	$(PY) -m reports build "$(EXP)"
 
+# Learning-curve regression suite (analysis/regress.py; tasks in analysis/regress/suite.toml): every
+# task's plan runs through the reproduction layer, then the check compares its normalised AUCs with
+# the committed references (analysis/data/regress_reference.csv) and fails on a regression.
+# Seeds are 0..N-1 in both: the reference uses more of them.
+REGRESS_SEEDS ?= 3
+REGRESS_REFERENCE_SEEDS ?= 5
+REGRESS_RUN = $(PY) -m repro run "$$plan" --profile analysis/regress/profile.toml --no-progress --jobs "$(JOBS)"
+
+regress: $(STAMP)
+	rm -rf runs/regress
+	for plan in $$($(PY) -m analysis.regress plans); do \
+		$(REGRESS_RUN) --seeds $(REGRESS_SEEDS) --exp regress || exit 1; done
+	$(PY) -m analysis.regress check --runs runs/regress
+
+# Regenerates the references from the current code; each reference run records its commit.
+regress-update: $(STAMP)
+	rm -rf runs/regress-reference
+	for plan in $$($(PY) -m analysis.regress plans); do \
+		$(REGRESS_RUN) --seeds $(REGRESS_REFERENCE_SEEDS) --exp regress-reference || exit 1; done
+	$(PY) -m analysis.regress update --runs runs/regress-reference
+
 # The plan, its totals and an estimated duration from a short throughput probe; runs nothing.
 repro-dry-run: $(STAMP)
 	$(PY) -m repro run $(REPRO_RUN_ARGS) --exp $(R2D1_EXP) --dry-run
