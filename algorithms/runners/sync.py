@@ -46,7 +46,8 @@ from algorithms.algos.base import OptInfo
 from algorithms.counters import Counters
 from algorithms.logger import RunLogger
 from algorithms.rundir import RunDir, rng_state, set_rng_state
-from algorithms.samplers.base import BaseSampler, BatchSpec, env_spaces, make_sampler
+from algorithms.samplers import base as samplers
+from algorithms.samplers.base import BaseSampler, BatchSpec, env_spaces
 
 if TYPE_CHECKING:
     from algorithms.agents.base import Agent
@@ -224,7 +225,7 @@ class SyncRunner:
         factory = registry.AgentFactory(
             config.algo, config.algo_config, agent.observation_space, agent.action_space
         )
-        return make_sampler(
+        return samplers.make_sampler(
             config.sampler.mode,
             config.env,
             agent,
