@@ -54,7 +54,7 @@ from algorithms.arrays import NamedArrays
 from algorithms.functional.priorities import sequence_priority
 from algorithms.functional.returns import nstep_returns
 from algorithms.functional.td import select_action_values
-from algorithms.functional.value_rescaling import value_transform
+from algorithms.functional.value_rescaling import VALUE_TRANSFORMS, value_transform
 from algorithms.models.r2d1_model import R2D1Model
 from algorithms.replay.buffer import ReplayBuffer
 from algorithms.replay.observations import FrameObservations, FullObservations
@@ -130,7 +130,12 @@ class Config:
         _check(self.priority_alpha >= 0, "priority_alpha", self.priority_alpha, ">= 0")
         _check(0.0 <= self.priority_beta <= 1.0, "priority_beta", self.priority_beta, "in [0, 1]")
         _check(0.0 <= self.priority_eta <= 1.0, "priority_eta", self.priority_eta, "in [0, 1]")
-        value_transform(self.value_rescaling)  # ValueError naming a bad transform
+        _check(
+            self.value_rescaling in VALUE_TRANSFORMS,
+            "value_rescaling",
+            self.value_rescaling,
+            f"one of {sorted(VALUE_TRANSFORMS)}",
+        )
         _check(self.value_rescaling_eps > 0, "value_rescaling_eps", self.value_rescaling_eps, "> 0")
         _check(
             self.initial_priority_half_segment in (0, 1, 2),
