@@ -10,7 +10,8 @@ owns which item is drawn. rlpyt built every combination as a class
     from algorithms.replay.samplers import PrioritizedSampler
     from algorithms.replay.transitions import TransitionStorage
 
-    storage = TransitionStorage(1_000_000, num_envs=B, example=samples[0, 0],
+    example = samples.replace(bootstrap=None)[0, 0]  # one step ([B]-shaped ``bootstrap`` dropped)
+    storage = TransitionStorage(1_000_000, num_envs=B, example=example,
                                 observations=FrameObservations(4), n_step=3, gamma=0.99)
     replay = ReplayBuffer(storage, PrioritizedSampler(storage.num_items, alpha=0.5, beta=0.4,
                                                       beta_anneal_draws=total_updates))

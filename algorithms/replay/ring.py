@@ -26,7 +26,8 @@ class StepRing:
     Args:
         rows: R, time rows kept per env.
         num_envs: B.
-        example: one step of a sample batch (e.g. ``samples[0, 0]``): ``observation``, ``action``,
+        example: one step of a sample batch (``samples.replace(bootstrap=None)[0, 0]``, as the
+            [B]-shaped ``bootstrap`` field cannot be indexed [0, 0]): ``observation``, ``action``,
             ``reward`` leaves with their per-step shapes and dtypes.
         observations: the observation part.
         extra: name -> one-step example of further per-step fields the storage fills itself.

@@ -43,7 +43,7 @@ class SequenceStorage:
     Args:
         capacity_steps: steps kept across all envs (rows per env rounded down to a multiple of stride).
         num_envs: B.
-        example: one step of a sample batch (``samples[0, 0]``), with ``prev_action``,
+        example: one step of a sample batch (``samples.replace(bootstrap=None)[0, 0]``), with ``prev_action``,
             ``prev_reward`` and, for recurrent agents, ``agent_info.prev_state``.
         observations: ``FullObservations()`` or ``FrameObservations(frame_stack)``.
         sequence_length: L, steps per sampled sequence.

@@ -49,7 +49,7 @@ class TransitionStorage:
     Args:
         capacity_steps: steps kept across all envs (rows = capacity_steps // num_envs).
         num_envs: B, the sampler's batch width.
-        example: one step of a sample batch (e.g. ``samples[0, 0]``).
+        example: one step of a sample batch (``samples.replace(bootstrap=None)[0, 0]``).
         observations: ``FullObservations()`` or ``FrameObservations(frame_stack)``.
         n_step: n of the returns (1 = plain DQN).
         gamma: discount.
