@@ -1,5 +1,7 @@
 """Learning-curve regression check: AUC, Holm, the verdicts, the CLI, and the false-alarm rate."""
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -136,3 +138,18 @@ def test_shipped_suite_loads():
     suite = load_suite()
     assert suite.tasks and 0 < suite.alpha < 1
     assert all(t.score_max > t.score_min for t in suite.tasks)
+
+
+def test_suite_plans_resolve_through_the_reproduction_layer(tmp_path, monkeypatch):
+    """Every task's plan expands (settings loaded strictly, configs validated) into jobs whose run
+    directories are the <arm>/<env> the check looks for."""
+    from repro.plans import expand, load_plan
+
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    for task in load_suite().tasks:
+        jobs = expand(
+            load_plan(task.plan), 2, "analysis/regress/profile.toml", tmp_path, experiment="regress"
+        )
+        assert {(job.arm, job.env) for job in jobs} == {(task.arm, task.env)}
+        assert sorted(job.seed for job in jobs) == [0, 1]
+        assert jobs[0].run_dir == tmp_path / "regress" / task.arm / task.env / "seed0"
