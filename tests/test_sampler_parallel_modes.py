@@ -1,4 +1,5 @@
-"""Same seed, same samples: serial vs parallel CPU vs parallel GPU (CPU fallback) vs alternating.
+"""Same seed, same samples: serial vs parallel CPU vs parallel GPU (CPU fallback) vs alternating;
+and after ``shutdown`` no worker process is left.
 
 A real agent (an MLP Q-network, or the recurrent R2D1 model, behind the epsilon-greedy agent) acts
 on CartPole with 5 envs split unevenly over 2 workers, over several batches so that episodes end
@@ -8,6 +9,7 @@ the recurrent state) and the finished-episode list must equal the serial sampler
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +18,7 @@ import torch
 
 from algorithms.agents.dqn_agents import EpsilonGreedyAgent, R2D1Agent
 from algorithms.agents.epsilon import EpsilonSchedule
+from algorithms.arrays import NamedArrays
 from algorithms.envs.config import EnvConfig
 from algorithms.models.dqn_model import QNetwork
 from algorithms.models.r2d1_model import R2D1Model
@@ -43,7 +46,8 @@ class CartPoleAgentFactory:
 
 
 def collect(mode: str, factory: CartPoleAgentFactory, n_batches: int = 2, seed: int = 7) -> list:
-    """``n_batches`` (samples, traj_infos) pairs from a fresh sampler of ``mode``; samples are copied."""
+    """``n_batches`` (samples, traj_infos) pairs from a fresh sampler of ``mode`` (samples copied),
+    then (empty, evaluation episodes)."""
     torch.manual_seed(0)
     agent = factory()  # same parameters in every mode: seeded construction
     config = SamplerConfig(mode=mode, batch_T=9, batch_B=5, n_workers=2)
@@ -51,17 +55,24 @@ def collect(mode: str, factory: CartPoleAgentFactory, n_batches: int = 2, seed: 
     out = []
     try:
         sampler.initialize()
+        pids = getattr(sampler, "worker_pids", [])
         torch.manual_seed(1)  # exploration noise, where the mode draws it in this process
         for itr in range(n_batches):
             agent.set_mode("sample", itr * config.batch_size)
             samples, traj_infos = sampler.sample(itr)
             out.append((samples.map(torch.clone), traj_infos))
+        # Evaluation works in every mode (eval-mode episodes on separate envs in this process).
+        out.append((NamedArrays(), sampler.evaluate(2, n_batches * config.batch_size)))
     finally:
         sampler.shutdown()
+    assert len(pids) == (0 if mode == "serial" else 2)
+    for pid in pids:  # a normal close joins every worker: none is left running (or as a zombie)
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
     return out
 
 
-def assert_same_batches(expected: list, got: list, mode: str) -> None:
+def assert_same_batches(expected: list, got: list, mode: str, min_episodes: int = 2) -> None:
     for itr, ((s_exp, t_exp), (s_got, t_got)) in enumerate(zip(expected, got, strict=True)):
         assert s_exp.fields == s_got.fields, f"{mode}: fields differ"
         for (name, a), (_, b) in zip(s_exp.flat_items(), s_got.flat_items(), strict=True):
@@ -75,16 +86,17 @@ def assert_same_batches(expected: list, got: list, mode: str) -> None:
             else:
                 assert torch.equal(a, b.to(a.dtype)), f"{mode}, batch {itr}: {name} differs from serial"
         assert t_got == t_exp, f"{mode}, batch {itr}: finished episodes differ from serial"
-    episodes = sum(len(t) for _, t in expected)
-    assert episodes >= 2, "the comparison should span episode ends"
+    episodes = sum(len(t) for s, t in expected if s.fields)  # training batches only
+    assert episodes >= min_episodes, "the comparison should span episode ends"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "recurrent, modes",
-    # The GPU mode runs the serial EnvStepper itself over remote envs; the recurrent case checks the
-    # modes that keep recurrent state per worker (cpu) or per group (alternating).
-    [(False, ("cpu", "gpu", "alternating")), (True, ("cpu", "alternating"))],
+    # The GPU mode (the serial EnvStepper over remote envs) is compared with exploration on below;
+    # these are the modes that act on slices of the batch, keeping recurrent state per worker (cpu)
+    # or per group (alternating).
+    [(False, ("cpu", "alternating")), (True, ("cpu", "alternating"))],
     ids=["mlp", "r2d1"],
 )
 def test_parallel_modes_match_serial_greedy(recurrent: bool, modes: tuple[str, ...]) -> None:
@@ -99,7 +111,7 @@ def test_gpu_mode_matches_serial_with_exploration() -> None:
     factory = CartPoleAgentFactory(epsilon=0.5)
     serial = collect("serial", factory)
     assert_same_batches(serial, collect("gpu", factory), "gpu")
-    actions = torch.cat([s.action.flatten() for s, _ in serial])
+    actions = torch.cat([s.action.flatten() for s, _ in serial[:-1]])
     assert 0 < int(actions.sum()) < len(actions)  # exploration really happened: both actions taken
 
 
@@ -112,3 +124,39 @@ def test_split_ranks_cover_all_envs() -> None:
         split_ranks(2, 3)
     firsts = np.array([f for f, _ in split_ranks(17, 5)])
     assert firsts[0] == 0 and np.all(np.diff(firsts) >= 3)
+
+
+@dataclass(frozen=True)
+class PongAgentFactory:
+    """The Nature DQN network behind the epsilon-greedy agent on Pong (epsilon 0.5: random actions)."""
+
+    def __call__(self) -> EpsilonGreedyAgent:
+        observation_space, action_space = env_spaces(PONG)
+        schedule = EpsilonSchedule(start=0.5, final=0.5, decay_steps=0, eval=0.0)
+        model = QNetwork(tuple(observation_space.shape), int(action_space.n))
+        return EpsilonGreedyAgent(model, observation_space, action_space, schedule)
+
+
+PONG = EnvConfig(id="pong", num_threads=1)
+
+
+def test_native_atari_worker_slices_match_serial() -> None:
+    """Workers holding slices of ale-py's native vector env see the serial sampler's episodes."""
+    results = {}
+    for mode in ("serial", "gpu"):
+        torch.manual_seed(0)
+        agent = PongAgentFactory()()
+        config = SamplerConfig(mode=mode, batch_T=6, batch_B=4, n_workers=2)
+        sampler = make_sampler(mode, PONG, agent, config, seed=5, agent_factory=PongAgentFactory())
+        try:
+            sampler.initialize()
+            torch.manual_seed(1)
+            agent.set_mode("sample", 0)
+            samples, _ = sampler.sample(0)
+            results[mode] = samples.map(torch.clone)
+        finally:
+            sampler.shutdown()
+    assert_same_batches([(results["serial"], [])], [(results["gpu"], [])], "gpu", min_episodes=0)
+    # Real frames, not untouched buffers, were compared; and the agent explored.
+    assert float(results["gpu"].observation.float().std()) > 0
+    assert len(torch.unique(results["serial"].action)) > 1

@@ -1,6 +1,7 @@
-"""Parallel samplers shut down cleanly: after close, after a worker raises, after a worker is killed,
-after Ctrl-C and after the parent itself is killed. No worker process may be left alive, and a failed
-worker must surface as a ``RuntimeError`` naming it, quickly, not as a hang.
+"""Parallel samplers shut down cleanly after a worker raises, after a worker is killed, after Ctrl-C
+and after the parent itself is killed (after a normal close: tests/test_sampler_parallel_modes.py).
+No worker process may be left alive, and a failed worker must surface as a ``RuntimeError`` naming
+it, quickly, not as a hang.
 """
 
 from __future__ import annotations
@@ -67,15 +68,6 @@ def build(mode: str, factory: FaultyAgentFactory, batch_T: int = 4, learner: Fau
     return sampler, agent
 
 
-def worker_pids(sampler) -> list[int]:
-    groups = {
-        "cpu": lambda: [sampler.workers],
-        "gpu": lambda: [sampler.env.workers],
-        "alternating": lambda: [g.env.workers for g in sampler.groups],
-    }[sampler.config.mode]()
-    return [pid for group in groups for pid in group.pids]
-
-
 def is_running(pid: int) -> bool:
     """True if ``pid`` exists and is not a zombie."""
     try:
@@ -93,21 +85,9 @@ def assert_all_gone(pids: list[int], timeout_s: float = 10.0) -> None:
     assert not {c.pid for c in mp.active_children()} & set(pids)
 
 
-@pytest.mark.parametrize("mode", ["cpu", "gpu", "alternating"])
-def test_close_ends_every_worker(mode: str) -> None:
-    sampler, agent = build(mode, FaultyAgentFactory())
-    pids = worker_pids(sampler)
-    assert len(pids) >= 2 and all(is_running(p) for p in pids)
-    agent.set_mode("sample", 0)
-    sampler.sample(0)
-    sampler.shutdown()
-    sampler.shutdown()  # idempotent
-    assert_all_gone(pids)
-
-
 def test_exception_in_cpu_worker_names_the_worker() -> None:
     sampler, agent = build("cpu", FaultyAgentFactory(fail_at=6, failure="raise"))
-    pids = worker_pids(sampler)
+    pids = sampler.worker_pids
     try:
         agent.set_mode("sample", 0)
         sampler.sample(0)  # 4 steps: fine
@@ -126,7 +106,7 @@ def test_exception_in_env_worker_names_the_worker() -> None:
     """GPU mode: the learner emits an invalid action, the env worker's step raises."""
     learner = FaultyAgent(fail_at=3, failure="bad_action")
     sampler, agent = build("gpu", FaultyAgentFactory(), learner=learner)
-    pids = worker_pids(sampler)
+    pids = sampler.worker_pids
     try:
         agent.set_mode("sample", 0)
         with pytest.raises(RuntimeError, match=r"parallel-gpu sampler worker \d raised during 'step'"):
@@ -140,7 +120,7 @@ def test_exception_in_env_worker_names_the_worker() -> None:
 def test_worker_killed_mid_batch_raises_promptly(mode: str) -> None:
     # A batch long enough (tens of seconds) that the kill lands while it is being collected.
     sampler, agent = build(mode, FaultyAgentFactory(), batch_T=200_000)
-    pids = worker_pids(sampler)
+    pids = sampler.worker_pids
     victim = pids[1]
     killer = threading.Timer(0.5, os.kill, args=(victim, signal.SIGKILL))
     try:
@@ -160,9 +140,9 @@ SCRIPT = textwrap.dedent(
     """
     import sys, time, torch
     sys.path.insert(0, {tests!r})
-    from test_sampler_parallel_shutdown import FaultyAgentFactory, build, worker_pids
+    from test_sampler_parallel_shutdown import FaultyAgentFactory, build
     sampler, agent = build({mode!r}, FaultyAgentFactory(), batch_T=50)
-    print(" ".join(map(str, worker_pids(sampler))), flush=True)
+    print(" ".join(map(str, sampler.worker_pids)), flush=True)
     agent.set_mode("sample", 0)
     try:
         while True:

@@ -231,6 +231,12 @@ class AsyncRunner(SyncRunner):
         finally:
             self.stop.set()
             copier.join(timeout=10)
+            if self.workers.busy:
+                # Let the sampler see the stop and return, so it shuts its own workers down cleanly.
+                try:
+                    self.workers.receive(timeout_s=30)
+                except WorkerError:
+                    pass  # already failed: the error being raised says why
             self.workers.close()
             self.sampler.shutdown()
             if self.logger is not None:
@@ -271,7 +277,8 @@ class AsyncRunner(SyncRunner):
         next_push = counters.env_steps + runner.async_param_sync_steps
         data_since_idle = True  # new data arrived since train() last did no update
         while True:
-            self.take_arrivals()
+            if self.take_arrivals():
+                data_since_idle = True
             steps = counters.env_steps
             sampling_done = steps >= runner.n_steps
             learn_start = self.progress[_LEARN_START]
@@ -307,15 +314,18 @@ class AsyncRunner(SyncRunner):
             c.samples_trained if self.config.runner.replay_ratio_counting == "trained" else c.samples_replayed
         )
 
-    def take_arrivals(self) -> None:
-        """Count the batches the copier has appended, and cross log/eval/checkpoint boundaries."""
+    def take_arrivals(self) -> int:
+        """Count the batches the copier has appended (returns how many), and cross log, evaluation
+        and checkpoint boundaries."""
         self.check_sampler()
         runner = self.config.runner
+        taken = 0
         while True:
             try:
                 n_steps, traj_infos = self.arrivals.get_nowait()
             except queue.Empty:
-                break
+                return taken
+            taken += 1
             self.arrived.clear()
             self.counters.add_env_steps(n_steps, episodes=len(traj_infos))
             self.window.traj_infos.extend(traj_infos)

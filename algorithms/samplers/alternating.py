@@ -161,6 +161,11 @@ class AlternatingSampler(BaseSampler):
         bootstrap = concatenate([group.bootstrap() for group in self.groups])
         return self.samples.replace(bootstrap=bootstrap), traj_infos
 
+    @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of both groups' workers (for monitoring and shutdown checks)."""
+        return [p for group in self.groups for p in group.env.workers.pids]
+
     def shutdown(self) -> None:
         super().shutdown()
         for group in getattr(self, "groups", []):

@@ -146,6 +146,11 @@ class ParallelCpuSampler(BaseSampler):
         per_worker = self.workers.call("sample", self.agent.mode, self.agent.env_steps)
         return self.samples.replace(bootstrap=self.bootstrap), merge_traj_infos(per_worker)
 
+    @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of this sampler's workers (for monitoring and shutdown checks)."""
+        return self.workers.pids
+
     def shutdown(self) -> None:
         super().shutdown()
         workers = getattr(self, "workers", None)

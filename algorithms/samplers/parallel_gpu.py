@@ -170,6 +170,11 @@ class ParallelGpuSampler(BaseSampler):
             traj_infos.extend(finished)
         return self.samples.replace(bootstrap=self.stepper.bootstrap()), traj_infos
 
+    @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of this sampler's workers (for monitoring and shutdown checks)."""
+        return self.env.workers.pids
+
     def shutdown(self) -> None:
         super().shutdown()
         env = getattr(self, "env", None)

@@ -160,8 +160,14 @@ class WorkerGroup:
         return f"{self.name} worker {rank}"
 
     @property
-    def pids(self) -> list[int | None]:
-        return [p.pid for p in self._procs]
+    def pids(self) -> list[int]:
+        """Process ids of the workers (all started in the constructor)."""
+        return [int(p.pid) for p in self._procs]
+
+    @property
+    def busy(self) -> bool:
+        """The group is open and some worker still owes a reply to a command sent with ``send``."""
+        return not self._closed and any(p is not None for p in self._pending)
 
     # --- commands ----------------------------------------------------------------------------
     def send(self, command: str, *args: Any, ranks: Sequence[int] | None = None) -> None:
