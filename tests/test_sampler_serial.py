@@ -10,7 +10,7 @@ import train_probe_algo as probe
 
 from algorithms.envs.config import EnvConfig
 from algorithms.envs.factory import make_vec_env
-from algorithms.samplers.base import env_seed, env_spaces
+from algorithms.samplers.base import StepWriter, env_seed, env_spaces
 from algorithms.samplers.evaluation import EvalSampler
 from algorithms.samplers.serial import SerialSampler
 from algorithms.train import SamplerConfig
@@ -179,3 +179,17 @@ def test_env_seed_rule():
     assert env_seed(7, "train", 1000) != env_seed(7, "train", 2000)
     with pytest.raises(ValueError, match="role"):
         env_seed(7, "test")
+
+
+def test_step_writer_fills_time_steps_and_rejects_a_record_with_other_fields():
+    sampler, _ = make_sampler(T=4, B=2)
+    samples = clone(sampler.sample(0)[0])
+    sampler.shutdown()
+    steps = samples.replace(bootstrap=None)
+    buffer = steps.map(torch.zeros_like)
+    writer = StepWriter(buffer.replace(bootstrap=None))
+    for t in range(4):
+        writer.write(t, steps[t].replace(bootstrap=None))
+    assert buffer == steps
+    with pytest.raises(ValueError, match="do not match the sample buffer"):
+        writer.write(0, steps[0].replace(bootstrap=None, extra=torch.zeros(2)))

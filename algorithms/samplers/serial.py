@@ -12,7 +12,14 @@ import numpy as np
 import torch
 
 from algorithms.arrays import NamedArrays
-from algorithms.samplers.base import BaseSampler, EnvStepper, allocate_samples, env_seed, record_example
+from algorithms.samplers.base import (
+    BaseSampler,
+    EnvStepper,
+    StepWriter,
+    allocate_samples,
+    env_seed,
+    record_example,
+)
 
 if TYPE_CHECKING:
     from algorithms.agents.base import Agent
@@ -60,6 +67,7 @@ class SerialSampler(BaseSampler):
         self.agent.set_env_ranks(ranks, self.global_batch)
         example = record_example(self.env.observation_space, self.env.action_space, self.agent)
         self.buffer = allocate_samples(example, self.batch_spec)
+        self.writer = StepWriter(self.buffer)
         self.stepper = EnvStepper(self.env, self.agent, ranks)
         self.stepper.reset(example.action)
 
@@ -68,7 +76,7 @@ class SerialSampler(BaseSampler):
         traj_infos: list[dict[str, Any]] = []
         for t in range(self.batch_spec.T):
             record, finished = self.stepper.step()
-            self.buffer[t] = record
+            self.writer.write(t, record)
             traj_infos.extend(finished)
         return self.buffer.replace(bootstrap=self.stepper.bootstrap()), traj_infos
 
