@@ -4,6 +4,7 @@ the run directory is complete, and a dead sampler process is a clear error, not 
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import signal
 import threading
@@ -25,12 +26,16 @@ def _threads():
     torch.set_num_threads(1)
 
 
-def make_config(n_steps: int, target: float, counting: str = "trained", **runner) -> TrainConfig:
+def make_config(
+    n_steps: int, target: float, counting: str = "trained", mode: str = "serial", **runner
+) -> TrainConfig:
     return TrainConfig(
         algo="probe_replay",
         algo_config=probe.Config(),
         env=EnvConfig(id="CartPole-v1", kind="gym"),
-        sampler=SamplerConfig(batch_T=10, batch_B=4, eval_n_envs=1, eval_episodes=2, eval_max_steps=100),
+        sampler=SamplerConfig(
+            mode=mode, batch_T=10, batch_B=4, n_workers=2, eval_n_envs=1, eval_episodes=2, eval_max_steps=100
+        ),
         runner=RunnerConfig(
             kind="async",
             n_steps=n_steps,
@@ -69,8 +74,10 @@ def test_async_run_reaches_the_target_replay_ratio(counting: str, tmp_path) -> N
 
 
 def test_async_run_without_target_trains_while_sampling(tmp_path) -> None:
-    runner = build(make_config(800, 0.0), tmp_path / "run")
+    """Unthrottled, with a parallel CPU sampler (whose workers the sampler process starts)."""
+    runner = build(make_config(800, 0.0, mode="cpu"), tmp_path / "run")
     counters = runner.run()
+    assert not mp.active_children()  # the sampler process was joined
     assert counters.env_steps == 800 and counters.updates > 0
     assert counters.time_optimizing_s > 0 and counters.time_sampling_s > 0
 
