@@ -149,7 +149,7 @@ def probability_of_improvement(
 
 def sample_efficiency(resampled: pd.DataFrame, reps: int = 500, seed: int = 0) -> pd.DataFrame:
     """IQM over runs x envs at each point of a common env-step grid (``analysis.curves.resample_curves``
-    with ``per_env=False``), with 95% stratified-bootstrap CIs. Returns ``arm, env_steps, frames,
+    with ``grid_per=()``), with 95% stratified-bootstrap CIs. Returns ``arm, env_steps, frames,
     iqm, ci_low, ci_high``."""
     kept, games = _balanced(resampled)
     grid = kept.groupby("point")[["env_steps", "frames"]].mean()
@@ -196,7 +196,7 @@ def bootstrap_mean_ci(values: np.ndarray, reps: int = 2000, seed: int = 0) -> tu
 
 def curve_bands(resampled: pd.DataFrame, reps: int = 1000, seed: int = 0) -> pd.DataFrame:
     """Per (arm, env) learning curve: mean over seeds with a 95% bootstrap CI at each grid point.
-    Input from ``analysis.curves.resample_curves(per_env=True)``; returns ``arm, env, env_steps,
+    Input from ``analysis.curves.resample_curves``; returns ``arm, env, env_steps,
     frames, mean, ci_low, ci_high, n_runs``."""
     out = []
     for (arm, env), g in resampled.groupby(["arm", "env"]):

@@ -107,16 +107,18 @@ def score_tables(exp: Experiment, table: str = "r2d2") -> Scores:
 
 
 def resample_curves(
-    curves: pd.DataFrame, column: str, n_points: int = 25, per_env: bool = True
+    curves: pd.DataFrame, column: str, n_points: int = 25, grid_per: tuple[str, ...] = ("env", "arm")
 ) -> pd.DataFrame:
     """Each run's ``column`` linearly interpolated onto a common env-step grid.
 
     The grid spans the steps every run covers (from the latest first log point to the earliest last
-    one), so no run is extrapolated; with ``per_env`` each env gets its own grid, else one grid serves
-    all envs (for aggregates across envs). Returns ``arm, env, seed, point, env_steps, frames, value``.
+    one), so no run is extrapolated. ``grid_per`` names the columns that get a grid of their own: by
+    default each arm on each env (for per-env curves); ``()`` gives one grid for all runs (for
+    aggregates across envs and comparisons between arms at equal steps).
+    Returns ``arm, env, seed, point, env_steps, frames, value``.
     """
     columns = KEYS + ["point", "env_steps", "frames", "value"]
-    groups = curves.groupby("env") if per_env else [(None, curves)]
+    groups = curves.groupby(list(grid_per)) if grid_per else [(None, curves)]
     rows = []
     for _, group in groups:
         spans = group.groupby(KEYS).env_steps.agg(["min", "max"])

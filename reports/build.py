@@ -312,7 +312,7 @@ def _aggregate_sections(
         f"IQM of the {label} over runs x envs along training, 95% stratified-bootstrap CIs, on a common "
         "env-step grid (each run's curve interpolated, never extrapolated).",
     )
-    resampled = resample_curves(scores.curves, "normalised", per_env=False)
+    resampled = resample_curves(scores.curves, "normalised", grid_per=())
     if resampled.point.nunique() >= 2:
         curves = aggregate.sample_efficiency(resampled, reps=max(200, reps // 4))
         curves = curves.assign(

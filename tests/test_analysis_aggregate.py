@@ -118,7 +118,7 @@ def test_throughput_and_curves_from_synthetic_experiment(tmp_path):
     bands = curve_bands(resample_curves(scores.curves, "score", n_points=5))
     assert len(bands) == 2 * 2 * 5 and (bands.ci_low <= bands["mean"] + 1e-9).all()
     efficiency = sample_efficiency(
-        resample_curves(scores.curves, "normalised", n_points=5, per_env=False), reps=100
+        resample_curves(scores.curves, "normalised", n_points=5, grid_per=()), reps=100
     )
     a, b = (efficiency[efficiency.arm == arm].iqm.to_numpy() for arm in ("a", "b"))
     assert len(a) == 5 and a[-1] > a[0] and a[-1] > b[-1]
