@@ -158,6 +158,16 @@ def _what_ran(exp: Experiment) -> Section:
     for label, column in METADATA_FIELDS:
         values = sorted({fmt(v) for v in meta[column]}) if column in meta else ["not recorded"]
         rows.append([label, ", ".join(values)])
+    commands = [json.loads(a) for a in meta["argv"].dropna()] if "argv" in meta else []
+    profiles = sorted({c[c.index("--profile") + 1] for c in commands if "--profile" in c[:-1]})
+    rows.append(
+        [
+            "profile",
+            ", ".join(profiles) if profiles else "not recorded (no --profile on the job command line)",
+        ]
+    )
+    if commands:
+        rows.append(["command (first run)", " ".join(commands[0])])
     if "start_time" in meta and meta.start_time.notna().any():
         rows.append(["started", f"{meta.start_time.min()} to {meta.start_time.max()}"])
     section.tables.append(Table("hardware", ["what", "value (all runs)"], rows, "code version and hardware"))
