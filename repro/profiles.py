@@ -46,6 +46,7 @@ BUDGET_KEYS: frozenset[str] = frozenset(
         # Schulman et al. 2017 Table 5; IS exponent "to 1 by the end of learning", Schaul et al. 2016).
         "algo.anneal_env_steps",
         "algo.priority_beta_steps",
+        "algo.priority_beta_anneal_updates",
     }
 )
 # Execution: where and how the same computation runs, and how often it is written down.
