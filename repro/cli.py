@@ -15,6 +15,7 @@ failed for good and 130 when interrupted (rerun the same command to continue).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -276,6 +277,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # output piped into `head`: stop quietly
-        sys.stderr.close()
+    except BrokenPipeError:  # output piped into `head`: stop quietly (Python docs, signal, SIGPIPE note)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
