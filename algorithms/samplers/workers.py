@@ -75,32 +75,35 @@ def _worker_main(
     conn: mpc.Connection,
     torch_threads: int,
 ) -> None:
-    """Child entry point: build the body, then serve ``(command, args)`` until told to close."""
+    """Child entry point: build the body, then serve ``(command, args)`` until told to close.
+
+    An exception is reported to the parent with its traceback, then the worker exits; a parent that
+    has gone away (its end of the pipe closed) ends the worker too.
+    """
     # Ctrl-C goes to the whole process group; only the parent should react (by closing us).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(torch_threads)
     body: WorkerBody | None = None
     try:
-        body = body_factory()
+        try:
+            body = body_factory()
+        except Exception:
+            conn.send(("error", f"{name} raised while starting:\n{traceback.format_exc()}"))
+            return
         conn.send(("ok", os.getpid()))
         while True:
-            try:
-                command, args = conn.recv()
-            except (EOFError, OSError):
-                return  # the parent is gone: exit instead of lingering as an orphan
+            command, args = conn.recv()
             if command == "close":
                 return
             try:
-                result = getattr(body, command)(*args)
+                conn.send(("ok", getattr(body, command)(*args)))
+            except (BrokenPipeError, EOFError):
+                raise
             except Exception:
                 conn.send(("error", f"{name} raised during {command!r}:\n{traceback.format_exc()}"))
                 return
-            conn.send(("ok", result))
-    except Exception:
-        try:
-            conn.send(("error", f"{name} raised while starting:\n{traceback.format_exc()}"))
-        except (BrokenPipeError, OSError):
-            pass
+    except (BrokenPipeError, EOFError, ConnectionResetError):
+        return  # the parent is gone: exit instead of lingering as an orphan
     finally:
         if body is not None:
             body.close()
