@@ -1,20 +1,21 @@
 """The asynchronous runner on CartPole with a small replay-based algorithm (``async_probe_algo``):
 the replay ratio reaches its target under either counting, parameters reach the sampler process,
-the run directory is complete, and a dead sampler process is a clear error, not a hang."""
+the run directory is complete, a parallel sampler runs inside the sampler process, an algorithm with
+``optimize`` only runs unthrottled, and a dead sampler process is a clear error, not a hang."""
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import signal
 import threading
 
 import async_probe_algo as probe
+import async_probe_optimize_only
 import pytest
 import torch
-import train_probe_algo
 
-from algorithms import registry
 from algorithms.envs.config import EnvConfig
 from algorithms.rundir import RunDir, read_run
 from algorithms.runners.async_ import AsyncRunner
@@ -97,11 +98,14 @@ def test_killed_sampler_process_is_a_clear_error(tmp_path) -> None:
     killer.join(timeout=5)
 
 
-def test_algorithm_without_the_async_methods_is_rejected(tmp_path, monkeypatch) -> None:
-    monkeypatch.setitem(registry.ALGORITHMS, "probe", train_probe_algo.__name__)
-    config = make_config(100, 0.0)
-    config = TrainConfig("probe", train_probe_algo.Config(), config.env, config.sampler, config.runner)
-    with pytest.raises(
-        TypeError, match="'probe' cannot run under RunnerConfig.kind 'async'.*append_samples, train"
-    ):
-        build(config, tmp_path / "run").run()
+def test_algorithm_with_optimize_only_runs_unthrottled(tmp_path) -> None:
+    """Without append_samples/train: optimize on every batch, at the algorithm's own replay ratio."""
+    config = dataclasses.replace(
+        make_config(400, 0.0), algo="probe_optimize_only", algo_config=async_probe_optimize_only.Config()
+    )
+    counters = build(config, tmp_path / "run").run()
+    assert counters.env_steps == 400
+    # One update per batch (updates_per_batch) once min_steps_learn (64) steps are stored: batches 2..10.
+    assert counters.updates == 400 // 40 - 1
+    with pytest.raises(TypeError, match="replay_ratio_target 1.0 needs .*'probe_optimize_only' lacks"):
+        build(dataclasses.replace(config, runner=make_config(400, 1.0).runner), tmp_path / "run2").run()

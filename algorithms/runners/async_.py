@@ -29,11 +29,14 @@ al. 2019, Sec. 2.3)::
   report the achieved ratio over all env steps, warm-up included. With r = 0 the optimizer trains
   as fast as it can and the ratio is whatever results (R2D2's learner).
 
-Algorithm contract for this runner (Contract 4, async extension): besides ``optimize``, the
-algorithm implements ``append_samples(samples)`` (add a batch to its replay, count its env steps,
-no training) and ``train(itr, n_updates) -> OptInfo`` (that many updates from the replay, or none
-while it is still warming up). The replay itself stays in this process: its storage is the
-algorithm's, unchanged.
+Algorithms (Contract 4): one that implements the async extension, ``append_samples(samples)``
+(add a batch to its replay, count its env steps, no training) and ``train(itr, n_updates) ->
+OptInfo`` (that many updates from the replay, or none while still warming up), runs as drawn
+above, throttled. Any other algorithm runs with ``optimize(itr, batch)`` called here on each batch
+as it arrives (the copier hands over a copy and frees the slot): sampling still overlaps
+optimization and parameters still follow every ``async_param_sync_steps``, but the replay ratio is
+the algorithm's own, so a ``replay_ratio_target`` is an error for it. The replay itself stays in
+this process: its storage is the algorithm's, unchanged.
 
 Time accounting: training counts as "optimizing", waiting for samples as "sampling", so
 throughput (env steps per sampling + optimizing second) is the wall-clock rate outside evaluation
@@ -52,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from algorithms.algos.base import OptInfo
 from algorithms.arrays import buffer_from_example
 from algorithms.replay.shared import DoubleBuffer, RWLock
 from algorithms.runners.sync import SyncRunner, next_boundary
@@ -72,13 +76,18 @@ _WAIT_S = 0.002  # granularity of the throttle waits
 DATA_TIMEOUT_S = 600.0  # no batch from the sampler for this long: report it instead of hanging
 
 
-def check_async_algo(algo: Any, name: str) -> None:
-    """``TypeError`` naming what ``algo`` lacks for the asynchronous runner (see the module docstring)."""
-    missing = [m for m in ("append_samples", "train") if not callable(getattr(algo, m, None))]
-    if missing:
+def trains_from_replay(algo: Any) -> bool:
+    """Whether ``algo`` implements the async extension (``append_samples`` and ``train``)."""
+    return all(callable(getattr(algo, m, None)) for m in ("append_samples", "train"))
+
+
+def check_async_algo(algo: Any, name: str, replay_ratio_target: float) -> None:
+    """``TypeError`` naming what ``algo`` lacks for a throttled asynchronous run."""
+    if replay_ratio_target > 0 and not trains_from_replay(algo):
         raise TypeError(
-            f"algorithm {name!r} cannot run under RunnerConfig.kind 'async': its Algo lacks "
-            f"{', '.join(missing)} (append_samples(samples) and train(itr, n_updates), Contract 4)"
+            f"RunnerConfig.replay_ratio_target {replay_ratio_target} needs an algorithm that trains "
+            f"from its replay apart from appending; {name!r} lacks append_samples(samples) and "
+            "train(itr, n_updates) (Contract 4, async extension)"
         )
 
 
@@ -189,8 +198,9 @@ class AsyncRunner(SyncRunner):
         return SerialSampler(config.env, agent, config.sampler, config.runner.seed, start_env_steps)
 
     def run(self) -> Counters:
-        check_async_algo(self.algo, self.config.algo)
         config, runner = self.config, self.config.runner
+        check_async_algo(self.algo, config.algo, runner.replay_ratio_target)
+        self.split = trains_from_replay(self.algo)
         ctx = spawn_context()
         batch_spec = BatchSpec(config.sampler.batch_T, config.sampler.batch_B)
         example = record_example(self.agent.observation_space, self.agent.action_space, self.agent)
@@ -203,7 +213,13 @@ class AsyncRunner(SyncRunner):
         self.progress = ctx.Array("d", [self.counters.env_steps, 0.0, -1.0], lock=False)
         self.stop = ctx.Event()
         self.replay_lock = RWLock()
-        self.arrivals: queue.Queue[tuple[int, list[dict[str, Any]]]] = queue.Queue()
+        # (env steps, episodes, the batch itself for algorithms without the async extension). Such
+        # copies wait here one at a time: a slow optimize holds the copier back, and the sampler
+        # once both shared slots are full (at most four batches ahead).
+        self.arrivals: queue.Queue[tuple[int, list[dict[str, Any]], Any]] = queue.Queue(
+            maxsize=0 if self.split else 1
+        )
+        self.next_push = self.counters.env_steps + runner.async_param_sync_steps
         self.arrived = threading.Event()
         self.copier_error: BaseException | None = None
         from algorithms import registry
@@ -245,17 +261,27 @@ class AsyncRunner(SyncRunner):
 
     # --- the copier thread ------------------------------------------------------------------------
     def _copy_batches(self) -> None:
-        """Move each batch from its shared slot into the replay (write lock), then free the slot."""
+        """Move each batch out of its shared slot, then free the slot: into the replay under the
+        write lock, or as a copy for ``optimize`` (algorithms without the async extension)."""
         try:
             while True:
                 slot, (_, n_steps) = self.batch.begin_read(
                     timeout_s=DATA_TIMEOUT_S, alive=self._sampler_alive
                 )
                 traj_infos = self.traj_queue.get(timeout=DATA_TIMEOUT_S)
-                with self.replay_lock.write():
-                    self.algo.append_samples(self.batch.slots[slot])
+                batch = None
+                if self.split:
+                    with self.replay_lock.write():
+                        self.algo.append_samples(self.batch.slots[slot])
+                else:
+                    batch = self.batch.slots[slot].map(torch.clone)
                 self.batch.end_read(slot)
-                self.arrivals.put((n_steps, traj_infos))
+                while True:
+                    try:
+                        self.arrivals.put((n_steps, traj_infos, batch), timeout=0.05)
+                        break
+                    except queue.Full:
+                        self._sampler_alive()
                 self.arrived.set()
         except _Stopped:
             return
@@ -271,10 +297,11 @@ class AsyncRunner(SyncRunner):
 
     # --- the main thread --------------------------------------------------------------------------
     def optimize_until_done(self) -> None:
+        """Train (algorithms with the async extension) or optimize each arriving batch (the others)
+        until the step budget is sampled and, with a target, the replay ratio has caught up."""
         runner = self.config.runner
         target = runner.replay_ratio_target
         counters = self.counters
-        next_push = counters.env_steps + runner.async_param_sync_steps
         data_since_idle = True  # new data arrived since train() last did no update
         while True:
             if self.take_arrivals():
@@ -286,20 +313,15 @@ class AsyncRunner(SyncRunner):
                 behind = self.counted() < target * (steps - learn_start)
             else:
                 behind = not sampling_done  # no throttle: train whenever there is data
-            if behind and data_since_idle:
+            if self.split and behind and data_since_idle:
                 with counters.timer("optimizing"), self.replay_lock.read():
                     self.agent.set_mode("train", steps)
                     opt_info = self.algo.train(counters.sampler_itrs, 1)
-                counters.add_updates(opt_info.updates, opt_info.samples_trained, opt_info.samples_replayed)
-                self.window.add([], opt_info)
+                self.add_opt_info(opt_info)
                 if opt_info.updates == 0:
                     data_since_idle = False  # still warming up: wait for more data
                 elif learn_start < 0:
                     self.progress[_LEARN_START] = steps
-                self.progress[_COUNTED] = self.counted()
-                if self.progress[_SAMPLED] >= next_push:
-                    self.params.push(self.agent.state_dict())
-                    next_push = self.progress[_SAMPLED] + runner.async_param_sync_steps
                 continue
             if sampling_done:
                 return
@@ -308,6 +330,15 @@ class AsyncRunner(SyncRunner):
                     data_since_idle = True
             self.check_sampler()
 
+    def add_opt_info(self, opt_info: OptInfo) -> None:
+        """Count an optimizer call's work, share it with the sampler's throttle, push parameters if due."""
+        self.counters.add_updates(opt_info.updates, opt_info.samples_trained, opt_info.samples_replayed)
+        self.window.add([], opt_info)
+        self.progress[_COUNTED] = self.counted()
+        if self.progress[_SAMPLED] >= self.next_push:
+            self.params.push(self.agent.state_dict())
+            self.next_push = self.progress[_SAMPLED] + self.config.runner.async_param_sync_steps
+
     def counted(self) -> int:
         c = self.counters
         return (
@@ -315,18 +346,23 @@ class AsyncRunner(SyncRunner):
         )
 
     def take_arrivals(self) -> int:
-        """Count the batches the copier has appended (returns how many), and cross log, evaluation
-        and checkpoint boundaries."""
+        """Count the batches the copier has handed over (returns how many), optimizing on each for
+        algorithms without the async extension, and cross log, evaluation and checkpoint boundaries."""
         self.check_sampler()
         runner = self.config.runner
         taken = 0
         while True:
             try:
-                n_steps, traj_infos = self.arrivals.get_nowait()
+                n_steps, traj_infos, batch = self.arrivals.get_nowait()
             except queue.Empty:
                 return taken
             taken += 1
             self.arrived.clear()
+            if batch is not None:
+                with self.counters.timer("optimizing"):
+                    self.agent.set_mode("train", self.counters.env_steps)
+                    opt_info = self.algo.optimize(self.counters.sampler_itrs, batch)
+                self.add_opt_info(opt_info)
             self.counters.add_env_steps(n_steps, episodes=len(traj_infos))
             self.window.traj_infos.extend(traj_infos)
             steps = self.counters.env_steps
