@@ -16,7 +16,7 @@ BACKEND ?= local
 JOBS ?=
 EXP ?=
 
-.PHONY: help venv test lint format bench-env bench-learn-dqn bench-learn-pg bench-sampler bench-replay \
+.PHONY: help venv test lint format bench-env bench-learn-dqn bench-dqn-speed bench-learn-pg bench-sampler bench-replay \
 	reproduce-r2d1 repro-dry-run report regress regress-update clean
 
 help:
@@ -97,6 +97,14 @@ bench-env: $(STAMP)
 # SAMPLER_ARGS=--quick for a short run (4 batches of 16 steps per repeat).
 bench-sampler: $(STAMP)
 	$(PY) -m bench.bench_sampler --out runs/bench/sampler.csv $(SAMPLER_ARGS)
+
+# DQN-family learning checks (issue 3): 5 seeds per arm; LEARN_DQN_ARGS="--arms dqn --seeds 2 --budget-scale 0.5"
+bench-learn-dqn: $(STAMP)
+	$(PY) -m bench.bench_learn_dqn --out runs/bench/learn_dqn.csv $(LEARN_DQN_ARGS)
+
+# DQN on Pong against Stable-Baselines3 (same settings, same machine, median of 3)
+bench-dqn-speed: $(STAMP_BENCH)
+	$(PY) -m bench.bench_dqn_speed --out runs/bench/dqn_speed.csv $(DQN_SPEED_ARGS)
 
 # Prioritized replay sample + update vs cpprb at 1M, and frame replay bytes/step at 1M (allocates ~7 GB).
 # REPLAY_ARGS="--frame-capacity 100000" where memory is short.

@@ -1,0 +1,264 @@
+"""DQN training throughput on Pong: this code base against Stable-Baselines3, same machine, same run.
+
+Both run Nature DQN's training loop (Mnih et al. 2015, Extended Data Table 1): one env, minibatch
+32, one update every 4 env steps, the Nature network, the same replay capacity, the same torch
+thread count and the same env object: this code base's native ale-py env (frameskip 4 with
+max-pool, 84x84 gray, 4-frame stack, up to 30 no-ops), handed to SB3 through its ``VecEnv``
+interface. Each repeat builds a fresh learner, fills ``--learning-starts`` steps (not timed),
+then times ``--steps`` env steps of training; the figure is env steps per second. Reported: every
+repeat in the CSV, the median of the repeats and the ratio in a Markdown summary.
+
+The machine's limit for this configuration comes from costs measured in the same run:
+one update of the Nature net on a replay minibatch (``t_update``, replay sampling included), one
+greedy action on one observation (``t_act``) and one env step (``t_env``):
+
+    limit = 1 / (t_update / train_freq + t_act + t_env)  [env steps per second]
+
+    python -m bench.bench_dqn_speed --out runs/bench/dqn_speed.csv [--steps 2000] [--repeats 3]
+        [--replay-size 50000] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from algorithms.algos import dqn
+from algorithms.envs.config import EnvConfig
+from algorithms.envs.factory import make_vec_env
+from algorithms.samplers.base import BatchSpec
+from algorithms.samplers.serial import SerialSampler
+from algorithms.train import SamplerConfig
+from bench.bench_env import cpu_model
+
+TRAIN_FREQ = 4
+BATCH_SIZE = 32
+ENV = EnvConfig(id="pong", kind="atari", backend="native", num_threads=1)
+
+
+def ours_config(replay_size: int, learning_starts: int) -> dqn.Config:
+    return dqn.Config(
+        batch_size=BATCH_SIZE,
+        train_every_steps=TRAIN_FREQ,
+        replay_size_steps=replay_size,
+        min_steps_learn=learning_starts,
+        clip_grad_norm=10.0,  # SB3's default max_grad_norm, so both compute the gradient norm
+    )
+
+
+def build_ours(replay_size: int, learning_starts: int, seed: int):
+    torch.manual_seed(seed)
+    config = ours_config(replay_size, learning_starts)
+    env = make_vec_env(ENV, 1, seed)
+    observation_space, action_space = env.observation_space, env.action_space
+    env.close()
+    agent = dqn.build_agent(config, observation_space, action_space)
+    sampler = SerialSampler(ENV, agent, SamplerConfig(batch_T=TRAIN_FREQ, batch_B=1), seed)
+    sampler.initialize()
+    algo = dqn.Algo(config, agent, ENV.env_frameskip, BatchSpec(TRAIN_FREQ, 1))
+    return agent, sampler, algo
+
+
+def time_ours(steps: int, replay_size: int, learning_starts: int, seed: int) -> float:
+    """Env steps per second of sample + optimize after ``learning_starts`` untimed steps."""
+    agent, sampler, algo = build_ours(replay_size, learning_starts, seed)
+    itr = 0
+
+    def run(n_steps: int) -> None:
+        nonlocal itr
+        for _ in range(n_steps // TRAIN_FREQ):
+            agent.set_mode("sample", itr * TRAIN_FREQ)
+            samples, _ = sampler.sample(itr)
+            agent.set_mode("train", itr * TRAIN_FREQ)
+            algo.optimize(itr, samples)
+            itr += 1
+
+    run(learning_starts)
+    start = time.perf_counter()
+    run(steps)
+    elapsed = time.perf_counter() - start
+    sampler.shutdown()
+    if algo.updates < steps // TRAIN_FREQ:
+        raise RuntimeError(f"ours: only {algo.updates} updates ran in the timed window")
+    return steps / elapsed
+
+
+def sb3_vec_env(seed: int):
+    """This code base's Atari env (``ENV``) behind SB3's ``VecEnv`` interface, so both learners step
+    the very same emulator and preprocessing and only the learners differ. (SB3's own AtariWrapper
+    needs OpenCV, which this project does not install.)"""
+    from stable_baselines3.common.vec_env import VecEnv
+
+    class NativeVecEnv(VecEnv):
+        def __init__(self) -> None:
+            self.env = make_vec_env(ENV, 1, seed)
+            super().__init__(1, self.env.observation_space, self.env.action_space)
+            self._actions = None
+
+        def reset(self):
+            return self.env.reset()
+
+        def step_async(self, actions) -> None:
+            self._actions = np.asarray(actions)
+
+        def step_wait(self):
+            out = self.env.step(self._actions)
+            done = out.terminated | out.truncated
+            infos = [
+                {"TimeLimit.truncated": bool(out.truncated[0] and not out.terminated[0])}
+                | ({"terminal_observation": out.final_observation[0]} if done[0] else {})
+            ]
+            return out.observation, out.reward, done, infos
+
+        def close(self) -> None:
+            self.env.close()
+
+        def get_attr(self, attr_name, indices=None):
+            return [getattr(self, attr_name)]
+
+        def set_attr(self, attr_name, value, indices=None) -> None:
+            setattr(self, attr_name, value)
+
+        def env_method(self, method_name, *args, indices=None, **kwargs):
+            return [getattr(self, method_name)(*args, **kwargs)]
+
+        def env_is_wrapped(self, wrapper_class, indices=None):
+            return [False]
+
+    return NativeVecEnv()
+
+
+def time_sb3(steps: int, replay_size: int, learning_starts: int, seed: int) -> float:
+    """Env steps per second of SB3's DQN ``learn`` after ``learning_starts`` untimed steps."""
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Clock(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.start = None
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps == learning_starts:
+                self.start = time.perf_counter()
+            return True
+
+    env = sb3_vec_env(seed)
+    model = DQN(
+        "CnnPolicy",
+        env,
+        buffer_size=replay_size,
+        learning_starts=learning_starts,
+        batch_size=BATCH_SIZE,
+        train_freq=TRAIN_FREQ,
+        gradient_steps=1,
+        target_update_interval=10_000,
+        optimize_memory_usage=True,
+        replay_buffer_kwargs={"handle_timeout_termination": False},
+        seed=seed,
+        device="cpu",
+        verbose=0,
+    )
+    clock = Clock()
+    model.learn(total_timesteps=learning_starts + steps, callback=clock)
+    elapsed = time.perf_counter() - clock.start
+    env.close()
+    return steps / elapsed
+
+
+def machine_limit(replay_size: int, learning_starts: int, seed: int, n: int = 200) -> dict[str, float]:
+    """Measured t_update, t_act, t_env (seconds) and the implied limit in env steps per second."""
+    agent, sampler, algo = build_ours(replay_size, learning_starts, seed)
+    for itr in range(learning_starts // TRAIN_FREQ):  # fill the replay
+        algo.optimize(itr, sampler.sample(itr)[0])
+    sampler.shutdown()
+    replay, model = algo.replay, algo.model
+    start = time.perf_counter()
+    for _ in range(n):
+        data, indices, weights = replay.sample(BATCH_SIZE)
+        loss, _, _ = algo.loss(data.replace(is_weights=weights))
+        algo.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), algo.max_grad_norm)
+        algo.optimizer.step()
+    t_update = (time.perf_counter() - start) / n
+    agent.set_mode("sample", 10**9)
+    obs = data.observation[:1]
+    zeros = torch.zeros(1, dtype=torch.long)
+    start = time.perf_counter()
+    for _ in range(n):
+        agent.step(obs, zeros, torch.zeros(1), None)
+    t_act = (time.perf_counter() - start) / n
+    env = make_vec_env(ENV, 1, seed)
+    env.reset()
+    actions = np.random.default_rng(seed).integers(0, env.action_space.n, size=(5 * n, 1))
+    start = time.perf_counter()
+    for a in actions:
+        env.step(a)
+    t_env = (time.perf_counter() - start) / (5 * n)
+    env.close()
+    limit = 1.0 / (t_update / TRAIN_FREQ + t_act + t_env)
+    return {"t_update_s": t_update, "t_act_s": t_act, "t_env_s": t_env, "limit_steps_per_s": limit}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--steps", type=int, default=2000, help="timed env steps per repeat")
+    parser.add_argument("--learning-starts", type=int, default=1000, help="untimed env steps before training")
+    parser.add_argument("--replay-size", type=int, default=50_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for both")
+    args = parser.parse_args()
+    if min(args.steps, args.learning_starts, args.replay_size, args.repeats, args.threads) < 1:
+        parser.error("--steps, --learning-starts, --replay-size, --repeats and --threads must be >= 1")
+    if args.learning_starts < BATCH_SIZE or args.steps % TRAIN_FREQ or args.learning_starts % TRAIN_FREQ:
+        parser.error(f"--learning-starts must be >= {BATCH_SIZE}; both step counts multiples of {TRAIN_FREQ}")
+    torch.set_num_threads(args.threads)
+    rows = []
+    for repeat in range(args.repeats):
+        for name, fn in (("ours", time_ours), ("sb3", time_sb3)):
+            sps = fn(args.steps, args.replay_size, args.learning_starts, seed=repeat)
+            rows.append({"impl": name, "repeat": repeat, "steps_per_second": sps})
+            print(f"{name} repeat {repeat}: {sps:.1f} steps/s", flush=True)
+    costs = machine_limit(args.replay_size, args.learning_starts, seed=0)
+    ours = statistics.median(r["steps_per_second"] for r in rows if r["impl"] == "ours")
+    sb3 = statistics.median(r["steps_per_second"] for r in rows if r["impl"] == "sb3")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["impl", "repeat", "steps_per_second"])
+        writer.writeheader()
+        writer.writerows(rows)
+    summary = "\n".join(
+        [
+            "# DQN on Pong: training throughput (env steps/s)",
+            "",
+            f"Machine: {cpu_model()}, torch threads {args.threads}; replay {args.replay_size}, "
+            f"batch {BATCH_SIZE}, one update per {TRAIN_FREQ} steps, {args.steps} timed steps after "
+            f"{args.learning_starts}, median of {args.repeats}.",
+            "",
+            "| quantity | value |",
+            "|---|---|",
+            f"| ours (median) | {ours:.1f} |",
+            f"| SB3 (median) | {sb3:.1f} |",
+            f"| ours / SB3 | {ours / sb3:.2f} |",
+            f"| t_update (ms) | {1e3 * costs['t_update_s']:.2f} |",
+            f"| t_act (ms) | {1e3 * costs['t_act_s']:.3f} |",
+            f"| t_env (ms) | {1e3 * costs['t_env_s']:.3f} |",
+            f"| machine limit 1/(t_update/{TRAIN_FREQ} + t_act + t_env) | {costs['limit_steps_per_s']:.1f} |",
+            f"| ours / limit | {ours / costs['limit_steps_per_s']:.2f} |",
+            "",
+        ]
+    )
+    args.out.with_suffix(".md").write_text(summary)
+    print(summary)
+
+
+if __name__ == "__main__":
+    main()
