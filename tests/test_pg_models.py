@@ -76,15 +76,19 @@ def test_recurrent_reset_inside_batch_equals_separate_episodes():
     start = NamedArrays(h=torch.randn(1, 8, generator=g), c=torch.randn(1, 8, generator=g))
     reset = torch.zeros(T1 + T2, 1, dtype=torch.bool)
     reset[T1] = True
-    dist, value, _, _ = model(obs, prev_action, prev_reward, start, reset)
+    dist, value, ends = model(obs, prev_action, prev_reward, start, reset)
 
     no_reset = torch.zeros(T1, 1, dtype=torch.bool)
-    d1, v1, _, _ = model(obs[:T1], prev_action[:T1], prev_reward[:T1], start, no_reset)
-    d2, v2, _, _ = model(obs[T1:], prev_action[T1:], prev_reward[T1:], model.initial_state(1), no_reset[:T2])
+    d1, v1, ends1 = model(obs[:T1], prev_action[:T1], prev_reward[:T1], start, no_reset)
+    d2, v2, ends2 = model(obs[T1:], prev_action[T1:], prev_reward[T1:], model.initial_state(1), no_reset[:T2])
     torch.testing.assert_close(value, torch.cat([v1, v2]))
     torch.testing.assert_close(dist.logits, torch.cat([d1.logits, d2.logits]))
+    # The state after each episode's last step is reported where that episode ends.
+    torch.testing.assert_close(ends.h[T1 - 1], ends1.h[-1])
+    torch.testing.assert_close(ends.c[-1], ends2.c[-1])
+    assert (ends.h[: T1 - 1] == 0).all()
     # And without the reset the second episode would differ (the test can fail).
-    _, leaked, _, _ = model(obs, prev_action, prev_reward, start, torch.zeros_like(reset))
+    _, leaked, _ = model(obs, prev_action, prev_reward, start, torch.zeros_like(reset))
     assert not torch.allclose(leaked[T1:], v2)
 
 
@@ -152,7 +156,7 @@ def test_recurrent_agent_evaluate_reproduces_sampling_and_bootstraps_truncation(
     next_value = agent.next_values(samples)
     torch.testing.assert_close(next_value[:2, 0], samples.agent_info.value[1:3, 0])
     # Truncated at (3, 1): V(final_observation) continued from the episode's state after step 3.
-    _, _, _, states = model(
+    _, _, end_states = model(
         samples.observation[:4, 1:2],
         samples.prev_action[:4, 1:2],
         samples.prev_reward[:4, 1:2],
@@ -160,7 +164,7 @@ def test_recurrent_agent_evaluate_reproduces_sampling_and_bootstraps_truncation(
         torch.zeros(4, 1, dtype=torch.bool),
     )
     expected = model.value(
-        samples.final_observation[3, 1:2], samples.action[3, 1:2], samples.reward[3, 1:2], states[3]
+        samples.final_observation[3, 1:2], samples.action[3, 1:2], samples.reward[3, 1:2], end_states[-1]
     )
     torch.testing.assert_close(next_value[3, 1:2], expected)
     boot = samples.bootstrap
@@ -209,3 +213,29 @@ def test_off_policy_networks():
     torch.testing.assert_close(a_det, a_det2)
     with pytest.raises(ValueError, match="bounded"):
         TanhGaussianPolicy(4, gym.spaces.Box(-np.inf, np.inf, (2,)), (8,))
+
+
+def test_recurrent_packed_segments_match_a_step_by_step_loop():
+    model = _recurrent()
+    T, B = 9, 4
+    g = torch.Generator().manual_seed(5)
+    obs, prev_reward = torch.randn(T, B, 4, generator=g), torch.randn(T, B, generator=g)
+    prev_action = torch.randint(0, 3, (T, B), generator=g)
+    reset = torch.rand(T, B, generator=g) < 0.3
+    reset[:, 0] = False  # one column without resets
+    reset[0, 1] = True  # a reset at the very first step ignores the given state
+    start = NamedArrays(h=torch.randn(B, 8, generator=g), c=torch.randn(B, 8, generator=g))
+    _, value, ends = model(obs, prev_action, prev_reward, start, reset)
+
+    x = model._lstm_input(obs, prev_action, prev_reward)
+    h, c = start.h, start.c
+    expected, expected_end_h = [], torch.zeros(T, B, 8)
+    for t in range(T):
+        keep = (~reset[t]).float().unsqueeze(-1)
+        _, (h, c) = model.lstm(x[t][None], ((h * keep)[None], (c * keep)[None]))
+        h, c = h[0], c[0]
+        expected.append(model.v_head(h).squeeze(-1))
+        ends_here = reset[t + 1] if t + 1 < T else torch.ones(B, dtype=torch.bool)
+        expected_end_h[t][ends_here] = h[ends_here]
+    torch.testing.assert_close(value, torch.stack(expected))
+    torch.testing.assert_close(ends.h, expected_end_h)

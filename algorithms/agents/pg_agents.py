@@ -100,11 +100,11 @@ class RecurrentPgAgent(_PgAgentBase):
         if state is None:
             state = self.initial_state(observation.shape[0])
         no_reset = torch.zeros(1, observation.shape[0], dtype=torch.bool, device=observation.device)
-        dist, value, next_state, _ = self.model(
+        dist, value, end_states = self.model(
             observation[None], prev_action[None], prev_reward[None], state, no_reset
         )
         action, info = self._act(dist, value)
-        return action[0], info[0].replace(prev_state=state), next_state
+        return action[0], info[0].replace(prev_state=state), end_states[0]
 
     def _run(self, batch: NamedArrays):
         """The model over a [T, b] batch from its stored initial state, reset after episode ends."""
@@ -115,7 +115,7 @@ class RecurrentPgAgent(_PgAgentBase):
         )
 
     def evaluate(self, batch: NamedArrays) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        dist, value, _, _ = self._run(batch)
+        dist, value, _ = self._run(batch)
         return dist.log_prob(policy_action(batch)), dist.entropy(), value
 
     @torch.no_grad()
@@ -127,12 +127,12 @@ class RecurrentPgAgent(_PgAgentBase):
         if truncated.any():
             # V(final_observation[t]) continues the episode from the state after step t, with
             # step t's action and reward as the previous ones.
-            _, _, _, states = self._run(samples)
+            _, _, end_states = self._run(samples)
             final_value[truncated] = self.model.value(
                 samples.final_observation[truncated],
                 samples.action[truncated],
                 samples.reward[truncated],
-                states[truncated],
+                end_states[truncated],
             )
         boot = samples.bootstrap
         bootstrap_value = self.model.value(

@@ -153,11 +153,16 @@ class RecurrentActorCritic(nn.Module):
     """Torso -> LSTM -> policy and value heads, with resets inside a sequence.
 
     ``forward(observation [T, B, *obs], prev_action [T, B, *act], prev_reward [T, B], state, reset [T, B])
-    -> (distribution [T, B], value [T, B], next_state, states)``: ``state`` is the (h, c) before
-    step 0 (``NamedArrays(h=[B, H], c=[B, H])``); ``reset[t]`` zeroes it before step t (the step
-    starts a new episode; the sampler zeroed it there too). ``next_state`` is the state after step
-    T - 1; ``states`` is the state after every step, ``NamedArrays(h=[T, B, H], c=[T, B, H])``, used
-    to bootstrap from truncated episodes' final observations.
+    -> (distribution [T, B], value [T, B], end_states)``: ``state`` is the (h, c) before step 0
+    (``NamedArrays(h=[B, H], c=[B, H])``); ``reset[t]`` zeroes it before step t (the step starts a
+    new episode; the sampler zeroed it there too). ``end_states`` is ``NamedArrays(h=[T, B, H],
+    c=[T, B, H])`` holding the state after step t wherever a segment ends there (``t = T - 1`` or
+    ``reset[t + 1]``) and zeros elsewhere: ``end_states[-1]`` is the state after the batch, and
+    ``end_states[t]`` after a truncated step t continues that episode for its bootstrap value.
+
+    Each env column is cut at its resets into segments that run through one ``nn.LSTM`` call as a
+    packed batch (the first segment of a column from ``state``, the others from zeros), so a
+    sequence costs one fused LSTM pass, not a Python loop over time steps.
 
     The LSTM input is ``[features, previous action (one-hot for discrete), previous reward]`` as in
     the recurrent agents of rlpyt (``models/pg/atari_lstm_model.py``) and R2D2.
@@ -176,7 +181,7 @@ class RecurrentActorCritic(nn.Module):
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         self.action_size = int(action_space.n) if self.discrete else int(action_space.shape[0])
         self.lstm_size = int(lstm_size)
-        self.lstm = nn.LSTMCell(self.torso.output_size + self.action_size + 1, self.lstm_size)
+        self.lstm = nn.LSTM(self.torso.output_size + self.action_size + 1, self.lstm_size)
         self.pi_head = action_head(self.lstm_size, action_space)
         self.v_head = nn.Linear(self.lstm_size, 1)
         orthogonal_init_(self.torso, math.sqrt(2.0))
@@ -201,33 +206,55 @@ class RecurrentActorCritic(nn.Module):
         prev_reward: torch.Tensor,
         state: NamedArrays,
         reset: torch.Tensor,
-    ) -> tuple[Distribution, torch.Tensor, NamedArrays, NamedArrays]:
+    ) -> tuple[Distribution, torch.Tensor, NamedArrays]:
         T, B = reset.shape
         if tuple(prev_reward.shape) != (T, B) or tuple(observation.shape[:2]) != (T, B):
             raise ValueError(
                 f"RecurrentActorCritic: observation {tuple(observation.shape)}, prev_reward "
                 f"{tuple(prev_reward.shape)} and reset {tuple(reset.shape)} must share [T, B]"
             )
-        x = self._lstm_input(observation, prev_action, prev_reward)  # features of all steps in one pass
-        keep = (~reset).to(x.dtype).unsqueeze(-1)
-        h, c = state.h, state.c
-        hs, cs = [], []
-        for t in range(T):
-            h, c = self.lstm(x[t], (h * keep[t], c * keep[t]))
-            hs.append(h)
-            cs.append(c)
-        h_all, c_all = torch.stack(hs), torch.stack(cs)
-        return (
-            self.pi_head(h_all),
-            self.v_head(h_all).squeeze(-1),
-            NamedArrays(h=h, c=c),
-            NamedArrays(h=h_all, c=c_all),
-        )
+        x = self._lstm_input(observation, prev_action, prev_reward)
+        end_h = x.new_zeros(T, B, self.lstm_size)
+        end_c = x.new_zeros(T, B, self.lstm_size)
+        if not reset[1:].any():  # one segment per column: the common case
+            keep = (~reset[0]).to(x.dtype).unsqueeze(-1)
+            out, (h, c) = self.lstm(x, ((state.h * keep)[None], (state.c * keep)[None]))
+            end_h[-1], end_c[-1] = h[0], c[0]
+        else:
+            out, end_h, end_c = self._segments(x, state, reset, end_h, end_c)
+        return self.pi_head(out), self.v_head(out).squeeze(-1), NamedArrays(h=end_h, c=end_c)
+
+    def _segments(self, x, state, reset, end_h, end_c):
+        """Run every reset-free segment of every column as one packed LSTM batch."""
+        T, B = reset.shape
+        starts = reset.clone()
+        starts[0] = True
+        seg_b, seg_t = starts.T.nonzero(as_tuple=True)  # segment starts, column by column: [S] each
+        next_start = torch.full_like(seg_t, T)
+        same_column = seg_b[1:] == seg_b[:-1]
+        next_start[:-1] = torch.where(same_column, seg_t[1:], T)
+        lengths = next_start - seg_t
+        steps = torch.arange(int(lengths.max()), device=x.device)
+        time_index = (seg_t[None] + steps[:, None]).clamp(max=T - 1)  # [L, S]
+        padded = x[time_index, seg_b[None].expand_as(time_index)]  # [L, S, F]
+        first = seg_t == 0
+        keep = (first & ~reset[0, seg_b]).to(x.dtype).unsqueeze(-1)
+        h0, c0 = state.h[seg_b] * keep, state.c[seg_b] * keep
+        packed = nn.utils.rnn.pack_padded_sequence(padded, lengths.cpu(), enforce_sorted=False)
+        out_packed, (h, c) = self.lstm(packed, (h0[None], c0[None]))
+        out_padded, _ = nn.utils.rnn.pad_packed_sequence(out_packed, total_length=padded.shape[0])
+        valid = steps[:, None] < lengths[None]
+        out = x.new_empty(T, B, self.lstm_size)
+        out[time_index[valid], seg_b[None].expand_as(time_index)[valid]] = out_padded[valid]
+        end_t = next_start - 1
+        end_h[end_t, seg_b], end_c[end_t, seg_b] = h[0], c[0]
+        return out, end_h, end_c
 
     def value(self, observation, prev_action, prev_reward, state: NamedArrays) -> torch.Tensor:
         """V of one step [B] from ``state`` [B, H] (no reset): bootstrap values."""
-        h, _ = self.lstm(self._lstm_input(observation, prev_action, prev_reward), (state.h, state.c))
-        return self.v_head(h).squeeze(-1)
+        x = self._lstm_input(observation, prev_action, prev_reward)
+        out, _ = self.lstm(x[None], (state.h[None], state.c[None]))
+        return self.v_head(out[0]).squeeze(-1)
 
 
 # --- off-policy continuous control ----------------------------------------------------------------
