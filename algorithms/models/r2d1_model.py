@@ -94,21 +94,34 @@ class R2D1Model(nn.Module):
         if reset is None and not return_states:
             lstm_out, (h, c) = self.lstm(lstm_input, (h0, c0))
         else:
-            keep = None if reset is None else (~reset.reshape(T, B, 1)).to(lstm_input.dtype)
-            h, c, outputs, cells = h0, c0, [], []
-            for t in range(T):
-                if keep is not None:
-                    h, c = h * keep[t], c * keep[t]
-                out, (h, c) = self.lstm(lstm_input[t : t + 1], (h, c))
-                outputs.append(out[0])
-                cells.append(c[0])
-            lstm_out = torch.stack(outputs)
+            lstm_out, h, c, cells = self._stepwise_lstm(lstm_input, h0[0], c0[0], reset)
         q = self.head(lstm_out).reshape(*lead, self.n_actions)
         state_shape = (B, self.lstm_size) if len(lead) else (self.lstm_size,)
         next_state = NamedArrays(h=h.reshape(state_shape), c=c.reshape(state_shape))
         if not return_states:
             return q, next_state
         states = NamedArrays(
-            h=lstm_out.reshape(*lead, self.lstm_size), c=torch.stack(cells).reshape(*lead, self.lstm_size)
+            h=lstm_out.reshape(*lead, self.lstm_size), c=cells.reshape(*lead, self.lstm_size)
         )
         return q, next_state, states
+
+    def _stepwise_lstm(
+        self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, reset: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The single-layer ``self.lstm`` one step at a time on ``x`` [T, B, D] from (h, c) [B, H],
+        zeroing the state before step t where ``reset[t]``; the input projection of all steps is one
+        matrix product. Returns outputs and cell states [T, B, H], and the final (h, c) [1, B, H]."""
+        lstm = self.lstm
+        projected = x @ lstm.weight_ih_l0.T + lstm.bias_ih_l0 + lstm.bias_hh_l0  # [T, B, 4H]
+        keep = None if reset is None else (~reset.reshape(x.shape[0], -1, 1)).to(x.dtype)
+        outputs, cells = [], []
+        for t in range(x.shape[0]):
+            if keep is not None:
+                h, c = h * keep[t], c * keep[t]
+            # PyTorch's gate order: input, forget, cell, output.
+            i, f, g, o = (projected[t] + h @ lstm.weight_hh_l0.T).chunk(4, dim=-1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            outputs.append(h)
+            cells.append(c)
+        return torch.stack(outputs), h.unsqueeze(0), c.unsqueeze(0), torch.stack(cells)
