@@ -13,8 +13,9 @@ Arms (issue 3, item 5), each over several seeds, scored by the mean return of th
 | ``dqn_pong`` | Pong (Atari protocol, clipped rewards) | 500k | median seed > -21 (the random score) |
 
 The CartPole settings follow rl-baselines3-zoo's tuned DQN for CartPole-v1 (``hyperparams/dqn.yml``:
-Adam 2.3e-3, batch 64, 256-unit layers, 128 updates per 256 steps, target every 10 steps,
-epsilon to 0.04 over 16% of 50k steps); C51 and Rainbow reuse them with a [0, 100] support.
+Adam 2.3e-3, batch 64, 256-unit layers, 128 updates per 256 steps, the target synced every 10
+steps during collection, i.e. before each block of 128 updates, epsilon to 0.04 over 16% of 50k
+steps); C51 and Rainbow reuse them with a [0, 100] support.
 ``--budget-scale`` shrinks every budget (and the exploration and learning-start counts with it) to
 fit a machine; the summary says which scale ran. Results: one CSV row per (arm, seed) and a
 Markdown summary per arm with the median, the mean and a 95% bootstrap CI over seeds (scipy).
@@ -56,7 +57,10 @@ def zoo_cartpole(budget: int) -> dict[str, Any]:
         replay_size_steps=100_000,
         min_steps_learn=max(1_000 * budget // 100_000, 256),
         train_every_steps=2,  # 128 updates per 256 steps
-        target_update_period_updates=5,  # every 10 env steps at one update per 2 steps
+        # SB3 syncs the target every 10 env steps while collecting, not between the 128 gradient steps
+        # that follow a collection: once per 128 updates.
+        target_update_period_updates=128,
+        clip_grad_norm=10.0,  # SB3's max_grad_norm
         optimizer="adam",
         learning_rate=2.3e-3,
         eps_start=1.0,
