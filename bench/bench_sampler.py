@@ -13,6 +13,13 @@ batch not timed):
    ``min(env rate, inference rate)`` (inference alone on the batch size the mode uses: B, or B/2
    for the two alternating groups). Target: alternating >= 0.8 of that ideal.
 
+3. ``runners`` (``--runners``): DQN (Nature network, one update per 4 env steps, so the same replay
+   ratio in both) on the game, synchronous vs asynchronous runner, serial sampler, against each
+   stage alone on the same cores: the sampler (section 2's serial Nature CNN rate) and the
+   optimizer (updates per second on a filled replay, times 4 env steps per update). Target: async
+   >= 0.9 of its bottleneck stage, and async > sync where sampling is not negligible. DQN has no
+   async extension (Contract 4), so the async runner optimizes each batch as it arrives, unthrottled.
+
 Threads: torch uses one thread in every process; ``--env-threads`` is the total of native env
 threads, split over the workers in parallel modes (each worker's vector env gets
 ``env_threads / n_workers``), so every mode has the same number of envs and env threads as the raw
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import os
 import statistics
 import time
@@ -132,6 +140,58 @@ def sampler_rate(mode: str, policy: str, args: argparse.Namespace, seed: int) ->
         sampler.shutdown()
 
 
+def dqn_config(game: str, env_threads: int, n_steps: int, runner_kind: str) -> Any:
+    """A DQN TrainConfig whose budget is mostly training: warm-up of a quarter of the steps."""
+    from algorithms.algos.dqn import Config as DqnConfig
+    from algorithms.train import RunnerConfig, TrainConfig
+
+    algo = DqnConfig(min_steps_learn=n_steps // 4, replay_size_steps=n_steps, eps_decay_steps=n_steps)
+    return TrainConfig(
+        algo="dqn",
+        algo_config=algo,
+        env=env_config(game, env_threads, 1),
+        sampler=SamplerConfig(batch_T=4, batch_B=8, eval_episodes=0),
+        runner=RunnerConfig(kind=runner_kind, n_steps=n_steps, log_interval_steps=n_steps),
+    )
+
+
+def runner_rate(kind: str, args: argparse.Namespace, seed: int) -> tuple[float, float]:
+    """(env steps per second of training, achieved replay ratio) of a DQN run with runner ``kind``."""
+    from algorithms.runners.async_ import AsyncRunner
+    from algorithms.runners.sync import SyncRunner
+
+    config = dqn_config(args.game, args.env_threads, args.runner_steps, kind)
+    config = dataclasses.replace(config, runner=dataclasses.replace(config.runner, seed=seed))
+    runner_class = AsyncRunner if kind == "async" else SyncRunner
+    start = time.perf_counter()
+    counters = runner_class.build(config, None, None).run()
+    return counters.env_steps / (time.perf_counter() - start), counters.replay_ratio_trained
+
+
+def optimizer_rate(args: argparse.Namespace, seed: int) -> float:
+    """Env steps per second the DQN optimizer alone sustains at 4 env steps per update."""
+    from algorithms.runners.sync import SyncRunner
+
+    config = dqn_config(args.game, args.env_threads, args.runner_steps, "sync")
+    runner = SyncRunner.build(config, None, None)
+    algo = runner.algo
+    runner.sampler.initialize()
+    try:
+        runner.agent.set_mode("sample", 0)
+        samples, _ = runner.sampler.sample(0)
+        runner.agent.set_mode("train", 0)
+        while algo.replay_steps < config.algo_config.min_steps_learn:  # fill the replay (not timed)
+            algo.optimize(0, samples)
+        start = time.perf_counter()
+        updates = 0
+        while updates < args.runner_steps // 16:
+            updates += algo.optimize(0, samples).updates
+        seconds = time.perf_counter() - start
+    finally:
+        runner.sampler.shutdown()
+    return updates * config.algo_config.train_every_steps / seconds
+
+
 def median_of(fn, repeats: int) -> tuple[float, list[float]]:
     values = [fn(seed) for seed in range(repeats)]
     return statistics.median(values), values
@@ -148,9 +208,11 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=16, help="timed batches per repeat")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="4 timed batches of 16 steps per repeat")
+    parser.add_argument("--runners", action="store_true", help="also DQN sync vs async (section 3)")
+    parser.add_argument("--runner-steps", type=int, default=2000, help="env steps per DQN run")
     args = parser.parse_args()
     if args.quick:
-        args.batches, args.batch_t = 4, 16
+        args.batches, args.batch_t, args.runner_steps = 4, 16, 800
     torch.set_num_threads(1)
     steps = args.batches * args.batch_t
 
@@ -199,7 +261,29 @@ def main() -> None:
             no_overlap=round(no_overlap, 1),
         )
 
-    settings = {k: v for k, v in vars(args).items() if k not in ("out", "quick")}
+    if args.runners:
+        serial_cnn = next(
+            r["steps_per_s"] for r in rows if r["section"] == "nature_cnn" and r["what"] == "serial"
+        )
+        opt, values = median_of(lambda s: optimizer_rate(args, s), args.repeats)
+        record("runners", "dqn_optimizer_alone", opt, values)
+        bottleneck = min(serial_cnn, opt)
+        for kind in ("sync", "async"):
+            results = [runner_rate(kind, args, seed) for seed in range(args.repeats)]
+            rate = statistics.median(r[0] for r in results)
+            ratio = statistics.median(r[1] for r in results)
+            record(
+                "runners",
+                f"dqn_{kind}",
+                rate,
+                [r[0] for r in results],
+                ideal=round(bottleneck, 1),
+                ratio=round(rate / bottleneck, 3),
+                target=0.9 if kind == "async" else "",
+                replay_ratio=round(ratio, 3),
+            )
+
+    settings = {k: v for k, v in vars(args).items() if k not in ("out", "quick", "runners")}
     machine = f"{cpu_model()}, {os.cpu_count()} logical CPUs"
     for row in rows:
         row.update(settings, machine=machine)
