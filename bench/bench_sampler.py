@@ -224,11 +224,11 @@ def main() -> None:
                 "section": section,
                 "what": what,
                 "steps_per_s": round(median, 1),
-                "repeats": " ".join(f"{v:.1f}" for v in values),
+                "values": " ".join(f"{v:.1f}" for v in values),
                 **extra,
             }
         )
-        print(f"{section:>10} {what:>26}: {median:9.1f} env steps/s  ({rows[-1]['repeats']})", flush=True)
+        print(f"{section:>10} {what:>26}: {median:9.1f} env steps/s  ({rows[-1]['values']})", flush=True)
 
     raw, values = median_of(
         lambda s: raw_env_rate(args.game, args.envs, args.env_threads, steps, s), args.repeats
