@@ -15,11 +15,15 @@ from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
 
 CARTPOLE = EnvConfig(id="CartPole-v1", kind="gym")
 MASKED_CARTPOLE = EnvConfig(id="CartPole-v1", kind="gym", mask_velocity=True)
+PENDULUM = EnvConfig(id="Pendulum-v1", kind="gym")
 # Small replays that start learning within the budget, and small networks.
 REPLAY = dict(
     replay_size_steps=1_000, min_steps_learn=64, target_update_period_updates=5, eps_decay_steps=100
 )
 Q_NET = dict(mlp_hidden_sizes=(16,), hidden_size=16)
+QPG = dict(
+    batch_size=16, replay_size_steps=1_000, random_steps=16, learning_starts_steps=32, hidden_sizes=(16,)
+)
 
 
 def tiny(
@@ -90,6 +94,10 @@ CASES = {
         tiny("rainbow", 160, 4, 2, batch_size=16, train_every_steps=8, n_atoms=11, **REPLAY, **Q_NET),
         None,
     ),
+    # 80 steps, one update per env step after the first 32 stored: 48 updates.
+    "ddpg": (tiny("ddpg", 80, 4, 2, env=PENDULUM, **QPG), 48),
+    "td3": (tiny("td3", 80, 4, 2, env=PENDULUM, **QPG), 48),
+    "sac": (tiny("sac", 80, 4, 2, env=PENDULUM, **QPG), 48),
     "r2d1": (
         tiny(
             "r2d1",
