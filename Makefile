@@ -16,7 +16,7 @@ BACKEND ?= local
 JOBS ?=
 EXP ?=
 
-.PHONY: help venv test lint format bench-env bench-learn-dqn bench-dqn-speed bench-learn-pg bench-sampler bench-replay \
+.PHONY: help venv test lint format bench-env bench-learn-dqn bench-dqn-speed bench-learn-pg bench-pg-speed bench-sampler bench-replay \
 	reproduce-r2d1 repro-dry-run report regress regress-update clean
 
 help:
@@ -110,6 +110,15 @@ bench-dqn-speed: $(STAMP_BENCH)
 # REPLAY_ARGS="--frame-capacity 100000" where memory is short.
 bench-replay: $(STAMP_BENCH)
 	$(PY) -m bench.bench_replay --out runs/bench/replay.csv $(REPLAY_ARGS)
+
+# Policy-gradient learning checks (issue 4): 5 seeds per arm;
+# LEARN_PG_ARGS="--arms ppo_cartpole,sac_pendulum --seeds 2 --budget-scale 0.5 --jobs 2"
+bench-learn-pg: $(STAMP)
+	$(PY) -m bench.bench_learn_pg --out runs/bench/learn_pg.csv $(LEARN_PG_ARGS)
+
+# PPO on Pong and SAC on HalfCheetah-v5 against Stable-Baselines3 (same envs and threads, median of 3)
+bench-pg-speed: $(STAMP_BENCH)
+	$(PY) -m bench.bench_pg_speed --out runs/bench/pg_speed.csv $(PG_SPEED_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

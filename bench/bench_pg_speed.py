@@ -1,0 +1,389 @@
+"""PPO and SAC training throughput: this code base against Stable-Baselines3, same machine, same run.
+
+* PPO on Pong: 8 envs x 128 steps per batch, 4 epochs of minibatch 256, the Nature network
+  (shared torso) for both; ``--ppo-iterations`` timed batches after one untimed batch.
+* SAC on HalfCheetah-v5: one env, batch 256, one update per env step, 256-256 networks (the SAC
+  defaults of both libraries); ``--sac-steps`` timed env steps after ``--sac-learning-starts``
+  untimed ones (uniform-random actions, no updates).
+
+Both learners step the very same env objects: this code base's vector envs, handed to SB3 through
+its ``VecEnv`` interface (``sb3_vec_env``), with the same torch thread count, so only the learners
+differ. The figure is env steps per second of sampling + learning; every repeat goes to the CSV, the
+median of the repeats and the ratio to the Markdown summary.
+
+The machine's limit for each configuration comes from costs measured in the same run, with this
+code base's components: the vectorised env step (``t_env``), one batched action selection
+(``t_act``) and the learning work (one ``optimize`` call on a PPO batch, ``t_optimize``; one SAC
+update, ``t_update``):
+
+    PPO: limit = T * B / (T * (t_act + t_env) + t_optimize)        [env steps per second]
+    SAC: limit = 1 / (t_act + t_env + t_update)
+
+    python -m bench.bench_pg_speed --out runs/bench/pg_speed.csv [--repeats 3] [--threads 1]
+        [--ppo-iterations 2] [--sac-steps 1000] [--sac-learning-starts 1000] [--only ppo|sac]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from algorithms.algos import ppo, sac
+from algorithms.envs.config import EnvConfig
+from algorithms.envs.factory import make_vec_env
+from algorithms.samplers.base import BatchSpec
+from algorithms.samplers.serial import SerialSampler
+from algorithms.train import SamplerConfig
+from bench.bench_env import cpu_model
+
+PONG = EnvConfig(id="pong", kind="atari", backend="native", clip_rewards=True)
+HALFCHEETAH = EnvConfig(id="HalfCheetah-v5", kind="gym")
+PPO_T, PPO_B, PPO_EPOCHS, PPO_MINIBATCH = 128, 8, 4, 256
+SAC_BATCH = 256
+
+
+def sb3_vec_env(env_config: EnvConfig, num_envs: int, seed: int):
+    """This code base's ``num_envs`` vector env behind SB3's ``VecEnv`` interface (same emulator or
+    simulator and preprocessing for both learners; SB3's AtariWrapper would also need OpenCV)."""
+    from stable_baselines3.common.vec_env import VecEnv
+
+    class NativeVecEnv(VecEnv):
+        def __init__(self) -> None:
+            self.env = make_vec_env(env_config, num_envs, seed)
+            super().__init__(num_envs, self.env.observation_space, self.env.action_space)
+            self._actions = None
+
+        def reset(self):
+            return self.env.reset()
+
+        def step_async(self, actions) -> None:
+            self._actions = np.asarray(actions)
+
+        def step_wait(self):
+            out = self.env.step(self._actions)
+            done = out.terminated | out.truncated
+            infos = [
+                {"TimeLimit.truncated": bool(out.truncated[i] and not out.terminated[i])}
+                | ({"terminal_observation": out.final_observation[i]} if done[i] else {})
+                for i in range(num_envs)
+            ]
+            return out.observation, out.reward, done, infos
+
+        def close(self) -> None:
+            self.env.close()
+
+        def get_attr(self, attr_name, indices=None):
+            return [getattr(self, attr_name)] * num_envs
+
+        def set_attr(self, attr_name, value, indices=None) -> None:
+            setattr(self, attr_name, value)
+
+        def env_method(self, method_name, *args, indices=None, **kwargs):
+            return [getattr(self, method_name)(*args, **kwargs)]
+
+        def env_is_wrapped(self, wrapper_class, indices=None):
+            return [False] * num_envs
+
+    return NativeVecEnv()
+
+
+def _spaces(env_config: EnvConfig):
+    env = make_vec_env(env_config, 1, 0)
+    spaces = env.observation_space, env.action_space
+    env.close()
+    return spaces
+
+
+# --- PPO ----------------------------------------------------------------------------------------------
+
+
+def ppo_config() -> ppo.Config:
+    return ppo.Config.preset("atari", epochs=PPO_EPOCHS, minibatch_size_steps=PPO_MINIBATCH)
+
+
+def build_ours_ppo(seed: int):
+    torch.manual_seed(seed)
+    config = ppo_config()
+    agent = ppo.build_agent(config, *_spaces(PONG))
+    sampler = SerialSampler(PONG, agent, SamplerConfig(batch_T=PPO_T, batch_B=PPO_B), seed)
+    sampler.initialize()
+    return agent, sampler, ppo.Algo(config, agent, PONG.env_frameskip, BatchSpec(PPO_T, PPO_B))
+
+
+def time_ours_ppo(iterations: int, seed: int) -> float:
+    agent, sampler, algo = build_ours_ppo(seed)
+    start = 0.0
+    for itr in range(iterations + 1):
+        if itr == 1:  # the first batch (allocation, first-call overheads) is not timed
+            start = time.perf_counter()
+        agent.set_mode("sample", itr * PPO_T * PPO_B)
+        samples, _ = sampler.sample(itr)
+        agent.set_mode("train", (itr + 1) * PPO_T * PPO_B)
+        algo.optimize(itr, samples)
+    elapsed = time.perf_counter() - start
+    sampler.shutdown()
+    return iterations * PPO_T * PPO_B / elapsed
+
+
+def rollout_clock(start_at: int):
+    """An SB3 callback recording when rollout ``start_at`` (0-based) begins, in ``.start``."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Clock(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rollouts, self.start = 0, None
+
+        def _on_rollout_start(self) -> None:
+            if self.rollouts == start_at:
+                self.start = time.perf_counter()
+            self.rollouts += 1
+
+        def _on_step(self) -> bool:
+            return True
+
+    return Clock()
+
+
+def time_sb3_ppo(iterations: int, seed: int) -> float:
+    from stable_baselines3 import PPO
+
+    env = sb3_vec_env(PONG, PPO_B, seed)
+    c = ppo_config()
+    model = PPO(
+        "CnnPolicy",
+        env,
+        n_steps=PPO_T,
+        batch_size=PPO_MINIBATCH,
+        n_epochs=PPO_EPOCHS,
+        learning_rate=c.learning_rate,
+        clip_range=c.clip_epsilon,
+        vf_coef=c.value_coef,
+        ent_coef=c.entropy_coef,
+        max_grad_norm=c.max_grad_norm,
+        gamma=c.discount,
+        gae_lambda=c.gae_lambda,
+        seed=seed,
+        device="cpu",
+        verbose=0,
+    )
+    clock = rollout_clock(1)
+    model.learn(total_timesteps=(iterations + 1) * PPO_T * PPO_B, callback=clock)
+    elapsed = time.perf_counter() - clock.start
+    env.close()
+    return iterations * PPO_T * PPO_B / elapsed
+
+
+def ppo_limit(seed: int, n: int = 50) -> dict[str, float]:
+    agent, sampler, algo = build_ours_ppo(seed)
+    samples, _ = sampler.sample(0)
+    sampler.shutdown()
+    obs = samples.observation[0]
+    zeros = torch.zeros(PPO_B, dtype=torch.long)
+    agent.set_mode("sample", 0)
+    start = time.perf_counter()
+    for _ in range(n):
+        agent.step(obs, zeros, torch.zeros(PPO_B), None)
+    t_act = (time.perf_counter() - start) / n
+    env = make_vec_env(PONG, PPO_B, seed)
+    env.reset()
+    actions = np.random.default_rng(seed).integers(0, env.action_space.n, size=(4 * n, PPO_B))
+    start = time.perf_counter()
+    for a in actions:
+        env.step(a)
+    t_env = (time.perf_counter() - start) / (4 * n)
+    env.close()
+    algo.optimize(0, samples)  # first call (allocations) untimed
+    start = time.perf_counter()
+    algo.optimize(1, samples)
+    t_optimize = time.perf_counter() - start
+    limit = PPO_T * PPO_B / (PPO_T * (t_act + t_env) + t_optimize)
+    return {"t_act_s": t_act, "t_env_s": t_env, "t_learn_s": t_optimize, "limit_steps_per_s": limit}
+
+
+# --- SAC ----------------------------------------------------------------------------------------------
+
+
+def sac_config(learning_starts: int) -> sac.Config:
+    return sac.Config(
+        batch_size=SAC_BATCH, random_steps=learning_starts, learning_starts_steps=learning_starts
+    )
+
+
+def build_ours_sac(learning_starts: int, seed: int):
+    torch.manual_seed(seed)
+    config = sac_config(learning_starts)
+    agent = sac.build_agent(config, *_spaces(HALFCHEETAH))
+    sampler = SerialSampler(HALFCHEETAH, agent, SamplerConfig(batch_T=1, batch_B=1), seed)
+    sampler.initialize()
+    return agent, sampler, sac.Algo(config, agent, 1, BatchSpec(1, 1))
+
+
+def time_ours_sac(steps: int, learning_starts: int, seed: int) -> float:
+    agent, sampler, algo = build_ours_sac(learning_starts, seed)
+    start = 0.0
+    for itr in range(learning_starts + steps):
+        if itr == learning_starts:
+            start = time.perf_counter()
+        agent.set_mode("sample", itr)
+        samples, _ = sampler.sample(itr)
+        agent.set_mode("train", itr + 1)
+        algo.optimize(itr, samples)
+    elapsed = time.perf_counter() - start
+    sampler.shutdown()
+    return steps / elapsed
+
+
+def time_sb3_sac(steps: int, learning_starts: int, seed: int) -> float:
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Clock(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.start = None
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps == learning_starts:
+                self.start = time.perf_counter()
+            return True
+
+    env = sb3_vec_env(HALFCHEETAH, 1, seed)
+    model = SAC(
+        "MlpPolicy",
+        env,
+        batch_size=SAC_BATCH,
+        learning_starts=learning_starts,
+        buffer_size=learning_starts + steps,
+        seed=seed,
+        device="cpu",
+        verbose=0,
+    )
+    clock = Clock()
+    model.learn(total_timesteps=learning_starts + steps, callback=clock)
+    elapsed = time.perf_counter() - clock.start
+    env.close()
+    return steps / elapsed
+
+
+def sac_limit(learning_starts: int, seed: int, n: int = 200) -> dict[str, float]:
+    agent, sampler, algo = build_ours_sac(learning_starts, seed)
+    for itr in range(learning_starts + 1):  # fill the replay; the last call makes the first update
+        algo.optimize(itr, sampler.sample(itr)[0])
+    sampler.shutdown()
+    batches = [algo.replay.sample(SAC_BATCH, agent.device) for _ in range(n)]
+    start = time.perf_counter()
+    for batch in batches:
+        algo.update(batch)
+    t_update = (time.perf_counter() - start) / n  # replay sampling excluded here, included below
+    start = time.perf_counter()
+    for _ in range(n):
+        algo.replay.sample(SAC_BATCH, agent.device)
+    t_update += (time.perf_counter() - start) / n
+    agent.set_mode("sample", 10**9)
+    obs = batches[0].observation[:1]
+    start = time.perf_counter()
+    for _ in range(n):
+        agent.step(obs, None, None, None)
+    t_act = (time.perf_counter() - start) / n
+    env = make_vec_env(HALFCHEETAH, 1, seed)
+    env.reset()
+    actions = np.random.default_rng(seed).uniform(-1, 1, size=(5 * n, 1, 6)).astype(np.float32)
+    start = time.perf_counter()
+    for a in actions:
+        env.step(a)
+    t_env = (time.perf_counter() - start) / (5 * n)
+    env.close()
+    limit = 1.0 / (t_update + t_act + t_env)
+    return {"t_act_s": t_act, "t_env_s": t_env, "t_learn_s": t_update, "limit_steps_per_s": limit}
+
+
+# --- main ---------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for both")
+    parser.add_argument("--ppo-iterations", type=int, default=2, help="timed PPO batches of 128 x 8 steps")
+    parser.add_argument("--sac-steps", type=int, default=1000, help="timed SAC env steps")
+    parser.add_argument("--sac-learning-starts", type=int, default=1000, help="untimed SAC steps first")
+    parser.add_argument("--only", choices=("ppo", "sac"), default=None)
+    args = parser.parse_args()
+    if min(args.repeats, args.threads, args.ppo_iterations, args.sac_steps) < 1:
+        parser.error("--repeats, --threads, --ppo-iterations and --sac-steps must be >= 1")
+    if args.sac_learning_starts < SAC_BATCH:
+        parser.error(f"--sac-learning-starts must be >= the batch size {SAC_BATCH}")
+    torch.set_num_threads(args.threads)
+    timers = {
+        "ppo": {
+            "ours": lambda seed: time_ours_ppo(args.ppo_iterations, seed),
+            "sb3": lambda seed: time_sb3_ppo(args.ppo_iterations, seed),
+        },
+        "sac": {
+            "ours": lambda seed: time_ours_sac(args.sac_steps, args.sac_learning_starts, seed),
+            "sb3": lambda seed: time_sb3_sac(args.sac_steps, args.sac_learning_starts, seed),
+        },
+    }
+    configs = [args.only] if args.only else ["ppo", "sac"]
+    rows = []
+    for config in configs:
+        for repeat in range(args.repeats):
+            for impl, fn in timers[config].items():
+                sps = fn(repeat)
+                rows.append({"config": config, "impl": impl, "repeat": repeat, "steps_per_second": sps})
+                print(f"{config} {impl} repeat {repeat}: {sps:.1f} steps/s", flush=True)
+    limits = {
+        "ppo": lambda: ppo_limit(seed=0),
+        "sac": lambda: sac_limit(args.sac_learning_starts, seed=0),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["config", "impl", "repeat", "steps_per_second"])
+        writer.writeheader()
+        writer.writerows(rows)
+    lines = [
+        "# PPO (Pong) and SAC (HalfCheetah-v5): training throughput (env steps/s)",
+        "",
+        f"Machine: {cpu_model()}, torch threads {args.threads}; median of {args.repeats} repeats. "
+        f"PPO: {PPO_B} envs x {PPO_T} steps, {PPO_EPOCHS} epochs, minibatch {PPO_MINIBATCH}, "
+        f"{args.ppo_iterations} timed batches. SAC: batch {SAC_BATCH}, {args.sac_steps} timed steps after "
+        f"{args.sac_learning_starts}.",
+        "",
+        "| config | ours (median) | SB3 (median) | ours / SB3 | t_act (ms) | t_env (ms) | t_learn (ms) "
+        "| machine limit | ours / limit |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for config in configs:
+        ours = statistics.median(
+            r["steps_per_second"] for r in rows if r["config"] == config and r["impl"] == "ours"
+        )
+        sb3 = statistics.median(
+            r["steps_per_second"] for r in rows if r["config"] == config and r["impl"] == "sb3"
+        )
+        costs = limits[config]()
+        lines.append(
+            f"| {config} | {ours:.1f} | {sb3:.1f} | {ours / sb3:.2f} | {1e3 * costs['t_act_s']:.2f} | "
+            f"{1e3 * costs['t_env_s']:.2f} | {1e3 * costs['t_learn_s']:.1f} | "
+            f"{costs['limit_steps_per_s']:.1f} | {ours / costs['limit_steps_per_s']:.2f} |"
+        )
+    lines += [
+        "",
+        "t_learn: one PPO optimize call on a 128 x 8 batch (all epochs); one SAC update and replay draw.",
+        "PPO limit = T*B / (T*(t_act + t_env) + t_learn); SAC limit = 1 / (t_act + t_env + t_learn).",
+        "",
+    ]
+    summary = "\n".join(lines)
+    args.out.with_suffix(".md").write_text(summary)
+    print(summary)
+
+
+if __name__ == "__main__":
+    main()
