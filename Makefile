@@ -40,7 +40,8 @@ $(STAMP_RAY): $(STAMP)
 
 venv: $(STAMP)
 
-test: $(STAMP)
+# The suite includes the Ray backend test against a local Ray instance, so it installs the ray extra.
+test: $(STAMP_RAY)
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 lint: $(STAMP)
