@@ -137,3 +137,15 @@ def test_dqn_same_seed_same_parameters_and_state_dict_round_trip():
 def test_dqn_config_errors_name_the_field(field, value, match):
     with pytest.raises(ValueError, match=match):
         dqn.Config(**{field: value})
+
+
+def test_dqn_async_extension_appends_without_training_and_trains_on_demand():
+    algo = make_algo(small_config(min_steps_learn=32))
+    rng = np.random.default_rng(0)
+    algo.append_samples(chain_samples(4, 4, rng))
+    assert algo.updates == 0 and not algo.warm
+    assert algo.train(0, 5).updates == 0  # still warming up: no updates, NaN diagnostics
+    algo.append_samples(chain_samples(4, 4, rng))
+    info = algo.train(1, 5)
+    assert algo.warm and info.updates == 5 == algo.updates and info.samples_trained == 5 * 32
+    assert set(info.diagnostics) == set(algo.diagnostic_keys)

@@ -95,7 +95,7 @@ def test_new_sequences_get_whole_sequence_sampler_priorities():
     batches = [driver.sample(8) for _ in range(4)]
     td = torch.cat([r2d1.sampler_td_errors(SMALL, b, bootstrap_q(agent, b)) for b in batches])  # [32, 4]
     for b in batches:
-        algo.append(b)
+        algo.append_samples(b)
     storage, sampler = algo.replay.storage, algo.replay.sampler
     items = np.flatnonzero(storage.valid(np.arange(storage.num_items)))
     # Complete sequences start every 3 steps with 2 + 6 + 2 = 10 steps each: starts 0, 3, ..., 21.
@@ -115,7 +115,7 @@ def quantities(config: r2d1.Config) -> dict[str, np.ndarray]:
     batches = [driver.sample(8) for _ in range(4)]
     out = {"td_sampler": r2d1.sampler_td_errors(config, batches[0], bootstrap_q(agent, batches[0])).numpy()}
     for b in batches:
-        algo.append(b)
+        algo.append_samples(b)
     storage, sampler = algo.replay.storage, algo.replay.sampler
     items = np.flatnonzero(storage.valid(np.arange(storage.num_items)))
     out["alpha_beta"] = np.array([sampler.alpha, sampler.beta])

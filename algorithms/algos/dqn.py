@@ -228,16 +228,34 @@ class Algo:
 
     # --- the loop -------------------------------------------------------------------------------------
     def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
+        """Append the batch, then one update per ``train_every_steps`` env steps once warm."""
+        self.append_samples(samples)
+        n_updates = 0
+        if self.warm:
+            self._update_credit += samples.reward.numel()
+            n_updates, self._update_credit = divmod(self._update_credit, self.config.train_every_steps)
+        return self.train(itr, n_updates)
+
+    def append_samples(self, samples: NamedArrays) -> None:
+        """Add a [T, B] sampler batch to the replay (Contract 4's async extension)."""
         if self.replay is None:
             self.replay = self.build_replay(samples.replace(bootstrap=None)[0, 0])
         self.replay.append(samples)
-        steps = samples.reward.numel()
-        self.replay_steps += steps
-        # Counted per process: a resumed run refills its (not checkpointed) replay before learning.
-        if self.replay_steps < self.config.min_steps_learn:
+        self.replay_steps += samples.reward.numel()
+
+    @property
+    def warm(self) -> bool:
+        """Enough steps to learn from. Counted per process: a resumed run refills its replay first."""
+        return (
+            self.replay is not None
+            and self.replay_steps >= self.config.min_steps_learn
+            and len(self.replay) > 0
+        )
+
+    def train(self, itr: int, n_updates: int) -> OptInfo:
+        """``n_updates`` updates from the replay (none while warming up)."""
+        if not self.warm:
             return OptInfo(diagnostics=dict.fromkeys(self.diagnostic_keys, math.nan))
-        self._update_credit += steps
-        n_updates, self._update_credit = divmod(self._update_credit, self.config.train_every_steps)
         diagnostics: dict[str, list[float]] = {key: [] for key in self.diagnostic_keys}
         device = self.agent.device
         for _ in range(n_updates):

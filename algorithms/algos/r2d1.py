@@ -304,8 +304,9 @@ class Algo:
         )
         return ReplayBuffer(storage, sampler)
 
-    def append(self, samples: NamedArrays) -> None:
-        """Store a sampler batch and give the sequences it completes their initial priorities."""
+    def append_samples(self, samples: NamedArrays) -> None:
+        """Store a sampler batch and give the sequences it completes their initial priorities
+        (also Contract 4's async extension)."""
         if self.replay is None:
             self.replay = self.build_replay(samples.replace(bootstrap=None)[0, 0])
         storage = self.replay.storage
@@ -431,14 +432,30 @@ class Algo:
 
     # --- the loop -------------------------------------------------------------------------------------
     def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
-        self.append(samples)
-        c = self.config
-        if self.replay_steps < c.min_steps_learn or len(self.replay) == 0:
+        """Append the batch, then as many updates as the replay-ratio target owes once warm."""
+        self.append_samples(samples)
+        c, n_updates = self.config, 0
+        if self.warm:
+            self._replay_credit += c.replay_ratio * samples.reward.numel()
+            per_update = c.batch_size_sequences * c.replayed_steps_per_sequence
+            n_updates = int(self._replay_credit // per_update)
+            self._replay_credit -= n_updates * per_update
+        return self.train(itr, n_updates)
+
+    @property
+    def warm(self) -> bool:
+        """Enough steps to learn from (per process: a resumed run refills its replay first)."""
+        return (
+            self.replay is not None
+            and self.replay_steps >= self.config.min_steps_learn
+            and len(self.replay) > 0
+        )
+
+    def train(self, itr: int, n_updates: int) -> OptInfo:
+        """``n_updates`` updates on sequences from the replay (none while warming up)."""
+        if not self.warm:
             return OptInfo(diagnostics=dict.fromkeys(self.diagnostic_keys, math.nan))
-        self._replay_credit += c.replay_ratio * samples.reward.numel()
-        per_update = c.batch_size_sequences * c.replayed_steps_per_sequence
-        n_updates = int(self._replay_credit // per_update)
-        self._replay_credit -= n_updates * per_update
+        c = self.config
         diagnostics: dict[str, list[float]] = {key: [] for key in self.diagnostic_keys}
         device = self.agent.device
         for _ in range(n_updates):
