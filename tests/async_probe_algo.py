@@ -7,13 +7,16 @@ the reward of ``batch_size`` replayed steps (once ``min_steps_learn`` steps are 
 replayed steps per sample, as a recurrent algorithm's burn-in would, so both replay-ratio
 countings differ and can each be targeted.
 
-Importing the module registers it as ``"probe_replay"``, also in the runner's ``spawn``-ed sampler
-process (which imports it when it unpickles the agent factory's config).
+Tests register it as ``"probe_replay"`` with ``monkeypatch`` (the registry stays as shipped for
+every other test); the runner's ``spawn``-ed sampler process registers it when it unpickles the
+agent factory's ``Config`` (``Config.__reduce__``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -24,17 +27,25 @@ from algorithms.agents.base import Agent
 from algorithms.algos.base import OptInfo
 from algorithms.arrays import NamedArrays
 
-registry.ALGORITHMS.setdefault("probe_replay", __name__)
+
+def _unpickle_config(cls: type, fields: dict) -> Config:
+    """Rebuild a probe config in another process, registering its algorithm there."""
+    registry.ALGORITHMS.setdefault(cls.registry_name, cls.__module__)
+    return cls(**fields)
 
 
 @dataclass(frozen=True)
 class Config:
+    registry_name: ClassVar[str] = "probe_replay"
     learning_rate: float = 0.01
     batch_size: int = 16
     min_steps_learn: int = 64
     capacity_steps: int = 4096
     burnin_steps: int = 1  # extra replayed (not trained) steps per sample
     updates_per_batch: int = 1  # synchronous optimize only
+
+    def __reduce__(self) -> tuple:
+        return _unpickle_config, (type(self), dataclasses.asdict(self))
 
 
 class ProbeQAgent(Agent):

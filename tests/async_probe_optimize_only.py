@@ -1,20 +1,21 @@
 """The probe replay algorithm of ``async_probe_algo`` behind ``optimize`` alone (no async extension),
-registered as ``"probe_optimize_only"``: how an algorithm that only implements Contract 4's
-``optimize`` runs under the asynchronous runner."""
+registered as ``"probe_optimize_only"`` (like ``async_probe_algo``): how an algorithm that only
+implements Contract 4's ``optimize`` runs under the asynchronous runner."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import async_probe_algo as probe
 
-from algorithms import registry
 from algorithms.algos.base import OptInfo
 from algorithms.arrays import NamedArrays
 
-registry.ALGORITHMS.setdefault("probe_optimize_only", __name__)
-
 
 class Config(probe.Config):
-    """Defined here so that unpickling it in the sampler process imports (and registers) this module."""
+    """The probe's config under this module's registry name."""
+
+    registry_name: ClassVar[str] = "probe_optimize_only"
 
 
 build_agent = probe.build_agent

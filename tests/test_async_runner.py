@@ -16,6 +16,7 @@ import async_probe_optimize_only
 import pytest
 import torch
 
+from algorithms import registry
 from algorithms.envs.config import EnvConfig
 from algorithms.rundir import RunDir, read_run
 from algorithms.runners.async_ import AsyncRunner
@@ -23,8 +24,10 @@ from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, config_to
 
 
 @pytest.fixture(autouse=True)
-def _threads():
+def _setup(monkeypatch):
     torch.set_num_threads(1)
+    for module in (probe, async_probe_optimize_only):
+        monkeypatch.setitem(registry.ALGORITHMS, module.Config.registry_name, module.__name__)
 
 
 def make_config(
