@@ -206,9 +206,11 @@ class Algo:
         critic_loss.backward()
         self.critic_optimizer.step()
 
+        self.critic.requires_grad_(False)  # the actor loss trains the actor only
         actor_loss = -self.critic(batch.observation, self.actor(batch.observation)).mean()
         self.actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()
+        self.critic.requires_grad_(True)
         self.actor_optimizer.step()
         polyak_update_(self.actor_target, self.actor, c.tau)
         polyak_update_(self.critic_target, self.critic, c.tau)

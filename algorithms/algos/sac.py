@@ -149,10 +149,12 @@ class Algo:
         self.critic_optimizer.step()
 
         action, log_prob = self.actor(batch.observation)
+        self.critic.requires_grad_(False)  # the actor loss trains the actor only: skip critic weight grads
         q1_pi, q2_pi = self.critic(batch.observation, action)
         actor_loss = (alpha * log_prob - torch.minimum(q1_pi, q2_pi)).mean()
         self.actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()
+        self.critic.requires_grad_(True)
         self.actor_optimizer.step()
 
         info = {

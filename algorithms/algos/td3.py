@@ -156,9 +156,11 @@ class Algo:
         self.updates += 1
         info = {"critic_loss": critic_loss.detach(), "q_mean": q1.detach().mean()}
         if self.updates % c.policy_delay_updates == 0:
+            self.critic.requires_grad_(False)  # the actor loss trains the actor only
             actor_loss = -self.critic.q1(batch.observation, self.actor(batch.observation)).mean()
             self.actor_optimizer.zero_grad(set_to_none=True)
             actor_loss.backward()
+            self.critic.requires_grad_(True)
             self.actor_optimizer.step()
             polyak_update_(self.actor_target, self.actor, c.tau)
             polyak_update_(self.critic_target, self.critic, c.tau)
