@@ -207,16 +207,13 @@ class Algo:
         return ReplayBuffer(storage, sampler)
 
     # --- the loss -----------------------------------------------------------------------------------
-    def q_values(self, model: nn.Module, observation: torch.Tensor) -> torch.Tensor:
-        return model(observation)
-
     def loss(self, batch: NamedArrays) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         """Weighted TD loss of a minibatch -> (loss, |TD error| [batch] for priorities, diagnostics)."""
-        q = select_action_values(self.q_values(self.model, batch.observation), batch.action)
+        q = select_action_values(self.model(batch.observation), batch.action)
         with torch.no_grad():
-            q_target_next = self.q_values(self.target_model, batch.next_observation)
+            q_target_next = self.target_model(batch.next_observation)
             if self.config.double:
-                q_online_next = self.q_values(self.model, batch.next_observation)
+                q_online_next = self.model(batch.next_observation)
                 y = double_q_learning_target(batch.return_n, batch.discount_n, q_target_next, q_online_next)
             else:
                 y = q_learning_target(batch.return_n, batch.discount_n, q_target_next)
