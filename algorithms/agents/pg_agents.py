@@ -37,7 +37,9 @@ def policy_action(batch: NamedArrays) -> torch.Tensor:
 
 
 class _PgAgentBase(Agent):
-    def __init__(self, model, observation_space: gym.Space, action_space: gym.Space) -> None:
+    def __init__(
+        self, model: ActorCritic | RecurrentActorCritic, observation_space: gym.Space, action_space: gym.Space
+    ) -> None:
         super().__init__(model, observation_space, action_space)
         self.continuous = isinstance(action_space, gym.spaces.Box)
         if self.continuous:
@@ -56,9 +58,6 @@ class _PgAgentBase(Agent):
 
 class PgAgent(_PgAgentBase):
     """Feed-forward actor-critic agent over an ``ActorCritic`` model (categorical or Gaussian)."""
-
-    def __init__(self, model: ActorCritic, observation_space: gym.Space, action_space: gym.Space) -> None:
-        super().__init__(model, observation_space, action_space)
 
     @torch.no_grad()
     def step(self, observation, prev_action, prev_reward, state):
@@ -86,11 +85,6 @@ class RecurrentPgAgent(_PgAgentBase):
     """Recurrent actor-critic agent over a ``RecurrentActorCritic``; state ``NamedArrays(h, c)`` [B, H]."""
 
     recurrent = True
-
-    def __init__(
-        self, model: RecurrentActorCritic, observation_space: gym.Space, action_space: gym.Space
-    ) -> None:
-        super().__init__(model, observation_space, action_space)
 
     def initial_state(self, batch_size: int) -> NamedArrays:
         return self.model.initial_state(batch_size, self.device)

@@ -45,7 +45,8 @@ class Config:
     The paper does not state: the value and entropy coefficients for MuJoCo, gradient clipping,
     value clipping, Adam's epsilon and per-minibatch advantage normalisation; these follow OpenAI
     Baselines ``ppo2`` (``vf_coef=0.5``, ``max_grad_norm=0.5``, ``cliprange_vf=cliprange``,
-    ``eps=1e-5``), the code behind the paper's results.
+    ``eps=1e-5``), the code behind the paper's results. Deviation: Baselines also normalised MuJoCo
+    observations and rewards with running statistics (``VecNormalize``); that is not done here.
     """
 
     discount: float = 0.99

@@ -59,7 +59,9 @@ def _box_bounds(action_space: gym.spaces.Box) -> tuple[torch.Tensor, torch.Tenso
     return low, high
 
 
-def _torso(observation_shape: tuple[int, ...], hidden_sizes: tuple[int, ...], activation: type[nn.Module]):
+def _torso(
+    observation_shape: tuple[int, ...], hidden_sizes: tuple[int, ...], activation: type[nn.Module]
+) -> NatureConvTorso | MlpTorso:
     if len(observation_shape) == 3:
         return NatureConvTorso(tuple(observation_shape), fc_size=512)
     if len(observation_shape) == 1:
