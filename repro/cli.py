@@ -133,6 +133,8 @@ def _dry_run(plan, jobs, n_slots: int, slot_kind: str, probe: bool) -> None:
                 f"  {p.env_steps} env steps, {p.updates} updates: {1 / p.seconds_per_step:,.0f} env steps/s "
                 f"with updates, {p.fixed_s:.1f} s fixed cost per job"
             )
+            if p.updates == 0:
+                print("  (no update within the probe: the estimate leaves learning time out)")
     startup = startup_seconds()
     print(f"process start-up (python + imports): {startup:.1f} s per job")
     estimate = estimate_seconds(jobs, probes, n_slots, startup)

@@ -1,11 +1,14 @@
 """Estimate how long a plan takes from a short training run of one job per arm on this machine.
 
-The probe trains the job's own config (profile applied) for ``batches`` sampler batches, with
-learning starting after the first batch so that the measured cost per env step includes updates
-at the arm's replay ratio, and without evaluation. From its counters it takes the cost per env
-step (sampling + optimizing time / env steps) and the fixed cost of a job (the rest of the wall
-time: env and model build, evaluation), plus the start-up of a fresh interpreter importing the
-training stack. The estimate for the plan is
+The probe trains the job's own config (profile applied) for 16 sampler batches or 4,000 env steps,
+whichever is more (never more than the job itself), with learning from a quarter of the way in
+where the config allows it, and without evaluation, so that the measured cost per env step includes
+updates at the arm's replay ratio. Replay-ratio algorithms with long sequences need many batches
+before their first update (R2D1: the first 125-step sequence, then 6,400 to 7,680 env steps per
+update); a probe that saw no update says so, and its estimate then leaves learning out. From the
+probe's counters come the cost per env step (sampling + optimizing time / env steps) and the fixed
+cost of a job (the rest of the wall time: env and model build), plus the start-up of a fresh
+interpreter importing the training stack. The estimate for the plan is
 
     sum over jobs (n_steps * cost per step + fixed cost + start-up) / number of slots,
 
@@ -37,21 +40,29 @@ class ProbeResult:
     fixed_s: float
 
 
-def probe_config(config, batches: int):
-    """``config`` shortened to ``batches`` sampler batches, learning after the first, no evaluation."""
+def probe_config(config, batches: int, min_steps: int = 4_000):
+    """``config`` shortened to ``batches`` sampler batches or ``min_steps`` env steps, whichever is more
+    (at most its own budget), learning from a quarter of the way in, no evaluation."""
     batch = config.sampler.batch_T * config.sampler.batch_B
-    algo_changes = {f: batch for f in LEARN_START_FIELDS if hasattr(config.algo_config, f)}
+    n_steps = min(config.runner.n_steps, max(batches * batch, min_steps))
+    algo_config = config.algo_config
+    for name in LEARN_START_FIELDS:
+        if hasattr(algo_config, name) and getattr(algo_config, name) > n_steps // 4:
+            try:
+                algo_config = dataclasses.replace(algo_config, **{name: n_steps // 4})
+            except ValueError:  # the Config refuses it (e.g. below the minibatch size): keep its value
+                pass
     return dataclasses.replace(
         config,
-        algo_config=dataclasses.replace(config.algo_config, **algo_changes),
+        algo_config=algo_config,
         sampler=dataclasses.replace(config.sampler, eval_episodes=0),
         runner=dataclasses.replace(
-            config.runner, n_steps=batch * batches, log_interval_steps=batch, eval_interval_steps=0
+            config.runner, n_steps=n_steps, log_interval_steps=n_steps, eval_interval_steps=0
         ),
     )
 
 
-def probe_job(job: Job, batches: int = 3) -> ProbeResult:
+def probe_job(job: Job, batches: int = 16) -> ProbeResult:
     from algorithms.train import train
 
     config = probe_config(job.config, batches)
