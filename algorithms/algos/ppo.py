@@ -157,9 +157,13 @@ def build_agent(config: Config, observation_space: gym.Space, action_space: gym.
     )
 
 
-def minibatch_indices(n_items: int, n_minibatches: int, generator: torch.Generator | None = None):
+def minibatch_indices(n_items: int, n_minibatches: int) -> tuple[torch.Tensor, ...]:
     """A random permutation of ``range(n_items)`` split into ``n_minibatches`` equal index tensors."""
-    return torch.randperm(n_items, generator=generator).chunk(n_minibatches)
+    return torch.randperm(n_items).chunk(n_minibatches)
+
+
+# Per-minibatch diagnostics, averaged over the call's updates (NaN if the KL stop preceded any).
+MINIBATCH_DIAGNOSTICS = ("pi_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm")
 
 
 class Algo:
@@ -229,7 +233,7 @@ class Algo:
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
 
-        totals: dict[str, torch.Tensor] = {}
+        totals = dict.fromkeys(MINIBATCH_DIAGNOSTICS, 0.0)
         updates, stopped_early = 0, False
         for _ in range(c.epochs):
             for idx in minibatch_indices(n_items, self.n_minibatches):
@@ -261,19 +265,15 @@ class Algo:
                 )
                 self.optimizer.step()
                 updates += 1
-                for key, val in (
-                    ("pi_loss", pi_loss),
-                    ("value_loss", v_loss),
-                    ("entropy", entropy_mean),
-                    ("approx_kl", kl),
-                    ("clip_fraction", clip_fraction),
-                    ("grad_norm", grad_norm),
-                ):
-                    totals[key] = totals.get(key, 0.0) + val.detach()
+                values = (pi_loss, v_loss, entropy_mean, kl, clip_fraction, grad_norm)
+                for key, val in zip(MINIBATCH_DIAGNOSTICS, values):
+                    totals[key] = totals[key] + val.detach()
             if stopped_early:
                 break
 
-        diagnostics = {key: float(total) / max(updates, 1) for key, total in totals.items()}
+        diagnostics = {
+            key: float(total) / updates if updates else float("nan") for key, total in totals.items()
+        }
         diagnostics.update(
             explained_variance=explained_variance(samples.agent_info.value, value_target),
             learning_rate=learning_rate,
