@@ -1,5 +1,6 @@
-"""Data-parallel runner: 2 gloo ranks on CPU train A2C on CartPole; replicas stay identical, counts
-add up across ranks, and the run directory is written once (by rank 0)."""
+"""Data-parallel runner: 2 gloo ranks on CPU train A2C on CartPole and SAC on Pendulum (critics and
+temperature outside the agent's model); replicas stay identical, counts add up across ranks, and
+the run directory is written once (by rank 0)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from algorithms.algos import a2c
+from algorithms.algos import a2c, sac
 from algorithms.envs.config import EnvConfig
 from algorithms.rundir import read_run
 from algorithms.runners.ddp import DataParallelModel, DdpRunner, rank_device
@@ -24,15 +25,40 @@ WORLD = 2
 T, B = 8, 2
 
 
-def ddp_config(n_steps: int) -> TrainConfig:
-    return TrainConfig(
-        algo="a2c",
+def ddp_config(n_steps: int, algo: str = "a2c") -> TrainConfig:
+    if algo == "a2c":
         # Constant learning rate: A2C anneals by iterations x its own batch, not the run's env steps.
-        algo_config=a2c.Config(anneal_env_steps=0, hidden_sizes=(16,)),
-        env=EnvConfig(id="CartPole-v1", kind="gym"),
+        algo_config, env = (
+            a2c.Config(anneal_env_steps=0, hidden_sizes=(16,)),
+            EnvConfig(id="CartPole-v1", kind="gym"),
+        )
+    else:
+        algo_config = sac.Config(
+            batch_size=16,
+            replay_size_steps=1_000,
+            random_steps=16,
+            learning_starts_steps=32,
+            hidden_sizes=(16,),
+        )
+        env = EnvConfig(id="Pendulum-v1", kind="gym")
+    return TrainConfig(
+        algo=algo,
+        algo_config=algo_config,
+        env=env,
         sampler=SamplerConfig(batch_T=T, batch_B=B, eval_n_envs=1, eval_episodes=2, eval_max_steps=50),
         runner=RunnerConfig(kind="ddp", n_steps=n_steps, log_interval_steps=64, n_gpus=WORLD, seed=3),
     )
+
+
+def tensors(state: dict, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Every tensor of a nested state dict by dotted name."""
+    out = {}
+    for key, value in state.items():
+        if isinstance(value, dict):
+            out.update(tensors(value, f"{prefix}{key}."))
+        elif isinstance(value, torch.Tensor):
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def _train_rank_and_save_parameters(rank: int, config: TrainConfig, init_file: str, out_dir: str) -> None:
@@ -43,7 +69,11 @@ def _train_rank_and_save_parameters(rank: int, config: TrainConfig, init_file: s
         runner = DdpRunner.build(config, None, None, rank=rank, world_size=WORLD, device="cpu")
         counters = runner.run()
         torch.save(
-            {"params": runner.agent.state_dict(), "counters": counters.state_dict()},
+            {
+                "params": runner.agent.state_dict(),
+                "algo": runner.algo.state_dict(),
+                "counters": counters.state_dict(),
+            },
             Path(out_dir) / f"{rank}.pt",
         )
     finally:
@@ -51,8 +81,19 @@ def _train_rank_and_save_parameters(rank: int, config: TrainConfig, init_file: s
 
 
 @pytest.mark.slow
-def test_replicas_stay_identical_and_counts_add_up_across_ranks(tmp_path):
-    config = ddp_config(n_steps=5 * WORLD * T * B)
+@pytest.mark.parametrize(
+    ("algo", "updates", "samples_trained"),
+    [
+        # 5 iterations x 2 ranks x 8 x 2 steps. A2C: one synchronised update per iteration, not one
+        # per rank, trained on every rank's batch (samples trained = env steps).
+        ("a2c", 5, 160),
+        # SAC: each rank stores 80 steps and updates once per step after its first 32: 48 updates of
+        # a 16-transition minibatch on each of the 2 ranks.
+        ("sac", 48, 48 * 16 * 2),
+    ],
+)
+def test_replicas_stay_identical_and_counts_add_up_across_ranks(tmp_path, algo, updates, samples_trained):
+    config = ddp_config(5 * WORLD * T * B, algo)
     with tempfile.TemporaryDirectory() as rendezvous:
         mp.start_processes(
             _train_rank_and_save_parameters,
@@ -61,18 +102,19 @@ def test_replicas_stay_identical_and_counts_add_up_across_ranks(tmp_path):
             start_method="spawn",
         )
     ranks = [torch.load(tmp_path / f"{r}.pt", weights_only=True) for r in range(WORLD)]
-    seed_everything(config.runner.seed)  # as rank 0 seeds before building; DDP broadcasts its parameters
+    # Model, algorithm state (critics, targets, temperature, optimizer moments): equal on both ranks.
+    states = [tensors({"model": r["params"], "algo": r["algo"]}) for r in ranks]
+    assert states[0].keys() == states[1].keys()
+    for name, value in states[0].items():
+        assert torch.equal(value, states[1][name]), name
+    seed_everything(config.runner.seed)  # as every rank seeds before building
     initial = build_agent(config, torch.device("cpu")).state_dict()
-    for name, value in ranks[0]["params"].items():
-        assert torch.equal(value, ranks[1]["params"][name]), name
     # The replicas trained: their parameters left the initialisation both ranks started from.
     assert any(not torch.equal(v, initial[k]) for k, v in ranks[0]["params"].items())
     for state in (r["counters"] for r in ranks):
-        # 5 iterations x 2 ranks x 8 x 2 steps; one synchronised update per iteration, not one per
-        # rank; every rank's batch is trained on, so samples trained = env steps.
         assert state["env_steps"] == 160 and state["sampler_itrs"] == 5
-        assert state["updates"] == 5
-        assert state["samples_trained"] == 160 and state["samples_replayed"] == 160
+        assert state["updates"] == updates
+        assert state["samples_trained"] == samples_trained and state["samples_replayed"] == samples_trained
     assert ranks[0]["counters"]["episodes"] == ranks[1]["counters"]["episodes"]
 
 

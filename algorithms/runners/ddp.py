@@ -1,14 +1,18 @@
-"""Synchronous data-parallel training: ``runner.n_gpus`` processes, one model replica each, gradients
+"""Synchronous data-parallel training: ``runner.n_gpus`` processes, one replica each, gradients
 averaged by ``torch.nn.parallel.DistributedDataParallel`` (rlpyt's SyncRl runner, with ``spawn``).
 
 Each rank is a ``SyncRunner`` with
 
 * its own serial sampler on ``batch_B`` envs, the global env ranks ``[r * B, (r + 1) * B)`` of
   ``n_gpus * B`` (seeded as those ranks of one vector env, see ``algorithms.samplers.base``);
-* its own agent, whose model is wrapped in ``DataParallelModel`` (a DDP) *before* the algorithm is
-  built: DDP broadcasts rank 0's initial parameters, and every backward pass through the model's
-  ``forward`` averages gradients over the ranks, so identical optimizers make identical updates
-  and the replicas stay equal. One update trains on ``n_gpus`` times the algorithm's batch;
+* its own agent and algorithm, built from the run seed on every rank, so all replicas start equal;
+  then rank r > 0 reseeds (``rank_seed``) for its own exploration and minibatch draws;
+* the agent's model wrapped in ``DataParallelModel`` (a DDP) *before* the algorithm is built, so
+  every backward pass through the model's ``forward`` averages its gradients over the ranks;
+  parameters an algorithm trains outside ``agent.model`` (critics of DDPG/TD3/SAC, SAC's
+  temperature) have their gradients averaged by ``GradientAverager`` just before each optimizer
+  step. Identical gradients and optimizers keep the replicas equal; one update trains on
+  ``n_gpus`` times the algorithm's batch;
 * its own replay, for replay-based algorithms (filled by its own sampler).
 
 Step accounting over the ranks, identical on every rank (all ranks cross the same boundaries):
@@ -20,9 +24,9 @@ progress table are the mean over the ranks.
 
 Rank 0 writes the run directory (progress rows, evaluation, which rank 0 runs alone while the
 others wait at the next collective, and checkpoints, which hold every rank's RNG states). After
-every iteration the ranks compare a checksum of their parameters and stop with an error if the
-replicas differ: an algorithm trained through a model method other than ``forward`` (which DDP
-does not see) would otherwise drift silently.
+every iteration the ranks compare a checksum of everything trained and stop with an error if the
+replicas differ: a model trained through a method other than ``forward`` (which DDP does not see)
+would otherwise drift silently.
 
 Backends: ``nccl`` with ``runner.device`` "cuda" or "cuda:k" (rank r on device k + r), ``gloo`` on
 CPU (used by the tests). Rendezvous through a file in a private temporary directory.
@@ -42,6 +46,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from algorithms.algos.base import OptInfo
 from algorithms.counters import Counters
@@ -94,11 +99,47 @@ def rank_device(device: str, rank: int) -> str:
     return f"cuda:{base + rank}"
 
 
-def parameter_checksum(model: torch.nn.Module) -> tuple[float, float]:
-    """(sum, sum of squares) of every parameter in float64: equal replicas give equal values."""
-    params = [p.detach().to(torch.float64) for p in model.parameters()]
-    sums = torch.stack([torch.stack([p.sum(), p.square().sum()]) for p in params]).sum(dim=0).cpu()
+def parameter_checksum(params: list[torch.Tensor]) -> tuple[float, float]:
+    """(sum, sum of squares) of ``params`` in float64: equal replicas give equal values."""
+    values = [p.detach().to(torch.float64) for p in params]
+    sums = torch.stack([torch.stack([v.sum(), v.square().sum()]) for v in values]).sum(dim=0).cpu()
     return float(sums[0]), float(sums[1])
+
+
+class GradientAverager:
+    """An optimizer step pre-hook that averages, over the ranks, the gradients of parameters DDP
+    does not hold: those an algorithm trains outside ``agent.model`` (the critics of DDPG, TD3 and
+    SAC, SAC's temperature). One all-reduce per dtype per optimizer step.
+
+    Unlike DDP's gradients, these are averaged after anything the algorithm does between
+    ``backward`` and ``step`` (gradient clipping then acts on each rank's own gradients).
+    ``trained`` lists every parameter it has averaged, for the replica check.
+    """
+
+    def __init__(self, ddp_params: list[torch.Tensor], world_size: int) -> None:
+        self.ddp_params = {id(p) for p in ddp_params}
+        self.world_size = world_size
+        self.trained: list[torch.Tensor] = []
+        self._seen: set[int] = set()
+
+    def __call__(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        params = [
+            p
+            for group in optimizer.param_groups
+            for p in group["params"]
+            if p.grad is not None and id(p) not in self.ddp_params
+        ]
+        for dtype in sorted({p.grad.dtype for p in params}, key=str):
+            grads = [p.grad for p in params if p.grad.dtype == dtype]
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat)
+            flat /= self.world_size
+            for grad, part in zip(grads, flat.split([g.numel() for g in grads])):
+                grad.copy_(part.view_as(grad))
+        for p in params:
+            if id(p) not in self._seen:
+                self._seen.add(id(p))
+                self.trained.append(p)
 
 
 class DdpRunner(SyncRunner):
@@ -134,6 +175,21 @@ class DdpRunner(SyncRunner):
             global_batch=world_size * B,
         )
 
+    @classmethod
+    def build(
+        cls, config: TrainConfig, run: RunDir | None, checkpoint: dict[str, Any] | None, **kwargs: Any
+    ) -> DdpRunner:
+        runner = super().build(config, run, checkpoint, **kwargs)
+        runner.averager = GradientAverager(list(runner.agent.model.parameters()), runner.world_size)
+        return runner
+
+    def run(self) -> Counters:
+        hook = register_optimizer_step_pre_hook(self.averager)
+        try:
+            return super().run()
+        finally:
+            hook.remove()
+
     def all_gather(self, obj: Any) -> list[Any]:
         gathered: list[Any] = [None] * self.world_size
         dist.all_gather_object(gathered, obj)
@@ -142,7 +198,8 @@ class DdpRunner(SyncRunner):
     def gather(
         self, traj_infos: list[dict[str, Any]], opt_info: OptInfo
     ) -> tuple[list[dict[str, Any]], OptInfo]:
-        mine = (traj_infos, opt_info, parameter_checksum(self.agent.model))
+        trained = list(self.agent.model.parameters()) + self.averager.trained
+        mine = (traj_infos, opt_info, parameter_checksum(trained))
         everyone = self.all_gather(mine)
         itr = self.counters.sampler_itrs
         updates = [info.updates for _, info, _ in everyone]
@@ -155,8 +212,8 @@ class DdpRunner(SyncRunner):
         if len(set(checksums)) > 1:
             raise RuntimeError(
                 f"DDP: parameters differ across ranks after iteration {itr}; algorithm "
-                f"{self.config.algo!r} must train its parameters through model.forward (DDP averages "
-                "only those gradients)"
+                f"{self.config.algo!r} must train agent.model through model.forward (DDP averages "
+                "only those gradients) and everything else through an optimizer"
             )
         diagnostics = {
             key: finite_mean([info.diagnostics.get(key, math.nan) for _, info, _ in everyone])

@@ -182,17 +182,20 @@ class SyncRunner:
     ) -> SyncRunner:
         """Seed, build agent, algorithm and sampler, and restore ``checkpoint`` (None: a fresh run).
 
-        ``rank`` / ``world_size`` / ``device`` are for the DDP runner: rank ``r`` seeds its RNGs with
-        ``rank_seed(seed, r)``; ``device`` overrides ``runner.device``.
+        ``rank`` / ``world_size`` / ``device`` are for the DDP runner: every rank builds its agent and
+        algorithm from the run seed (identical replicas of everything trained), then rank ``r > 0``
+        reseeds its RNGs with ``rank_seed(seed, r)`` for its own exploration and minibatches;
+        ``device`` overrides ``runner.device``.
         """
-        seed = rank_seed(config.runner.seed, rank)
-        seed_everything(seed)
+        seed_everything(config.runner.seed)
         agent = build_agent(config, torch.device(device or config.runner.device))
         cls.prepare_agent(agent)
         batch_spec = BatchSpec(config.sampler.batch_T, config.sampler.batch_B)
         algo = registry.algo_module(config.algo).Algo(
             config.algo_config, agent, config.env.env_frameskip, batch_spec
         )
+        if rank > 0:
+            seed_everything(rank_seed(config.runner.seed, rank))
         if checkpoint is None:
             counters = Counters(frameskip=config.env.env_frameskip)
         else:
