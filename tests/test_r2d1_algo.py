@@ -227,3 +227,64 @@ def test_r2d2_defaults():
             c.nstep_done_bug,
         ]
     )
+
+
+def _truncating_batches(frames: bool, n: int, T: int = 8, B: int = 2, seed: int = 0) -> list[NamedArrays]:
+    """Random Contract 3 batches whose episodes end by a time limit every 5 steps."""
+    g = torch.Generator().manual_seed(seed)
+    shape = (4, 84, 84) if frames else (2,)
+    batches, step = [], 0
+    for _ in range(n):
+        if frames:
+            obs = torch.randint(0, 255, (T, B, *shape), generator=g, dtype=torch.uint8)
+        else:
+            obs = torch.rand((T, B, *shape), generator=g)
+        truncated = torch.tensor([(step + t) % 5 == 4 for t in range(T)])[:, None].expand(T, B).clone()
+        step += T
+        batches.append(
+            NamedArrays(
+                observation=obs,
+                action=torch.randint(0, 2, (T, B), generator=g),
+                reward=torch.rand((T, B), generator=g),
+                terminated=torch.zeros(T, B, dtype=torch.bool),
+                truncated=truncated,
+                final_observation=obs.flip(0),
+                prev_action=torch.zeros(T, B, dtype=torch.long),
+                prev_reward=torch.zeros(T, B),
+                agent_info=NamedArrays(
+                    q=torch.rand((T, B, 2), generator=g),
+                    prev_state=NamedArrays(h=torch.zeros(T, B, 16), c=torch.zeros(T, B, 16)),
+                ),
+                bootstrap=NamedArrays(
+                    observation=obs[0],
+                    prev_action=torch.zeros(B, dtype=torch.long),
+                    prev_reward=torch.zeros(B),
+                    agent_state=NamedArrays(h=torch.zeros(B, 16), c=torch.zeros(B, 16)),
+                ),
+            )
+        )
+    return batches
+
+
+@pytest.mark.parametrize("frames", [False, True])
+def test_time_limits_bootstrap_from_final_observations(frames):
+    """Full observations: time-limit windows bootstrap from the stored final observation (changing it
+    changes the loss). Frames (no final frame kept): training still runs, time-limit steps masked."""
+    import gymnasium as gym
+
+    space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8) if frames else OBS
+    config = dataclasses.replace(SMALL, min_steps_learn=16, batch_size_sequences=2)
+    torch.manual_seed(0)
+    agent = r2d1.build_agent(config, space, ACT)
+    algo = r2d1.Algo(config, agent, 1, BatchSpec(8, 2))
+    for batch in _truncating_batches(frames, 4):
+        algo.append_samples(batch)
+    storage = algo.replay.storage
+    items = np.flatnonzero(storage.valid(np.arange(storage.num_items)))[:2]
+    batch = storage.extract(items).replace(is_weights=torch.ones(2))
+    loss, priorities, _ = algo.loss(batch)
+    assert torch.isfinite(loss) and priorities.shape == (2,)
+    if not frames:
+        moved = batch.replace(final_observation=batch.final_observation + 1.0)
+        assert not torch.allclose(algo.loss(moved)[0], loss)
+    assert algo.train(0, 2).updates == 2
