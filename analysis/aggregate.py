@@ -83,8 +83,11 @@ def aggregate_metrics(matrices: dict[str, np.ndarray], reps: int = 2000, seed: i
     """IQM, median, mean and optimality gap per arm with 95% stratified-bootstrap CIs.
 
     Returns ``arm, metric, value, ci_low, ci_high``."""
-    func = lambda scores: np.array([f(scores) for f in METRICS.values()])  # noqa: E731
-    points, intervals = _interval_estimates(matrices, func, reps, seed)
+
+    def all_metrics(scores: np.ndarray) -> np.ndarray:
+        return np.array([metric(scores) for metric in METRICS.values()])
+
+    points, intervals = _interval_estimates(matrices, all_metrics, reps, seed)
     rows = []
     for arm in matrices:
         for i, name in enumerate(METRICS):
@@ -163,8 +166,11 @@ def sample_efficiency(resampled: pd.DataFrame, reps: int = 500, seed: int = 0) -
         )
         for arm, g in kept.groupby("arm")
     }
-    func = lambda s: np.array([metrics.aggregate_iqm(s[:, :, t]) for t in range(s.shape[2])])  # noqa: E731
-    points, intervals = _interval_estimates(cube, func, reps, seed)
+
+    def iqm_per_point(scores: np.ndarray) -> np.ndarray:  # [runs, games, points] -> [points]
+        return np.array([metrics.aggregate_iqm(scores[:, :, t]) for t in range(scores.shape[2])])
+
+    points, intervals = _interval_estimates(cube, iqm_per_point, reps, seed)
     return pd.concat(
         pd.DataFrame(
             {

@@ -58,28 +58,37 @@ def _train_points(progress: pd.DataFrame) -> pd.DataFrame:
     return points.dropna(subset=["score"]).assign(source=TRAIN_SOURCE)
 
 
+def _select(points: pd.DataFrame, runs: pd.DataFrame, inside: bool) -> pd.DataFrame:
+    """Rows of ``points`` whose run is (``inside``) or is not among ``runs`` (``arm, env, seed``)."""
+    merged = points.merge(runs[KEYS].assign(_listed=True), on=KEYS, how="left")
+    mask = merged._listed.eq(True) if inside else merged._listed.isna()
+    return merged[mask].drop(columns="_listed")
+
+
+def _last_point(points: pd.DataFrame) -> pd.DataFrame:
+    return points.sort_values("env_steps").groupby(KEYS, as_index=False).tail(1)
+
+
+def _tidy(points: pd.DataFrame) -> pd.DataFrame:
+    columns = KEYS + ["env_steps", "frames", "score", "source"]
+    return points[columns].sort_values(KEYS + ["env_steps"]).reset_index(drop=True)
+
+
 def raw_scores(exp: Experiment) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(final, curves) in raw returns for the complete runs of ``exp``."""
+    """(final, curves) in raw returns for the complete runs of ``exp`` (sources: module doc)."""
     complete = exp.complete[KEYS]
     evals = _eval_points(exp.eval).merge(complete, on=KEYS)
     train = _train_points(exp.progress).merge(complete, on=KEYS)
     n_eval = evals.groupby(KEYS).size().rename("n_eval").reset_index()
-    with_eval_curve = n_eval[n_eval.n_eval >= 2][KEYS]
-    with_eval = n_eval[KEYS]
-
-    def pick(points: pd.DataFrame, chosen: pd.DataFrame, keep: bool) -> pd.DataFrame:
-        merged = points.merge(chosen.assign(_chosen=True), on=KEYS, how="left")
-        mask = merged._chosen.eq(True) if keep else merged._chosen.isna()
-        return merged[mask].drop(columns="_chosen")
-
+    evaluated_twice = n_eval[n_eval.n_eval >= 2]
     curves = pd.concat(
-        [pick(evals, with_eval_curve, keep=True), pick(train, with_eval_curve, keep=False)], ignore_index=True
+        [_select(evals, evaluated_twice, inside=True), _select(train, evaluated_twice, inside=False)],
+        ignore_index=True,
     )
-    last = lambda t: t.sort_values("env_steps").groupby(KEYS, as_index=False).tail(1)  # noqa: E731
-    final = pd.concat([last(evals), last(pick(train, with_eval, keep=False))], ignore_index=True)
-    cols = KEYS + ["env_steps", "frames", "score", "source"]
-    sort = lambda t: t[cols].sort_values(KEYS + ["env_steps"]).reset_index(drop=True)  # noqa: E731
-    return sort(final), sort(curves)
+    final = pd.concat(
+        [_last_point(evals), _last_point(_select(train, n_eval, inside=False))], ignore_index=True
+    )
+    return _tidy(final), _tidy(curves)
 
 
 def score_tables(exp: Experiment, table: str = "r2d2") -> Scores:
