@@ -342,9 +342,9 @@ def _aggregate_sections(
 
 
 def _published_section(scores: Scores, colours: dict[str, str], reps: int) -> Section | None:
-    if not scores.human_normalised:
-        return None
     comparison = aggregate.compare_with_published(scores.final, reps=reps)
+    if comparison.empty:  # no Atari-57 game among the envs
+        return None
     section = Section(
         "published",
         "Comparison with published scores (R2D2)",
