@@ -105,8 +105,8 @@ def _r2d1_masked(b: int) -> r2d1.Config:
         batch_size_sequences=32,
         replay_size_steps=100_000,
         min_steps_learn=max(5_000 * b // 300_000, 500),
-        replay_ratio=8.0,
-        target_update_period_updates=500,
+        replay_ratio=16.0,  # trained steps per env step: 4 updates of 32 x 20 per sampler batch of 160
+        target_update_period_updates=250,
         learning_rate=1e-3,
         lstm_size=64,
         fc_size=64,
