@@ -57,6 +57,8 @@ def _balanced(table: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     if table.empty:
         return table, []
     games = sorted(set.intersection(*(set(g.env) for _, g in table.groupby("arm"))))
+    if not games:
+        return table.iloc[:0], []
     used = table[table.env.isin(games)]
     seeds = used[["arm", "env", "seed"]].drop_duplicates()
     n = int(seeds.groupby(["arm", "env"]).size().min())
@@ -155,6 +157,8 @@ def sample_efficiency(resampled: pd.DataFrame, reps: int = 500, seed: int = 0) -
     with ``grid_per=()``), with 95% stratified-bootstrap CIs. Returns ``arm, env_steps, frames,
     iqm, ci_low, ci_high``."""
     kept, games = _balanced(resampled)
+    if not games:
+        return pd.DataFrame(columns=["arm", "env_steps", "frames", "iqm", "ci_low", "ci_high"])
     grid = kept.groupby("point")[["env_steps", "frames"]].mean()
     cube = {  # arm -> [runs, games, points]
         arm: np.stack(

@@ -87,3 +87,11 @@ def test_empty_experiment_is_a_clear_error(tmp_path, capsys):
 )  # fmt: skip
 def test_fmt(value, text):
     assert fmt(value) == text
+
+
+def test_arms_without_a_common_env_get_no_aggregate(tmp_path):
+    exp = write_experiment(tmp_path, "exp", {"a": ARMS["corrected"]}, ["CartPole-v1"], [0], n_logs=3)
+    write_experiment(tmp_path, "exp", {"b": ARMS["published"]}, ["Pendulum-v1"], [0], n_logs=3)
+    html = build_report(exp, reps=100).read_text()
+    assert "no env was run to completion by every arm" in html
+    assert _table_rows(html, "final-table") == 2
