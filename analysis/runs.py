@@ -126,21 +126,24 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 def _missing(runs: pd.DataFrame, plan: dict[str, Any] | None) -> pd.DataFrame:
     """Expected runs with no run directory. Expected: the plan's ``jobs`` (``[{"arm", "env", "seed"}]``)
-    when the experiment has a plan file listing them, else the arms x envs x seeds grid spanned by the
-    runs found (the best guess without a plan)."""
+    when the experiment has a plan file listing them; else, for each arm, the envs it ran x every seed
+    seen in the experiment (without a plan an env an arm never ran cannot be told from one it was
+    never meant to run)."""
     jobs = plan.get("jobs") if plan else None
     if isinstance(jobs, list) and jobs and all(isinstance(j, dict) and set(KEYS) <= set(j) for j in jobs):
         expected = pd.DataFrame(jobs)[KEYS].astype({"seed": int})
     elif runs.empty:
         return pd.DataFrame(columns=KEYS)
     else:
-        expected = pd.MultiIndex.from_product(
-            [sorted(runs.arm.unique()), sorted(runs.env.unique()), sorted(runs.seed.unique())], names=KEYS
-        ).to_frame(index=False)
-    merged = expected.merge(
-        runs[KEYS] if len(runs) else pd.DataFrame(columns=KEYS), on=KEYS, how="left", indicator=True
-    )
-    return merged[merged["_merge"] == "left_only"][KEYS].reset_index(drop=True)
+        seeds = sorted(runs.seed.unique())
+        expected = pd.DataFrame(
+            [(arm, env, seed) for arm, env in runs[["arm", "env"]].drop_duplicates().itertuples(index=False)
+             for seed in seeds],
+            columns=KEYS,
+        )  # fmt: skip
+    found = runs[KEYS] if len(runs) else pd.DataFrame(columns=KEYS)
+    merged = expected.merge(found, on=KEYS, how="left", indicator=True)
+    return merged[merged["_merge"] == "left_only"][KEYS].sort_values(KEYS).reset_index(drop=True)
 
 
 def _read_plan(experiment_dir: Path) -> dict[str, Any] | None:

@@ -132,8 +132,8 @@ def _what_ran(exp: Experiment) -> Section:
         )
     else:
         section.notes.append(
-            "no plan file (plan.json) at the experiment root: the expected runs are taken to be the "
-            "arms x envs x seeds grid of the runs found"
+            "no plan file (plan.json) at the experiment root: expected runs are taken to be, for each arm, "
+            "the envs it ran x every seed seen in the experiment"
         )
     algos = (
         exp.config[exp.config.key == "algo"]
