@@ -112,9 +112,9 @@ def _ci(value: float, lo: float, hi: float, scale: float = 1.0) -> str:
     return f"{fmt(value * scale)} [{fmt(lo * scale)}, {fmt(hi * scale)}]"
 
 
-def _table(id: str, frame: pd.DataFrame, columns: list[tuple[str, str]], caption: str = "") -> Table:
+def _table(table_id: str, frame: pd.DataFrame, columns: list[tuple[str, str]], caption: str = "") -> Table:
     rows = [[fmt(row[key]) for _, key in columns] for _, row in frame.iterrows()]
-    return Table(id, [label for label, _ in columns], rows, caption)
+    return Table(table_id, [label for label, _ in columns], rows, caption)
 
 
 # --- sections -----------------------------------------------------------------------------------
