@@ -95,7 +95,7 @@ repro-dry-run: $(STAMP)
 bench-env: $(STAMP)
 	$(PY) -m bench.bench_env --out runs/bench/env.csv
 
-# SAMPLER_ARGS=--quick for a short run (4 batches of 16 steps per repeat).
+# SAMPLER_ARGS="--quick" for a short run; "--sections trivial,nature_cnn,runners" picks sections.
 bench-sampler: $(STAMP)
 	$(PY) -m bench.bench_sampler --out runs/bench/sampler.csv $(SAMPLER_ARGS)
 

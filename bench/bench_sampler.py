@@ -13,19 +13,19 @@ batch not timed):
    ``min(env rate, inference rate)`` (inference alone on the batch size the mode uses: B, or B/2
    for the two alternating groups). Target: alternating >= 0.8 of that ideal.
 
-3. ``runners`` (``--runners``): DQN (Nature network, one update per 4 env steps, so the same replay
-   ratio in both) on the game, synchronous vs asynchronous runner, serial sampler, against each
-   stage alone on the same cores: the sampler (section 2's serial Nature CNN rate) and the
-   optimizer (updates per second on a filled replay, times 4 env steps per update). Target: async
-   >= 0.9 of its bottleneck stage, and async > sync where sampling is not negligible. DQN has no
-   async extension (Contract 4), so the async runner optimizes each batch as it arrives, unthrottled.
+3. ``runners``: DQN (Nature network, 32 samples trained per 4 env steps: replay ratio 8) on the
+   game, synchronous vs asynchronous runner (serial sampler, async throttled to ratio 8, so both
+   train at the same replay ratio), against each stage alone on the same cores: the sampler (the
+   runs' serial sampler and DQN agent) and the optimizer (updates per second on a filled replay,
+   times 4 env steps per update). Target: async >= 0.9 of its bottleneck stage, and async > sync
+   where sampling is not negligible against optimization.
 
 Threads: torch uses one thread in every process; ``--env-threads`` is the total of native env
 threads, split over the workers in parallel modes (each worker's vector env gets
 ``env_threads / n_workers``), so every mode has the same number of envs and env threads as the raw
 reference.
 
-    python -m bench.bench_sampler --out runs/bench/sampler.csv [--quick]
+    python -m bench.bench_sampler --out runs/bench/sampler.csv [--quick] [--sections runners]
 """
 
 from __future__ import annotations
@@ -141,18 +141,41 @@ def sampler_rate(mode: str, policy: str, args: argparse.Namespace, seed: int) ->
 
 
 def dqn_config(game: str, env_threads: int, n_steps: int, runner_kind: str) -> Any:
-    """A DQN TrainConfig whose budget is mostly training: warm-up of a quarter of the steps."""
+    """A DQN TrainConfig whose budget is mostly training: warm-up of a quarter of the steps. The
+    async runner is throttled to the replay ratio the sync runner gets from DQN's own schedule."""
     from algorithms.algos.dqn import Config as DqnConfig
     from algorithms.train import RunnerConfig, TrainConfig
 
     algo = DqnConfig(min_steps_learn=n_steps // 4, replay_size_steps=n_steps, eps_decay_steps=n_steps)
+    target = algo.batch_size / algo.train_every_steps if runner_kind == "async" else 0.0
     return TrainConfig(
         algo="dqn",
         algo_config=algo,
         env=env_config(game, env_threads, 1),
         sampler=SamplerConfig(batch_T=4, batch_B=8, eval_episodes=0),
-        runner=RunnerConfig(kind=runner_kind, n_steps=n_steps, log_interval_steps=n_steps),
+        runner=RunnerConfig(
+            kind=runner_kind, n_steps=n_steps, log_interval_steps=n_steps, replay_ratio_target=target
+        ),
     )
+
+
+def dqn_sampler_rate(args: argparse.Namespace, seed: int) -> float:
+    """Env steps per second of the DQN runs' sampler alone (serial, DQN agent in sample mode)."""
+    from algorithms.runners.sync import SyncRunner
+
+    runner = SyncRunner.build(dqn_config(args.game, args.env_threads, args.runner_steps, "sync"), None, None)
+    sampler = runner.sampler
+    sampler.initialize()
+    try:
+        runner.agent.set_mode("sample", 0)
+        sampler.sample(0)
+        n_batches = max(1, args.runner_steps // (4 * sampler.batch_spec.size))
+        start = time.perf_counter()
+        for itr in range(n_batches):
+            sampler.sample(itr)
+        return n_batches * sampler.batch_spec.size / (time.perf_counter() - start)
+    finally:
+        sampler.shutdown()
 
 
 def runner_rate(kind: str, args: argparse.Namespace, seed: int) -> tuple[float, float]:
@@ -208,9 +231,14 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=16, help="timed batches per repeat")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="4 timed batches of 16 steps per repeat")
-    parser.add_argument("--runners", action="store_true", help="also DQN sync vs async (section 3)")
+    parser.add_argument(
+        "--sections", default="trivial,nature_cnn,runners", help="comma-separated subset of the sections"
+    )
     parser.add_argument("--runner-steps", type=int, default=2000, help="env steps per DQN run")
     args = parser.parse_args()
+    sections = set(args.sections.split(","))
+    if not sections <= {"trivial", "nature_cnn", "runners"}:
+        parser.error(f"--sections: unknown {sorted(sections - {'trivial', 'nature_cnn', 'runners'})}")
     if args.quick:
         args.batches, args.batch_t, args.runner_steps = 4, 16, 800
     torch.set_num_threads(1)
@@ -230,60 +258,59 @@ def main() -> None:
         )
         print(f"{section:>10} {what:>26}: {median:9.1f} env steps/s  ({rows[-1]['values']})", flush=True)
 
-    raw, values = median_of(
-        lambda s: raw_env_rate(args.game, args.envs, args.env_threads, steps, s), args.repeats
-    )
-    record("trivial", "raw_env", raw, values)
-    for mode in MODES:
-        rate, values = median_of(lambda s, m=mode: sampler_rate(m, "random", args, s), args.repeats)
-        record("trivial", mode, rate, values, ratio=round(rate / raw, 3), target=0.9)
-
-    half = args.envs // 2
-    inf_full, v_full = median_of(lambda s: inference_rate(args.game, args.envs, steps), args.repeats)
-    record("nature_cnn", f"inference_B{args.envs}", inf_full, v_full)
-    inf_half, v_half = median_of(lambda s: inference_rate(args.game, half, steps), args.repeats)
-    record("nature_cnn", f"inference_B{half}", inf_half, v_half)
-    for mode in ("serial", "cpu", "alternating"):
-        inference = inf_half if mode == "alternating" else inf_full
-        ideal = min(raw, inference)
-        # Without any overlap each step costs env time plus inference time.
-        no_overlap = 1.0 / (1.0 / raw + 1.0 / inference)
-        rate, values = median_of(lambda s, m=mode: sampler_rate(m, "nature_cnn", args, s), args.repeats)
-        target = 0.8 if mode == "alternating" else ""
-        record(
-            "nature_cnn",
-            mode,
-            rate,
-            values,
-            ideal=round(ideal, 1),
-            ratio=round(rate / ideal, 3),
-            target=target,
-            no_overlap=round(no_overlap, 1),
+    if sections & {"trivial", "nature_cnn"}:
+        raw, values = median_of(
+            lambda s: raw_env_rate(args.game, args.envs, args.env_threads, steps, s), args.repeats
         )
+        record("trivial", "raw_env", raw, values)
+    if "trivial" in sections:
+        for mode in MODES:
+            rate, values = median_of(lambda s, m=mode: sampler_rate(m, "random", args, s), args.repeats)
+            record("trivial", mode, rate, values, ratio=round(rate / raw, 3), target=0.9)
 
-    if args.runners:
-        serial_cnn = next(
-            r["steps_per_s"] for r in rows if r["section"] == "nature_cnn" and r["what"] == "serial"
-        )
+    if "nature_cnn" in sections:
+        half = args.envs // 2
+        inf_full, v_full = median_of(lambda s: inference_rate(args.game, args.envs, steps), args.repeats)
+        record("nature_cnn", f"inference_B{args.envs}", inf_full, v_full)
+        inf_half, v_half = median_of(lambda s: inference_rate(args.game, half, steps), args.repeats)
+        record("nature_cnn", f"inference_B{half}", inf_half, v_half)
+        for mode in ("serial", "cpu", "alternating"):
+            inference = inf_half if mode == "alternating" else inf_full
+            ideal = min(raw, inference)
+            # Without any overlap each step costs env time plus inference time.
+            no_overlap = 1.0 / (1.0 / raw + 1.0 / inference)
+            rate, values = median_of(lambda s, m=mode: sampler_rate(m, "nature_cnn", args, s), args.repeats)
+            record(
+                "nature_cnn",
+                mode,
+                rate,
+                values,
+                ideal=round(ideal, 1),
+                ratio=round(rate / ideal, 3),
+                target=0.8 if mode == "alternating" else "",
+                no_overlap=round(no_overlap, 1),
+            )
+
+    if "runners" in sections:
+        sampler_alone, values = median_of(lambda s: dqn_sampler_rate(args, s), args.repeats)
+        record("runners", "dqn_sampler_alone", sampler_alone, values)
         opt, values = median_of(lambda s: optimizer_rate(args, s), args.repeats)
         record("runners", "dqn_optimizer_alone", opt, values)
-        bottleneck = min(serial_cnn, opt)
+        bottleneck = min(sampler_alone, opt)
         for kind in ("sync", "async"):
             results = [runner_rate(kind, args, seed) for seed in range(args.repeats)]
-            rate = statistics.median(r[0] for r in results)
-            ratio = statistics.median(r[1] for r in results)
             record(
                 "runners",
                 f"dqn_{kind}",
-                rate,
+                statistics.median(r[0] for r in results),
                 [r[0] for r in results],
                 ideal=round(bottleneck, 1),
-                ratio=round(rate / bottleneck, 3),
+                ratio=round(statistics.median(r[0] for r in results) / bottleneck, 3),
                 target=0.9 if kind == "async" else "",
-                replay_ratio=round(ratio, 3),
+                replay_ratio=round(statistics.median(r[1] for r in results), 3),
             )
 
-    settings = {k: v for k, v in vars(args).items() if k not in ("out", "quick", "runners")}
+    settings = {k: v for k, v in vars(args).items() if k not in ("out", "quick")}
     machine = f"{cpu_model()}, {os.cpu_count()} logical CPUs"
     for row in rows:
         row.update(settings, machine=machine)
@@ -303,14 +330,18 @@ def main() -> None:
         "Reference: the raw env rate (trivial policy) or the ideal overlap min(env, inference) (Nature",
         "CNN); no overlap: 1 / (1/env + 1/inference), a step's cost when env and inference take turns.",
         "",
-        "| section | what | env steps/s | reference | ratio | target | no overlap |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| section | what | env steps/s | reference | ratio | target | no overlap | replay ratio |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
-        reference = row.get("ideal", round(raw, 1) if "ratio" in row else "")
+        if "ideal" in row:
+            reference = row["ideal"]
+        else:  # trivial-policy rows compare with the raw env; plain measurements have no reference
+            reference = round(raw, 1) if "ratio" in row else ""
         lines.append(
             f"| {row['section']} | {row['what']} | {row['steps_per_s']:.0f} | {reference} | "
-            f"{row.get('ratio', '')} | {row.get('target', '')} | {row.get('no_overlap', '')} |"
+            f"{row.get('ratio', '')} | {row.get('target', '')} | {row.get('no_overlap', '')} | "
+            f"{row.get('replay_ratio', '')} |"
         )
     summary = "\n".join(lines) + "\n"
     args.out.with_suffix(".md").write_text(summary)
