@@ -129,6 +129,12 @@ class Config:
         _check(self.clip_grad_norm >= 0, "clip_grad_norm", self.clip_grad_norm, ">= 0 (0 = off)")
         _check(self.priority_alpha >= 0, "priority_alpha", self.priority_alpha, ">= 0")
         _check(0.0 <= self.priority_beta <= 1.0, "priority_beta", self.priority_beta, "in [0, 1]")
+        _check(
+            not self.initial_priority_no_alpha or self.alpha_beta[0] > 0,
+            "initial_priority_no_alpha",
+            self.initial_priority_no_alpha,
+            "False when the priority exponent in effect is 0",
+        )
         _check(0.0 <= self.priority_eta <= 1.0, "priority_eta", self.priority_eta, "in [0, 1]")
         _check(
             self.value_rescaling in VALUE_TRANSFORMS,
