@@ -1,7 +1,8 @@
 """The asynchronous runner on CartPole with a small replay-based algorithm (``async_probe_algo``):
 the replay ratio reaches its target under either counting, parameters reach the sampler process,
 the run directory is complete, a parallel sampler runs inside the sampler process, an algorithm with
-``optimize`` only runs unthrottled, and a dead sampler process is a clear error, not a hang."""
+``optimize`` only runs unthrottled, a failed run resumes from its checkpoint, and a dead sampler
+process is a clear error, not a hang."""
 
 from __future__ import annotations
 
@@ -43,11 +44,10 @@ def make_config(
         runner=RunnerConfig(
             kind="async",
             n_steps=n_steps,
-            log_interval_steps=1000,
             replay_ratio_target=target,
             replay_ratio_counting=counting,
             async_param_sync_steps=200,
-            **runner,
+            **{"log_interval_steps": 1000, **runner},
         ),
     )
 
@@ -112,3 +112,27 @@ def test_algorithm_with_optimize_only_runs_unthrottled(tmp_path) -> None:
     assert counters.updates == 400 // 40 - 1
     with pytest.raises(TypeError, match="replay_ratio_target 1.0 needs .*'probe_optimize_only' lacks"):
         build(dataclasses.replace(config, runner=make_config(400, 1.0).runner), tmp_path / "run2").run()
+
+
+def test_async_run_resumes_from_its_checkpoint(tmp_path, monkeypatch) -> None:
+    """A run that fails after its checkpoint at 400 steps resumes there; progress has every row once."""
+    config = make_config(800, 1.5, log_interval_steps=200, checkpoint_interval_steps=400)
+    path = tmp_path / "run"
+    original_train = probe.Algo.train
+
+    def failing_train(self, itr, n_updates):
+        if self.env_steps >= 520:
+            raise RuntimeError("injected optimizer failure")
+        return original_train(self, itr, n_updates)
+
+    monkeypatch.setattr(probe.Algo, "train", failing_train)
+    with pytest.raises(RuntimeError, match="injected optimizer failure"):
+        build(config, path).run()
+    assert not mp.active_children()
+    monkeypatch.setattr(probe.Algo, "train", original_train)
+    run = RunDir.open(path, config_to_dict(config), {"seed": config.runner.seed}, resume=True)
+    checkpoint = run.load_checkpoint()
+    assert checkpoint["counters"]["env_steps"] == 400
+    counters = AsyncRunner.build(config, run, checkpoint).run()
+    assert counters.env_steps == 800
+    assert read_run(path).progress["env_steps"].tolist() == [200, 400, 600, 800]
