@@ -30,6 +30,7 @@ import torch
 from algorithms.arrays import NamedArrays, concatenate
 from algorithms.samplers.base import (
     BaseSampler,
+    StepWriter,
     allocate_samples,
     env_seed,
     env_spaces,
@@ -121,7 +122,7 @@ class AlternatingSampler(BaseSampler):
         seed = env_seed(self.seed, "train", self.start_env_steps)
         workers = [max(1, n) for _, n in split_ranks(max(2, self.config.n_workers), 2)]
         self.groups: list[GroupStepper] = []
-        self.columns: list[slice] = []
+        self.writers: list[StepWriter] = []
         try:
             for g, (first, n) in enumerate(split_ranks(B, 2)):
                 env = RemoteVecEnv(
@@ -137,7 +138,7 @@ class AlternatingSampler(BaseSampler):
                     frameskip=self.env_config.env_frameskip,
                 )
                 self.groups.append(GroupStepper(env, self.agent, np.arange(first, first + n), B))
-                self.columns.append(slice(first, first + n))
+                self.writers.append(StepWriter(self.samples, slice(first, first + n)))
             for group in self.groups:
                 group.reset(example.action)
         except BaseException:
@@ -152,9 +153,9 @@ class AlternatingSampler(BaseSampler):
             group.act()
         for t in range(T):
             # Groups finish step t in rank order, so episodes keep the serial order (t, env rank).
-            for group, columns in zip(self.groups, self.columns):
+            for group, writer in zip(self.groups, self.writers):
                 record, finished = group.observe()
-                self.samples[t, columns] = record
+                writer.write(t, record)
                 traj_infos.extend(finished)
                 if t + 1 < T:
                     group.act()  # overlaps the other group's env step

@@ -25,6 +25,7 @@ from algorithms.arrays import NamedArrays, buffer_from_example
 from algorithms.samplers.base import (
     BaseSampler,
     EnvStepper,
+    StepWriter,
     allocate_samples,
     env_seed,
     env_spaces,
@@ -84,17 +85,17 @@ class CpuWorker:
         self.agent.set_env_ranks(ranks, spec.global_batch)
         self.stepper = EnvStepper(self.env, self.agent, ranks)
         self.stepper.reset(spec.action_example)
+        self.writer = StepWriter(spec.samples, self.columns)
 
     @torch.no_grad()
     def sample(self, mode: str, env_steps: int) -> list[tuple[int, dict[str, Any]]]:
         """Fill this worker's columns of the shared batch; returns ``(t, traj_info)`` of finished games."""
         self.params_version = self.spec.params.pull(self.agent, self.params_version)
         self.agent.set_mode(mode, env_steps)
-        samples = self.spec.samples
         finished_games: list[tuple[int, dict[str, Any]]] = []
-        for t in range(samples.observation.shape[0]):
+        for t in range(self.spec.samples.observation.shape[0]):
             record, finished = self.stepper.step()
-            samples[t, self.columns] = record
+            self.writer.write(t, record)
             finished_games.extend((t, info) for info in finished)
         self.spec.bootstrap[self.columns] = self.stepper.bootstrap()
         return finished_games

@@ -26,6 +26,7 @@ from algorithms.arrays import NamedArrays, buffer_from_example
 from algorithms.samplers.base import (
     BaseSampler,
     EnvStepper,
+    StepWriter,
     allocate_samples,
     env_seed,
     env_spaces,
@@ -160,13 +161,14 @@ class ParallelGpuSampler(BaseSampler):
         self.agent.set_env_ranks(ranks, B)
         self.stepper = EnvStepper(self.env, self.agent, ranks)
         self.stepper.reset(example.action)
+        self.writer = StepWriter(self.samples)
 
     @torch.no_grad()
     def sample(self, itr: int) -> tuple[NamedArrays, list[dict[str, Any]]]:
         traj_infos: list[dict[str, Any]] = []
         for t in range(self.batch_spec.T):
             record, finished = self.stepper.step()
-            self.samples[t] = record
+            self.writer.write(t, record)
             traj_infos.extend(finished)
         return self.samples.replace(bootstrap=self.stepper.bootstrap()), traj_infos
 
