@@ -252,6 +252,10 @@ def _aggregate_sections(
     if not games:
         agg.notes.append("no env was run to completion by every arm: no aggregate")
         return [agg], left_out
+    if next(iter(matrices.values())).shape[0] == 1:
+        agg.notes.append(
+            "one run per env and arm: the bootstrap has nothing to resample, intervals are points"
+        )
     scale = 100.0 if scores.human_normalised else 1.0
     metrics = aggregate.aggregate_metrics(matrices, reps=reps)
     shown = metrics.assign(
