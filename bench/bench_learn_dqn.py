@@ -21,7 +21,7 @@ fit a machine; the summary says which scale ran. Results: one CSV row per (arm, 
 Markdown summary per arm with the median, the mean and a 95% bootstrap CI over seeds (scipy).
 
     python -m bench.bench_learn_dqn --out runs/bench/learn_dqn.csv [--arms dqn,r2d1_masked]
-        [--seeds 5] [--budget-scale 1.0] [--jobs 1]
+        [--seeds 5] [--first-seed 0] [--budget-scale 1.0] [--jobs 1]
 """
 
 from __future__ import annotations
@@ -232,6 +232,9 @@ def main() -> None:
     parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {list(ARMS)}")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument(
+        "--first-seed", type=int, default=0, help="seeds run: first-seed .. first-seed + seeds - 1"
+    )
+    parser.add_argument(
         "--budget-scale", type=float, default=1.0, help="fraction of each arm's env-step budget"
     )
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (one torch thread each)")
@@ -240,10 +243,10 @@ def main() -> None:
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
         parser.error(f"unknown arm {unknown[0]!r}; known: {', '.join(ARMS)}")
-    if not 0 < args.budget_scale <= 1.0 or args.seeds < 1 or args.jobs < 1:
-        parser.error("--budget-scale must be in (0, 1], --seeds and --jobs >= 1")
+    if not 0 < args.budget_scale <= 1.0 or args.seeds < 1 or args.jobs < 1 or args.first_seed < 0:
+        parser.error("--budget-scale must be in (0, 1], --seeds and --jobs >= 1, --first-seed >= 0")
     root = args.out.parent / (args.out.stem + "_runs")
-    jobs = [(arm, seed) for arm in arms for seed in range(args.seeds)]
+    jobs = [(arm, seed) for arm in arms for seed in range(args.first_seed, args.first_seed + args.seeds)]
     for arm, seed in jobs:
         path = root / arm / f"seed{seed}"
         if path.exists():
