@@ -12,6 +12,12 @@ replay, each starting from the recurrent state stored when it was collected (Sec
     loss:      mean over sequences of w_b * mean_t 0.5 (Q(s_t, a_t) - y_t)^2 over the trained steps
     priority:  p_b = eta max_t |delta_t| + (1 - eta) mean_t |delta_t|, eta = 0.9 (Sec. 2.3)
 
+Sequences are cut from each env's continuous stream (``replay/sequences.py``). Where an episode
+begins inside a sequence, the recurrent state is reset to zeros at that step (burn-in included),
+so no memory crosses an episode boundary and every stored step is trained on; n-step windows stop
+at episode ends. (rlpyt instead ran the LSTM straight through and masked the loss after the first
+episode end.)
+
 New sequences enter the replay with priorities computed the same way from the sampler's own
 Q-values (R2D2 Sec. 2.3: actors compute the initial priorities), over the n-step TD errors of the
 sequence's trained steps. Defaults are R2D2's Table 2; the two values R2D2 does not give are
