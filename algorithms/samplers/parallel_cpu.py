@@ -2,11 +2,12 @@
 
 The B environments are split into contiguous rank slices, one per worker (``split_ranks``). Each
 worker builds its envs (seeded exactly as env ranks ``[lo, hi)`` of the serial sampler's vector env,
-``make_env_slice``) and an agent from the picklable ``AgentFactory``, then drives them with the
-serial sampler's own ``EnvStepper``, writing its columns ``[:, lo:hi]`` of the [T, B] batch straight
-into shared memory. Before every batch the learner's parameters are pushed to a ``SharedStateDict``
-and each worker loads them if they changed, with the learner agent's mode and env-step count
-(rlpyt's CpuSampler, rlpyt/samplers/parallel/cpu/sampler.py, with ``spawn`` instead of ``fork``).
+``make_vec_env(..., first_rank=lo)``) and an agent from the picklable ``AgentFactory``, then drives
+them with the serial sampler's own ``EnvStepper``, writing its columns ``[:, lo:hi]`` of the [T, B]
+batch straight into shared memory. Before every batch the learner's parameters are pushed to a
+``SharedStateDict`` and each worker loads them if they changed, with the learner agent's mode and
+env-step count (rlpyt's CpuSampler, rlpyt/samplers/parallel/cpu/sampler.py, with ``spawn`` instead
+of ``fork``).
 
 Same seed, same samples as ``SerialSampler`` whenever the agent's actions depend on its inputs and
 parameters only (greedy or eval mode, or an agent that draws its exploration noise per env): a
@@ -22,6 +23,7 @@ import numpy as np
 import torch
 
 from algorithms.arrays import NamedArrays, buffer_from_example
+from algorithms.envs.factory import make_vec_env
 from algorithms.samplers.base import (
     BaseSampler,
     EnvStepper,
@@ -31,7 +33,7 @@ from algorithms.samplers.base import (
     env_spaces,
     record_example,
 )
-from algorithms.samplers.workers import SharedStateDict, WorkerGroup, make_env_slice, split_ranks
+from algorithms.samplers.workers import SharedStateDict, WorkerGroup, split_ranks
 
 
 def bootstrap_example(record: NamedArrays, agent: Any) -> NamedArrays:
@@ -78,7 +80,7 @@ class CpuWorker:
         torch.manual_seed(spec.torch_seed)
         self.spec = spec
         self.columns = slice(spec.first_rank, spec.first_rank + spec.num_envs)
-        self.env = make_env_slice(spec.env_config, spec.env_seed, spec.first_rank, spec.num_envs)
+        self.env = make_vec_env(spec.env_config, spec.num_envs, spec.env_seed, first_rank=spec.first_rank)
         self.agent = spec.agent_factory()
         self.params_version = spec.params.pull(self.agent, -1)
         ranks = np.arange(spec.first_rank, spec.first_rank + spec.num_envs)

@@ -1,13 +1,13 @@
 """Parallel GPU sampler: worker processes step envs only; the main process selects every action.
 
-Workers hold rank slices of the B envs (seeded as in the serial sampler, ``make_env_slice``). Each
-step the main process runs the learner's agent once on all B observations, on the agent's device
-(a GPU when the runner has one, the CPU otherwise), writes the actions into a shared [B] buffer and
-tells the workers to step; each worker writes its envs' Contract 1 step output into its rows of a
-shared [B] step buffer and answers on its pipe. Batching inference for all envs is what makes one
-GPU serve many CPU env workers (rlpyt's GpuSampler, rlpyt/samplers/parallel/gpu/sampler.py; its
-step and act synchronisation used semaphores, here the command pipes do, so a dead worker is seen at
-once through its process sentinel).
+Workers hold rank slices of the B envs (seeded as in the serial sampler through ``make_vec_env(...,
+first_rank=lo)``). Each step the main process runs the learner's agent once on all B observations,
+on the agent's device (a GPU when the runner has one, the CPU otherwise), writes the actions into a
+shared [B] buffer and tells the workers to step; each worker writes its envs' Contract 1 step output
+into its rows of a shared [B] step buffer and answers on its pipe. Batching inference for all envs
+is what makes one GPU serve many CPU env workers (rlpyt's GpuSampler,
+rlpyt/samplers/parallel/gpu/sampler.py; its step and act synchronisation used semaphores, here the
+command pipes do, so a dead worker is seen at once through its process sentinel).
 
 ``RemoteVecEnv`` presents the workers as one vector env, so the per-step logic is the serial
 sampler's own ``EnvStepper``; with the same seed the samples are the serial sampler's, random
@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from algorithms.arrays import NamedArrays, buffer_from_example
+from algorithms.envs.factory import make_vec_env
 from algorithms.samplers.base import (
     BaseSampler,
     EnvStepper,
@@ -32,7 +33,7 @@ from algorithms.samplers.base import (
     env_spaces,
     record_example,
 )
-from algorithms.samplers.workers import WorkerGroup, make_env_slice, split_ranks
+from algorithms.samplers.workers import WorkerGroup, split_ranks
 
 
 def env_step_example(record: NamedArrays) -> NamedArrays:
@@ -69,7 +70,7 @@ class EnvWorker:
     def __init__(self, spec: EnvWorkerSpec) -> None:
         self.spec = spec
         self.rows = slice(spec.first_row, spec.first_row + spec.num_envs)
-        self.env = make_env_slice(spec.env_config, spec.env_seed, spec.first_rank, spec.num_envs)
+        self.env = make_vec_env(spec.env_config, spec.num_envs, spec.env_seed, first_rank=spec.first_rank)
 
     def reset(self) -> None:
         self.spec.env_out.observation[self.rows] = torch.from_numpy(self.env.reset())

@@ -327,33 +327,6 @@ class SharedStateDict:
             return int(self._version.value)
 
 
-def make_env_slice(env_config: Any, seed: int, first_rank: int, num_envs: int) -> Any:
-    """Envs of global ranks ``[first_rank, first_rank + num_envs)`` of ``make_vec_env(config, B, seed)``.
-
-    Each env gets exactly the seed it has in the single vector env of the serial sampler
-    (``env_seeds`` is a prefix-stable stream; see ``algorithms.samplers.base``), so a worker that
-    holds a slice of the B envs sees the same episodes. With the native Atari backend a worker
-    holds one ale-py vector env of its ``num_envs`` games. ``make_vec_env`` itself takes no rank
-    offset (Contract 1), hence this backend dispatch mirroring ``algorithms.envs.factory``.
-    """
-    from algorithms.envs.atari import NativeAtariVecEnv, make_gymnasium_atari
-    from algorithms.envs.factory import env_seeds, make_gym_env, make_vec_env
-    from algorithms.envs.gym_vec import GymnasiumVecEnv
-
-    if first_rank == 0:
-        return make_vec_env(env_config, num_envs, seed)
-    seeds = env_seeds(int(seed), first_rank + num_envs)[first_rank:]
-    if env_config.kind == "atari" and env_config.backend == "native":
-        return NativeAtariVecEnv(env_config, num_envs, seeds)
-    if env_config.kind == "atari":
-        envs = [make_gymnasium_atari(env_config) for _ in range(num_envs)]
-    else:
-        envs = [make_gym_env(env_config) for _ in range(num_envs)]
-    return GymnasiumVecEnv(
-        envs, seeds, env_config.env_frameskip, env_config.clip_rewards, env_config.episodic_life
-    )
-
-
 def split_ranks(n_envs: int, n_workers: int) -> list[tuple[int, int]]:
     """Contiguous ``(first_rank, num_envs)`` slices of ``n_envs`` envs over ``n_workers`` workers.
 
