@@ -215,6 +215,13 @@ class TrainConfig:
                 "TrainConfig.sampler.mode must be 'serial' with runner.kind 'ddp' "
                 f"(one serial sampler per rank), got {self.sampler.mode!r}"
             )
+        if self.runner.kind == "ddp" and getattr(self.algo_config, "target_kl", 0.0) > 0:
+            # A KL stop taken on one rank's data lets ranks run different numbers of updates, and a
+            # rank waiting in DDP's gradient all-reduce for a peer that stopped would hang.
+            raise ValueError(
+                f"TrainConfig.algo_config.target_kl={self.algo_config.target_kl} is not supported with "
+                "runner.kind 'ddp' (ranks could stop at different epochs); set it to 0"
+            )
 
 
 # --- config.json round trip ----------------------------------------------------------------------

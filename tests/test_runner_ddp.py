@@ -27,9 +27,9 @@ T, B = 8, 2
 
 def ddp_config(n_steps: int, algo: str = "a2c") -> TrainConfig:
     if algo == "a2c":
-        # Constant learning rate: A2C anneals by iterations x its own batch, not the run's env steps.
+        # Annealed learning rate: every rank must anneal on the run's global env-step count.
         algo_config, env = (
-            a2c.Config(anneal_env_steps=0, hidden_sizes=(16,)),
+            a2c.Config(anneal_env_steps=2_000, hidden_sizes=(16,)),
             EnvConfig(id="CartPole-v1", kind="gym"),
         )
     else:

@@ -8,6 +8,8 @@ import json
 import pytest
 
 from algorithms import registry
+from algorithms.algos import ppo
+from algorithms.envs.config import EnvConfig
 from algorithms.samplers.base import SAMPLERS
 from algorithms.train import (
     RUNNER_KINDS,
@@ -15,6 +17,7 @@ from algorithms.train import (
     SAMPLER_MODES,
     RunnerConfig,
     SamplerConfig,
+    TrainConfig,
     dataclass_from_dict,
 )
 
@@ -97,3 +100,10 @@ def test_registry_lists_every_algorithm_and_rejects_unknown_names():
 def test_every_runner_kind_and_sampler_mode_has_an_implementation():
     assert set(RUNNERS) == set(RUNNER_KINDS)
     assert set(SAMPLERS) == set(SAMPLER_MODES)
+
+
+def test_ddp_rejects_ppo_target_kl_stop():
+    env = EnvConfig(id="CartPole-v1", kind="gym")
+    TrainConfig("ppo", ppo.Config(target_kl=0.0), env, SamplerConfig(), RunnerConfig(kind="ddp"))
+    with pytest.raises(ValueError, match="target_kl=0.01 is not supported with runner.kind 'ddp'"):
+        TrainConfig("ppo", ppo.Config(target_kl=0.01), env, SamplerConfig(), RunnerConfig(kind="ddp"))

@@ -132,11 +132,16 @@ class Algo:
             eps=config.rmsprop_epsilon,
         )
 
-    def anneal_fraction(self, itr: int) -> float:
-        """1 at the start of training, falling linearly to 0 at ``anneal_env_steps`` (1 if disabled)."""
+    def anneal_fraction(self, env_steps: int) -> float:
+        """1 at the start of training, falling linearly to 0 at ``anneal_env_steps`` (1 if disabled).
+
+        ``env_steps`` is the run's count (``agent.env_steps``, set by the runner before ``optimize``),
+        not this process's iterations x batch: under data-parallel training every rank then anneals
+        on the global count.
+        """
         if self.config.anneal_env_steps == 0:
             return 1.0
-        return max(0.0, 1.0 - itr * self.batch_size / self.config.anneal_env_steps)
+        return max(0.0, 1.0 - env_steps / self.config.anneal_env_steps)
 
     def optimize(self, itr: int, samples) -> OptInfo:
         c, agent = self.config, self.agent
@@ -148,7 +153,7 @@ class Algo:
                 samples.reward, next_value, samples.terminated, samples.truncated, c.discount
             )
             advantage = target - samples.agent_info.value
-        learning_rate = c.learning_rate * self.anneal_fraction(itr)
+        learning_rate = c.learning_rate * self.anneal_fraction(agent.env_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
 

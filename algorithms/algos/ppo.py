@@ -191,11 +191,16 @@ class Algo:
             agent.model.parameters(), lr=config.learning_rate, eps=config.adam_epsilon
         )
 
-    def anneal_fraction(self, itr: int) -> float:
-        """1 at the start of training, falling linearly to 0 at ``anneal_env_steps`` (1 if disabled)."""
+    def anneal_fraction(self, env_steps: int) -> float:
+        """1 at the start of training, falling linearly to 0 at ``anneal_env_steps`` (1 if disabled).
+
+        ``env_steps`` is the run's count (``agent.env_steps``, set by the runner before ``optimize``),
+        not this process's iterations x batch: under data-parallel training every rank then anneals
+        on the global count.
+        """
         if self.config.anneal_env_steps == 0:
             return 1.0
-        return max(0.0, 1.0 - itr * self.T * self.B / self.config.anneal_env_steps)
+        return max(0.0, 1.0 - env_steps / self.config.anneal_env_steps)
 
     def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
         c, agent = self.config, self.agent
@@ -227,7 +232,7 @@ class Algo:
             batch = batch.map(lambda x: x.reshape(self.T * self.B, *x.shape[2:]))
         n_items = self.B if agent.recurrent else self.T * self.B
 
-        fraction = self.anneal_fraction(itr)
+        fraction = self.anneal_fraction(agent.env_steps)
         learning_rate = c.learning_rate * fraction
         clip_epsilon = c.clip_epsilon * (fraction if c.anneal_clip else 1.0)
         for group in self.optimizer.param_groups:
