@@ -26,41 +26,15 @@ a 95% bootstrap CI over seeds (scipy).
 
 from __future__ import annotations
 
-import argparse
-import csv
-import statistics
-import time
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-
-import numpy as np
-
 from algorithms.algos import a2c, ddpg, ppo, sac, td3
 from algorithms.envs.config import EnvConfig
-from algorithms.rundir import read_run
-from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
+from bench import learning
+from bench.learning import Arm
 
 CARTPOLE = EnvConfig(id="CartPole-v1", kind="gym")
 MASKED = EnvConfig(id="CartPole-v1", kind="gym", mask_velocity=True)
 PENDULUM = EnvConfig(id="Pendulum-v1", kind="gym")
 HALFCHEETAH = EnvConfig(id="HalfCheetah-v5", kind="gym")
-
-
-@dataclass(frozen=True)
-class Arm:
-    algo: str
-    env: EnvConfig
-    budget_steps: int
-    # What the median seed's final return must satisfy: ">= x", "> x", "reported", or
-    # "above <arm>": above the upper end of that arm's 95% CI.
-    pass_mark: str
-    make_config: Callable[[int], Any]
-    batch_T: int
-    batch_B: int
-    eval_episodes: int = 10
 
 
 def _ppo_cartpole(budget: int) -> ppo.Config:
@@ -122,132 +96,6 @@ ARMS: dict[str, Arm] = {
 }
 
 
-def run_one(arm_name: str, seed: int, budget_scale: float, root: Path) -> dict[str, Any]:
-    arm = ARMS[arm_name]
-    budget = max(int(arm.budget_steps * budget_scale), arm.batch_T * arm.batch_B)
-    config = TrainConfig(
-        algo=arm.algo,
-        algo_config=arm.make_config(budget),
-        env=arm.env,
-        sampler=SamplerConfig(batch_T=arm.batch_T, batch_B=arm.batch_B, eval_episodes=arm.eval_episodes),
-        runner=RunnerConfig(
-            n_steps=budget, log_interval_steps=max(budget // 10, 1), seed=seed, torch_threads=1
-        ),
-    )
-    run_dir = root / arm_name / f"seed{seed}"
-    start = time.perf_counter()
-    counters = train(config, run_dir, resume=False)
-    wall = time.perf_counter() - start
-    data = read_run(run_dir)
-    final = data.eval[data.eval.env_steps == data.eval.env_steps.max()]
-    returns = data.progress.return_mean.dropna()
-    return {
-        "arm": arm_name,
-        "algo": arm.algo,
-        "env": arm.env.id + ("-masked" if arm.env.mask_velocity else ""),
-        "seed": seed,
-        "budget_steps": budget,
-        "final_eval_return": float(final["return"].mean()),
-        "eval_episodes": len(final),
-        "last_train_return_mean": float(returns.iloc[-1]) if len(returns) else np.nan,
-        "updates": counters.updates,
-        "steps_per_second": counters.steps_per_second,
-        "wall_s": wall,
-        "run_dir": str(run_dir),
-    }
-
-
-def bootstrap_ci(values: list[float]) -> tuple[float, float]:
-    """95% percentile-bootstrap CI of the mean over seeds (scipy); NaN with fewer than 2 distinct values."""
-    if len(set(values)) == 1:
-        return values[0], values[0]
-    if len(values) < 2:
-        return np.nan, np.nan
-    from scipy.stats import bootstrap
-
-    res = bootstrap(
-        (np.asarray(values),), np.mean, confidence_level=0.95, method="percentile", random_state=0
-    )
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
-
-
-def verdict(mark: str, median: float, cis: dict[str, tuple[float, float]]) -> str:
-    if mark == "reported":
-        return "-"
-    op, reference = mark.split()
-    if op == "above":
-        if reference not in cis:
-            return f"({reference} not run)"
-        return "yes" if median > cis[reference][1] else "no"
-    ok = median >= float(reference) if op == ">=" else median > float(reference)
-    return "yes" if ok else "no"
-
-
-def summarize(rows: list[dict[str, Any]], budget_scale: float) -> str:
-    lines = [
-        f"# Policy-gradient learning checks (budget scale {budget_scale:g})",
-        "",
-        "| arm | env | budget (steps) | seeds | median final return | mean [95% bootstrap CI] | pass mark "
-        "| pass | mean wall (s) |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    stats = {}
-    for arm_name in ARMS:
-        finals = [r["final_eval_return"] for r in rows if r["arm"] == arm_name]
-        if finals:
-            stats[arm_name] = (statistics.median(finals), bootstrap_ci(finals), finals)
-    cis = {name: s[1] for name, s in stats.items()}
-    for arm_name, (median, (low, high), finals) in stats.items():
-        mine = [r for r in rows if r["arm"] == arm_name]
-        mark = ARMS[arm_name].pass_mark
-        lines.append(
-            f"| {arm_name} | {mine[0]['env']} | {mine[0]['budget_steps']} | {len(mine)} | {median:.1f} | "
-            f"{np.mean(finals):.1f} [{low:.1f}, {high:.1f}] | {mark} | {verdict(mark, median, cis)} | "
-            f"{np.mean([r['wall_s'] for r in mine]):.0f} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="CSV, one row per (arm, seed)")
-    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {list(ARMS)}")
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument(
-        "--budget-scale", type=float, default=1.0, help="fraction of each arm's env-step budget"
-    )
-    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (one torch thread each)")
-    args = parser.parse_args()
-    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
-    unknown = [a for a in arms if a not in ARMS]
-    if unknown:
-        parser.error(f"unknown arm {unknown[0]!r}; known: {', '.join(ARMS)}")
-    if not 0 < args.budget_scale <= 1.0 or args.seeds < 1 or args.jobs < 1:
-        parser.error("--budget-scale must be in (0, 1], --seeds and --jobs >= 1")
-    root = args.out.parent / (args.out.stem + "_runs")
-    jobs = [(arm, seed) for arm in arms for seed in range(args.seeds)]
-    for arm, seed in jobs:
-        if (root / arm / f"seed{seed}").exists():
-            parser.error(f"{root / arm / f'seed{seed}'} exists; remove it or choose another --out")
-    rows = []
-    with ProcessPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(run_one, arm, seed, args.budget_scale, root) for arm, seed in jobs]
-        for (arm, seed), future in zip(jobs, futures):
-            row = future.result()
-            rows.append(row)
-            print(
-                f"{arm} seed {seed}: final return {row['final_eval_return']:.1f} ({row['wall_s']:.0f} s)",
-                flush=True,
-            )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    summary = summarize(rows, args.budget_scale)
-    args.out.with_suffix(".md").write_text(summary)
-    print(summary)
-
-
 if __name__ == "__main__":
-    main()
+    # Workers look the arms up by module name, so pass the importable one, not "__main__".
+    learning.main("bench.bench_learn_pg", "Policy-gradient learning checks", __doc__.splitlines()[0])
