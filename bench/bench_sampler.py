@@ -13,12 +13,13 @@ batch not timed):
    ``min(env rate, inference rate)`` (inference alone on the batch size the mode uses: B, or B/2
    for the two alternating groups). Target: alternating >= 0.8 of that ideal.
 
-3. ``runners``: DQN (Nature network, 32 samples trained per 4 env steps: replay ratio 8) on the
-   game, synchronous vs asynchronous runner (serial sampler, async throttled to ratio 8, so both
-   train at the same replay ratio), against each stage alone on the same cores: the sampler (the
-   runs' serial sampler and DQN agent) and the optimizer (updates per second on a filled replay,
-   times 4 env steps per update). Target: async >= 0.9 of its bottleneck stage, and async > sync
-   where sampling is not negligible against optimization.
+3. ``runners``: DQN and R2D1 on the game (settings: ``runner_config``), synchronous vs
+   asynchronous runner (serial sampler; async throttled to the replay ratio the sync runner gets
+   from the algorithm's schedule, so both train at the same ratio), against each stage alone on
+   the same cores: the sampler (the runs' serial sampler and agent) and the optimizer (env steps
+   per second of ``optimize`` on a filled replay). Run rates count the training phase only (from
+   the first progress row with updates to the last). Target: async >= 0.9 of its bottleneck
+   stage, and async > sync where sampling is not negligible against optimization.
 
 Threads: torch uses one thread in every process; ``--env-threads`` is the total of native env
 threads, split over the workers in parallel modes (each worker's vector env gets
@@ -140,36 +141,65 @@ def sampler_rate(mode: str, policy: str, args: argparse.Namespace, seed: int) ->
         sampler.shutdown()
 
 
-def dqn_config(game: str, env_threads: int, n_steps: int, runner_kind: str) -> Any:
-    """A DQN TrainConfig whose budget is mostly training: warm-up of a quarter of the steps. The
-    async runner is throttled to the replay ratio the sync runner gets from DQN's own schedule."""
-    from algorithms.algos.dqn import Config as DqnConfig
+RUNNER_ALGOS = ("dqn", "r2d1")
+
+
+def runner_config(algo: str, game: str, n_steps: int, kind: str) -> Any:
+    """A ``TrainConfig`` for the runner comparison, mostly training: warm-up of a quarter of the steps.
+
+    Cores split between the stages: one env thread and one torch thread for the sampler, one torch
+    thread for the optimizer. ``dqn``: Nature DQN, 32 samples trained per 4 env steps (replay ratio
+    8): optimization dominates. ``r2d1``: R2D1 at R2D2's replay ratio 0.8 (Table 2) on 8 envs, with
+    4 sequences of 80 (+40 burn-in) per minibatch instead of 64, so that one update (320 trained
+    steps, one per 400 env steps) costs about as much as sampling those steps: the regime where
+    overlapping the two pays. The async runner is throttled to the ratio the sync runner gets from
+    the algorithm's own schedule, so both train at the same replay ratio.
+    """
+    from algorithms.algos import dqn, r2d1
     from algorithms.train import RunnerConfig, TrainConfig
 
-    algo = DqnConfig(min_steps_learn=n_steps // 4, replay_size_steps=n_steps, eps_decay_steps=n_steps)
-    target = algo.batch_size / algo.train_every_steps if runner_kind == "async" else 0.0
+    if algo == "dqn":
+        algo_config = dqn.Config(
+            min_steps_learn=n_steps // 4, replay_size_steps=n_steps, eps_decay_steps=n_steps
+        )
+        sampler = SamplerConfig(batch_T=4, batch_B=8, eval_episodes=0)
+        ratio = algo_config.batch_size / algo_config.train_every_steps
+    else:
+        algo_config = r2d1.Config(
+            batch_size_sequences=4, min_steps_learn=n_steps // 4, replay_size_steps=n_steps, eps_decay_steps=0
+        )
+        sampler = SamplerConfig(batch_T=algo_config.sequence_period_steps, batch_B=8, eval_episodes=0)
+        ratio = algo_config.replay_ratio
     return TrainConfig(
-        algo="dqn",
-        algo_config=algo,
-        env=env_config(game, env_threads, 1),
-        sampler=SamplerConfig(batch_T=4, batch_B=8, eval_episodes=0),
+        algo=algo,
+        algo_config=algo_config,
+        env=env_config(game, 1, 1),
+        sampler=sampler,
         runner=RunnerConfig(
-            kind=runner_kind, n_steps=n_steps, log_interval_steps=n_steps, replay_ratio_target=target
+            kind=kind,
+            n_steps=n_steps,
+            log_interval_steps=max(n_steps // 16, sampler.batch_T * sampler.batch_B),
+            checkpoint_interval_steps=n_steps,
+            replay_ratio_target=ratio if kind == "async" else 0.0,
         ),
     )
 
 
-def dqn_sampler_rate(args: argparse.Namespace, seed: int) -> float:
-    """Env steps per second of the DQN runs' sampler alone (serial, DQN agent in sample mode)."""
+def runner_steps(algo: str, args: argparse.Namespace) -> int:
+    return args.runner_steps if algo == "dqn" else args.r2d1_steps
+
+
+def runner_sampler_rate(algo: str, args: argparse.Namespace, seed: int) -> float:
+    """Env steps per second of the runs' sampler alone (serial, the algorithm's agent, sample mode)."""
     from algorithms.runners.sync import SyncRunner
 
-    runner = SyncRunner.build(dqn_config(args.game, args.env_threads, args.runner_steps, "sync"), None, None)
+    runner = SyncRunner.build(runner_config(algo, args.game, runner_steps(algo, args), "sync"), None, None)
     sampler = runner.sampler
     sampler.initialize()
     try:
         runner.agent.set_mode("sample", 0)
         sampler.sample(0)
-        n_batches = max(1, args.runner_steps // (4 * sampler.batch_spec.size))
+        n_batches = max(2, runner_steps(algo, args) // (4 * sampler.batch_spec.size))
         start = time.perf_counter()
         for itr in range(n_batches):
             sampler.sample(itr)
@@ -178,41 +208,53 @@ def dqn_sampler_rate(args: argparse.Namespace, seed: int) -> float:
         sampler.shutdown()
 
 
-def runner_rate(kind: str, args: argparse.Namespace, seed: int) -> tuple[float, float]:
-    """(env steps per second of training, achieved replay ratio) of a DQN run with runner ``kind``."""
-    from algorithms.runners.async_ import AsyncRunner
+def optimizer_rate(algo: str, args: argparse.Namespace, seed: int) -> float:
+    """Env steps per second the optimizer alone sustains: ``optimize`` on one recorded batch, again and
+    again (append it, train at the algorithm's replay ratio), on a filled replay."""
     from algorithms.runners.sync import SyncRunner
 
-    config = dqn_config(args.game, args.env_threads, args.runner_steps, kind)
-    config = dataclasses.replace(config, runner=dataclasses.replace(config.runner, seed=seed))
-    runner_class = AsyncRunner if kind == "async" else SyncRunner
-    start = time.perf_counter()
-    counters = runner_class.build(config, None, None).run()
-    return counters.env_steps / (time.perf_counter() - start), counters.replay_ratio_trained
-
-
-def optimizer_rate(args: argparse.Namespace, seed: int) -> float:
-    """Env steps per second the DQN optimizer alone sustains at 4 env steps per update."""
-    from algorithms.runners.sync import SyncRunner
-
-    config = dqn_config(args.game, args.env_threads, args.runner_steps, "sync")
-    runner = SyncRunner.build(config, None, None)
-    algo = runner.algo
+    runner = SyncRunner.build(runner_config(algo, args.game, runner_steps(algo, args), "sync"), None, None)
+    algo_ = runner.algo
     runner.sampler.initialize()
     try:
         runner.agent.set_mode("sample", 0)
         samples, _ = runner.sampler.sample(0)
         runner.agent.set_mode("train", 0)
-        while algo.replay_steps < config.algo_config.min_steps_learn:  # fill the replay (not timed)
-            algo.optimize(0, samples)
+        while algo_.optimize(0, samples).updates == 0:  # fill the replay up to learning (not timed)
+            pass
+        calls, updates = 0, 0
         start = time.perf_counter()
-        updates = 0
-        while updates < args.runner_steps // 16:
-            updates += algo.optimize(0, samples).updates
+        while updates < 16:
+            updates += algo_.optimize(0, samples).updates
+            calls += 1
         seconds = time.perf_counter() - start
     finally:
         runner.sampler.shutdown()
-    return updates * config.algo_config.train_every_steps / seconds
+    return calls * runner.sampler.batch_spec.size / seconds
+
+
+def runner_rate(algo: str, kind: str, args: argparse.Namespace, seed: int) -> tuple[float, float]:
+    """(env steps per second while training, achieved replay ratio) of a run with runner ``kind``.
+
+    The rate is taken from the run's progress rows, from the first row with updates to the last, so
+    process start-up and the warm-up before learning (no updates in either runner) are not counted.
+    """
+    import tempfile
+
+    from algorithms.rundir import read_table
+    from algorithms.train import train
+
+    config = runner_config(algo, args.game, runner_steps(algo, args), kind)
+    config = dataclasses.replace(config, runner=dataclasses.replace(config.runner, seed=seed))
+    with tempfile.TemporaryDirectory() as tmp:
+        counters = train(config, Path(tmp) / "run")
+        progress, _ = read_table(Path(tmp) / "run" / "progress.csv")
+    training = progress[progress["updates"] > 0]
+    if len(training) < 3:
+        raise RuntimeError(f"runner_rate({algo}, {kind}): only {len(training)} progress rows with updates")
+    first, last = training.iloc[0], training.iloc[-1]
+    rate = (last["env_steps"] - first["env_steps"]) / (last["wall_time_s"] - first["wall_time_s"])
+    return float(rate), counters.replay_ratio_trained
 
 
 def median_of(fn, repeats: int) -> tuple[float, list[float]]:
@@ -235,12 +277,13 @@ def main() -> None:
         "--sections", default="trivial,nature_cnn,runners", help="comma-separated subset of the sections"
     )
     parser.add_argument("--runner-steps", type=int, default=2000, help="env steps per DQN run")
+    parser.add_argument("--r2d1-steps", type=int, default=16_000, help="env steps per R2D1 run")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
     if not sections <= {"trivial", "nature_cnn", "runners"}:
         parser.error(f"--sections: unknown {sorted(sections - {'trivial', 'nature_cnn', 'runners'})}")
     if args.quick:
-        args.batches, args.batch_t, args.runner_steps = 4, 16, 800
+        args.batches, args.batch_t, args.runner_steps, args.r2d1_steps = 4, 16, 800, 6_400
     torch.set_num_threads(1)
     steps = args.batches * args.batch_t
 
@@ -292,23 +335,28 @@ def main() -> None:
             )
 
     if "runners" in sections:
-        sampler_alone, values = median_of(lambda s: dqn_sampler_rate(args, s), args.repeats)
-        record("runners", "dqn_sampler_alone", sampler_alone, values)
-        opt, values = median_of(lambda s: optimizer_rate(args, s), args.repeats)
-        record("runners", "dqn_optimizer_alone", opt, values)
-        bottleneck = min(sampler_alone, opt)
-        for kind in ("sync", "async"):
-            results = [runner_rate(kind, args, seed) for seed in range(args.repeats)]
-            record(
-                "runners",
-                f"dqn_{kind}",
-                statistics.median(r[0] for r in results),
-                [r[0] for r in results],
-                ideal=round(bottleneck, 1),
-                ratio=round(statistics.median(r[0] for r in results) / bottleneck, 3),
-                target=0.9 if kind == "async" else "",
-                replay_ratio=round(statistics.median(r[1] for r in results), 3),
-            )
+        for algo in RUNNER_ALGOS:
+            sampler_alone, values = median_of(lambda s, a=algo: runner_sampler_rate(a, args, s), args.repeats)
+            record("runners", f"{algo}_sampler_alone", sampler_alone, values)
+            opt, values = median_of(lambda s, a=algo: optimizer_rate(a, args, s), args.repeats)
+            record("runners", f"{algo}_optimizer_alone", opt, values)
+            bottleneck = min(sampler_alone, opt)
+            # Sync alternates the stages on the same core: its ceiling is 1 / (1/sampler + 1/optimizer).
+            serial = 1.0 / (1.0 / sampler_alone + 1.0 / opt)
+            for kind in ("sync", "async"):
+                results = [runner_rate(algo, kind, args, seed) for seed in range(args.repeats)]
+                rate = statistics.median(r[0] for r in results)
+                record(
+                    "runners",
+                    f"{algo}_{kind}",
+                    rate,
+                    [r[0] for r in results],
+                    ideal=round(bottleneck, 1),
+                    ratio=round(rate / bottleneck, 3),
+                    target=0.9 if kind == "async" else "",
+                    no_overlap=round(serial, 1),
+                    replay_ratio=round(statistics.median(r[1] for r in results), 3),
+                )
 
     settings = {k: v for k, v in vars(args).items() if k not in ("out", "quick")}
     machine = f"{cpu_model()}, {os.cpu_count()} logical CPUs"
