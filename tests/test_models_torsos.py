@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 import torch
 
@@ -42,3 +44,36 @@ def test_mlp_torso_shapes():
     assert isinstance(build_torso((4, 84, 84)), NatureConvTorso)
     with pytest.raises(ValueError, match="no torso"):
         build_torso((2, 3))
+
+
+@pytest.mark.parametrize("fc_size", [512, None])
+def test_nature_conv_torso_channels_last_matches_contiguous_math(fc_size):
+    """On CPU the convolutions run on channels-last frames; outputs and gradients must equal the
+    plain contiguous (N, C, H, W) computation through the same layers to float tolerance."""
+    torch.manual_seed(0)
+    torso = NatureConvTorso((4, 84, 84), fc_size=fc_size)
+    reference = copy.deepcopy(torso)
+    frames = torch.randint(0, 256, (2, 3, 4, 84, 84), dtype=torch.uint8)
+
+    seen = []
+    torso.conv[0].register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    out = torso(frames)
+    assert seen[0].is_contiguous(memory_format=torch.channels_last) and not seen[0].is_contiguous()
+
+    x = frames.reshape(6, 4, 84, 84).float() / 255.0
+    assert x.is_contiguous()
+    expected = reference.conv(x)
+    if fc_size is not None:
+        expected = reference.fc(expected)
+    expected = expected.reshape(2, 3, -1)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+
+    weights = torch.randn_like(out)
+    (out * weights).sum().backward()
+    (expected * weights).sum().backward()
+    for (name, p), q in zip(torso.named_parameters(), reference.parameters()):
+        assert p.is_contiguous(), name  # checkpoints hold plain tensors
+        # Relative to the gradient's norm: a weight gradient sums thousands of products whose order
+        # differs between the two layouts, so single elements near zero differ relatively more.
+        error = float((p.grad - q.grad).norm() / q.grad.norm())
+        assert error < 1e-5, f"{name}: relative gradient error {error:.2e}"

@@ -7,7 +7,8 @@ A torso maps observations with any leading dims ``[..., *obs_shape]`` to feature
   deep reinforcement learning" (Nature), Methods "Model architecture": 32 filters 8x8 stride 4,
   64 filters 4x4 stride 2, 64 filters 3x3 stride 1, each followed by a ReLU, optionally followed by
   a fully connected layer of 512 ReLU units. Input frames are uint8 and scaled by 1/255 here, so
-  replay buffers keep storing one byte per pixel.
+  replay buffers keep storing one byte per pixel. On CPU the frames enter the convolutions in
+  channels-last memory order (same values, same fp32 math; see ``NatureConvTorso.forward``).
 * ``MlpTorso``: fully connected layers for vector observations (CartPole, MuJoCo).
 """
 
@@ -62,7 +63,18 @@ class NatureConvTorso(nn.Module):
                 f"does not end in {self.observation_shape}"
             )
         lead = observation.shape[:-3]
-        x = observation.reshape(math.prod(lead), *self.observation_shape).to(torch.float32) * (1.0 / 255.0)
+        frames = observation.reshape(math.prod(lead), *self.observation_shape)
+        if frames.device.type == "cpu":
+            # A channels-last input makes PyTorch run all three convolutions in oneDNN's NHWC layout
+            # (the output of one feeds the next in that layout, ``Flatten`` restores the (C, H, W)
+            # feature order). One thread, Nature net, forward + backward (scratch benchmark, machine
+            # shared, medians): batch 256 about 1.4x faster (410 -> 285 ms), batch 32 about 1.1x
+            # (28.5 -> 26 ms); the weights' own layout made no measurable difference, so they stay
+            # contiguous (``nn.init.orthogonal_`` and state dicts see plain tensors). Unmeasured on
+            # CUDA, where cuDNN keeps its own layout choice.
+            frames = frames.contiguous(memory_format=torch.channels_last)
+        # .to() keeps the memory format; the in-place scale saves one batch-sized allocation.
+        x = frames.to(torch.float32).mul_(1.0 / 255.0)
         features = self.conv(x)
         if self.fc is not None:
             features = self.fc(features)
