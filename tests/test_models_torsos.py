@@ -48,8 +48,9 @@ def test_mlp_torso_shapes():
 
 @pytest.mark.parametrize("fc_size", [512, None])
 def test_nature_conv_torso_channels_last_matches_contiguous_math(fc_size):
-    """On CPU the convolutions run on channels-last frames; outputs and gradients must equal the
-    plain contiguous (N, C, H, W) computation through the same layers to float tolerance."""
+    """Training on CPU runs the convolutions on channels-last frames (no-grad calls keep the
+    contiguous layout); outputs and gradients must equal the plain contiguous (N, C, H, W)
+    computation through the same layers to float tolerance."""
     torch.manual_seed(0)
     torso = NatureConvTorso((4, 84, 84), fc_size=fc_size)
     reference = copy.deepcopy(torso)
@@ -59,6 +60,9 @@ def test_nature_conv_torso_channels_last_matches_contiguous_math(fc_size):
     torso.conv[0].register_forward_pre_hook(lambda module, args: seen.append(args[0]))
     out = torso(frames)
     assert seen[0].is_contiguous(memory_format=torch.channels_last) and not seen[0].is_contiguous()
+    with torch.no_grad():
+        torso(frames)
+    assert seen[1].is_contiguous()
 
     x = frames.reshape(6, 4, 84, 84).float() / 255.0
     assert x.is_contiguous()

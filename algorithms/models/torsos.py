@@ -7,8 +7,8 @@ A torso maps observations with any leading dims ``[..., *obs_shape]`` to feature
   deep reinforcement learning" (Nature), Methods "Model architecture": 32 filters 8x8 stride 4,
   64 filters 4x4 stride 2, 64 filters 3x3 stride 1, each followed by a ReLU, optionally followed by
   a fully connected layer of 512 ReLU units. Input frames are uint8 and scaled by 1/255 here, so
-  replay buffers keep storing one byte per pixel. On CPU the frames enter the convolutions in
-  channels-last memory order (same values, same fp32 math; see ``NatureConvTorso.forward``).
+  replay buffers keep storing one byte per pixel. When training on CPU the frames enter the
+  convolutions in channels-last memory order (same values, same fp32 math; see ``forward``).
 * ``MlpTorso``: fully connected layers for vector observations (CartPole, MuJoCo).
 """
 
@@ -64,14 +64,16 @@ class NatureConvTorso(nn.Module):
             )
         lead = observation.shape[:-3]
         frames = observation.reshape(math.prod(lead), *self.observation_shape)
-        if frames.device.type == "cpu":
-            # A channels-last input makes PyTorch run all three convolutions in oneDNN's NHWC layout
-            # (the output of one feeds the next in that layout, ``Flatten`` restores the (C, H, W)
-            # feature order). One thread, Nature net, forward + backward (scratch benchmark, machine
-            # shared, medians): batch 256 about 1.4x faster (410 -> 285 ms), batch 32 about 1.1x
-            # (28.5 -> 26 ms); the weights' own layout made no measurable difference, so they stay
-            # contiguous (``nn.init.orthogonal_`` and state dicts see plain tensors). Unmeasured on
-            # CUDA, where cuDNN keeps its own layout choice.
+        if frames.device.type == "cpu" and torch.is_grad_enabled() and self.conv[0].weight.requires_grad:
+            # Channels-last frames make PyTorch run all three convolutions in oneDNN's NHWC layout
+            # (each output feeds the next in that layout; ``Flatten`` restores the (C, H, W) feature
+            # order). Nature net, one thread, CPU time per call (medians, scratch benchmark on the
+            # shared 2-core machine): forward + backward 221 -> 162 ms at batch 256, 25.5 -> 22.5 ms
+            # at batch 32. Forward alone gains nothing and the conversion costs (batch 1: 0.7 ->
+            # 0.8 ms, 32: 7.7 -> 8.4 ms, 256: 58 -> 60 ms), so no-grad calls (acting, target
+            # networks) keep the contiguous layout. The weights' own layout made no measurable
+            # difference, so they stay contiguous (``nn.init.orthogonal_`` and state dicts see plain
+            # tensors). Unmeasured on CUDA, where cuDNN keeps its own layout choice.
             frames = frames.contiguous(memory_format=torch.channels_last)
         # .to() keeps the memory format; the in-place scale saves one batch-sized allocation.
         x = frames.to(torch.float32).mul_(1.0 / 255.0)
