@@ -187,8 +187,12 @@ class Algo:
                 f"ppo.Config.minibatch_size_steps={config.minibatch_size_steps}: a recurrent minibatch is "
                 f"whole env columns, so it must be a multiple of T={self.T} that splits B={self.B} evenly"
             )
+        # The fused kernel updates all tensors in one pass; the CPU default is a per-tensor Python
+        # loop. Nature actor-critic (1.7M parameters), one thread: 1.5 ms per step against 7.7 ms
+        # (scratch benchmark, medians), i.e. about 0.1 s of each Atari optimize call (16 steps). Same
+        # update rule up to float rounding (tests/test_algos_fused_adam.py).
         self.optimizer = torch.optim.Adam(
-            agent.model.parameters(), lr=config.learning_rate, eps=config.adam_epsilon
+            agent.model.parameters(), lr=config.learning_rate, eps=config.adam_epsilon, fused=True
         )
 
     def anneal_fraction(self, env_steps: int) -> float:
