@@ -1,10 +1,13 @@
-"""Same seed, same samples: serial vs parallel CPU vs parallel GPU (CPU fallback) vs alternating;
-and after ``shutdown`` no worker process is left.
+"""Same seed, same samples, exploration included: serial vs parallel CPU vs parallel GPU (CPU
+fallback) vs alternating; and after ``shutdown`` no worker process is left.
 
-A real agent (an MLP Q-network, or the recurrent R2D1 model, behind the epsilon-greedy agent) acts
-on CartPole with 5 envs split unevenly over 2 workers, over several batches so that episodes end
-inside batches and across batch boundaries. Every field of every batch, the bootstrap entry (with
-the recurrent state) and the finished-episode list must equal the serial sampler's.
+Real exploring agents act with 5 envs split unevenly over 2 workers (or the alternating sampler's
+two groups), over several batches so that episodes end inside batches and across batch boundaries:
+epsilon-greedy (epsilon 0.5) over an MLP Q-network and over the recurrent R2D1 model, and PPO's
+categorical policy on CartPole; SAC on Pendulum, through its uniform warm-up and then its
+tanh-Gaussian samples. Every field of every batch, the bootstrap entry (with the recurrent state)
+and the finished-episode list must equal the serial sampler's; the global torch RNG is seeded
+differently in every mode, since per-env streams (``agents.base.RankStreams``) make it irrelevant.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ import numpy as np
 import pytest
 import torch
 
+from algorithms import registry
 from algorithms.agents.dqn_agents import EpsilonGreedyAgent, R2D1Agent
 from algorithms.agents.epsilon import EpsilonSchedule
+from algorithms.algos import ppo, sac
 from algorithms.arrays import NamedArrays
 from algorithms.envs.config import EnvConfig
 from algorithms.models.dqn_model import QNetwork
@@ -26,6 +31,9 @@ from algorithms.samplers.base import env_spaces, make_sampler
 from algorithms.train import SamplerConfig
 
 ENV = EnvConfig(id="CartPole-v1", kind="gym")
+PENDULUM = EnvConfig(id="Pendulum-v1", kind="gym")
+T, B = 9, 5
+MODES = ("serial", "cpu", "gpu", "alternating")
 
 
 @dataclass(frozen=True)
@@ -33,11 +41,12 @@ class CartPoleAgentFactory:
     """Picklable recipe for a small real agent on CartPole, as ``registry.AgentFactory`` is for an algo."""
 
     recurrent: bool = False
-    epsilon: float = 0.0
+    epsilon: float = 0.5
 
     def __call__(self) -> EpsilonGreedyAgent:
         observation_space, action_space = env_spaces(ENV)
-        schedule = EpsilonSchedule(start=self.epsilon, final=self.epsilon, decay_steps=0, eval=0.0)
+        # Evaluation explores too (its own streams): the eval episodes must match across modes.
+        schedule = EpsilonSchedule(start=self.epsilon, final=self.epsilon, decay_steps=0, eval=self.epsilon)
         if self.recurrent:
             model = R2D1Model((4,), 2, lstm_size=8, head_hidden_size=8, mlp_hidden_sizes=(8,))
             return R2D1Agent(model, observation_space, action_space, schedule)
@@ -45,24 +54,31 @@ class CartPoleAgentFactory:
         return EpsilonGreedyAgent(model, observation_space, action_space, schedule)
 
 
-def collect(mode: str, factory: CartPoleAgentFactory, n_batches: int = 2, seed: int = 7) -> list:
-    """``n_batches`` (samples, traj_infos) pairs from a fresh sampler of ``mode`` (samples copied),
-    then (empty, evaluation episodes)."""
+def algo_factory(algo: str, config: object, env: EnvConfig) -> registry.AgentFactory:
+    return registry.AgentFactory(algo, config, *env_spaces(env))
+
+
+def collect(
+    mode: str, factory, env: EnvConfig = ENV, n_batches: int = 2, eval_after=(1,), seed: int = 7
+) -> list:
+    """(samples, traj_infos) of ``n_batches`` batches from a fresh sampler of ``mode`` (samples
+    copied), each batch whose index is in ``eval_after`` followed by (empty, evaluation episodes)."""
     torch.manual_seed(0)
     agent = factory()  # same parameters in every mode: seeded construction
-    config = SamplerConfig(mode=mode, batch_T=9, batch_B=5, n_workers=2)
-    sampler = make_sampler(mode, ENV, agent, config, seed, agent_factory=factory)
+    config = SamplerConfig(mode=mode, batch_T=T, batch_B=B, n_workers=2, eval_max_steps=50)
+    sampler = make_sampler(mode, env, agent, config, seed, agent_factory=factory)
     out = []
     try:
         sampler.initialize()
         pids = getattr(sampler, "worker_pids", [])
-        torch.manual_seed(1)  # exploration noise, where the mode draws it in this process
+        torch.manual_seed(100 + MODES.index(mode))  # per-env streams make the global RNG irrelevant
         for itr in range(n_batches):
             agent.set_mode("sample", itr * config.batch_size)
             samples, traj_infos = sampler.sample(itr)
             out.append((samples.map(torch.clone), traj_infos))
-        # Evaluation works in every mode (eval-mode episodes on separate envs in this process).
-        out.append((NamedArrays(), sampler.evaluate(2, n_batches * config.batch_size)))
+            if itr in eval_after:
+                # Evaluation works in every mode (eval-mode episodes on separate envs in this process).
+                out.append((NamedArrays(), sampler.evaluate(2, (itr + 1) * config.batch_size)))
     finally:
         sampler.shutdown()
     assert len(pids) == (0 if mode == "serial" else 2)
@@ -72,16 +88,21 @@ def collect(mode: str, factory: CartPoleAgentFactory, n_batches: int = 2, seed: 
     return out
 
 
-def assert_same_batches(expected: list, got: list, mode: str, min_episodes: int = 2) -> None:
+def assert_same_batches(
+    expected: list, got: list, mode: str, min_episodes: int = 2, continuous: bool = False
+) -> None:
+    """Every field equal, except network outputs: a forward pass on a slice of the batch may round
+    differently (BLAS blocking depends on the batch size), so ``agent_info`` and the recurrent state
+    are equal up to float rounding; so are all float fields when the actions are ``continuous``
+    (network outputs themselves, which the env data then follows; measured 2e-7 on Pendulum)."""
     for itr, ((s_exp, t_exp), (s_got, t_got)) in enumerate(zip(expected, got, strict=True)):
         assert s_exp.fields == s_got.fields, f"{mode}: fields differ"
         for (name, a), (_, b) in zip(s_exp.flat_items(), s_got.flat_items(), strict=True):
             assert a.shape == b.shape, (
                 f"{mode}, batch {itr}: {name} shape {tuple(b.shape)} != {tuple(a.shape)}"
             )
-            if name.startswith("agent_info.") or name.startswith("bootstrap.agent_state."):
-                # Network outputs: a forward pass on a slice of the batch may round differently
-                # (BLAS blocking depends on the batch size), so equal up to float rounding.
+            network_output = name.startswith("agent_info.") or name.startswith("bootstrap.agent_state.")
+            if network_output or (continuous and a.is_floating_point()):
                 torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=f"{mode}, batch {itr}: {name}")
             else:
                 assert torch.equal(a, b.to(a.dtype)), f"{mode}, batch {itr}: {name} differs from serial"
@@ -90,29 +111,45 @@ def assert_same_batches(expected: list, got: list, mode: str, min_episodes: int 
     assert episodes >= min_episodes, "the comparison should span episode ends"
 
 
+# name -> (agent factory, env, modes compared with serial, episodes the batches must span)
+EXPLORING_AGENTS = {
+    "dqn": (lambda: CartPoleAgentFactory(), ENV, MODES[1:], 2),
+    # Recurrent state kept per worker (cpu) or per group (alternating) while acting on slices.
+    "r2d1": (lambda: CartPoleAgentFactory(recurrent=True), ENV, ("cpu", "alternating"), 2),
+    # PPO's initial policy keeps CartPole up longer than epsilon 0.5 does: one episode end.
+    "ppo": (lambda: algo_factory("ppo", ppo.Config(hidden_sizes=(16,)), ENV), ENV, MODES[1:], 1),
+    # Batch 0 inside the uniform warm-up (random_steps = one batch), batch 1 from the policy.
+    # Pendulum's episodes last 200 steps: none ends in 2 batches of 9.
+    "sac": (
+        lambda: algo_factory("sac", sac.Config(hidden_sizes=(16, 16), random_steps=T * B), PENDULUM),
+        PENDULUM,
+        MODES[1:],
+        0,
+    ),
+}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "recurrent, modes",
-    # The GPU mode (the serial EnvStepper over remote envs) is compared with exploration on below;
-    # these are the modes that act on slices of the batch, keeping recurrent state per worker (cpu)
-    # or per group (alternating).
-    [(False, ("cpu", "alternating")), (True, ("cpu", "alternating"))],
-    ids=["mlp", "r2d1"],
-)
-def test_parallel_modes_match_serial_greedy(recurrent: bool, modes: tuple[str, ...]) -> None:
-    factory = CartPoleAgentFactory(recurrent=recurrent)
-    serial = collect("serial", factory)
+@pytest.mark.parametrize("name", list(EXPLORING_AGENTS))
+def test_parallel_modes_match_serial_with_exploration(name: str) -> None:
+    make_factory, env, modes, min_episodes = EXPLORING_AGENTS[name]
+    factory = make_factory()
+    serial = collect("serial", factory, env)
+    actions = torch.stack([s.action for s, _ in serial if s.fields])
+    assert len(torch.unique(actions)) > 1, "the agent should explore"
     for mode in modes:
-        assert_same_batches(serial, collect(mode, factory), mode)
+        continuous = env is PENDULUM
+        assert_same_batches(serial, collect(mode, factory, env), mode, min_episodes, continuous)
 
 
-def test_gpu_mode_matches_serial_with_exploration() -> None:
-    """One agent call on all B envs per step, as in the serial sampler: random actions match too."""
-    factory = CartPoleAgentFactory(epsilon=0.5)
-    serial = collect("serial", factory)
-    assert_same_batches(serial, collect("gpu", factory), "gpu")
-    actions = torch.cat([s.action.flatten() for s, _ in serial[:-1]])
-    assert 0 < int(actions.sum()) < len(actions)  # exploration really happened: both actions taken
+def test_evaluation_does_not_shift_training_draws() -> None:
+    """Evaluating between two batches (epsilon 0.5 there too) leaves the next batch unchanged."""
+    factory = CartPoleAgentFactory()
+    with_eval = collect("serial", factory, eval_after=(0,))
+    without = collect("serial", factory, eval_after=())
+    assert len(with_eval[1][1]) == 2  # the evaluation ran
+    del with_eval[1]
+    assert_same_batches(without, with_eval, "serial with evaluation")
 
 
 def test_split_ranks_cover_all_envs() -> None:
@@ -150,7 +187,6 @@ def test_native_atari_worker_slices_match_serial() -> None:
         sampler = make_sampler(mode, PONG, agent, config, seed=5, agent_factory=PongAgentFactory())
         try:
             sampler.initialize()
-            torch.manual_seed(1)
             agent.set_mode("sample", 0)
             samples, _ = sampler.sample(0)
             results[mode] = samples.map(torch.clone)

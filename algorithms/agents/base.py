@@ -5,6 +5,12 @@ sampling from a distribution for policy gradients, a deterministic policy plus n
 Samplers call ``step`` on a batch of B environments; recurrent agents carry a state that samplers
 reset where an episode ended. Modes follow rlpyt's agents (rlpyt/agents/base.py): ``sample``
 (exploration), ``eval`` (greedy or deterministic) and ``train`` (inside the loss).
+
+Random draws at acting time (exploration coins, random actions, policy samples, action noise) go
+through ``Agent.uniform`` / ``Agent.normal``: row i comes from the random stream of env rank
+``env_ranks[i]`` (``RankStreams``), so the draws an env sees at its k-th step are the same whichever
+process or batch slice acts for it (serial, parallel CPU workers, the alternating sampler's
+groups). Without streams (an agent used outside a sampler) they come from the global torch RNG.
 """
 
 from __future__ import annotations
@@ -22,8 +28,44 @@ from algorithms.arrays import NamedArrays
 Mode = Literal["sample", "eval", "train"]
 
 
+class RankStreams:
+    """Independent random streams, one per env rank, all derived from one ``seed``.
+
+    The stream of rank r is a numpy ``PCG64`` generator seeded with ``SeedSequence(seed,
+    spawn_key=(r,))`` (the r-th child ``SeedSequence(seed).spawn`` would give), created on first
+    use, so a worker holding ranks ``[lo, hi)`` builds exactly those ranks' streams from the seed
+    alone. numpy rather than ``torch.Generator``: one small draw per row is the hot path, and
+    numpy's is about 3x faster (measured: 15 vs 44 us for 8 rows of 2 floats, 1 thread).
+    """
+
+    def __init__(self, seed: int) -> None:
+        self.seed = int(seed)
+        self._generators: dict[int, np.random.Generator] = {}
+
+    def _generator(self, rank: int) -> np.random.Generator:
+        generator = self._generators.get(rank)
+        if generator is None:
+            sequence = np.random.SeedSequence(self.seed, spawn_key=(rank,))
+            generator = self._generators[rank] = np.random.Generator(np.random.PCG64(sequence))
+        return generator
+
+    def uniform(self, ranks: np.ndarray, shape: tuple[int, ...] = ()) -> torch.Tensor:
+        """float32 [len(ranks), *shape], uniform on [0, 1); row i from rank ``ranks[i]``'s stream."""
+        out = np.empty((len(ranks), *shape), dtype=np.float32)
+        for row, rank in enumerate(ranks.tolist()):
+            self._generator(rank).random(dtype=np.float32, out=out[row : row + 1])
+        return torch.from_numpy(out)
+
+    def normal(self, ranks: np.ndarray, shape: tuple[int, ...] = ()) -> torch.Tensor:
+        """float32 [len(ranks), *shape], standard normal; row i from rank ``ranks[i]``'s stream."""
+        out = np.empty((len(ranks), *shape), dtype=np.float32)
+        for row, rank in enumerate(ranks.tolist()):
+            self._generator(rank).standard_normal(dtype=np.float32, out=out[row : row + 1])
+        return torch.from_numpy(out)
+
+
 class Agent(ABC):
-    """Base class: holds ``model`` and the env ranks it acts for.
+    """Base class: holds ``model``, the env ranks it acts for and their random streams.
 
     Subclasses implement ``step``; recurrent ones also ``initial_state``.
     """
@@ -40,14 +82,44 @@ class Agent(ABC):
         # and how many environments the whole sampler runs.
         self.env_ranks: np.ndarray = np.zeros(0, dtype=np.int64)
         self.global_batch = 0
+        # The exploration streams of those ranks (None: draw from the global torch RNG).
+        self.streams: RankStreams | None = None
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def set_env_ranks(self, env_ranks: np.ndarray | list[int], global_batch: int) -> None:
+    def set_env_ranks(
+        self, env_ranks: np.ndarray | list[int], global_batch: int, streams: RankStreams | None = None
+    ) -> None:
+        """Act for envs ``env_ranks`` [B] of ``global_batch``, drawing from ``streams`` (None: the
+        global torch RNG)."""
         self.env_ranks = np.asarray(env_ranks, dtype=np.int64)
         self.global_batch = int(global_batch)
+        self.streams = streams
+
+    def uniform(self, batch_size: int, *shape: int, device: torch.device | str | None = None) -> torch.Tensor:
+        """Uniform [0, 1) draws [batch_size, *shape] on ``device`` (the model's by default), row i
+        from env ``env_ranks[i]``'s stream."""
+        device = self.device if device is None else device
+        if self.streams is None:
+            return torch.rand((batch_size, *shape), device=device)
+        return self.streams.uniform(self._stream_ranks(batch_size), shape).to(device)
+
+    def normal(self, batch_size: int, *shape: int, device: torch.device | str | None = None) -> torch.Tensor:
+        """Standard-normal draws [batch_size, *shape] on ``device``, row i from ``env_ranks[i]``'s stream."""
+        device = self.device if device is None else device
+        if self.streams is None:
+            return torch.randn((batch_size, *shape), device=device)
+        return self.streams.normal(self._stream_ranks(batch_size), shape).to(device)
+
+    def _stream_ranks(self, batch_size: int) -> np.ndarray:
+        if len(self.env_ranks) != batch_size:
+            raise ValueError(
+                f"{type(self).__name__}: acting for {batch_size} envs with streams for env ranks "
+                f"{self.env_ranks.tolist()}; call set_env_ranks with this batch's ranks"
+            )
+        return self.env_ranks
 
     def set_mode(self, mode: Mode, env_steps: int = 0) -> None:
         """Switch between sampling, evaluation and training behaviour at ``env_steps`` of the run."""

@@ -62,13 +62,18 @@ class EpsilonGreedyAgent(Agent):
         return expected_q(model_output, self.support.to(model_output.device))
 
     def select_action(self, q: torch.Tensor) -> torch.Tensor:
-        """Greedy ``argmax q`` [B], replaced by a uniform random action with each env's epsilon."""
+        """Greedy ``argmax q`` [B], replaced by a uniform random action with each env's epsilon.
+
+        Each env draws two uniforms per step from its own stream (``Agent.uniform``): the explore
+        coin and the random action, ``floor(u * A)``.
+        """
         batch = q.shape[0]
         greedy = q.argmax(dim=-1).cpu()
         eps = torch.as_tensor(self.epsilons(batch), dtype=torch.float32)
-        explore = torch.rand(batch) < eps
-        random_actions = torch.randint(0, self.n_actions, (batch,))
-        return torch.where(explore, random_actions, greedy)
+        coin, pick = self.uniform(batch, 2, device="cpu").unbind(-1)
+        # float32 u * A can round up to A for u just below 1: clamp into range.
+        random_actions = (pick * self.n_actions).long().clamp_(max=self.n_actions - 1)
+        return torch.where(coin < eps, random_actions, greedy)
 
     @torch.no_grad()
     def step(

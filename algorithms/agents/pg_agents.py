@@ -6,7 +6,9 @@ of the action at sampling time, which PPO's ratio and value clipping need. Conti
 sampled from an unbounded Gaussian and clipped to the action box before the environment sees them
 (as Stable-Baselines3 and OpenAI Baselines do); the unclipped sample is kept as
 ``agent_info.pre_clip_action`` because the log-probability belongs to it. The recurrent agent also
-reports ``agent_info.prev_state``, the LSTM state before each step (Contract 3).
+reports ``agent_info.prev_state``, the LSTM state before each step (Contract 3). Samples use the
+per-env random streams of ``Agent.uniform`` / ``Agent.normal``: a categorical action by inverse CDF
+of one uniform, a Gaussian one as ``mean + std * z`` with one standard normal per action dimension.
 
 Algorithms use three methods on a batch ``NamedArrays`` in Contract 3's layout:
 
@@ -29,6 +31,18 @@ from algorithms.functional.advantages import next_state_values
 from algorithms.models.policies import ActorCritic, RecurrentActorCritic
 
 
+def categorical_inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The action ``a`` with ``cdf(a - 1) <= u < cdf(a)`` for probabilities ``probs`` [..., A] and
+    uniforms ``u`` [...] on [0, 1): a sample of ``Categorical(probs)`` (inverse transform sampling,
+    Devroye 1986, "Non-Uniform Random Variate Generation", Sec. III.2.1). Returns int64 [...]."""
+    if probs.shape[:-1] != u.shape:
+        raise ValueError(f"categorical_inverse_cdf: probs {tuple(probs.shape)} vs u {tuple(u.shape)}")
+    cdf = probs.cumsum(dim=-1)
+    action = torch.searchsorted(cdf, u.unsqueeze(-1).to(cdf.dtype), right=True).squeeze(-1)
+    # The float cdf may end just below 1: a u above it takes the last action.
+    return action.clamp_(max=probs.shape[-1] - 1)
+
+
 def policy_action(batch: NamedArrays) -> torch.Tensor:
     """The action whose log-probability the agent reported: unclipped for Gaussian policies."""
     if "pre_clip_action" in batch.agent_info:
@@ -46,8 +60,16 @@ class _PgAgentBase(Agent):
             self._low = torch.as_tensor(action_space.low, dtype=torch.float32)
             self._high = torch.as_tensor(action_space.high, dtype=torch.float32)
 
+    def _sample(self, dist) -> torch.Tensor:
+        """One action per env from ``dist`` (batch shape [B] or [1, B]), drawn from the env's stream."""
+        n_envs = dist.batch_shape.numel()
+        if self.continuous:
+            z = self.normal(n_envs, *dist.event_shape).view(*dist.batch_shape, *dist.event_shape)
+            return dist.mean + dist.stddev * z
+        return categorical_inverse_cdf(dist.probs, self.uniform(n_envs).view(dist.batch_shape))
+
     def _act(self, dist, value: torch.Tensor) -> tuple[torch.Tensor, NamedArrays]:
-        action = dist.mode if self.mode == "eval" else dist.sample()
+        action = dist.mode if self.mode == "eval" else self._sample(dist)
         info = NamedArrays(value=value, log_prob=dist.log_prob(action))
         if self.continuous:
             info = info.replace(pre_clip_action=action)

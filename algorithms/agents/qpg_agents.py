@@ -10,6 +10,9 @@ dependence of early data on the initial policy. After that:
 * ``SquashedGaussianAgent`` (SAC): a sample of the tanh-Gaussian policy; ``center + scale *
   tanh(mean)`` in ``eval`` mode (Haarnoja et al. 2018, Sec. 6: "we use the mean action").
 
+Uniform actions, Gaussian noise and the policy's sample noise come from each env's own random
+stream (``Agent.uniform`` / ``Agent.normal``), so every sampling mode draws the same.
+
 ``agent.model`` is the policy only: it is what samplers run and what parameter syncs copy. The
 critics and target networks belong to the algorithm.
 """
@@ -42,7 +45,7 @@ class _BoxAgent(Agent):
 
     def uniform_actions(self, batch_size: int, device: torch.device) -> torch.Tensor:
         low, high = self.low.to(device), self.high.to(device)
-        return low + (high - low) * torch.rand(batch_size, low.shape[0], device=device)
+        return low + (high - low) * self.uniform(batch_size, low.shape[0], device=device)
 
 
 class DeterministicAgent(_BoxAgent):
@@ -68,7 +71,7 @@ class DeterministicAgent(_BoxAgent):
         action = self.model(observation)
         if self.mode == "sample":
             low, high = self.low.to(action.device), self.high.to(action.device)
-            noise = torch.randn_like(action) * self.exploration_std * (high - low) / 2
+            noise = self.normal(*action.shape, device=action.device) * self.exploration_std * (high - low) / 2
             action = torch.maximum(torch.minimum(action + noise, high), low)
         return action, NamedArrays(), None
 
@@ -80,5 +83,9 @@ class SquashedGaussianAgent(_BoxAgent):
     def step(self, observation, prev_action, prev_reward, state):
         if self.exploring_uniformly():
             return self.uniform_actions(observation.shape[0], observation.device), NamedArrays(), None
-        action, _ = self.model(observation, deterministic=self.mode == "eval")
+        if self.mode == "eval":
+            action, _ = self.model(observation, deterministic=True)
+        else:
+            noise = self.normal(observation.shape[0], self.low.shape[0], device=observation.device)
+            action, _ = self.model(observation, noise=noise)
         return action, NamedArrays(), None

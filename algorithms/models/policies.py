@@ -325,8 +325,10 @@ class TanhGaussianPolicy(nn.Module):
     ``a = center + scale * tanh(u)``, ``u ~ N(mean(s), std(s)^2)`` with mean and log-std from one
     ReLU MLP, log-std clamped to [-20, 2].
 
-    ``forward(observation, deterministic=False) -> (action, log_prob)``: a reparameterised sample
-    (or ``center + scale * tanh(mean)`` when deterministic) and its log-density [...].
+    ``forward(observation, deterministic=False, noise=None) -> (action, log_prob)``: a
+    reparameterised sample ``u = mean + std * noise`` (or ``center + scale * tanh(mean)`` when
+    deterministic) and its log-density [...]. ``noise`` [..., A] is standard normal, a fresh
+    ``randn`` when not given; the acting agent passes each env's own draws.
     """
 
     def __init__(self, observation_dim: int, action_space: gym.spaces.Box, hidden_sizes=(256, 256)) -> None:
@@ -338,10 +340,17 @@ class TanhGaussianPolicy(nn.Module):
         self.net = _mlp(observation_dim, tuple(hidden_sizes), 2 * self.action_dim)
 
     def forward(
-        self, observation: torch.Tensor, deterministic: bool = False
+        self, observation: torch.Tensor, deterministic: bool = False, noise: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         mean, log_std = self.net(observation.to(torch.float32)).chunk(2, dim=-1)
         log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
-        pre_tanh = mean if deterministic else mean + log_std.exp() * torch.randn_like(mean)
+        if deterministic:
+            pre_tanh = mean
+        else:
+            noise = torch.randn_like(mean) if noise is None else noise
+            if noise.shape != mean.shape:
+                shapes = f"noise {tuple(noise.shape)} != mean {tuple(mean.shape)}"
+                raise ValueError(f"TanhGaussianPolicy: {shapes}")
+            pre_tanh = mean + log_std.exp() * noise
         log_prob = tanh_gaussian_log_prob(pre_tanh, mean, log_std, self.scale)
         return self.center + self.scale * torch.tanh(pre_tanh), log_prob

@@ -15,9 +15,8 @@ and inference time I per half-batch, a step costs about ``2 max(E, I)`` instead 
 Abbeel 2019, "rlpyt", Sec. 2.2).
 
 Per-step logic is the serial ``EnvStepper``'s, cut in two around the env step (``GroupStepper``).
-With the same seed the samples equal the serial sampler's when actions depend on inputs and
-parameters only; random exploration is drawn per group (two agent calls on B/2 envs instead of
-one on B), so it differs unless the agent draws noise per env.
+With the same seed the samples equal the serial sampler's, random exploration included: the agent
+acts twice per step on B/2 envs instead of once on B, but draws from per-env-rank streams.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from algorithms.agents.base import RankStreams
 from algorithms.arrays import NamedArrays, concatenate
 from algorithms.samplers.base import (
     BaseSampler,
@@ -35,6 +35,7 @@ from algorithms.samplers.base import (
     env_seed,
     env_spaces,
     episode_done,
+    exploration_streams,
     finished_episodes,
     initial_inputs,
     next_inputs,
@@ -48,15 +49,19 @@ from algorithms.samplers.workers import split_ranks
 class GroupStepper:
     """``EnvStepper.step`` cut around the env step: ``act`` sends the actions, ``observe`` records.
 
-    The agent is shared with the other group, so ``act`` sets its env ranks (per-env epsilons) to
-    this group's before acting; the recurrent state and previous action/reward are this group's.
+    The agent is shared with the other group, so ``act`` sets its env ranks (per-env epsilons and
+    random streams) to this group's before acting; the recurrent state and previous action/reward
+    are this group's.
     """
 
-    def __init__(self, env: RemoteVecEnv, agent: Any, env_ranks: np.ndarray, global_batch: int) -> None:
+    def __init__(
+        self, env: RemoteVecEnv, agent: Any, env_ranks: np.ndarray, global_batch: int, streams: RankStreams
+    ) -> None:
         self.env = env
         self.agent = agent
         self.env_ranks = np.asarray(env_ranks, dtype=np.int64)
         self.global_batch = int(global_batch)
+        self.streams = streams
         self.inputs: NamedArrays | None = None
         self.state: NamedArrays | None = None
         self._pending: tuple[torch.Tensor, NamedArrays, NamedArrays | None] | None = None
@@ -68,7 +73,7 @@ class GroupStepper:
     def act(self) -> None:
         """Select this group's actions and start its envs stepping (returns without waiting)."""
         device = self.agent.device
-        self.agent.set_env_ranks(self.env_ranks, self.global_batch)
+        self.agent.set_env_ranks(self.env_ranks, self.global_batch, self.streams)
         action, agent_info, next_state = self.agent.step(
             self.inputs.observation.to(device),
             self.inputs.prev_action.to(device),
@@ -120,6 +125,7 @@ class AlternatingSampler(BaseSampler):
         example = record_example(observation_space, action_space, self.agent)
         self.samples = allocate_samples(example, self.batch_spec)
         seed = env_seed(self.seed, "train", self.start_env_steps)
+        streams = exploration_streams(self.seed, "train", self.start_env_steps)
         workers = [max(1, n) for _, n in split_ranks(max(2, self.config.n_workers), 2)]
         self.groups: list[GroupStepper] = []
         self.writers: list[StepWriter] = []
@@ -137,7 +143,7 @@ class AlternatingSampler(BaseSampler):
                     action_space=action_space,
                     frameskip=self.env_config.env_frameskip,
                 )
-                self.groups.append(GroupStepper(env, self.agent, np.arange(first, first + n), B))
+                self.groups.append(GroupStepper(env, self.agent, np.arange(first, first + n), B, streams))
                 self.writers.append(StepWriter(self.samples, slice(first, first + n)))
             for group in self.groups:
                 group.reset(example.action)

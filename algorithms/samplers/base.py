@@ -40,6 +40,13 @@ seeds are a prefix-stable ``SeedSequence`` stream), so any split of the B envs a
 DDP ranks sees the same episodes. A resumed run starts fresh episodes from a seed that also
 depends on the env step it resumed at (environment state is not checkpointed). Evaluation envs get
 their own stream (``role="eval"``).
+
+The agent's exploration follows the same rule: every mode hands its agent (or each worker's copy)
+``exploration_streams(seed, role, start_env_steps)`` with ``set_env_ranks``, one random stream per
+global env rank (``agents.base.RankStreams``), so env r's exploration draws at its k-th step are
+the same in every mode and every split of the batch. Evaluation draws from separate streams
+(``role="eval"``) and never shifts training draws. Like env state, the streams' positions are not
+checkpointed: a resumed run restarts them from a seed that depends on the env step it resumed at.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import torch
 
+from algorithms.agents.base import RankStreams
 from algorithms.arrays import NamedArrays, buffer_from_example
 
 if TYPE_CHECKING:
@@ -59,6 +67,8 @@ if TYPE_CHECKING:
     from algorithms.train import SamplerConfig
 
 ENV_SEED_ROLES = {"train": 0, "eval": 1}
+# Extra entropy word of exploration seeds, so that they never equal an env seed of any role.
+EXPLORATION_WORD = 1
 
 # SamplerConfig.mode -> "module:class"; every class takes BaseSampler's constructor arguments.
 SAMPLERS: dict[str, str] = {
@@ -94,6 +104,15 @@ def env_seed(run_seed: int, role: str = "train", start_env_steps: int = 0) -> in
         [int(run_seed), ENV_SEED_ROLES[role], int(start_env_steps)]
     ).generate_state(1)
     return int(words[0] & 0x7FFFFFFF)
+
+
+def exploration_streams(run_seed: int, role: str = "train", start_env_steps: int = 0) -> RankStreams:
+    """The agent's per-env-rank random streams for the ``role`` envs of a sampler (see the module
+    docstring), seeded like ``env_seed`` but independent of every env seed."""
+    if role not in ENV_SEED_ROLES:
+        raise ValueError(f"exploration_streams: role must be one of {sorted(ENV_SEED_ROLES)}, got {role!r}")
+    words = [int(run_seed), ENV_SEED_ROLES[role], int(start_env_steps), EXPLORATION_WORD]
+    return RankStreams(int(np.random.SeedSequence(words).generate_state(1, np.uint64)[0]))
 
 
 def env_spaces(env_config: EnvConfig) -> tuple[Any, Any]:
@@ -185,22 +204,27 @@ def initial_inputs(observation: np.ndarray, prev_action_example: torch.Tensor) -
 def record_example(observation_space: Any, action_space: Any, agent: Agent) -> NamedArrays:
     """One env's step record (no leading dims) for allocating [T, B] buffers before any env steps.
 
-    The action and ``agent_info`` come from one ``agent.step`` on zero inputs, under saved and
-    restored torch and numpy global RNG states, so allocating never changes what is sampled.
-    ``env_info`` follows Contract 1's field list.
+    The action and ``agent_info`` come from one ``agent.step`` on zero inputs, drawing from the
+    torch and numpy global RNGs under saved and restored states instead of the agent's per-env
+    streams, so allocating never changes what is sampled. ``env_info`` follows Contract 1's field
+    list.
     """
     obs = np.zeros(observation_space.shape, dtype=observation_space.dtype)
     act = np.zeros(action_space.shape, dtype=action_space.dtype)
     device = agent.device
     numpy_state = np.random.get_state()
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        action, agent_info, _ = agent.step(
-            torch.from_numpy(obs[None]).to(device),
-            torch.from_numpy(act[None]).to(device),
-            torch.zeros(1, device=device),
-            agent.initial_state(1),
-        )
-    np.random.set_state(numpy_state)
+    streams, agent.streams = agent.streams, None
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            action, agent_info, _ = agent.step(
+                torch.from_numpy(obs[None]).to(device),
+                torch.from_numpy(act[None]).to(device),
+                torch.zeros(1, device=device),
+                agent.initial_state(1),
+            )
+    finally:
+        agent.streams = streams
+        np.random.set_state(numpy_state)
     return NamedArrays(
         observation=obs,
         action=action[0].cpu(),
@@ -365,6 +389,7 @@ class BaseSampler(ABC):
                 n_envs=self.config.eval_n_envs,
                 seed=env_seed(self.seed, "eval", self.start_env_steps),
                 max_steps=self.config.eval_max_steps,
+                streams=exploration_streams(self.seed, "eval", self.start_env_steps),
             )
         return self._eval_sampler.evaluate(n_episodes, env_steps)
 

@@ -8,7 +8,8 @@ estimate unbiased: taking the first n episodes to finish across parallel envs wo
 short episodes.
 
 The agent is shared with training: ``evaluate`` switches it to ``eval`` mode and to the eval envs'
-ranks, and restores its mode, step count and ranks afterwards. Its recurrent state and previous
+ranks and random streams (separate from training's, so evaluating never shifts a training draw),
+and restores its mode, step count, ranks and streams afterwards. Its recurrent state and previous
 action/reward are kept here, per round, through the same ``EnvStepper`` the samplers use.
 """
 
@@ -22,14 +23,23 @@ import torch
 from algorithms.samplers.base import EnvStepper, record_example
 
 if TYPE_CHECKING:
-    from algorithms.agents.base import Agent
+    from algorithms.agents.base import Agent, RankStreams
     from algorithms.envs.config import EnvConfig
 
 
 class EvalSampler:
-    """Runs eval-mode episodes of ``agent`` on ``n_envs`` envs seeded with ``seed``."""
+    """Runs eval-mode episodes of ``agent`` on ``n_envs`` envs seeded with ``seed``; the agent draws
+    from ``streams`` (the global torch RNG when None)."""
 
-    def __init__(self, env_config: EnvConfig, agent: Agent, n_envs: int, seed: int, max_steps: int) -> None:
+    def __init__(
+        self,
+        env_config: EnvConfig,
+        agent: Agent,
+        n_envs: int,
+        seed: int,
+        max_steps: int,
+        streams: RankStreams | None = None,
+    ) -> None:
         from algorithms.envs.factory import make_vec_env
 
         if n_envs < 1:
@@ -38,6 +48,7 @@ class EvalSampler:
             raise ValueError(f"EvalSampler: max_steps must be >= 1, got {max_steps}")
         self.agent = agent
         self.max_steps = int(max_steps)
+        self.streams = streams
         self.env = make_vec_env(env_config, n_envs, seed)
         self._stepper = EnvStepper(self.env, agent, np.arange(n_envs))
         self._action_example = record_example(self.env.observation_space, self.env.action_space, agent).action
@@ -51,9 +62,10 @@ class EvalSampler:
             raise ValueError(f"EvalSampler.evaluate: n_episodes must be >= 0, got {n_episodes}")
         n_envs = self.env.num_envs
         owed = np.full(n_envs, n_episodes // n_envs) + (np.arange(n_envs) < n_episodes % n_envs)
-        saved = (self.agent.mode, self.agent.env_steps, self.agent.env_ranks, self.agent.global_batch)
-        self.agent.set_env_ranks(np.arange(n_envs), n_envs)
-        self.agent.set_mode("eval", env_steps)
+        agent = self.agent
+        saved = (agent.mode, agent.env_steps, agent.env_ranks, agent.global_batch, agent.streams)
+        agent.set_env_ranks(np.arange(n_envs), n_envs, self.streams)
+        agent.set_mode("eval", env_steps)
         episodes: list[dict[str, Any]] = []
         try:
             while owed.any():
@@ -61,9 +73,9 @@ class EvalSampler:
                     episodes.append({"episode": len(episodes), "return": ret, "length": length})
                     owed[env_index] -= 1
         finally:
-            mode, steps, ranks, global_batch = saved
-            self.agent.set_mode(mode, steps)
-            self.agent.set_env_ranks(ranks, global_batch)
+            mode, steps, ranks, global_batch, streams = saved
+            agent.set_mode(mode, steps)
+            agent.set_env_ranks(ranks, global_batch, streams)
         return episodes
 
     @torch.no_grad()

@@ -9,9 +9,9 @@ batch straight into shared memory. Before every batch the learner's parameters a
 env-step count (rlpyt's CpuSampler, rlpyt/samplers/parallel/cpu/sampler.py, with ``spawn`` instead
 of ``fork``).
 
-Same seed, same samples as ``SerialSampler`` whenever the agent's actions depend on its inputs and
-parameters only (greedy or eval mode, or an agent that draws its exploration noise per env): a
-worker's agent draws random numbers for its own slice, the serial agent for all B at once.
+Same seed, same samples as ``SerialSampler``, random exploration included: each worker's agent
+draws from the random streams of its own env ranks, built from the same seed as the serial
+sampler's (``exploration_streams``, ``algorithms.samplers.base``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from algorithms.agents.base import RankStreams
 from algorithms.arrays import NamedArrays, buffer_from_example
 from algorithms.envs.factory import make_vec_env
 from algorithms.samplers.base import (
@@ -31,6 +32,7 @@ from algorithms.samplers.base import (
     allocate_samples,
     env_seed,
     env_spaces,
+    exploration_streams,
     record_example,
 )
 from algorithms.samplers.workers import SharedStateDict, WorkerGroup, split_ranks
@@ -64,6 +66,7 @@ class CpuWorkerSpec:
     num_envs: int
     global_batch: int
     torch_seed: int
+    streams: RankStreams  # generators are built on first use: each worker's copy builds its own ranks'
     action_example: torch.Tensor
     samples: NamedArrays  # shared [T, B] buffer; this worker writes columns [first_rank, +num_envs)
     bootstrap: NamedArrays  # shared [B]
@@ -84,7 +87,7 @@ class CpuWorker:
         self.agent = spec.agent_factory()
         self.params_version = spec.params.pull(self.agent, -1)
         ranks = np.arange(spec.first_rank, spec.first_rank + spec.num_envs)
-        self.agent.set_env_ranks(ranks, spec.global_batch)
+        self.agent.set_env_ranks(ranks, spec.global_batch, spec.streams)
         self.stepper = EnvStepper(self.env, self.agent, ranks)
         self.stepper.reset(spec.action_example)
         self.writer = StepWriter(spec.samples, self.columns)
@@ -126,6 +129,7 @@ class ParallelCpuSampler(BaseSampler):
         self.bootstrap = buffer_from_example(bootstrap_example(example, self.agent), B, shared=True)
         self.params = SharedStateDict(self.agent.state_dict())
         seed = env_seed(self.seed, "train", self.start_env_steps)
+        streams = exploration_streams(self.seed, "train", self.start_env_steps)
         specs = [
             CpuWorkerSpec(
                 env_config=self.env_config,
@@ -135,6 +139,7 @@ class ParallelCpuSampler(BaseSampler):
                 num_envs=n,
                 global_batch=B,
                 torch_seed=int(np.random.SeedSequence([self.seed, rank]).generate_state(1)[0]),
+                streams=streams,
                 action_example=example.action,
                 samples=self.samples,
                 bootstrap=self.bootstrap,

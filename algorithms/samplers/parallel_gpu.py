@@ -11,7 +11,7 @@ command pipes do, so a dead worker is seen at once through its process sentinel)
 
 ``RemoteVecEnv`` presents the workers as one vector env, so the per-step logic is the serial
 sampler's own ``EnvStepper``; with the same seed the samples are the serial sampler's, random
-exploration included (one agent call on all B envs, as in the serial sampler).
+exploration included (the agent draws from per-env-rank streams, ``algorithms.samplers.base``).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from algorithms.samplers.base import (
     allocate_samples,
     env_seed,
     env_spaces,
+    exploration_streams,
     record_example,
 )
 from algorithms.samplers.workers import WorkerGroup, split_ranks
@@ -159,7 +160,7 @@ class ParallelGpuSampler(BaseSampler):
             frameskip=self.env_config.env_frameskip,
         )
         ranks = np.arange(B)
-        self.agent.set_env_ranks(ranks, B)
+        self.agent.set_env_ranks(ranks, B, exploration_streams(self.seed, "train", self.start_env_steps))
         self.stepper = EnvStepper(self.env, self.agent, ranks)
         self.stepper.reset(example.action)
         self.writer = StepWriter(self.samples)

@@ -18,6 +18,7 @@ from algorithms.samplers.base import (
     StepWriter,
     allocate_samples,
     env_seed,
+    exploration_streams,
     record_example,
 )
 
@@ -32,7 +33,8 @@ class SerialSampler(BaseSampler):
 
     ``first_rank`` / ``global_batch`` place these envs in a larger set (the DDP runner gives rank r
     the global env ranks ``[r * B, (r + 1) * B)`` of ``world_size * B``): envs are seeded as those
-    ranks of one vector env and the agent's per-env exploration sees the global ranks.
+    ranks of one vector env and the agent's per-env exploration (epsilons, random streams) sees the
+    global ranks.
     """
 
     def __init__(
@@ -64,7 +66,8 @@ class SerialSampler(BaseSampler):
         seed = env_seed(self.seed, "train", self.start_env_steps)
         self.env = make_vec_env(self.env_config, B, seed, first_rank=self.first_rank)
         ranks = np.arange(self.first_rank, self.first_rank + B)
-        self.agent.set_env_ranks(ranks, self.global_batch)
+        streams = exploration_streams(self.seed, "train", self.start_env_steps)
+        self.agent.set_env_ranks(ranks, self.global_batch, streams)
         example = record_example(self.env.observation_space, self.env.action_space, self.agent)
         self.buffer = allocate_samples(example, self.batch_spec)
         self.writer = StepWriter(self.buffer)
