@@ -8,6 +8,11 @@ interface. Each repeat builds a fresh learner, fills ``--learning-starts`` steps
 then times ``--steps`` env steps of training; the figure is env steps per second. Reported: every
 repeat in the CSV, the median of the repeats and the ratio in a Markdown summary.
 
+Every figure is given twice: per second of wall-clock time and per second of this process's CPU
+time (``time.process_time``, all its threads). Both learners run on one thread each, so on an idle
+machine the two agree; on a shared machine the wall-clock figure also counts the time other jobs
+held the cores, and the CPU-time figure is the one that compares the learners' work.
+
 The machine's limit for this configuration comes from costs measured in the same run:
 one update of the Nature net on a replay minibatch (``t_update``, replay sampling included), one
 greedy action on one observation (``t_act``) and one env step (``t_env``):
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import statistics
 import time
 from pathlib import Path
@@ -65,8 +71,13 @@ def build_ours(replay_size: int, learning_starts: int, seed: int):
     return agent, sampler, algo
 
 
-def time_ours(steps: int, replay_size: int, learning_starts: int, seed: int) -> float:
-    """Env steps per second of sample + optimize after ``learning_starts`` untimed steps."""
+def clocks() -> np.ndarray:
+    """(wall-clock, CPU) time now in seconds."""
+    return np.array([time.perf_counter(), time.process_time()])
+
+
+def time_ours(steps: int, replay_size: int, learning_starts: int, seed: int) -> np.ndarray:
+    """Env steps per (wall-clock, CPU) second of sample + optimize after ``learning_starts`` untimed steps."""
     agent, sampler, algo = build_ours(replay_size, learning_starts, seed)
     itr = 0
 
@@ -80,9 +91,9 @@ def time_ours(steps: int, replay_size: int, learning_starts: int, seed: int) -> 
             itr += 1
 
     run(learning_starts)
-    start = time.perf_counter()
+    start = clocks()
     run(steps)
-    elapsed = time.perf_counter() - start
+    elapsed = clocks() - start
     sampler.shutdown()
     if algo.updates < steps // TRAIN_FREQ:
         raise RuntimeError(f"ours: only {algo.updates} updates ran in the timed window")
@@ -134,8 +145,9 @@ def sb3_vec_env(seed: int):
     return NativeVecEnv()
 
 
-def time_sb3(steps: int, replay_size: int, learning_starts: int, seed: int) -> float:
-    """Env steps per second of SB3's DQN ``learn`` after ``learning_starts`` untimed steps."""
+def time_sb3(steps: int, replay_size: int, learning_starts: int, seed: int) -> np.ndarray:
+    """Env steps per (wall-clock, CPU) second of SB3's DQN ``learn`` after ``learning_starts`` untimed
+    steps."""
     from stable_baselines3 import DQN
     from stable_baselines3.common.callbacks import BaseCallback
 
@@ -146,7 +158,7 @@ def time_sb3(steps: int, replay_size: int, learning_starts: int, seed: int) -> f
 
         def _on_step(self) -> bool:
             if self.num_timesteps == learning_starts:
-                self.start = time.perf_counter()
+                self.start = clocks()
             return True
 
     env = sb3_vec_env(seed)
@@ -167,19 +179,20 @@ def time_sb3(steps: int, replay_size: int, learning_starts: int, seed: int) -> f
     )
     clock = Clock()
     model.learn(total_timesteps=learning_starts + steps, callback=clock)
-    elapsed = time.perf_counter() - clock.start
+    elapsed = clocks() - clock.start
     env.close()
     return steps / elapsed
 
 
-def machine_limit(replay_size: int, learning_starts: int, seed: int, n: int = 200) -> dict[str, float]:
-    """Measured t_update, t_act, t_env (seconds) and the implied limit in env steps per second."""
+def machine_limit(replay_size: int, learning_starts: int, seed: int, n: int = 200) -> dict[str, np.ndarray]:
+    """Measured t_update, t_act, t_env (seconds) and the implied limit in env steps per second, each
+    as (wall-clock, CPU)."""
     agent, sampler, algo = build_ours(replay_size, learning_starts, seed)
     for itr in range(learning_starts // TRAIN_FREQ):  # fill the replay
         algo.optimize(itr, sampler.sample(itr)[0])
     sampler.shutdown()
     replay, model = algo.replay, algo.model
-    start = time.perf_counter()
+    start = clocks()
     for _ in range(n):
         data, indices, weights = replay.sample(BATCH_SIZE)
         loss, _, _ = algo.loss(data.replace(is_weights=weights))
@@ -187,21 +200,21 @@ def machine_limit(replay_size: int, learning_starts: int, seed: int, n: int = 20
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), algo.max_grad_norm)
         algo.optimizer.step()
-    t_update = (time.perf_counter() - start) / n
+    t_update = (clocks() - start) / n
     agent.set_mode("sample", 10**9)
     obs = data.observation[:1]
     zeros = torch.zeros(1, dtype=torch.long)
-    start = time.perf_counter()
+    start = clocks()
     for _ in range(n):
         agent.step(obs, zeros, torch.zeros(1), None)
-    t_act = (time.perf_counter() - start) / n
+    t_act = (clocks() - start) / n
     env = make_vec_env(ENV, 1, seed)
     env.reset()
     actions = np.random.default_rng(seed).integers(0, env.action_space.n, size=(5 * n, 1))
-    start = time.perf_counter()
+    start = clocks()
     for a in actions:
         env.step(a)
-    t_env = (time.perf_counter() - start) / (5 * n)
+    t_env = (clocks() - start) / (5 * n)
     env.close()
     limit = 1.0 / (t_update / TRAIN_FREQ + t_act + t_env)
     return {"t_update_s": t_update, "t_act_s": t_act, "t_env_s": t_env, "limit_steps_per_s": limit}
@@ -221,38 +234,51 @@ def main() -> None:
     if args.learning_starts < BATCH_SIZE or args.steps % TRAIN_FREQ or args.learning_starts % TRAIN_FREQ:
         parser.error(f"--learning-starts must be >= {BATCH_SIZE}; both step counts multiples of {TRAIN_FREQ}")
     torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()[0]
     rows = []
     for repeat in range(args.repeats):
         for name, fn in (("ours", time_ours), ("sb3", time_sb3)):
-            sps = fn(args.steps, args.replay_size, args.learning_starts, seed=repeat)
-            rows.append({"impl": name, "repeat": repeat, "steps_per_second": sps})
-            print(f"{name} repeat {repeat}: {sps:.1f} steps/s", flush=True)
+            wall, cpu = fn(args.steps, args.replay_size, args.learning_starts, seed=repeat)
+            rows.append(
+                {"impl": name, "repeat": repeat, "steps_per_second": wall, "steps_per_cpu_second": cpu}
+            )
+            print(f"{name} repeat {repeat}: {wall:.1f} steps/s, {cpu:.1f} steps/CPU-s", flush=True)
     costs = machine_limit(args.replay_size, args.learning_starts, seed=0)
-    ours = statistics.median(r["steps_per_second"] for r in rows if r["impl"] == "ours")
-    sb3 = statistics.median(r["steps_per_second"] for r in rows if r["impl"] == "sb3")
+    load_after = os.getloadavg()[0]
+    columns = ("steps_per_second", "steps_per_cpu_second")
+    ours, sb3 = (
+        np.array([statistics.median(r[c] for r in rows if r["impl"] == impl) for c in columns])
+        for impl in ("ours", "sb3")
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["impl", "repeat", "steps_per_second"])
+        writer = csv.DictWriter(f, fieldnames=["impl", "repeat", *columns])
         writer.writeheader()
         writer.writerows(rows)
+
+    def row(name: str, values: np.ndarray, fmt: str) -> str:
+        return f"| {name} | {values[0]:{fmt}} | {values[1]:{fmt}} |"
+
+    limit = costs["limit_steps_per_s"]
     summary = "\n".join(
         [
             "# DQN on Pong: training throughput (env steps/s)",
             "",
             f"Machine: {cpu_model()}, torch threads {args.threads}; replay {args.replay_size}, "
             f"batch {BATCH_SIZE}, one update per {TRAIN_FREQ} steps, {args.steps} timed steps after "
-            f"{args.learning_starts}, median of {args.repeats}.",
+            f"{args.learning_starts}, median of {args.repeats}. 1-minute load average "
+            f"{load_before:.2f} at the start, {load_after:.2f} at the end.",
             "",
-            "| quantity | value |",
-            "|---|---|",
-            f"| ours (median) | {ours:.1f} |",
-            f"| SB3 (median) | {sb3:.1f} |",
-            f"| ours / SB3 | {ours / sb3:.2f} |",
-            f"| t_update (ms) | {1e3 * costs['t_update_s']:.2f} |",
-            f"| t_act (ms) | {1e3 * costs['t_act_s']:.3f} |",
-            f"| t_env (ms) | {1e3 * costs['t_env_s']:.3f} |",
-            f"| machine limit 1/(t_update/{TRAIN_FREQ} + t_act + t_env) | {costs['limit_steps_per_s']:.1f} |",
-            f"| ours / limit | {ours / costs['limit_steps_per_s']:.2f} |",
+            "| quantity | per wall-clock second | per CPU second |",
+            "|---|---|---|",
+            row("ours (median)", ours, ".1f"),
+            row("SB3 (median)", sb3, ".1f"),
+            row("ours / SB3", ours / sb3, ".2f"),
+            row("t_update (ms)", 1e3 * costs["t_update_s"], ".2f"),
+            row("t_act (ms)", 1e3 * costs["t_act_s"], ".3f"),
+            row("t_env (ms)", 1e3 * costs["t_env_s"], ".3f"),
+            row(f"machine limit 1/(t_update/{TRAIN_FREQ} + t_act + t_env)", limit, ".1f"),
+            row("ours / limit", ours / limit, ".2f"),
             "",
         ]
     )
