@@ -16,7 +16,6 @@ still bootstraps from its true final observation.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,14 +24,10 @@ import torch
 from torch.nn import functional as F
 
 from algorithms.agents.qpg_agents import DeterministicAgent
-from algorithms.algos.base import OptInfo
+from algorithms.algos.base import QpgAlgo, minimize, validate_qpg_config
 from algorithms.arrays import NamedArrays
-from algorithms.functional.policy_losses import polyak_update_, q_target
-from algorithms.models.policies import DeterministicPolicy, QNetwork
-from algorithms.replay.buffer import ReplayBuffer
-from algorithms.replay.observations import FullObservations
-from algorithms.replay.samplers import UniformSampler
-from algorithms.replay.transitions import TransitionStorage
+from algorithms.functional.policy_losses import q_target
+from algorithms.models.policies import DeterministicPolicy
 
 
 @dataclass(frozen=True)
@@ -58,24 +53,7 @@ class Config:
     updates_per_step: float = 1.0
 
     def __post_init__(self) -> None:
-        def require(condition: bool, field: str, what: str) -> None:
-            if not condition:
-                raise ValueError(f"ddpg.Config.{field} must be {what}, got {getattr(self, field)!r}")
-
-        require(0.0 <= self.discount <= 1.0, "discount", "in [0, 1]")
-        require(0.0 < self.tau <= 1.0, "tau", "in (0, 1]")
-        for field in ("actor_learning_rate", "critic_learning_rate", "updates_per_step"):
-            require(getattr(self, field) > 0, field, "> 0")
-        for field in ("batch_size", "replay_size_steps"):
-            require(isinstance(getattr(self, field), int) and getattr(self, field) >= 1, field, "an int >= 1")
-        for field in ("exploration_std", "random_steps"):
-            require(getattr(self, field) >= 0, field, ">= 0")
-        require(self.learning_starts_steps >= self.batch_size, "learning_starts_steps", ">= batch_size")
-        require(
-            isinstance(self.hidden_sizes, tuple) and all(h >= 1 for h in self.hidden_sizes),
-            "hidden_sizes",
-            "a tuple of positive ints",
-        )
+        validate_qpg_config(self, "ddpg", non_negative=("exploration_std",))
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> Config:
@@ -91,76 +69,6 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-class ReplayFeed:
-    """The uniform replay of DDPG, TD3 and SAC and their update schedule (one file per algorithm, one
-    replay policy for the three).
-
-    Sampler batches go into a 1-step ``TransitionStorage`` with full observations, so a truncated
-    episode's transition bootstraps from its stored ``final_observation`` and a terminal one not at
-    all (``discount_n`` = 0). ``append`` returns how many updates are due: none until
-    ``learning_starts_steps`` transitions can be sampled, then ``updates_per_step`` per new env step
-    (fractions carried over). The replay is not checkpointed (Contract 4, runners/sync.py): after a
-    resume it refills to ``learning_starts_steps`` before training again.
-    """
-
-    def __init__(
-        self, capacity_steps: int, discount: float, learning_starts_steps: int, updates_per_step: float
-    ):
-        self.capacity_steps = int(capacity_steps)
-        self.discount = float(discount)
-        self.learning_starts_steps = int(learning_starts_steps)
-        self.updates_per_step = float(updates_per_step)
-        self.replay: ReplayBuffer | None = None
-        self.update_credit = 0.0
-
-    def append(self, samples: NamedArrays) -> int:
-        if self.replay is None:  # the storage is laid out from the first batch's fields
-            storage = TransitionStorage(
-                self.capacity_steps,
-                num_envs=samples.reward.shape[1],
-                example=samples.replace(bootstrap=None)[0, 0],
-                observations=FullObservations(),
-                n_step=1,
-                gamma=self.discount,
-            )
-            # Seeded from torch's global RNG, which train() seeds: same seed, same minibatches.
-            sampler = UniformSampler(storage.num_items, seed=int(torch.randint(2**31 - 1, ()).item()))
-            self.replay = ReplayBuffer(storage, sampler)
-        self.replay.append(samples)
-        if len(self.replay) < self.learning_starts_steps:
-            return 0
-        self.update_credit += samples.reward.numel() * self.updates_per_step
-        n_updates = int(self.update_credit)
-        self.update_credit -= n_updates
-        return n_updates
-
-    def sample(self, batch_size: int, device: torch.device) -> NamedArrays:
-        """A uniform minibatch of ``observation, action, return_n, discount_n, next_observation``."""
-        batch, _, _ = self.replay.sample(batch_size)
-        return batch.to_torch(device)
-
-
-def run_updates(
-    feed: ReplayFeed, samples: NamedArrays, batch_size: int, update, device, keys: tuple[str, ...]
-) -> OptInfo:
-    """Append ``samples`` to ``feed`` and run the due ``update(minibatch) -> diagnostics`` calls.
-
-    Every call reports the same diagnostic ``keys`` (the progress table's columns): the mean over
-    this call's updates, NaN for a key no update reported (before learning starts; TD3's actor
-    loss in a call without a delayed policy update).
-    """
-    n_updates = feed.append(samples)
-    values: dict[str, list[torch.Tensor]] = {key: [] for key in keys}
-    for _ in range(n_updates):
-        for key, value in update(feed.sample(batch_size, device)).items():
-            values[key].append(value)
-    diagnostics = {key: float(torch.stack(v).mean()) if v else float("nan") for key, v in values.items()}
-    trained = n_updates * batch_size
-    return OptInfo(
-        updates=n_updates, samples_trained=trained, samples_replayed=trained, diagnostics=diagnostics
-    )
-
-
 DIAGNOSTICS = ("critic_loss", "actor_loss", "q_mean")
 
 
@@ -171,67 +79,31 @@ def build_agent(config: Config, observation_space: gym.Space, action_space: gym.
     )
 
 
-class Algo:
-    """DDPG learner: critic, target networks, replay (see the module docstring)."""
+class Algo(QpgAlgo):
+    """DDPG learner: one critic, target networks, replay (see the module docstring)."""
+
+    DIAGNOSTICS = DIAGNOSTICS
 
     def __init__(
         self, config: Config, agent: DeterministicAgent, counters_frameskip: int, batch_spec
     ) -> None:
-        self.config = config
-        self.agent = agent
-        self.actor = agent.model
-        observation_dim, action_dim = int(agent.observation_space.shape[0]), int(agent.action_space.shape[0])
-        self.critic = QNetwork(observation_dim, action_dim, config.hidden_sizes).to(agent.device)
-        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=config.actor_learning_rate)
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.critic_learning_rate)
-        self.replay = ReplayFeed(
-            config.replay_size_steps, config.discount, config.learning_starts_steps, config.updates_per_step
-        )
-
-    def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
-        return run_updates(
-            self.replay, samples, self.config.batch_size, self.update, self.agent.device, DIAGNOSTICS
-        )
+        super().__init__(config, agent, n_critics=1, actor_target=True)
 
     def update(self, batch: NamedArrays) -> dict[str, torch.Tensor]:
-        c = self.config
         with torch.no_grad():
-            next_q = self.critic_target(batch.next_observation, self.actor_target(batch.next_observation))
+            next_action = self.actor_target(batch.next_observation)
+            next_q = self.critic.target(batch.next_observation, next_action)[0]
             y = q_target(batch.return_n, batch.discount_n, next_q)
-        q = self.critic(batch.observation, batch.action)
+        q = self.critic.q(batch.observation, batch.action)[0]
         critic_loss = F.mse_loss(q, y)
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        self.critic_optimizer.step()
+        minimize(self.critic.optimizer, critic_loss)
 
-        self.critic.requires_grad_(False)  # the actor loss trains the actor only
-        actor_loss = -self.critic(batch.observation, self.actor(batch.observation)).mean()
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        actor_loss.backward()
-        self.critic.requires_grad_(True)
-        self.actor_optimizer.step()
-        polyak_update_(self.actor_target, self.actor, c.tau)
-        polyak_update_(self.critic_target, self.critic, c.tau)
+        with self.critic.frozen():  # the actor loss trains the actor only
+            actor_loss = -self.critic.q(batch.observation, self.actor(batch.observation))[0].mean()
+        minimize(self.actor_optimizer, actor_loss)
+        self.update_targets()
         return {
             "critic_loss": critic_loss.detach(),
             "actor_loss": actor_loss.detach(),
             "q_mean": q.detach().mean(),
         }
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "critic": self.critic.state_dict(),
-            "actor_target": self.actor_target.state_dict(),
-            "critic_target": self.critic_target.state_dict(),
-            "actor_optimizer": self.actor_optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.critic.load_state_dict(state["critic"])
-        self.actor_target.load_state_dict(state["actor_target"])
-        self.critic_target.load_state_dict(state["critic_target"])
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])

@@ -17,7 +17,6 @@ log-density carries the change-of-variables correction (``tanh_gaussian_log_prob
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,11 +25,10 @@ import torch
 from torch.nn import functional as F
 
 from algorithms.agents.qpg_agents import SquashedGaussianAgent
-from algorithms.algos.base import OptInfo
-from algorithms.algos.ddpg import ReplayFeed, run_updates
+from algorithms.algos.base import QpgAlgo, minimize, validate_qpg_config
 from algorithms.arrays import NamedArrays
-from algorithms.functional.policy_losses import polyak_update_, sac_temperature_loss, soft_q_target
-from algorithms.models.policies import TanhGaussianPolicy, TwinQNetwork
+from algorithms.functional.policy_losses import sac_temperature_loss, soft_q_target
+from algorithms.models.policies import TanhGaussianPolicy
 
 
 @dataclass(frozen=True)
@@ -59,29 +57,7 @@ class Config:
     updates_per_step: float = 1.0
 
     def __post_init__(self) -> None:
-        def require(condition: bool, field: str, what: str) -> None:
-            if not condition:
-                raise ValueError(f"sac.Config.{field} must be {what}, got {getattr(self, field)!r}")
-
-        require(0.0 <= self.discount <= 1.0, "discount", "in [0, 1]")
-        require(0.0 < self.tau <= 1.0, "tau", "in (0, 1]")
-        for field in (
-            "actor_learning_rate",
-            "critic_learning_rate",
-            "alpha_learning_rate",
-            "initial_alpha",
-            "updates_per_step",
-        ):
-            require(getattr(self, field) > 0, field, "> 0")
-        for field in ("batch_size", "replay_size_steps"):
-            require(isinstance(getattr(self, field), int) and getattr(self, field) >= 1, field, "an int >= 1")
-        require(self.random_steps >= 0, "random_steps", ">= 0")
-        require(self.learning_starts_steps >= self.batch_size, "learning_starts_steps", ">= batch_size")
-        require(
-            isinstance(self.hidden_sizes, tuple) and all(h >= 1 for h in self.hidden_sizes),
-            "hidden_sizes",
-            "a tuple of positive ints",
-        )
+        validate_qpg_config(self, "sac", positive=("alpha_learning_rate", "initial_alpha"))
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> Config:
@@ -106,88 +82,62 @@ def build_agent(
     return SquashedGaussianAgent(model, observation_space, action_space, config.random_steps)
 
 
-class Algo:
+class Algo(QpgAlgo):
     """SAC learner: twin critics and their targets, temperature, replay (see the module docstring)."""
+
+    DIAGNOSTICS = DIAGNOSTICS
 
     def __init__(
         self, config: Config, agent: SquashedGaussianAgent, counters_frameskip: int, batch_spec
     ) -> None:
-        self.config = config
-        self.agent = agent
-        self.actor = agent.model
-        device = agent.device
-        observation_dim, action_dim = int(agent.observation_space.shape[0]), int(agent.action_space.shape[0])
-        self.critic = TwinQNetwork(observation_dim, action_dim, config.hidden_sizes).to(device)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.log_alpha = torch.tensor(float(config.initial_alpha), device=device).log().requires_grad_()
+        super().__init__(config, agent, n_critics=2, actor_target=False)
+        action_dim = int(agent.action_space.shape[0])
+        self.log_alpha = torch.tensor(float(config.initial_alpha), device=agent.device).log().requires_grad_()
         self.target_entropy = (
             -float(action_dim) if config.target_entropy is None else float(config.target_entropy)
         )
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=config.actor_learning_rate)
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.critic_learning_rate)
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.alpha_learning_rate)
-        self.replay = ReplayFeed(
-            config.replay_size_steps, config.discount, config.learning_starts_steps, config.updates_per_step
-        )
-
-    def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
-        return run_updates(
-            self.replay, samples, self.config.batch_size, self.update, self.agent.device, DIAGNOSTICS
-        )
+        if config.autotune_alpha:
+            # The temperature's own Adam, as a second group of the actor's: one backward and one
+            # optimizer step for both (their losses share no trained parameter, see ``update``).
+            alpha_group = {"params": [self.log_alpha], "lr": config.alpha_learning_rate}
+            self.actor_optimizer.add_param_group(alpha_group)
 
     def update(self, batch: NamedArrays) -> dict[str, torch.Tensor]:
-        c = self.config
         alpha = self.log_alpha.detach().exp()
         with torch.no_grad():
             next_action, next_log_prob = self.actor(batch.next_observation)
-            next_q1, next_q2 = self.critic_target(batch.next_observation, next_action)
-            y = soft_q_target(batch.return_n, batch.discount_n, next_q1, next_q2, next_log_prob, alpha)
-        q1, q2 = self.critic(batch.observation, batch.action)
-        critic_loss = 0.5 * (F.mse_loss(q1, y) + F.mse_loss(q2, y))
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        self.critic_optimizer.step()
+            next_q = self.critic.target(batch.next_observation, next_action)  # [2, N]
+            y = soft_q_target(batch.return_n, batch.discount_n, next_q[0], next_q[1], next_log_prob, alpha)
+        q = self.critic.q(batch.observation, batch.action)  # [2, N]
+        # 0.5 (Q1 - y)^2 + 0.5 (Q2 - y)^2, each a mean over the batch: the mean over both critics.
+        critic_loss = F.mse_loss(q, y.expand_as(q))
+        minimize(self.critic.optimizer, critic_loss)
 
         action, log_prob = self.actor(batch.observation)
-        self.critic.requires_grad_(False)  # the actor loss trains the actor only: skip critic weight grads
-        q1_pi, q2_pi = self.critic(batch.observation, action)
-        actor_loss = (alpha * log_prob - torch.minimum(q1_pi, q2_pi)).mean()
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        actor_loss.backward()
-        self.critic.requires_grad_(True)
-        self.actor_optimizer.step()
-
+        with self.critic.frozen():  # the actor loss trains the actor only
+            q_pi = self.critic.q(batch.observation, action)
+        actor_loss = (alpha * log_prob - torch.minimum(q_pi[0], q_pi[1])).mean()
         info = {
             "critic_loss": critic_loss.detach(),
             "actor_loss": actor_loss.detach(),
-            "q_mean": q1.detach().mean(),
+            "q_mean": q[0].detach().mean(),
             "entropy": -log_prob.detach().mean(),
             "alpha": alpha,
         }
-        if c.autotune_alpha:
+        if self.config.autotune_alpha:
+            # The actor loss sees alpha detached and the temperature loss log_prob detached: the sum's
+            # gradient is each loss's gradient on its own parameters, as two separate steps would be.
             alpha_loss = sac_temperature_loss(self.log_alpha, log_prob, self.target_entropy)
-            self.alpha_optimizer.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            self.alpha_optimizer.step()
             info["alpha_loss"] = alpha_loss.detach()
-        polyak_update_(self.critic_target, self.critic, c.tau)
+            actor_loss = actor_loss + alpha_loss
+        minimize(self.actor_optimizer, actor_loss)
+        self.update_targets()
         return info
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "critic": self.critic.state_dict(),
-            "critic_target": self.critic_target.state_dict(),
-            "log_alpha": self.log_alpha.detach().clone(),
-            "actor_optimizer": self.actor_optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
-            "alpha_optimizer": self.alpha_optimizer.state_dict(),
-        }
+        return {**super().state_dict(), "log_alpha": self.log_alpha.detach().clone()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.critic.load_state_dict(state["critic"])
-        self.critic_target.load_state_dict(state["critic_target"])
+        super().load_state_dict(state)
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])

@@ -16,7 +16,6 @@ still bootstraps from its true final observation (the replay stores ``final_obse
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,15 +24,10 @@ import torch
 from torch.nn import functional as F
 
 from algorithms.agents.qpg_agents import DeterministicAgent
-from algorithms.algos.base import OptInfo
-from algorithms.algos.ddpg import ReplayFeed, run_updates
+from algorithms.algos.base import QpgAlgo, minimize, validate_qpg_config
 from algorithms.arrays import NamedArrays
-from algorithms.functional.policy_losses import (
-    clipped_double_q_target,
-    polyak_update_,
-    smoothed_target_action,
-)
-from algorithms.models.policies import DeterministicPolicy, TwinQNetwork
+from algorithms.functional.policy_losses import clipped_double_q_target, smoothed_target_action
+from algorithms.models.policies import DeterministicPolicy
 
 
 @dataclass(frozen=True)
@@ -61,7 +55,12 @@ class Config:
     updates_per_step: float = 1.0
 
     def __post_init__(self) -> None:
-        _validate(self, "td3")
+        validate_qpg_config(
+            self,
+            "td3",
+            positive_ints=("policy_delay_updates",),
+            non_negative=("exploration_std", "target_noise_std", "target_noise_clip"),
+        )
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> Config:
@@ -78,29 +77,6 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def _validate(config: Any, name: str) -> None:
-    """Shared field checks of the DDPG/TD3 configs; raises ``ValueError`` naming the field."""
-
-    def require(condition: bool, field: str, what: str) -> None:
-        if not condition:
-            raise ValueError(f"{name}.Config.{field} must be {what}, got {getattr(config, field)!r}")
-
-    require(0.0 <= config.discount <= 1.0, "discount", "in [0, 1]")
-    require(0.0 < config.tau <= 1.0, "tau", "in (0, 1]")
-    for field in ("actor_learning_rate", "critic_learning_rate", "updates_per_step"):
-        require(getattr(config, field) > 0, field, "> 0")
-    for field in ("batch_size", "replay_size_steps", "policy_delay_updates"):
-        require(isinstance(getattr(config, field), int) and getattr(config, field) >= 1, field, "an int >= 1")
-    for field in ("exploration_std", "target_noise_std", "target_noise_clip", "random_steps"):
-        require(getattr(config, field) >= 0, field, ">= 0")
-    require(config.learning_starts_steps >= config.batch_size, "learning_starts_steps", ">= batch_size")
-    require(
-        isinstance(config.hidden_sizes, tuple) and all(h >= 1 for h in config.hidden_sizes),
-        "hidden_sizes",
-        "a tuple of positive ints",
-    )
-
-
 DIAGNOSTICS = ("critic_loss", "actor_loss", "q_mean")
 
 
@@ -111,76 +87,47 @@ def build_agent(config: Config, observation_space: gym.Space, action_space: gym.
     )
 
 
-class Algo:
+class Algo(QpgAlgo):
     """TD3 learner: twin critics, target networks, replay (see the module docstring)."""
+
+    DIAGNOSTICS = DIAGNOSTICS
 
     def __init__(
         self, config: Config, agent: DeterministicAgent, counters_frameskip: int, batch_spec
     ) -> None:
-        self.config = config
-        self.agent = agent
-        self.actor = agent.model
-        observation_dim, action_dim = int(agent.observation_space.shape[0]), int(agent.action_space.shape[0])
-        self.critic = TwinQNetwork(observation_dim, action_dim, config.hidden_sizes).to(agent.device)
-        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=config.actor_learning_rate)
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.critic_learning_rate)
-        self.replay = ReplayFeed(
-            config.replay_size_steps, config.discount, config.learning_starts_steps, config.updates_per_step
-        )
+        super().__init__(config, agent, n_critics=2, actor_target=True)
         self.updates = 0
-        self.half_width = (agent.high - agent.low).to(agent.device) / 2
-
-    def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
-        return run_updates(
-            self.replay, samples, self.config.batch_size, self.update, self.agent.device, DIAGNOSTICS
-        )
+        self.low, self.high = agent.low.to(agent.device), agent.high.to(agent.device)
+        self.half_width = (self.high - self.low) / 2
 
     def update(self, batch: NamedArrays) -> dict[str, torch.Tensor]:
         c = self.config
-        low, high = self.agent.low.to(self.half_width.device), self.agent.high.to(self.half_width.device)
         with torch.no_grad():
             target_action = self.actor_target(batch.next_observation)
             noise = torch.randn_like(target_action) * c.target_noise_std * self.half_width
             next_action = smoothed_target_action(
-                target_action, noise, c.target_noise_clip * self.half_width, low, high
+                target_action, noise, c.target_noise_clip * self.half_width, self.low, self.high
             )
-            next_q1, next_q2 = self.critic_target(batch.next_observation, next_action)
-            y = clipped_double_q_target(batch.return_n, batch.discount_n, next_q1, next_q2)
-        q1, q2 = self.critic(batch.observation, batch.action)
-        critic_loss = F.mse_loss(q1, y) + F.mse_loss(q2, y)
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        self.critic_optimizer.step()
+            next_q = self.critic.target(batch.next_observation, next_action)  # [2, N]
+            y = clipped_double_q_target(batch.return_n, batch.discount_n, next_q[0], next_q[1])
+        q = self.critic.q(batch.observation, batch.action)  # [2, N]
+        # (Q1 - y)^2 + (Q2 - y)^2, each a mean over the batch.
+        critic_loss = 2.0 * F.mse_loss(q, y.expand_as(q))
+        minimize(self.critic.optimizer, critic_loss)
         self.updates += 1
-        info = {"critic_loss": critic_loss.detach(), "q_mean": q1.detach().mean()}
+        info = {"critic_loss": critic_loss.detach(), "q_mean": q[0].detach().mean()}
         if self.updates % c.policy_delay_updates == 0:
-            self.critic.requires_grad_(False)  # the actor loss trains the actor only
-            actor_loss = -self.critic.q1(batch.observation, self.actor(batch.observation)).mean()
-            self.actor_optimizer.zero_grad(set_to_none=True)
-            actor_loss.backward()
-            self.critic.requires_grad_(True)
-            self.actor_optimizer.step()
-            polyak_update_(self.actor_target, self.actor, c.tau)
-            polyak_update_(self.critic_target, self.critic, c.tau)
+            with self.critic.frozen():  # the actor loss trains the actor only, through Q1
+                q1_pi = self.critic.q(batch.observation, self.actor(batch.observation), n_members=1)
+            actor_loss = -q1_pi.mean()
+            minimize(self.actor_optimizer, actor_loss)
+            self.update_targets()
             info["actor_loss"] = actor_loss.detach()
         return info
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "critic": self.critic.state_dict(),
-            "actor_target": self.actor_target.state_dict(),
-            "critic_target": self.critic_target.state_dict(),
-            "actor_optimizer": self.actor_optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
-            "updates": self.updates,
-        }
+        return {**super().state_dict(), "updates": self.updates}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.critic.load_state_dict(state["critic"])
-        self.actor_target.load_state_dict(state["actor_target"])
-        self.critic_target.load_state_dict(state["critic_target"])
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        super().load_state_dict(state)
         self.updates = int(state["updates"])
