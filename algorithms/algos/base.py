@@ -201,7 +201,8 @@ class QpgAlgo:
             batch = self.replay.sample(self.config.batch_size, self.agent.device)
             for key, value in self.update(batch).items():
                 values[key].append(value)
-        diagnostics = {key: float(torch.stack(v).mean()) if v else float("nan") for key, v in values.items()}
+        # One update per call is the common case (T = 1 sampler batches): a float per value, no stacking.
+        diagnostics = {key: sum(map(float, v)) / len(v) if v else float("nan") for key, v in values.items()}
         trained = n_updates * self.config.batch_size
         return OptInfo(
             updates=n_updates, samples_trained=trained, samples_replayed=trained, diagnostics=diagnostics

@@ -116,7 +116,7 @@ class Algo(QpgAlgo):
         action, log_prob = self.actor(batch.observation)
         with self.critic.frozen():  # the actor loss trains the actor only
             q_pi = self.critic.q(batch.observation, action)
-        actor_loss = (alpha * log_prob - torch.minimum(q_pi[0], q_pi[1])).mean()
+        actor_loss = (alpha * log_prob - q_pi.amin(dim=0)).mean()  # min over the two critics
         info = {
             "critic_loss": critic_loss.detach(),
             "actor_loss": actor_loss.detach(),
