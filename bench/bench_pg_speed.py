@@ -9,7 +9,10 @@
 Both learners step the very same env objects: this code base's vector envs, handed to SB3 through
 its ``VecEnv`` interface (``sb3_vec_env``), with the same torch thread count, so only the learners
 differ. The figure is env steps per second of sampling + learning; every repeat goes to the CSV, the
-median of the repeats and the ratio to the Markdown summary.
+median of the repeats and the ratio to the Markdown summary. Every figure is given per second of
+wall-clock time and per second of this process's CPU time (``time.process_time``, all threads): on
+an idle machine they agree; on a shared one the wall-clock figure also counts the time other jobs
+held the cores, and the CPU-time figure compares the learners' work.
 
 The machine's limit for each configuration comes from costs measured in the same run, with this
 code base's components: the vectorised env step (``t_env``), one batched action selection
@@ -27,8 +30,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import statistics
-import time
 from pathlib import Path
 
 import numpy as np
@@ -40,11 +43,13 @@ from algorithms.envs.factory import make_vec_env
 from algorithms.samplers.base import BatchSpec
 from algorithms.samplers.serial import SerialSampler
 from algorithms.train import SamplerConfig
+from bench.bench_dqn_speed import clocks
 from bench.bench_env import cpu_model
 
 PONG = EnvConfig(id="pong", kind="atari", backend="native", clip_rewards=True)
 HALFCHEETAH = EnvConfig(id="HalfCheetah-v5", kind="gym")
 PPO_T, PPO_B, PPO_EPOCHS, PPO_MINIBATCH = 128, 8, 4, 256
+COLUMNS = ("steps_per_second", "steps_per_cpu_second")
 SAC_BATCH = 256
 
 
@@ -116,17 +121,17 @@ def build_ours_ppo(seed: int):
     return agent, sampler, ppo.Algo(config, agent, PONG.env_frameskip, BatchSpec(PPO_T, PPO_B))
 
 
-def time_ours_ppo(iterations: int, seed: int) -> float:
+def time_ours_ppo(iterations: int, seed: int) -> np.ndarray:
     agent, sampler, algo = build_ours_ppo(seed)
     start = 0.0
     for itr in range(iterations + 1):
         if itr == 1:  # the first batch (allocation, first-call overheads) is not timed
-            start = time.perf_counter()
+            start = clocks()
         agent.set_mode("sample", itr * PPO_T * PPO_B)
         samples, _ = sampler.sample(itr)
         agent.set_mode("train", (itr + 1) * PPO_T * PPO_B)
         algo.optimize(itr, samples)
-    elapsed = time.perf_counter() - start
+    elapsed = clocks() - start
     sampler.shutdown()
     return iterations * PPO_T * PPO_B / elapsed
 
@@ -142,7 +147,7 @@ def rollout_clock(start_at: int):
 
         def _on_rollout_start(self) -> None:
             if self.rollouts == start_at:
-                self.start = time.perf_counter()
+                self.start = clocks()
             self.rollouts += 1
 
         def _on_step(self) -> bool:
@@ -151,7 +156,7 @@ def rollout_clock(start_at: int):
     return Clock()
 
 
-def time_sb3_ppo(iterations: int, seed: int) -> float:
+def time_sb3_ppo(iterations: int, seed: int) -> np.ndarray:
     from stable_baselines3 import PPO
 
     env = sb3_vec_env(PONG, PPO_B, seed)
@@ -175,34 +180,34 @@ def time_sb3_ppo(iterations: int, seed: int) -> float:
     )
     clock = rollout_clock(1)
     model.learn(total_timesteps=(iterations + 1) * PPO_T * PPO_B, callback=clock)
-    elapsed = time.perf_counter() - clock.start
+    elapsed = clocks() - clock.start
     env.close()
     return iterations * PPO_T * PPO_B / elapsed
 
 
-def ppo_limit(seed: int, n: int = 50) -> dict[str, float]:
+def ppo_limit(seed: int, n: int = 50) -> dict[str, np.ndarray]:
     agent, sampler, algo = build_ours_ppo(seed)
     samples, _ = sampler.sample(0)
     sampler.shutdown()
     obs = samples.observation[0]
     zeros = torch.zeros(PPO_B, dtype=torch.long)
     agent.set_mode("sample", 0)
-    start = time.perf_counter()
+    start = clocks()
     for _ in range(n):
         agent.step(obs, zeros, torch.zeros(PPO_B), None)
-    t_act = (time.perf_counter() - start) / n
+    t_act = (clocks() - start) / n
     env = make_vec_env(PONG, PPO_B, seed)
     env.reset()
     actions = np.random.default_rng(seed).integers(0, env.action_space.n, size=(4 * n, PPO_B))
-    start = time.perf_counter()
+    start = clocks()
     for a in actions:
         env.step(a)
-    t_env = (time.perf_counter() - start) / (4 * n)
+    t_env = (clocks() - start) / (4 * n)
     env.close()
     algo.optimize(0, samples)  # first call (allocations) untimed
-    start = time.perf_counter()
+    start = clocks()
     algo.optimize(1, samples)
-    t_optimize = time.perf_counter() - start
+    t_optimize = clocks() - start
     limit = PPO_T * PPO_B / (PPO_T * (t_act + t_env) + t_optimize)
     return {"t_act_s": t_act, "t_env_s": t_env, "t_learn_s": t_optimize, "limit_steps_per_s": limit}
 
@@ -225,22 +230,22 @@ def build_ours_sac(learning_starts: int, seed: int):
     return agent, sampler, sac.Algo(config, agent, 1, BatchSpec(1, 1))
 
 
-def time_ours_sac(steps: int, learning_starts: int, seed: int) -> float:
+def time_ours_sac(steps: int, learning_starts: int, seed: int) -> np.ndarray:
     agent, sampler, algo = build_ours_sac(learning_starts, seed)
     start = 0.0
     for itr in range(learning_starts + steps):
         if itr == learning_starts:
-            start = time.perf_counter()
+            start = clocks()
         agent.set_mode("sample", itr)
         samples, _ = sampler.sample(itr)
         agent.set_mode("train", itr + 1)
         algo.optimize(itr, samples)
-    elapsed = time.perf_counter() - start
+    elapsed = clocks() - start
     sampler.shutdown()
     return steps / elapsed
 
 
-def time_sb3_sac(steps: int, learning_starts: int, seed: int) -> float:
+def time_sb3_sac(steps: int, learning_starts: int, seed: int) -> np.ndarray:
     from stable_baselines3 import SAC
     from stable_baselines3.common.callbacks import BaseCallback
 
@@ -251,7 +256,7 @@ def time_sb3_sac(steps: int, learning_starts: int, seed: int) -> float:
 
         def _on_step(self) -> bool:
             if self.num_timesteps == learning_starts:
-                self.start = time.perf_counter()
+                self.start = clocks()
             return True
 
     env = sb3_vec_env(HALFCHEETAH, 1, seed)
@@ -267,38 +272,38 @@ def time_sb3_sac(steps: int, learning_starts: int, seed: int) -> float:
     )
     clock = Clock()
     model.learn(total_timesteps=learning_starts + steps, callback=clock)
-    elapsed = time.perf_counter() - clock.start
+    elapsed = clocks() - clock.start
     env.close()
     return steps / elapsed
 
 
-def sac_limit(learning_starts: int, seed: int, n: int = 200) -> dict[str, float]:
+def sac_limit(learning_starts: int, seed: int, n: int = 200) -> dict[str, np.ndarray]:
     agent, sampler, algo = build_ours_sac(learning_starts, seed)
     for itr in range(learning_starts + 1):  # fill the replay; the last call makes the first update
         algo.optimize(itr, sampler.sample(itr)[0])
     sampler.shutdown()
     batches = [algo.replay.sample(SAC_BATCH, agent.device) for _ in range(n)]
-    start = time.perf_counter()
+    start = clocks()
     for batch in batches:
         algo.update(batch)
-    t_update = (time.perf_counter() - start) / n  # replay sampling excluded here, included below
-    start = time.perf_counter()
+    t_update = (clocks() - start) / n  # replay sampling excluded here, included below
+    start = clocks()
     for _ in range(n):
         algo.replay.sample(SAC_BATCH, agent.device)
-    t_update += (time.perf_counter() - start) / n
+    t_update += (clocks() - start) / n
     agent.set_mode("sample", 10**9)
     obs = batches[0].observation[:1]
-    start = time.perf_counter()
+    start = clocks()
     for _ in range(n):
         agent.step(obs, None, None, None)
-    t_act = (time.perf_counter() - start) / n
+    t_act = (clocks() - start) / n
     env = make_vec_env(HALFCHEETAH, 1, seed)
     env.reset()
     actions = np.random.default_rng(seed).uniform(-1, 1, size=(5 * n, 1, 6)).astype(np.float32)
-    start = time.perf_counter()
+    start = clocks()
     for a in actions:
         env.step(a)
-    t_env = (time.perf_counter() - start) / (5 * n)
+    t_env = (clocks() - start) / (5 * n)
     env.close()
     limit = 1.0 / (t_update + t_act + t_env)
     return {"t_act_s": t_act, "t_env_s": t_env, "t_learn_s": t_update, "limit_steps_per_s": limit}
@@ -322,6 +327,7 @@ def main() -> None:
     if args.sac_learning_starts < SAC_BATCH:
         parser.error(f"--sac-learning-starts must be >= the batch size {SAC_BATCH}")
     torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()[0]
     timers = {
         "ppo": {
             "ours": lambda seed: time_ours_ppo(args.ppo_iterations, seed),
@@ -337,16 +343,26 @@ def main() -> None:
     for config in configs:
         for repeat in range(args.repeats):
             for impl, fn in timers[config].items():
-                sps = fn(repeat)
-                rows.append({"config": config, "impl": impl, "repeat": repeat, "steps_per_second": sps})
-                print(f"{config} {impl} repeat {repeat}: {sps:.1f} steps/s", flush=True)
+                wall, cpu = fn(repeat)
+                rows.append(
+                    {
+                        "config": config,
+                        "impl": impl,
+                        "repeat": repeat,
+                        "steps_per_second": wall,
+                        "steps_per_cpu_second": cpu,
+                    }
+                )
+                print(
+                    f"{config} {impl} repeat {repeat}: {wall:.1f} steps/s, {cpu:.1f} steps/CPU-s", flush=True
+                )
     limits = {
         "ppo": lambda: ppo_limit(seed=0),
         "sac": lambda: sac_limit(args.sac_learning_starts, seed=0),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["config", "impl", "repeat", "steps_per_second"])
+        writer = csv.DictWriter(f, fieldnames=["config", "impl", "repeat", *COLUMNS])
         writer.writeheader()
         writer.writerows(rows)
     lines = [
@@ -355,29 +371,35 @@ def main() -> None:
         f"Machine: {cpu_model()}, torch threads {args.threads}; median of {args.repeats} repeats. "
         f"PPO: {PPO_B} envs x {PPO_T} steps, {PPO_EPOCHS} epochs, minibatch {PPO_MINIBATCH}, "
         f"{args.ppo_iterations} timed batches. SAC: batch {SAC_BATCH}, {args.sac_steps} timed steps after "
-        f"{args.sac_learning_starts}.",
+        f"{args.sac_learning_starts}. 1-minute load average {load_before:.2f} at the start.",
         "",
-        "| config | ours (median) | SB3 (median) | ours / SB3 | t_act (ms) | t_env (ms) | t_learn (ms) "
-        "| machine limit | ours / limit |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| config | per | ours (median) | SB3 (median) | ours / SB3 | t_act (ms) | t_env (ms) "
+        "| t_learn (ms) | machine limit | ours / limit |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for config in configs:
-        ours = statistics.median(
-            r["steps_per_second"] for r in rows if r["config"] == config and r["impl"] == "ours"
-        )
-        sb3 = statistics.median(
-            r["steps_per_second"] for r in rows if r["config"] == config and r["impl"] == "sb3"
+        ours, sb3 = (
+            np.array(
+                [
+                    statistics.median(r[c] for r in rows if r["config"] == config and r["impl"] == impl)
+                    for c in COLUMNS
+                ]
+            )
+            for impl in ("ours", "sb3")
         )
         costs = limits[config]()
-        lines.append(
-            f"| {config} | {ours:.1f} | {sb3:.1f} | {ours / sb3:.2f} | {1e3 * costs['t_act_s']:.2f} | "
-            f"{1e3 * costs['t_env_s']:.2f} | {1e3 * costs['t_learn_s']:.1f} | "
-            f"{costs['limit_steps_per_s']:.1f} | {ours / costs['limit_steps_per_s']:.2f} |"
-        )
+        limit = costs["limit_steps_per_s"]
+        for k, per in enumerate(("wall-clock s", "CPU s")):
+            lines.append(
+                f"| {config} | {per} | {ours[k]:.1f} | {sb3[k]:.1f} | {ours[k] / sb3[k]:.2f} | "
+                f"{1e3 * costs['t_act_s'][k]:.2f} | {1e3 * costs['t_env_s'][k]:.2f} | "
+                f"{1e3 * costs['t_learn_s'][k]:.1f} | {limit[k]:.1f} | {ours[k] / limit[k]:.2f} |"
+            )
     lines += [
         "",
         "t_learn: one PPO optimize call on a 128 x 8 batch (all epochs); one SAC update and replay draw.",
         "PPO limit = T*B / (T*(t_act + t_env) + t_learn); SAC limit = 1 / (t_act + t_env + t_learn).",
+        f"1-minute load average at the end: {os.getloadavg()[0]:.2f}.",
         "",
     ]
     summary = "\n".join(lines)
