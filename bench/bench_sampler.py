@@ -277,11 +277,14 @@ def main() -> None:
         "--sections", default="trivial,nature_cnn,runners", help="comma-separated subset of the sections"
     )
     parser.add_argument("--runner-steps", type=int, default=2000, help="env steps per DQN run")
+    parser.add_argument("--runner-algos", default="dqn,r2d1", help="algorithms of the runners section")
     parser.add_argument("--r2d1-steps", type=int, default=16_000, help="env steps per R2D1 run")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
     if not sections <= {"trivial", "nature_cnn", "runners"}:
         parser.error(f"--sections: unknown {sorted(sections - {'trivial', 'nature_cnn', 'runners'})}")
+    if not set(args.runner_algos.split(",")) <= set(RUNNER_ALGOS):
+        parser.error(f"--runner-algos: {args.runner_algos!r} is not a subset of {RUNNER_ALGOS}")
     if args.quick:
         args.batches, args.batch_t, args.runner_steps, args.r2d1_steps = 4, 16, 800, 6_400
     torch.set_num_threads(1)
@@ -335,7 +338,7 @@ def main() -> None:
             )
 
     if "runners" in sections:
-        for algo in RUNNER_ALGOS:
+        for algo in args.runner_algos.split(","):
             sampler_alone, values = median_of(lambda s, a=algo: runner_sampler_rate(a, args, s), args.repeats)
             record("runners", f"{algo}_sampler_alone", sampler_alone, values)
             opt, values = median_of(lambda s, a=algo: optimizer_rate(a, args, s), args.repeats)

@@ -25,7 +25,10 @@ al. 2019, Sec. 2.3)::
   ``OptInfo.samples_trained``, R2D2's counting; "with_burnin": ``samples_replayed``, rlpyt's): from
   the env step L at which training started (the end of the algorithm's warm-up), the optimizer
   trains while ``counted < r (env_steps - L)`` and otherwise waits for data, and the sampler waits
-  while ``counted < r (env_steps_sampled - L) - r T B`` (more than one batch ahead). The counters
+  while ``counted < r (env_steps_sampled - L) - r T B - u``, with u the samples one update counts:
+  more than one batch and one update ahead. Without u, an algorithm whose update counts more than
+  a batch's share (R2D1 at ratio 0.8: 320 trained steps per update, 256 owed per batch of 320)
+  would make the two stages take turns instead of overlapping. The counters
   report the achieved ratio over all env steps, warm-up included. With r = 0 the optimizer trains
   as fast as it can and the ratio is whatever results (R2D2's learner).
 
@@ -71,7 +74,7 @@ if TYPE_CHECKING:
     from algorithms.train import TrainConfig
 
 # Slots of the shared progress array (float64): written by one side each.
-_SAMPLED, _COUNTED, _LEARN_START = 0, 1, 2
+_SAMPLED, _COUNTED, _LEARN_START, _PER_UPDATE = 0, 1, 2, 3
 _WAIT_S = 0.002  # granularity of the throttle waits
 DATA_TIMEOUT_S = 600.0  # no batch from the sampler for this long: report it instead of hanging
 
@@ -172,7 +175,7 @@ class SamplerProcess:
         target = self.spec.config.runner.replay_ratio_target
         progress = self.spec.progress
         while target > 0 and progress[_LEARN_START] >= 0:
-            owed = target * (env_steps - progress[_LEARN_START]) - target * batch_size
+            owed = target * (env_steps - progress[_LEARN_START]) - target * batch_size - progress[_PER_UPDATE]
             if progress[_COUNTED] >= owed:
                 return
             self._check_stop()
@@ -210,7 +213,7 @@ class AsyncRunner(SyncRunner):
         self.batch = DoubleBuffer(layout)
         self.traj_queue = ctx.Queue()
         self.params = SharedStateDict(self.agent.state_dict())
-        self.progress = ctx.Array("d", [self.counters.env_steps, 0.0, -1.0], lock=False)
+        self.progress = ctx.Array("d", [self.counters.env_steps, 0.0, -1.0, 0.0], lock=False)
         self.stop = ctx.Event()
         self.replay_lock = RWLock()
         # (env steps, episodes, the batch itself for algorithms without the async extension). Such
@@ -268,7 +271,7 @@ class AsyncRunner(SyncRunner):
                 slot, (_, n_steps) = self.batch.begin_read(
                     timeout_s=DATA_TIMEOUT_S, alive=self._sampler_alive
                 )
-                traj_infos = self.traj_queue.get(timeout=DATA_TIMEOUT_S)
+                traj_infos = self._episodes_of_batch()
                 batch = None
                 if self.split:
                     with self.replay_lock.write():
@@ -288,6 +291,19 @@ class AsyncRunner(SyncRunner):
         except BaseException as error:
             self.copier_error = error
             self.arrived.set()
+
+    def _episodes_of_batch(self) -> list[dict[str, Any]]:
+        """The finished episodes the sampler queued with the batch just read. A queue's data travels
+        through a feeder thread of the sender, after the batch's slot is already marked written: a
+        sampler killed in between never delivers them, so wait in short polls that check it lives."""
+        deadline = time.monotonic() + DATA_TIMEOUT_S
+        while True:
+            try:
+                return self.traj_queue.get(timeout=0.05)
+            except queue.Empty:
+                self._sampler_alive()
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no episodes from the sampler for {DATA_TIMEOUT_S:.0f} s") from None
 
     def _sampler_alive(self) -> None:
         if self.stop.is_set():
@@ -332,9 +348,12 @@ class AsyncRunner(SyncRunner):
 
     def add_opt_info(self, opt_info: OptInfo) -> None:
         """Count an optimizer call's work, share it with the sampler's throttle, push parameters if due."""
+        before = self.counted()
         self.counters.add_updates(opt_info.updates, opt_info.samples_trained, opt_info.samples_replayed)
         self.window.add([], opt_info)
         self.progress[_COUNTED] = self.counted()
+        if opt_info.updates > 0:
+            self.progress[_PER_UPDATE] = (self.progress[_COUNTED] - before) / opt_info.updates
         if self.progress[_SAMPLED] >= self.next_push:
             self.params.push(self.agent.state_dict())
             self.next_push = self.progress[_SAMPLED] + self.config.runner.async_param_sync_steps
