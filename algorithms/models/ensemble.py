@@ -1,17 +1,19 @@
 """Ensembles of independent MLPs evaluated in one batched matrix product per layer.
 
 The critics of DDPG (one), TD3 and SAC (two: clipped double Q, Fujimoto et al. 2018, Sec. 4.2) are
-``QEnsemble``\\ s: member k's layer weights are slice k of one ``[K, in, out]`` tensor, so a forward
+``QEnsemble`` modules: member k's layer weights are slice k of one ``[K, in, out]`` tensor, so a forward
 pass for all members is one ``torch.baddbmm`` per layer, one backward, one optimizer over a few
 stacked tensors and one fused Polyak update, instead of K of each. The members stay independent:
 no parameter or gradient is shared, and each is initialised as ``nn.Linear`` would be, so an
-ensemble computes exactly what K separate ``QNetwork``\\ s with the same weights compute
+ensemble computes exactly what K separate ``QNetwork`` modules with the same weights compute
 (tests/test_qpg_algos.py checks outputs and gradients).
 
 Measured on the 2-core EPYC of this project (torch 2.13, 1 thread, SAC on HalfCheetah, batch 256,
 256-256 units): the hidden-layer products run at the same ~100 GFLOP/s as two separate ``addmm``
-calls; what the ensemble removes is the per-tensor work around them (kernel launches, autograd nodes,
-optimizer and Polyak loops over twice as many tensors).
+calls; what the ensemble removes is the per-tensor work around them (dispatches, autograd nodes,
+optimizer and Polyak loops over twice as many tensors). With the fused Adam of ``algos/base.py``, one
+update (CPU ms, min of 12 interleaved rounds, machine shared, load ~8) went from 12.2 to 10.7 (SAC),
+7.1 to 5.9 (TD3, batch 100, 400-300) and 6.1 to 5.3 (DDPG) against the separate networks.
 """
 
 from __future__ import annotations
