@@ -97,10 +97,13 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "algo": {"entropy_coef": 0.0, "anneal_env_steps": 0},
         "sampler": {"batch_T": 5, "batch_B": 16},
     },
-    # CartPole-v1 (not in a paper): rl-baselines3-zoo hyperparams/a2c.yml, "CartPole-v1" (8 envs,
-    # 5 steps, no entropy bonus, otherwise the defaults above), annealed over the 100k budget.
+    # CartPole-v1 (not in a paper): rl-baselines3-zoo hyperparams/a2c.yml, "CartPole-v1": 8 envs,
+    # ent_coef 0, the rest SB3's A2C defaults (n_steps 5, constant lr 7e-4, RMSprop alpha 0.99 eps
+    # 1e-5, gae_lambda 1 = these n-step returns, max_grad_norm 0.5, no advantage or observation
+    # normalization). SB3's vf_coef 0.5 multiplies mean((R - V)^2); ``a2c_loss`` halves the square,
+    # so the same weight here is value_coef 1.
     "cartpole": {
-        "algo": {"entropy_coef": 0.0, "anneal_env_steps": 100_000},
+        "algo": {"entropy_coef": 0.0, "value_coef": 1.0, "anneal_env_steps": 0},
         "sampler": {"batch_T": 5, "batch_B": 8},
     },
 }
