@@ -40,7 +40,8 @@ class Config:
     Sec. 8 (t_max = 5 steps per update, 16 actors, gamma 0.99, entropy weight 0.01, RMSProp with
     decay 0.99, learning rate annealed to 0). Not fixed by the paper (learning rates were sampled per
     run) and taken from OpenAI Baselines ``a2c``: learning rate 7e-4, RMSProp epsilon 1e-5, value
-    coefficient 0.5, gradient-norm clip 0.5. Deviation: the network is the Nature torso with its
+    coefficient 0.5 on mean((R - V)^2) (``value_coef`` 1 here, see below), gradient-norm clip 0.5.
+    Deviation: the network is the Nature torso with its
     512-unit layer (Baselines' ``cnn``, also PPO's Atari network), not A3C's smaller 2013 torso.
     """
 
@@ -48,7 +49,9 @@ class Config:
     learning_rate: float = 7e-4
     rmsprop_alpha: float = 0.99
     rmsprop_epsilon: float = 1e-5
-    value_coef: float = 0.5
+    # Baselines' vf_coef 0.5 (and SB3's) multiplies mean((R - V)^2); ``a2c_loss`` takes half the
+    # square, so the same weight is value_coef 1.
+    value_coef: float = 1.0
     entropy_coef: float = 0.01
     max_grad_norm: float = 0.5  # 0: no clipping
     # Linear learning-rate annealing from 1 at env step 0 to 0 at this env step; 0: constant.
@@ -100,10 +103,9 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     # CartPole-v1 (not in a paper): rl-baselines3-zoo hyperparams/a2c.yml, "CartPole-v1": 8 envs,
     # ent_coef 0, the rest SB3's A2C defaults (n_steps 5, constant lr 7e-4, RMSprop alpha 0.99 eps
     # 1e-5, gae_lambda 1 = these n-step returns, max_grad_norm 0.5, no advantage or observation
-    # normalization). SB3's vf_coef 0.5 multiplies mean((R - V)^2); ``a2c_loss`` halves the square,
-    # so the same weight here is value_coef 1.
+    # normalization, vf_coef 0.5 = value_coef 1 here).
     "cartpole": {
-        "algo": {"entropy_coef": 0.0, "value_coef": 1.0, "anneal_env_steps": 0},
+        "algo": {"entropy_coef": 0.0, "anneal_env_steps": 0},
         "sampler": {"batch_T": 5, "batch_B": 8},
     },
 }
