@@ -189,7 +189,7 @@ class Algo:
             )
         # The fused kernel updates all tensors in one pass; the CPU default is a per-tensor Python
         # loop. Nature actor-critic (1.7M parameters), one thread: 1.5 ms per step against 7.7 ms
-        # (scratch benchmark, medians), i.e. about 0.1 s of each Atari optimize call (16 steps). Same
+        # (scratch benchmark, medians): about 0.1 s per optimize call of bench-pg-speed (16 steps). Same
         # update rule up to float rounding (tests/test_algos_fused_adam.py).
         self.optimizer = torch.optim.Adam(
             agent.model.parameters(), lr=config.learning_rate, eps=config.adam_epsilon, fused=True
