@@ -7,6 +7,7 @@ import torch
 from replay_streams import make_stream
 
 from algorithms.arrays import NamedArrays
+from algorithms.functional.returns import nstep_returns
 from algorithms.replay.buffer import ReplayBuffer
 from algorithms.replay.observations import FrameObservations, FullObservations
 from algorithms.replay.samplers import PrioritizedSampler, UniformSampler
@@ -111,6 +112,37 @@ def test_nstep_done_bug_switch_changes_only_windows_crossing_an_end():
     assert (b.discount_n[differs] == pytest.approx(0.99**n)) and not b.done_n[differs].any()
     same = ~differs
     torch.testing.assert_close(a.next_observation[same], b.next_observation[same])
+
+
+@pytest.mark.parametrize("observations", [FullObservations(), FrameObservations(4)], ids=["full", "frames"])
+@pytest.mark.parametrize("nstep_done_bug", [False, True])
+@pytest.mark.parametrize("chunk", [1, 6])
+def test_one_step_returns_equal_the_general_nstep_path(observations, nstep_done_bug, chunk):
+    """n = 1 fills its fields in closed form; they equal ``nstep_returns`` on the same steps exactly."""
+    B, T, gamma = 2, 60, 0.97
+    stream = make_stream(T, B, seed=4, p_term=0.1, p_trunc=0.1)
+    storage = TransitionStorage(
+        200 * B, B, stream[0, 0], observations, n_step=1, gamma=gamma, nstep_done_bug=nstep_done_bug
+    )
+    for start in range(0, T, chunk):
+        storage.append(stream[start : start + chunk])
+    truncated = stream.truncated.copy()
+    if not observations.keeps_final_observation:
+        truncated = np.vstack([truncated[1:], np.zeros((1, B), bool)])  # cut as for frame storage
+    expected = nstep_returns(
+        torch.from_numpy(stream.reward),
+        torch.from_numpy(stream.terminated),
+        torch.from_numpy(truncated),
+        gamma,
+        1,
+        nstep_done_bug=nstep_done_bug,
+    )
+    f, rows = storage.ring.fields, T - 1  # the newest row's window is not complete yet
+    assert stream.terminated[:rows].any() and stream.truncated[:rows].any()
+    np.testing.assert_array_equal(f.return_n[:rows], expected.returns[:rows].numpy())
+    np.testing.assert_array_equal(f.done_n[:rows], expected.done[:rows].numpy())
+    np.testing.assert_array_equal(f.discount_n[:rows], expected.discount[:rows].numpy())
+    np.testing.assert_array_equal(f.steps_n[:rows], expected.steps[:rows].numpy())
 
 
 def test_frame_replay_memory_per_step():

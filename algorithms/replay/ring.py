@@ -97,10 +97,10 @@ class StepRing:
             raise ValueError(
                 f"replay append: T={T} rows is more than this storage can take at once ({max_rows})"
             )
-        needed = ["observation", "action", "terminated", "truncated"]
+        observed = ["observation"]
         if self.observations.keeps_final_observation:
-            needed.append("final_observation")
-        for name in needed:
+            observed.append("final_observation")
+        for name in ("action", "terminated", "truncated", *observed):
             if name not in samples or samples[name] is None:
                 raise ValueError(
                     f"replay append: samples lack the field {name!r}; they have {samples.fields}"
@@ -117,7 +117,9 @@ class StepRing:
         done = terminated | truncated
         f.episode_start[positions[0]] = self._last_done
         f.episode_start[positions[1:]] = done[:-1]
-        self.observations.write(positions, samples.numpy())
+        # Only the observation fields: converting the whole batch (agent_info, env_info, bootstrap)
+        # to numpy cost more than the rest of this write for SAC's one-step batches.
+        self.observations.write(positions, NamedArrays({name: to_numpy(samples[name]) for name in observed}))
         self._last_done[:] = done[-1]
         self._cursor[0] = t0 + T
         return t0, positions
