@@ -5,14 +5,16 @@ import numpy as np
 import pytest
 import torch
 
+from algorithms.agents.base import RankStreams
 from algorithms.agents.pg_agents import PgAgent, RecurrentPgAgent
+from algorithms.agents.qpg_agents import SquashedGaussianAgent
 from algorithms.arrays import NamedArrays
 from algorithms.models.policies import (
     ActorCritic,
     DeterministicPolicy,
+    QNetwork,
     RecurrentActorCritic,
     TanhGaussianPolicy,
-    TwinQNetwork,
     ValueNetwork,
 )
 
@@ -200,8 +202,7 @@ def test_feedforward_next_values_use_final_observation_only_where_truncated():
 def test_off_policy_networks():
     torch.manual_seed(0)
     obs, action = torch.randn(7, 4), torch.rand(7, 2) * 4 - 2
-    q1, q2 = TwinQNetwork(4, 2, (32, 32))(obs, action)
-    assert q1.shape == (7,) and not torch.allclose(q1, q2)
+    assert QNetwork(4, 2, (32, 32))(obs, action).shape == (7,)
     assert ValueNetwork(4, (32,))(obs).shape == (7,)
     mu = DeterministicPolicy(4, BOX, (32, 32))(obs)
     assert mu.shape == (7, 2) and (mu.abs() <= 2.0).all()
@@ -213,6 +214,28 @@ def test_off_policy_networks():
     torch.testing.assert_close(a_det, a_det2)
     with pytest.raises(ValueError, match="bounded"):
         TanhGaussianPolicy(4, gym.spaces.Box(-np.inf, np.inf, (2,)), (8,))
+
+
+def test_sac_acting_without_log_prob_gives_the_same_actions():
+    """The agent skips the log-density (``with_log_prob=False``); its actions equal the full forward's."""
+    torch.manual_seed(0)
+    pi = TanhGaussianPolicy(4, BOX, (32, 32))
+    obs, noise = torch.randn(7, 4) * 3, torch.randn(7, 2)
+    for kwargs in ({"noise": noise}, {"deterministic": True}):
+        action, log_prob = pi(obs, with_log_prob=False, **kwargs)
+        assert log_prob is None
+        torch.testing.assert_close(action, pi(obs, **kwargs)[0], rtol=0, atol=0)
+    agent = SquashedGaussianAgent(pi, VEC, BOX, random_steps=0)
+    ranks = np.arange(7)
+    agent.set_env_ranks(ranks, 7, RankStreams(3))
+    for mode, kwargs in (
+        ("sample", {"noise": RankStreams(3).normal(ranks, (2,))}),
+        ("eval", {"deterministic": True}),
+    ):
+        agent.set_mode(mode, 100)
+        action, agent_info, _ = agent.step(obs, None, None, None)
+        assert agent_info.fields == ()
+        torch.testing.assert_close(action, pi(obs, **kwargs)[0], rtol=0, atol=0)
 
 
 def test_recurrent_packed_segments_match_a_step_by_step_loop():

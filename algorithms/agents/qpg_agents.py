@@ -83,9 +83,10 @@ class SquashedGaussianAgent(_BoxAgent):
     def step(self, observation, prev_action, prev_reward, state):
         if self.exploring_uniformly():
             return self.uniform_actions(observation.shape[0], observation.device), NamedArrays(), None
+        # The log-density is not reported (no agent_info): skip computing it.
         if self.mode == "eval":
-            action, _ = self.model(observation, deterministic=True)
+            action, _ = self.model(observation, deterministic=True, with_log_prob=False)
         else:
             noise = self.normal(observation.shape[0], self.low.shape[0], device=observation.device)
-            action, _ = self.model(observation, noise=noise)
+            action, _ = self.model(observation, noise=noise, with_log_prob=False)
         return action, NamedArrays(), None
