@@ -46,7 +46,7 @@ class FullObservations:
     def nbytes(self) -> int:
         return self._observation.nbytes + self._final.nbytes
 
-    def write(self, positions: np.ndarray, samples: NamedArrays) -> None:
+    def write(self, positions: slice | np.ndarray, samples: NamedArrays) -> None:
         """Store ``observation`` and ``final_observation`` [T, B, *obs] at ring rows ``positions`` [T]."""
         self._observation[positions] = np.asarray(samples.observation)
         self._final[positions] = np.asarray(samples.final_observation)
@@ -86,7 +86,7 @@ class FrameObservations:
     def nbytes(self) -> int:
         return self._frames.nbytes
 
-    def write(self, positions: np.ndarray, samples: NamedArrays) -> None:
+    def write(self, positions: slice | np.ndarray, samples: NamedArrays) -> None:
         """Store the newest frame of each ``samples.observation`` [T, B, frame_stack, H, W]."""
         self._frames[positions] = np.asarray(samples.observation)[:, :, -1]
 

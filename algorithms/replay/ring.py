@@ -82,6 +82,15 @@ class StepRing:
         base = self.t - self.rows
         return base + (positions - base) % self.rows
 
+    def row_index(self, first: int, count: int) -> slice | np.ndarray:
+        """Index of the ring rows holding absolute rows [first, first + count): a slice where they do
+        not wrap around (a view, about 5x cheaper than fancy indexing for the one-row writes of
+        DDPG, TD3 and SAC), the row numbers otherwise."""
+        start = first % self.rows
+        if start + count <= self.rows:
+            return slice(start, start + count)
+        return (first + np.arange(count)) % self.rows
+
     def write(self, samples: NamedArrays, max_rows: int) -> tuple[int, np.ndarray]:
         """Write a [T, B] batch (Contract 3) after the newest row; returns (first absolute row, positions).
 
@@ -108,18 +117,17 @@ class StepRing:
         terminated = to_numpy(samples.terminated).astype(bool, copy=False)
         truncated = to_numpy(samples.truncated).astype(bool, copy=False)
         t0 = self.t
-        positions = (t0 + np.arange(T)) % self.rows
+        rows = self.row_index(t0, T)
         f = self.fields
-        f.action[positions] = to_numpy(samples.action)
-        f.reward[positions] = reward
-        f.terminated[positions] = terminated
-        f.truncated[positions] = truncated
+        f.action[rows] = to_numpy(samples.action)
+        f.reward[rows] = reward
+        f.terminated[rows] = terminated
+        f.truncated[rows] = truncated
         done = terminated | truncated
-        f.episode_start[positions[0]] = self._last_done
-        f.episode_start[positions[1:]] = done[:-1]
+        f.episode_start[rows] = np.concatenate([self._last_done[None], done[:-1]])
         # Only the observation fields: converting the whole batch (agent_info, env_info, bootstrap)
         # to numpy cost more than the rest of this write for SAC's one-step batches.
-        self.observations.write(positions, NamedArrays({name: to_numpy(samples[name]) for name in observed}))
+        self.observations.write(rows, NamedArrays({name: to_numpy(samples[name]) for name in observed}))
         self._last_done[:] = done[-1]
         self._cursor[0] = t0 + T
-        return t0, positions
+        return t0, (t0 + np.arange(T)) % self.rows

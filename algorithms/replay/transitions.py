@@ -130,7 +130,7 @@ class TransitionStorage:
     def _write_returns(self, first: int, stop: int) -> None:
         """Fill ``return_n``, ``discount_n``, ``done_n`` and ``steps_n`` of absolute rows [first, stop)."""
         if self.n_step == 1:
-            self._write_one_step_returns(np.arange(first, stop) % self.ring.rows)
+            self._write_one_step_returns(self.ring.row_index(first, stop - first))
             return
         ring, f = self.ring, self.ring.fields
         positions = np.arange(first, stop + self.n_step - 1) % ring.rows
@@ -157,7 +157,7 @@ class TransitionStorage:
         f.done_n[rows] = out.done[:k].numpy()
         f.steps_n[rows] = out.steps[:k].numpy()
 
-    def _write_one_step_returns(self, rows: np.ndarray) -> None:
+    def _write_one_step_returns(self, rows: slice | np.ndarray) -> None:
         """``nstep_returns`` for n = 1 in closed form: the window is the step itself (m = 1), so
         ``return_n = r_t``, ``done_n = terminated_t``, ``discount_n = 0 if done_n else gamma``, whatever
         the truncation handling or ``nstep_done_bug`` (both only move windows of two or more steps).
