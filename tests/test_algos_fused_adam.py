@@ -1,4 +1,4 @@
-"""PPO and DQN (optimizer="adam") step with torch's fused Adam kernel, a speed choice (see the
+"""PPO, R2D1 and DQN (optimizer="adam") step with torch's fused Adam kernel, a speed choice (see the
 comments at their optimizers). The same optimize calls with the reference per-tensor Adam must give
 the same parameters up to float rounding."""
 
@@ -8,9 +8,13 @@ import torch
 from dqn_probes import ACT as DQN_ACT
 from dqn_probes import OBS as DQN_OBS
 from dqn_probes import chain_samples
+from r2d1_probes import ACT as R2D1_ACT
+from r2d1_probes import OBS as R2D1_OBS
+from r2d1_probes import Driver
 from test_pg_algos import ACT, OBS, _batch
+from test_r2d1_algo import SMALL as R2D1_SMALL
 
-from algorithms.algos import dqn, ppo
+from algorithms.algos import dqn, ppo, r2d1
 from algorithms.samplers.base import BatchSpec
 
 torch.set_num_threads(1)
@@ -65,5 +69,25 @@ def test_dqn_adam_is_fused_and_matches_per_tensor_adam():
         rng = np.random.default_rng(0)
         for itr in range(8):
             algo.optimize(itr, chain_samples(4, 4, rng))
+    assert fused.updates == reference.updates > 0
+    _assert_same_parameters(fused.model, reference.model, initial)
+
+
+def test_r2d1_adam_is_fused_and_matches_per_tensor_adam():
+    algos, drivers = [], []
+    for _ in range(2):
+        torch.manual_seed(0)
+        agent = r2d1.build_agent(R2D1_SMALL, R2D1_OBS, R2D1_ACT)
+        algos.append(r2d1.Algo(R2D1_SMALL, agent, 1, BatchSpec(8, 4)))
+        drivers.append(Driver(agent, 4, length=3))
+    fused, reference = algos
+    assert fused.optimizer.defaults["fused"]
+    reference.optimizer = _reference_adam(reference.optimizer)
+    initial = [p.detach().clone() for p in fused.model.parameters()]
+    for algo, driver in zip(algos, drivers):
+        torch.manual_seed(1)  # the same exploration and replay draws
+        for itr in range(12):
+            algo.agent.set_mode("sample")
+            algo.optimize(itr, driver.sample(8))
     assert fused.updates == reference.updates > 0
     _assert_same_parameters(fused.model, reference.model, initial)

@@ -23,6 +23,18 @@ from algorithms.replay.samplers import UniformSampler
 from algorithms.replay.transitions import TransitionStorage
 
 
+class FieldCheck:
+    """``check(condition, field, value, what)`` raises ``ValueError`` naming ``<owner>.<field>`` and
+    its value unless ``condition``: the one-line config errors of every algorithm's ``Config``."""
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+
+    def __call__(self, condition: bool, field: str, value: Any, what: str) -> None:
+        if not condition:
+            raise ValueError(f"{self.owner}.{field} must be {what}, got {value!r}")
+
+
 @dataclass
 class OptInfo:
     """Work done by one ``optimize`` call.
@@ -71,11 +83,12 @@ def validate_qpg_config(
     )
 
 
-def adam(params: Iterable[torch.Tensor], learning_rate: float) -> torch.optim.Adam:
-    """Adam with the fused kernel: one pass over all tensors of the group per step. SAC on
-    HalfCheetah, 1 thread: 0.12 ms per critic step against 0.47 ms for the default per-tensor loop
-    (the CPU default), same update rule (tests/test_qpg_algos.py compares it to the loop)."""
-    return torch.optim.Adam(params, lr=learning_rate, fused=True)
+def adam(params: Iterable[Any], learning_rate: float, eps: float = 1e-8) -> torch.optim.Adam:
+    """Adam with the fused kernel: one pass over all tensors of the group per step instead of the CPU
+    default's per-tensor loop, same update rule up to float rounding (tests/test_qpg_algos.py,
+    tests/test_algos_fused_adam.py). Measured, one thread: SAC critics on HalfCheetah 0.12 ms per
+    step against 0.47 ms; the Nature network (1.7M parameters) 1.5 ms against 7.7 ms."""
+    return torch.optim.Adam(params, lr=learning_rate, eps=eps, fused=True)
 
 
 def minimize(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:

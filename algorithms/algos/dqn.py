@@ -28,7 +28,7 @@ from torch import nn
 
 from algorithms.agents.dqn_agents import EpsilonGreedyAgent
 from algorithms.agents.epsilon import EpsilonSchedule
-from algorithms.algos.base import OptInfo
+from algorithms.algos.base import FieldCheck, OptInfo, adam
 from algorithms.arrays import NamedArrays
 from algorithms.functional.td import (
     double_q_learning_target,
@@ -106,9 +106,7 @@ class Config:
         )
 
 
-def check_field(ok: bool, name: str, value: Any, what: str) -> None:
-    if not ok:
-        raise ValueError(f"Config.{name} must be {what}, got {value!r}")
+check_field = FieldCheck("Config")  # also C51's and Rainbow's: their configs extend DQN's
 
 
 def check_common_fields(c: Any) -> None:
@@ -150,10 +148,7 @@ def build_agent(config: Config, observation_space: gym.Space, action_space: gym.
 
 def make_optimizer(config: Config, params: Any) -> torch.optim.Optimizer:
     if config.optimizer == "adam":
-        # Fused: one pass over all tensors instead of the CPU default's per-tensor loop (Nature net,
-        # one thread: 1.5 ms per step against 7.7 ms); same rule up to float rounding
-        # (tests/test_algos_fused_adam.py).
-        return torch.optim.Adam(params, lr=config.learning_rate, eps=config.optimizer_eps, fused=True)
+        return adam(params, config.learning_rate, config.optimizer_eps)
     return torch.optim.RMSprop(
         params, lr=config.learning_rate, alpha=config.rmsprop_alpha, eps=config.optimizer_eps, centered=True
     )

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from algorithms.agents.pg_agents import PgAgent, RecurrentPgAgent
-from algorithms.algos.base import OptInfo
+from algorithms.algos.base import FieldCheck, OptInfo, adam
 from algorithms.arrays import NamedArrays
 from algorithms.functional.advantages import explained_variance, generalized_advantage_estimation
 from algorithms.functional.policy_losses import approx_kl, entropy_bonus, ppo_clipped_surrogate, value_loss
@@ -102,9 +102,7 @@ class Config:
         return cls(**{**PRESETS[name]["algo"], **overrides})
 
 
-def _require(condition: bool, field: str, value: Any, what: str) -> None:
-    if not condition:
-        raise ValueError(f"ppo.Config.{field} must be {what}, got {value!r}")
+_require = FieldCheck("ppo.Config")
 
 
 # Published settings as overrides of Config, with the sampler shape they were run with; the
@@ -187,13 +185,7 @@ class Algo:
                 f"ppo.Config.minibatch_size_steps={config.minibatch_size_steps}: a recurrent minibatch is "
                 f"whole env columns, so it must be a multiple of T={self.T} that splits B={self.B} evenly"
             )
-        # The fused kernel updates all tensors in one pass; the CPU default is a per-tensor Python
-        # loop. Nature actor-critic (1.7M parameters), one thread: 1.5 ms per step against 7.7 ms
-        # (scratch benchmark, medians): about 0.1 s per optimize call of bench-pg-speed (16 steps). Same
-        # update rule up to float rounding (tests/test_algos_fused_adam.py).
-        self.optimizer = torch.optim.Adam(
-            agent.model.parameters(), lr=config.learning_rate, eps=config.adam_epsilon, fused=True
-        )
+        self.optimizer = adam(agent.model.parameters(), config.learning_rate, config.adam_epsilon)
 
     def anneal_fraction(self, env_steps: int) -> float:
         """1 at the start of training, falling linearly to 0 at ``anneal_env_steps`` (1 if disabled).

@@ -55,7 +55,7 @@ from torch import nn
 
 from algorithms.agents.dqn_agents import R2D1Agent
 from algorithms.agents.epsilon import EpsilonSchedule
-from algorithms.algos.base import OptInfo
+from algorithms.algos.base import FieldCheck, OptInfo, adam
 from algorithms.arrays import NamedArrays
 from algorithms.functional.priorities import sequence_priority
 from algorithms.functional.returns import nstep_returns
@@ -188,9 +188,7 @@ class Config:
         return self.burn_in_steps + self.sequence_length_steps + self.n_step
 
 
-def _check(ok: bool, name: str, value: Any, what: str) -> None:
-    if not ok:
-        raise ValueError(f"Config.{name} must be {what}, got {value!r}")
+_check = FieldCheck("Config")
 
 
 def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space) -> R2D1Agent:
@@ -283,9 +281,7 @@ class Algo:
         self.agent = agent
         self.model: R2D1Model = agent.model
         self.target_model = copy.deepcopy(self.model).requires_grad_(False)
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=config.learning_rate, eps=config.adam_eps
-        )
+        self.optimizer = adam(self.model.parameters(), config.learning_rate, config.adam_eps)
         self.batch_spec = BatchSpec(*batch_spec)
         self.replay: ReplayBuffer | None = None  # built from the first batch's example step
         self.replay_steps = 0  # steps appended by this process (the replay is not checkpointed)
