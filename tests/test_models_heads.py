@@ -72,6 +72,11 @@ def test_r2d1_model_shapes_for_t_b_and_unbatched():
     assert q.shape == (3, 2, 6) and state.h.shape == (2, 32)
     with pytest.raises(ValueError, match="leading dims"):
         conv(frames, torch.zeros(3, dtype=torch.long), torch.zeros(3, 2))
+    # fc_size 0: R2D2's layout, the 3136 conv features (plus action one-hot and reward) into the LSTM.
+    r2d2 = R2D1Model((4, 84, 84), 6, lstm_size=32, fc_size=0, head_hidden_size=16)
+    assert r2d2.lstm.input_size == 64 * 7 * 7 + 6 + 1
+    q, _ = r2d2(frames, torch.zeros(3, 2, dtype=torch.long), torch.zeros(3, 2))
+    assert q.shape == (3, 2, 6)
 
 
 def test_r2d1_model_sequence_equals_step_by_step():

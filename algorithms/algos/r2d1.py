@@ -102,7 +102,7 @@ class Config:
     eps_eval: float = 0.0  # R2D2 does not state one: greedy
     # Network (R2D2 Appendix "Hyper-parameters"): conv torso -> fc 512 -> LSTM 512 -> dueling 512.
     lstm_size: int = 512
-    fc_size: int = 512
+    fc_size: int = 512  # rlpyt's layer between conv torso and LSTM; 0 = none (R2D2)
     head_hidden_size: int = 512
     mlp_hidden_sizes: tuple[int, ...] = (64, 64)  # torso for vector observations
     # rlpyt 2019 deviations (module docstring), all off = R2D2.
@@ -123,11 +123,10 @@ class Config:
             "replay_size_steps",
             "target_update_period_updates",
             "lstm_size",
-            "fc_size",
             "head_hidden_size",
         ):
             _check(getattr(self, name) >= 1, name, getattr(self, name), ">= 1")
-        for name in ("burn_in_steps", "min_steps_learn", "eps_decay_steps"):
+        for name in ("burn_in_steps", "min_steps_learn", "eps_decay_steps", "fc_size"):
             _check(getattr(self, name) >= 0, name, getattr(self, name), ">= 0")
         _check(self.replay_ratio > 0, "replay_ratio", self.replay_ratio, "> 0")
         _check(self.learning_rate > 0, "learning_rate", self.learning_rate, "> 0")

@@ -48,7 +48,9 @@ class R2D1Model(nn.Module):
         self.observation_shape = tuple(int(s) for s in observation_shape)
         self.n_actions, self.lstm_size = int(n_actions), int(lstm_size)
         if len(self.observation_shape) == 3:
-            self.torso: nn.Module = NatureConvTorso(self.observation_shape, fc_size=fc_size)
+            # fc_size 0: the conv features go straight to the LSTM, as in R2D2 (Kapturowski et al. 2019,
+            # Sec. 2.3 and Appendix); rlpyt's atari_r2d1_model.py has a 512-unit layer in between.
+            self.torso: nn.Module = NatureConvTorso(self.observation_shape, fc_size=fc_size or None)
         elif len(self.observation_shape) == 1:
             self.torso = MlpTorso(self.observation_shape[0], tuple(mlp_hidden_sizes))
         else:
