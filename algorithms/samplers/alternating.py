@@ -14,7 +14,8 @@ and inference time I per half-batch, a step costs about ``2 max(E, I)`` instead 
 (rlpyt's alternating GPU sampler, rlpyt/samplers/parallel/gpu/alternating_sampler.py; Stooke &
 Abbeel 2019, "rlpyt", Sec. 2.2).
 
-Per-step logic is the serial ``EnvStepper``'s, cut in two around the env step (``GroupStepper``).
+Per-step logic is the serial ``EnvStepper``'s, its ``act`` and ``observe`` called around the env
+step (``GroupStepper``).
 With the same seed the samples equal the serial sampler's, random exploration included: the agent
 acts twice per step on B/2 envs instead of once on B, but draws from per-env-rank streams.
 """
@@ -30,74 +31,33 @@ from algorithms.agents.base import RankStreams
 from algorithms.arrays import NamedArrays, concatenate
 from algorithms.samplers.base import (
     BaseSampler,
+    EnvStepper,
     StepWriter,
     allocate_samples,
     env_seed,
     env_spaces,
-    episode_done,
     exploration_streams,
-    finished_episodes,
-    initial_inputs,
-    next_inputs,
     record_example,
-    step_record,
 )
 from algorithms.samplers.parallel_gpu import RemoteVecEnv
 from algorithms.samplers.workers import split_ranks
 
 
-class GroupStepper:
-    """``EnvStepper.step`` cut around the env step: ``act`` sends the actions, ``observe`` records.
-
-    The agent is shared with the other group, so ``act`` sets its env ranks (per-env epsilons and
-    random streams) to this group's before acting; the recurrent state and previous action/reward
-    are this group's.
-    """
+class GroupStepper(EnvStepper):
+    """``EnvStepper`` for one group: the agent is shared with the other group, so ``act`` sets its
+    env ranks (per-env epsilons and random streams) to this group's before acting; the recurrent
+    state and previous action/reward are this group's."""
 
     def __init__(
         self, env: RemoteVecEnv, agent: Any, env_ranks: np.ndarray, global_batch: int, streams: RankStreams
     ) -> None:
-        self.env = env
-        self.agent = agent
-        self.env_ranks = np.asarray(env_ranks, dtype=np.int64)
+        super().__init__(env, agent, env_ranks)
         self.global_batch = int(global_batch)
         self.streams = streams
-        self.inputs: NamedArrays | None = None
-        self.state: NamedArrays | None = None
-        self._pending: tuple[torch.Tensor, NamedArrays, NamedArrays | None] | None = None
 
-    def reset(self, prev_action_example: torch.Tensor) -> None:
-        self.inputs = initial_inputs(self.env.reset(), prev_action_example)
-        self.state = self.agent.initial_state(self.env.num_envs)
-
-    def act(self) -> None:
-        """Select this group's actions and start its envs stepping (returns without waiting)."""
-        device = self.agent.device
+    def act(self) -> np.ndarray:
         self.agent.set_env_ranks(self.env_ranks, self.global_batch, self.streams)
-        action, agent_info, next_state = self.agent.step(
-            self.inputs.observation.to(device),
-            self.inputs.prev_action.to(device),
-            self.inputs.prev_reward.to(device),
-            self.state,
-        )
-        action = action.cpu()
-        self._pending = (action, agent_info.map(lambda x: x.cpu()), next_state)
-        self.env.send_step(action.numpy())
-
-    def observe(self) -> tuple[NamedArrays, list[dict[str, Any]]]:
-        """Wait for the envs, then return the step's record [b] and the games that ended."""
-        env_step = self.env.receive_step()
-        action, agent_info, next_state = self._pending
-        self._pending = None
-        record = step_record(self.inputs, action, agent_info, env_step)
-        self.inputs = next_inputs(record, env_step)
-        self.state = self.agent.reset_state(next_state, episode_done(record).to(self.agent.device))
-        return record, finished_episodes(record, self.env_ranks)
-
-    def bootstrap(self) -> NamedArrays:
-        if not self.agent.recurrent:
-            return self.inputs
-        return self.inputs.replace(agent_state=self.state.map(lambda x: x.detach().cpu()))
+        return super().act()
 
 
 class AlternatingSampler(BaseSampler):
@@ -156,15 +116,15 @@ class AlternatingSampler(BaseSampler):
         T = self.batch_spec.T
         traj_infos: list[dict[str, Any]] = []
         for group in self.groups:
-            group.act()
+            group.env.send_step(group.act())  # returns without waiting for the envs
         for t in range(T):
             # Groups finish step t in rank order, so episodes keep the serial order (t, env rank).
             for group, writer in zip(self.groups, self.writers):
-                record, finished = group.observe()
+                record, finished = group.observe(group.env.receive_step())
                 writer.write(t, record)
                 traj_infos.extend(finished)
                 if t + 1 < T:
-                    group.act()  # overlaps the other group's env step
+                    group.env.send_step(group.act())  # overlaps the other group's env step
         bootstrap = concatenate([group.bootstrap() for group in self.groups])
         return self.samples.replace(bootstrap=bootstrap), traj_infos
 

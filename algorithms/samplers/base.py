@@ -28,10 +28,11 @@ episode here.
 
 Per-step logic, shared so that every mode produces identical samples for identical seeds:
 ``EnvStepper`` drives B envs with an agent in one process (serial sampler, evaluation, parallel
-CPU workers); a mode that splits action selection from env stepping (parallel GPU) composes the
-same pieces instead: ``step_record`` builds the record of step t, ``next_inputs`` the agent inputs
-of step t+1 (zeros where an episode ended), ``agent.reset_state(next_state, episode_done(record))``
-resets recurrent state, and ``finished_episodes`` extracts the trajectory infos.
+CPU workers, and the parallel GPU sampler over its remote envs); the alternating sampler calls its
+two halves, ``act`` and ``observe``, around each group's env step. ``observe`` is built from
+``step_record`` (the record of step t), ``next_inputs`` (the agent inputs of step t+1, zeros where
+an episode ended), ``agent.reset_state(next_state, episode_done(record))`` (recurrent state) and
+``finished_episodes`` (the trajectory infos).
 
 Seeding rule: the envs of a sampler are seeded from the run seed only (``env_seed``), never from
 the global RNGs, and the env of global rank r is seeded as env r of one vector env,
@@ -58,7 +59,7 @@ import numpy as np
 import torch
 
 from algorithms.agents.base import RankStreams
-from algorithms.arrays import NamedArrays, buffer_from_example
+from algorithms.arrays import NamedArrays, buffer_from_example, to_numpy
 
 if TYPE_CHECKING:
     from algorithms.agents.base import Agent
@@ -131,7 +132,7 @@ def env_spaces(env_config: EnvConfig) -> tuple[Any, Any]:
 
 def episode_done(record: NamedArrays) -> torch.Tensor:
     """[B] bool: the learner's episode ended at this step (``terminated | truncated``)."""
-    return torch.as_tensor(record.terminated) | torch.as_tensor(record.truncated)
+    return torch.from_numpy(np.logical_or(record.terminated, record.truncated))
 
 
 def step_record(
@@ -162,16 +163,16 @@ def next_inputs(record: NamedArrays, env_step: NamedArrays, done: torch.Tensor |
     as ``prev_action`` / ``prev_reward``, zeroed where the episode ended (the next observation is
     then already the first of a new episode, Contract 1's same-step autoreset). ``done`` is
     ``episode_done(record)`` if the caller has it already."""
-    if done is None:
-        done = episode_done(record)
-    action = torch.as_tensor(record.action)
-    keep_action = (~done).view(-1, *([1] * (action.dim() - 1)))
-    reward = torch.as_tensor(record.reward)
+    # In numpy: a handful of torch calls here cost ~40 us per step, as much as a small env's step.
+    ended = (episode_done(record) if done is None else done).numpy()
+    prev_action = to_numpy(record.action).copy()
+    prev_action[ended] = 0
+    reward = np.asarray(record.reward)
     return NamedArrays(
         # Copied: a vector env may reuse its output array on the next step.
         observation=torch.from_numpy(np.array(env_step.observation, copy=True)),
-        prev_action=torch.where(keep_action, action, torch.zeros_like(action)),
-        prev_reward=torch.where(done, torch.zeros_like(reward), reward),
+        prev_action=torch.from_numpy(prev_action),
+        prev_reward=torch.from_numpy(np.where(ended, reward.dtype.type(0), reward)),
     )
 
 
@@ -278,8 +279,11 @@ class EnvStepper:
 
     Holds the agent inputs of the next step and the agent's recurrent state; ``reset()`` starts
     every env on a new episode, ``step()`` acts, steps the envs and returns the step's record and
-    finished episodes. The agent's model may live on any device; inputs move there and records
-    come back as CPU tensors.
+    finished episodes. ``step`` is ``observe(env.step(act()))``; a mode that overlaps env stepping
+    with other work calls the two halves itself (the alternating sampler's ``GroupStepper``). The
+    agent's model may live on any device; inputs move there and records come back as CPU tensors.
+    The device is read at ``reset()`` (``agent.device`` walks the model's parameters, ~6 us per
+    call), so move the model before resetting, as every sampler does.
     """
 
     def __init__(self, env: VecEnv, agent: Agent, env_ranks: np.ndarray) -> None:
@@ -290,17 +294,24 @@ class EnvStepper:
         self.env_ranks = np.asarray(env_ranks, dtype=np.int64)
         self.inputs: NamedArrays | None = None
         self.state: NamedArrays | None = None
+        self.device = torch.device("cpu")
+        self._pending: tuple[torch.Tensor, NamedArrays, NamedArrays | None] | None = None
 
     def reset(self, prev_action_example: torch.Tensor) -> None:
         """Reset every env; ``prev_action_example`` is one env's action (shape and dtype)."""
         self.inputs = initial_inputs(self.env.reset(), prev_action_example)
         self.state = self.agent.initial_state(self.env.num_envs)
+        self.device = self.agent.device
 
     def step(self) -> tuple[NamedArrays, list[dict[str, Any]]]:
         """One step of every env: returns (record [B], traj infos of games that ended)."""
+        return self.observe(self.env.step(self.act()))
+
+    def act(self) -> np.ndarray:
+        """The agent's actions [B, *act] for the envs' next step (kept for ``observe``)."""
         if self.inputs is None:
-            raise RuntimeError("EnvStepper.step before reset()")
-        device = self.agent.device
+            raise RuntimeError(f"{type(self).__name__}.act before reset()")
+        device = self.device
         action, agent_info, next_state = self.agent.step(
             self.inputs.observation.to(device),
             self.inputs.prev_action.to(device),
@@ -308,11 +319,22 @@ class EnvStepper:
             self.state,
         )
         action = action.cpu()
-        env_step = self.env.step(action.numpy())
-        record = step_record(self.inputs, action, agent_info.map(lambda x: x.cpu()), env_step)
+        if device.type != "cpu":
+            agent_info = agent_info.map(lambda x: x.cpu())
+        self._pending = (action, agent_info, next_state)
+        return action.numpy()
+
+    def observe(self, env_step: NamedArrays) -> tuple[NamedArrays, list[dict[str, Any]]]:
+        """The record [B] of the step that ``env_step`` (Contract 1) finished after ``act``, and the
+        games that ended; advances the inputs and the recurrent state to the next step."""
+        if self._pending is None:
+            raise RuntimeError(f"{type(self).__name__}.observe without act()")
+        action, agent_info, next_state = self._pending
+        self._pending = None
+        record = step_record(self.inputs, action, agent_info, env_step)
         done = episode_done(record)
         self.inputs = next_inputs(record, env_step, done)
-        self.state = self.agent.reset_state(next_state, done.to(device))
+        self.state = self.agent.reset_state(next_state, done.to(self.device))
         return record, finished_episodes(record, self.env_ranks)
 
     def bootstrap(self) -> NamedArrays:
