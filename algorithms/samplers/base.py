@@ -163,7 +163,8 @@ def next_inputs(record: NamedArrays, env_step: NamedArrays, done: torch.Tensor |
     as ``prev_action`` / ``prev_reward``, zeroed where the episode ended (the next observation is
     then already the first of a new episode, Contract 1's same-step autoreset). ``done`` is
     ``episode_done(record)`` if the caller has it already."""
-    # In numpy: a handful of torch calls here cost ~40 us per step, as much as a small env's step.
+    # In numpy: with eight small torch ops this took 40 us per step of SAC's one-env HalfCheetah
+    # loop, now 25 (thread time, shared machine); with episode_done 63 -> 34 us.
     ended = (episode_done(record) if done is None else done).numpy()
     prev_action = to_numpy(record.action).copy()
     prev_action[ended] = 0
