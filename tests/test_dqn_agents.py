@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from algorithms.agents.dqn_agents import EpsilonGreedyAgent, R2D1Agent
-from algorithms.agents.epsilon import EpsilonSchedule, apex_epsilons, linear_anneal
+from algorithms.agents.epsilon import EpsilonSchedule, apex_epsilons, linear_anneal, log_spaced_epsilons
 from algorithms.arrays import NamedArrays
 from algorithms.models.dqn_model import QNetwork
 from algorithms.models.r2d1_model import R2D1Model
@@ -22,6 +22,19 @@ def test_apex_epsilons_hand_computed():
     assert apex_epsilons(np.array([0]), 1)[0] == pytest.approx(0.4)
     with pytest.raises(ValueError, match="n_envs=8"):
         apex_epsilons(np.array([8]), 8)
+
+
+def test_log_spaced_epsilons_hand_computed():
+    """rlpyt's vector epsilon: 0.0005 .. 0.1 log-spaced over 3 envs gives the geometric middle."""
+    eps = log_spaced_epsilons(np.arange(3), 3, 0.0005, 0.1)
+    np.testing.assert_allclose(eps, [0.0005, (0.0005 * 0.1) ** 0.5, 0.1])
+    np.testing.assert_allclose(log_spaced_epsilons(np.array([1]), 3, 0.0005, 0.1), eps[1:2])
+    assert log_spaced_epsilons(np.array([0]), 1, 0.0005, 0.1)[0] == pytest.approx(0.1)
+    sched = EpsilonSchedule(start=1.0, final=0.1, decay_steps=10, per_env="log_spaced", final_min=0.001)
+    np.testing.assert_allclose(sched.sample_epsilons(10, np.array([0, 2]), 3), [0.001, 0.1])
+    np.testing.assert_allclose(sched.sample_epsilons(5, np.array([0]), 3), [0.5005])
+    with pytest.raises(ValueError, match="final_min"):
+        EpsilonSchedule(final_min=0.0)
 
 
 def test_linear_anneal_and_schedule():

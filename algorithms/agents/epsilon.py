@@ -8,6 +8,10 @@ Two published rules, combinable:
   (Horgan et al. 2018, "Distributed Prioritized Experience Replay" (Ape-X), Sec. 4.1: base 0.4,
   alpha 7). R2D2 inherits it from Ape-X through its Table 2 caption; the R2D2 paper itself does not
   state it (see docs/ and the reference SOURCES).
+* per-environment final values log-spaced from ``final_min`` (env 0) to ``final`` (env N - 1):
+  rlpyt's vector epsilon (``eps_final_min``, rlpyt/agents/dqn/epsilon_greedy.py ``make_vec_eps``,
+  ``torch.logspace(log10(eps_final_min), log10(eps_final), global_B)[env_ranks]``), which its R2D1
+  runs used with 0.0005 and 0.1 (rlpyt atari_r2d1.py ``r2d1_long``).
 
 ``decay_steps = 0`` means the final values hold from the first step (Ape-X's fixed actor epsilons).
 """
@@ -19,7 +23,7 @@ from typing import Literal
 
 import numpy as np
 
-PerEnvRule = Literal["same", "apex"]
+PerEnvRule = Literal["same", "apex", "log_spaced"]
 
 
 def apex_epsilons(env_ranks: np.ndarray, n_envs: int, base: float = 0.4, alpha: float = 7.0) -> np.ndarray:
@@ -33,6 +37,17 @@ def apex_epsilons(env_ranks: np.ndarray, n_envs: int, base: float = 0.4, alpha: 
     if n_envs == 1:
         return np.full(ranks.shape, base)
     return base ** (1.0 + alpha * ranks / (n_envs - 1))
+
+
+def log_spaced_epsilons(env_ranks: np.ndarray, n_envs: int, final_min: float, final: float) -> np.ndarray:
+    """rlpyt's vector epsilon: ``final_min * (final / final_min) ** (i / (N - 1))`` for ranks ``i`` [B]
+    of ``N`` envs (one env: ``final``)."""
+    ranks = np.asarray(env_ranks, dtype=np.float64)
+    if n_envs < 1 or np.any(ranks < 0) or np.any(ranks >= n_envs):
+        raise ValueError(f"log_spaced_epsilons: ranks {ranks.tolist()} must lie in [0, n_envs={n_envs})")
+    if n_envs == 1:
+        return np.full(ranks.shape, final)
+    return final_min * (final / final_min) ** (ranks / (n_envs - 1))
 
 
 def linear_anneal(
@@ -50,7 +65,9 @@ class EpsilonSchedule:
     """Which epsilon each env uses at a given env step, and in evaluation.
 
     ``per_env = "same"``: every env anneals ``start -> final``; ``"apex"``: env ``i`` anneals
-    ``start -> apex_base ** (1 + apex_alpha * i / (N - 1))`` (``final`` is then unused).
+    ``start -> apex_base ** (1 + apex_alpha * i / (N - 1))`` (``final`` is then unused);
+    ``"log_spaced"``: env ``i`` anneals to the i-th of N values log-spaced from ``final_min`` to
+    ``final`` (rlpyt).
     """
 
     start: float = 1.0
@@ -59,6 +76,7 @@ class EpsilonSchedule:
     per_env: PerEnvRule = "same"
     apex_base: float = 0.4
     apex_alpha: float = 7.0
+    final_min: float = 0.0005
     eval: float = 0.05
 
     def __post_init__(self) -> None:
@@ -68,8 +86,14 @@ class EpsilonSchedule:
                 raise ValueError(f"EpsilonSchedule.{name} must be in [0, 1], got {value!r}")
         if self.decay_steps < 0:
             raise ValueError(f"EpsilonSchedule.decay_steps must be >= 0, got {self.decay_steps!r}")
-        if self.per_env not in ("same", "apex"):
-            raise ValueError(f"EpsilonSchedule.per_env must be 'same' or 'apex', got {self.per_env!r}")
+        if self.per_env not in ("same", "apex", "log_spaced"):
+            raise ValueError(
+                f"EpsilonSchedule.per_env must be 'same', 'apex' or 'log_spaced', got {self.per_env!r}"
+            )
+        if not 0.0 < self.final_min <= 1.0:
+            raise ValueError(f"EpsilonSchedule.final_min must be in (0, 1], got {self.final_min!r}")
+        if self.per_env == "log_spaced" and self.final <= 0.0:
+            raise ValueError(f"EpsilonSchedule.final must be > 0 for 'log_spaced', got {self.final!r}")
         if self.apex_alpha < 0:
             raise ValueError(f"EpsilonSchedule.apex_alpha must be >= 0, got {self.apex_alpha!r}")
 
@@ -78,6 +102,8 @@ class EpsilonSchedule:
         ranks = np.asarray(env_ranks)
         if self.per_env == "apex":
             final = apex_epsilons(ranks, n_envs, self.apex_base, self.apex_alpha)
+        elif self.per_env == "log_spaced":
+            final = log_spaced_epsilons(ranks, n_envs, self.final_min, self.final)
         else:
             final = np.full(ranks.shape, self.final)
         return linear_anneal(self.start, final, self.decay_steps, env_steps) * np.ones(ranks.shape)

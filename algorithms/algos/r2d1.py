@@ -98,7 +98,8 @@ class Config:
     eps_start: float = 1.0
     eps_final: float = 0.01
     eps_decay_steps: int = 0
-    eps_per_env: Literal["same", "apex"] = "apex"
+    eps_per_env: Literal["same", "apex", "log_spaced"] = "apex"
+    eps_final_min: float = 0.0005  # env 0's final epsilon with "log_spaced" (rlpyt's eps_final_min)
     eps_eval: float = 0.0  # R2D2 does not state one: greedy
     # Network (R2D2 Appendix "Hyper-parameters"): conv torso -> fc 512 -> LSTM 512 -> dueling 512.
     lstm_size: int = 512
@@ -166,6 +167,7 @@ class Config:
             final=self.eps_final,
             decay_steps=self.eps_decay_steps,
             per_env=self.eps_per_env,
+            final_min=self.eps_final_min,
             eval=self.eps_eval,
         )
 
