@@ -8,9 +8,10 @@ import pytest
 import torch
 import train_probe_algo as probe
 
+from algorithms.arrays import NamedArrays
 from algorithms.envs.config import EnvConfig
 from algorithms.envs.factory import make_vec_env
-from algorithms.samplers.base import StepWriter, env_seed, env_spaces
+from algorithms.samplers.base import StepWriter, env_seed, env_spaces, next_inputs
 from algorithms.samplers.evaluation import EvalSampler
 from algorithms.samplers.serial import SerialSampler
 from algorithms.train import SamplerConfig
@@ -193,3 +194,22 @@ def test_step_writer_fills_time_steps_and_rejects_a_record_with_other_fields():
     assert buffer == steps
     with pytest.raises(ValueError, match="do not match the sample buffer"):
         writer.write(0, steps[0].replace(bootstrap=None, extra=torch.zeros(2)))
+
+
+def test_next_inputs_zero_where_an_episode_ended_and_copy_what_they_keep():
+    """Continuous actions [B, A], both kinds of episode end; the record and the env's arrays stay intact."""
+    action = torch.tensor([[1.0, -2.0], [3.0, 4.0], [-0.5, 0.25]])
+    record = NamedArrays(
+        action=action.clone(),
+        reward=np.array([1.5, -1.0, 2.0], np.float32),
+        terminated=np.array([False, True, False]),
+        truncated=np.array([False, False, True]),
+    )
+    env_observation = np.arange(6, dtype=np.float32).reshape(3, 2)
+    inputs = next_inputs(record, NamedArrays(observation=env_observation))
+    assert torch.equal(inputs.prev_action, torch.tensor([[1.0, -2.0], [0.0, 0.0], [0.0, 0.0]]))
+    assert torch.equal(inputs.prev_reward, torch.tensor([1.5, 0.0, 0.0]))
+    assert torch.equal(inputs.observation, torch.from_numpy(env_observation))
+    assert torch.equal(record.action, action)  # zeroed in a copy, not in the record
+    env_observation[:] = -1  # the env reuses its output array on the next step
+    assert inputs.observation[0, 1] == 1.0
