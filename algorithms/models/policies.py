@@ -344,7 +344,13 @@ class TanhGaussianPolicy(nn.Module):
                 shapes = f"noise {tuple(noise.shape)} != mean {tuple(mean.shape)}"
                 raise ValueError(f"TanhGaussianPolicy: {shapes}")
             pre_tanh = mean + log_std.exp() * noise
-        action = self.center + self.scale * torch.tanh(pre_tanh)
         if not with_log_prob:
-            return action, None
-        return action, tanh_gaussian_log_prob(pre_tanh, mean, log_std, self.scale)
+            return self.squash(pre_tanh), None
+        # The log-density before the action: autograd sums the gradients reaching ``pre_tanh`` in
+        # reverse order of creation, so this order keeps the updates bit-identical to earlier runs.
+        log_prob = tanh_gaussian_log_prob(pre_tanh, mean, log_std, self.scale)
+        return self.squash(pre_tanh), log_prob
+
+    def squash(self, pre_tanh: torch.Tensor) -> torch.Tensor:
+        """``center + scale * tanh(u)``: the action box's point for a pre-tanh sample [..., A]."""
+        return self.center + self.scale * torch.tanh(pre_tanh)
