@@ -66,6 +66,9 @@ def _dqn(b: int) -> dqn.Config:
 
 
 def _c51(b: int) -> c51.Config:
+    # Measured 2026-11-30 (5 seeds, 100k): finals 500 on 4 seeds, 287 on one. Adam 1e-3 instead was
+    # worse (median 479, two seeds at 254 and 327): Q grew more slowly and the greedy policy drifted
+    # off the track after about 250 steps. An earlier single 50k run scoring 170 was the short budget.
     return c51.Config(**zoo_cartpole(b), v_min=0.0, v_max=100.0, eps_per_env="same")
 
 
