@@ -4,9 +4,12 @@ Both run Nature DQN's training loop (Mnih et al. 2015, Extended Data Table 1): o
 32, one update every 4 env steps, the Nature network, the same replay capacity, the same torch
 thread count and the same env object: this code base's native ale-py env (frameskip 4 with
 max-pool, 84x84 gray, 4-frame stack, up to 30 no-ops), handed to SB3 through its ``VecEnv``
-interface. Each repeat builds a fresh learner, fills ``--learning-starts`` steps (not timed),
-then times ``--steps`` env steps of training; the figure is env steps per second. Reported: every
-repeat in the CSV, the median of the repeats and the ratio in a Markdown summary.
+interface. Both optimise with Adam at SB3's DQN defaults (learning rate 1e-4, eps 1e-8) rather
+than the Nature paper's centered RMSprop, so the two do the same arithmetic; this code base runs
+torch's fused Adam kernel, SB3 the per-tensor default. Each repeat builds a fresh learner, fills
+``--learning-starts`` steps (not timed), then times ``--steps`` env steps of training; the figure
+is env steps per second. Reported: every repeat in the CSV, the median of the repeats and the
+ratio in a Markdown summary.
 
 Every figure is given twice: per second of wall-clock time and per second of this process's CPU
 time (``time.process_time``, all its threads). Both learners run on one thread each, so on an idle
@@ -55,6 +58,9 @@ def ours_config(replay_size: int, learning_starts: int) -> dqn.Config:
         replay_size_steps=replay_size,
         min_steps_learn=learning_starts,
         clip_grad_norm=10.0,  # SB3's default max_grad_norm, so both compute the gradient norm
+        optimizer="adam",  # SB3 DQN's default optimizer, learning rate and eps
+        learning_rate=1e-4,
+        optimizer_eps=1e-8,
     )
 
 
