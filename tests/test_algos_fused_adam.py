@@ -34,20 +34,27 @@ def _assert_same_parameters(model: torch.nn.Module, reference: torch.nn.Module, 
         assert error < 1e-4, f"{name}: fused and per-tensor Adam differ by {error:.2e} of the update"
 
 
+def _fused_and_reference(build):
+    """Two learners from ``build()`` under the same seed: the first keeps its fused Adam, the second
+    gets the per-tensor reference; also the initial parameters."""
+    learners = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        learners.append(build())
+    fused, reference = learners
+    assert fused.optimizer.defaults["fused"]
+    reference.optimizer = _reference_adam(reference.optimizer)
+    return fused, reference, [p.detach().clone() for p in fused.agent.model.parameters()]
+
+
 @pytest.mark.parametrize("recurrent", [False, True])
 def test_ppo_fused_adam_matches_per_tensor_adam(recurrent):
     config = ppo.Config(minibatch_size_steps=16, epochs=3, recurrent=recurrent)
-    algos = []
-    for _ in range(2):
-        torch.manual_seed(0)
-        agent = ppo.build_agent(config, OBS, ACT)
-        algos.append(ppo.Algo(config, agent, 1, BatchSpec(8, 4)))
-    fused, reference = algos
-    assert fused.optimizer.defaults["fused"]
-    reference.optimizer = _reference_adam(reference.optimizer)
-    initial = [p.detach().clone() for p in fused.agent.model.parameters()]
+    fused, reference, initial = _fused_and_reference(
+        lambda: ppo.Algo(config, ppo.build_agent(config, OBS, ACT), 1, BatchSpec(8, 4))
+    )
     batch = _batch(fused.agent, 8, 4)
-    for algo in algos:
+    for algo in (fused, reference):
         torch.manual_seed(1)  # the same minibatch permutations
         algo.optimize(0, batch)
     _assert_same_parameters(fused.agent.model, reference.agent.model, initial)
@@ -55,16 +62,10 @@ def test_ppo_fused_adam_matches_per_tensor_adam(recurrent):
 
 def test_dqn_adam_is_fused_and_matches_per_tensor_adam():
     config = dqn.Config(optimizer="adam", batch_size=8, min_steps_learn=16, train_every_steps=1)
-    algos = []
-    for _ in range(2):
-        torch.manual_seed(0)
-        agent = dqn.build_agent(config, DQN_OBS, DQN_ACT)
-        algos.append(dqn.Algo(config, agent, 1, BatchSpec(4, 4)))
-    fused, reference = algos
-    assert fused.optimizer.defaults["fused"]
-    reference.optimizer = _reference_adam(reference.optimizer)
-    initial = [p.detach().clone() for p in fused.model.parameters()]
-    for algo in algos:
+    fused, reference, initial = _fused_and_reference(
+        lambda: dqn.Algo(config, dqn.build_agent(config, DQN_OBS, DQN_ACT), 1, BatchSpec(4, 4))
+    )
+    for algo in (fused, reference):
         torch.manual_seed(1)  # the replay's sampling seed
         rng = np.random.default_rng(0)
         for itr in range(8):
@@ -74,17 +75,11 @@ def test_dqn_adam_is_fused_and_matches_per_tensor_adam():
 
 
 def test_r2d1_adam_is_fused_and_matches_per_tensor_adam():
-    algos, drivers = [], []
-    for _ in range(2):
-        torch.manual_seed(0)
-        agent = r2d1.build_agent(R2D1_SMALL, R2D1_OBS, R2D1_ACT)
-        algos.append(r2d1.Algo(R2D1_SMALL, agent, 1, BatchSpec(8, 4)))
-        drivers.append(Driver(agent, 4, length=3))
-    fused, reference = algos
-    assert fused.optimizer.defaults["fused"]
-    reference.optimizer = _reference_adam(reference.optimizer)
-    initial = [p.detach().clone() for p in fused.model.parameters()]
-    for algo, driver in zip(algos, drivers):
+    fused, reference, initial = _fused_and_reference(
+        lambda: r2d1.Algo(R2D1_SMALL, r2d1.build_agent(R2D1_SMALL, R2D1_OBS, R2D1_ACT), 1, BatchSpec(8, 4))
+    )
+    for algo in (fused, reference):
+        driver = Driver(algo.agent, 4, length=3)
         torch.manual_seed(1)  # the same exploration and replay draws
         for itr in range(12):
             algo.agent.set_mode("sample")
