@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from algorithms.agents.pg_agents import PgAgent, RecurrentPgAgent
-from algorithms.algos.base import OptInfo
+from algorithms.algos.base import FieldCheck, OptInfo
 from algorithms.functional.advantages import discounted_returns, explained_variance
 from algorithms.functional.policy_losses import a2c_loss
 from algorithms.models.policies import ActorCritic, RecurrentActorCritic
@@ -85,9 +85,7 @@ class Config:
         return cls(**{**PRESETS[name]["algo"], **overrides})
 
 
-def _require(condition: bool, field: str, value: Any, what: str) -> None:
-    if not condition:
-        raise ValueError(f"a2c.Config.{field} must be {what}, got {value!r}")
+_require = FieldCheck("a2c.Config")
 
 
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {

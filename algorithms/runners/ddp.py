@@ -6,7 +6,8 @@ Each rank is a ``SyncRunner`` with
 * its own serial sampler on ``batch_B`` envs, the global env ranks ``[r * B, (r + 1) * B)`` of
   ``n_gpus * B`` (seeded as those ranks of one vector env, see ``algorithms.samplers.base``);
 * its own agent and algorithm, built from the run seed on every rank, so all replicas start equal;
-  then rank r > 0 reseeds (``rank_seed``) for its own exploration and minibatch draws;
+  then rank r > 0 reseeds (``rank_seed``) for its own minibatch draws (exploration comes from the
+  per-env-rank streams of its global env ranks, ``algorithms.agents.base.RankStreams``);
 * the agent's model wrapped in ``DataParallelModel`` (a DDP) *before* the algorithm is built, so
   every backward pass through the model's ``forward`` averages its gradients over the ranks;
   parameters an algorithm trains outside ``agent.model`` (critics of DDPG/TD3/SAC, SAC's
