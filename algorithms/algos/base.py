@@ -6,6 +6,7 @@ and learner state. Each algorithm's update stays in its own file.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -48,6 +49,53 @@ class OptInfo:
     samples_trained: int = 0
     samples_replayed: int = 0
     diagnostics: dict[str, float] = field(default_factory=dict)
+
+
+# --- Q-learning from replay: DQN (C51, Rainbow) and R2D1 ------------------------------------------
+
+
+class QReplayLearner:
+    """The update loop DQN (with C51 and Rainbow) and R2D1 share: the warm-up test and ``updates``
+    minibatch steps, each a replay draw, ``loss(batch) -> (loss, priorities, info)``, one clipped
+    optimizer step, new priorities for the drawn items and the periodic hard target sync.
+
+    Subclasses set ``config`` (with ``min_steps_learn`` and ``target_update_period_updates``),
+    ``agent``, ``model``, ``target_model``, ``optimizer``, ``max_grad_norm``, ``replay``,
+    ``replay_steps``, ``updates``, ``diagnostic_keys`` and ``loss``.
+    """
+
+    @property
+    def warm(self) -> bool:
+        """Enough steps to learn from. Counted per process: a resumed run refills its replay first."""
+        return (
+            self.replay is not None
+            and self.replay_steps >= self.config.min_steps_learn
+            and len(self.replay) > 0
+        )
+
+    def run_updates(self, n_updates: int, batch_size: int, update_priorities: bool) -> dict[str, float]:
+        """``n_updates`` minibatch steps of ``batch_size`` items; the diagnostics averaged over them."""
+        diagnostics: dict[str, list[float]] = {key: [] for key in self.diagnostic_keys}
+        device = self.agent.device
+        for _ in range(n_updates):
+            data, items, is_weights = self.replay.sample(batch_size)
+            batch = data.replace(is_weights=is_weights).to_torch(device)
+            loss, priorities, info = self.loss(batch)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            info["grad_norm"] = float(
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+            )
+            self.optimizer.step()
+            if update_priorities:
+                self.replay.update_priorities(items, priorities.cpu())
+            self.updates += 1
+            if self.updates % self.config.target_update_period_updates == 0:
+                self.target_model.load_state_dict(self.model.state_dict())
+            info["loss"] = float(loss.detach())
+            for key, value in info.items():
+                diagnostics[key].append(value)
+        return {key: sum(v) / len(v) if v else math.nan for key, v in diagnostics.items()}
 
 
 # --- Q-value policy gradients: DDPG, TD3, SAC -----------------------------------------------------

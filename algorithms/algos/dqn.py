@@ -28,7 +28,7 @@ from torch import nn
 
 from algorithms.agents.dqn_agents import EpsilonGreedyAgent
 from algorithms.agents.epsilon import EpsilonSchedule
-from algorithms.algos.base import FieldCheck, OptInfo, adam
+from algorithms.algos.base import FieldCheck, OptInfo, QReplayLearner, adam
 from algorithms.arrays import NamedArrays
 from algorithms.functional.td import (
     double_q_learning_target,
@@ -154,7 +154,7 @@ def make_optimizer(config: Config, params: Any) -> torch.optim.Optimizer:
     )
 
 
-class Algo:
+class Algo(QReplayLearner):
     """DQN learner: replay, target network, optimizer (see the module docstring)."""
 
     # Reported on every optimize call (NaN before learning starts): loss, mean Q(s, a) of the
@@ -238,43 +238,17 @@ class Algo:
         self.replay.append(samples)
         self.replay_steps += samples.reward.numel()
 
-    @property
-    def warm(self) -> bool:
-        """Enough steps to learn from. Counted per process: a resumed run refills its replay first."""
-        return (
-            self.replay is not None
-            and self.replay_steps >= self.config.min_steps_learn
-            and len(self.replay) > 0
-        )
-
     def train(self, itr: int, n_updates: int) -> OptInfo:
         """``n_updates`` updates from the replay (none while warming up)."""
         if not self.warm:
             return OptInfo(diagnostics=dict.fromkeys(self.diagnostic_keys, math.nan))
-        diagnostics: dict[str, list[float]] = {key: [] for key in self.diagnostic_keys}
-        device = self.agent.device
-        for _ in range(n_updates):
-            data, indices, is_weights = self.replay.sample(self.config.batch_size)
-            batch = data.replace(is_weights=is_weights).to_torch(device)
-            loss, td_abs, info = self.loss(batch)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            info["grad_norm"] = float(nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm))
-            self.optimizer.step()
-            if self.config.prioritized:
-                self.replay.update_priorities(indices, td_abs.cpu())
-            self.updates += 1
-            if self.updates % self.config.target_update_period_updates == 0:
-                self.target_model.load_state_dict(self.model.state_dict())
-            info["loss"] = float(loss.detach())
-            for k, v in info.items():
-                diagnostics[k].append(v)
+        diagnostics = self.run_updates(n_updates, self.config.batch_size, self.config.prioritized)
         trained = n_updates * self.config.batch_size
         return OptInfo(
             updates=n_updates,
             samples_trained=trained,
             samples_replayed=trained,
-            diagnostics={k: sum(v) / len(v) if v else math.nan for k, v in diagnostics.items()},
+            diagnostics=diagnostics,
         )
 
     def state_dict(self) -> dict[str, Any]:

@@ -55,7 +55,7 @@ from torch import nn
 
 from algorithms.agents.dqn_agents import R2D1Agent
 from algorithms.agents.epsilon import EpsilonSchedule
-from algorithms.algos.base import FieldCheck, OptInfo, adam
+from algorithms.algos.base import FieldCheck, OptInfo, QReplayLearner, adam
 from algorithms.arrays import NamedArrays
 from algorithms.functional.priorities import sequence_priority
 from algorithms.functional.returns import nstep_returns
@@ -271,7 +271,7 @@ def initial_sequence_priorities(config: Config, td_abs: torch.Tensor) -> torch.T
     return sequence_priority(td_abs, config.priority_eta)
 
 
-class Algo:
+class Algo(QReplayLearner):
     """R2D1 learner: prioritized sequence replay with stored states, burn-in, target net, Adam."""
 
     # Reported on every optimize call (NaN before learning starts).
@@ -451,43 +451,18 @@ class Algo:
             self._replay_credit -= n_updates * per_update
         return self.train(itr, n_updates)
 
-    @property
-    def warm(self) -> bool:
-        """Enough steps to learn from (per process: a resumed run refills its replay first)."""
-        return (
-            self.replay is not None
-            and self.replay_steps >= self.config.min_steps_learn
-            and len(self.replay) > 0
-        )
-
     def train(self, itr: int, n_updates: int) -> OptInfo:
         """``n_updates`` updates on sequences from the replay (none while warming up)."""
         if not self.warm:
             return OptInfo(diagnostics=dict.fromkeys(self.diagnostic_keys, math.nan))
         c = self.config
-        diagnostics: dict[str, list[float]] = {key: [] for key in self.diagnostic_keys}
-        device = self.agent.device
-        for _ in range(n_updates):
-            data, items, is_weights = self.replay.sample(c.batch_size_sequences)
-            batch = data.replace(is_weights=is_weights).to_torch(device)
-            loss, priorities, info = self.loss(batch)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            info["grad_norm"] = float(nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm))
-            self.optimizer.step()
-            self.replay.update_priorities(items, priorities.cpu())
-            self.updates += 1
-            if self.updates % c.target_update_period_updates == 0:
-                self.target_model.load_state_dict(self.model.state_dict())
-            info["loss"] = float(loss.detach())
-            for key, value in info.items():
-                diagnostics[key].append(value)
+        diagnostics = self.run_updates(n_updates, c.batch_size_sequences, update_priorities=True)
         sequences = n_updates * c.batch_size_sequences
         return OptInfo(
             updates=n_updates,
             samples_trained=sequences * c.sequence_length_steps,
             samples_replayed=sequences * (c.sequence_length_steps + c.burn_in_steps),
-            diagnostics={key: sum(v) / len(v) if v else math.nan for key, v in diagnostics.items()},
+            diagnostics=diagnostics,
         )
 
     def state_dict(self) -> dict[str, Any]:
