@@ -106,16 +106,15 @@ def time_ours(steps: int, replay_size: int, learning_starts: int, seed: int) -> 
     return steps / elapsed
 
 
-def sb3_vec_env(seed: int):
-    """This code base's Atari env (``ENV``) behind SB3's ``VecEnv`` interface, so both learners step
-    the very same emulator and preprocessing and only the learners differ. (SB3's own AtariWrapper
-    needs OpenCV, which this project does not install.)"""
+def sb3_vec_env(env_config: EnvConfig, num_envs: int, seed: int):
+    """This code base's ``num_envs`` vector env behind SB3's ``VecEnv`` interface (same emulator or
+    simulator and preprocessing for both learners; SB3's AtariWrapper would also need OpenCV)."""
     from stable_baselines3.common.vec_env import VecEnv
 
     class NativeVecEnv(VecEnv):
         def __init__(self) -> None:
-            self.env = make_vec_env(ENV, 1, seed)
-            super().__init__(1, self.env.observation_space, self.env.action_space)
+            self.env = make_vec_env(env_config, num_envs, seed)
+            super().__init__(num_envs, self.env.observation_space, self.env.action_space)
             self._actions = None
 
         def reset(self):
@@ -128,8 +127,9 @@ def sb3_vec_env(seed: int):
             out = self.env.step(self._actions)
             done = out.terminated | out.truncated
             infos = [
-                {"TimeLimit.truncated": bool(out.truncated[0] and not out.terminated[0])}
-                | ({"terminal_observation": out.final_observation[0]} if done[0] else {})
+                {"TimeLimit.truncated": bool(out.truncated[i] and not out.terminated[i])}
+                | ({"terminal_observation": out.final_observation[i]} if done[i] else {})
+                for i in range(num_envs)
             ]
             return out.observation, out.reward, done, infos
 
@@ -137,7 +137,7 @@ def sb3_vec_env(seed: int):
             self.env.close()
 
         def get_attr(self, attr_name, indices=None):
-            return [getattr(self, attr_name)]
+            return [getattr(self, attr_name)] * num_envs
 
         def set_attr(self, attr_name, value, indices=None) -> None:
             setattr(self, attr_name, value)
@@ -146,7 +146,7 @@ def sb3_vec_env(seed: int):
             return [getattr(self, method_name)(*args, **kwargs)]
 
         def env_is_wrapped(self, wrapper_class, indices=None):
-            return [False]
+            return [False] * num_envs
 
     return NativeVecEnv()
 
@@ -167,7 +167,7 @@ def time_sb3(steps: int, replay_size: int, learning_starts: int, seed: int) -> n
                 self.start = clocks()
             return True
 
-    env = sb3_vec_env(seed)
+    env = sb3_vec_env(ENV, 1, seed)
     model = DQN(
         "CnnPolicy",
         env,

@@ -43,7 +43,7 @@ from algorithms.envs.factory import make_vec_env
 from algorithms.samplers.base import BatchSpec
 from algorithms.samplers.serial import SerialSampler
 from algorithms.train import SamplerConfig
-from bench.bench_dqn_speed import clocks
+from bench.bench_dqn_speed import clocks, sb3_vec_env
 from bench.bench_env import cpu_model
 
 PONG = EnvConfig(id="pong", kind="atari", backend="native", clip_rewards=True)
@@ -51,51 +51,6 @@ HALFCHEETAH = EnvConfig(id="HalfCheetah-v5", kind="gym")
 PPO_T, PPO_B, PPO_EPOCHS, PPO_MINIBATCH = 128, 8, 4, 256
 COLUMNS = ("steps_per_second", "steps_per_cpu_second")
 SAC_BATCH = 256
-
-
-def sb3_vec_env(env_config: EnvConfig, num_envs: int, seed: int):
-    """This code base's ``num_envs`` vector env behind SB3's ``VecEnv`` interface (same emulator or
-    simulator and preprocessing for both learners; SB3's AtariWrapper would also need OpenCV)."""
-    from stable_baselines3.common.vec_env import VecEnv
-
-    class NativeVecEnv(VecEnv):
-        def __init__(self) -> None:
-            self.env = make_vec_env(env_config, num_envs, seed)
-            super().__init__(num_envs, self.env.observation_space, self.env.action_space)
-            self._actions = None
-
-        def reset(self):
-            return self.env.reset()
-
-        def step_async(self, actions) -> None:
-            self._actions = np.asarray(actions)
-
-        def step_wait(self):
-            out = self.env.step(self._actions)
-            done = out.terminated | out.truncated
-            infos = [
-                {"TimeLimit.truncated": bool(out.truncated[i] and not out.terminated[i])}
-                | ({"terminal_observation": out.final_observation[i]} if done[i] else {})
-                for i in range(num_envs)
-            ]
-            return out.observation, out.reward, done, infos
-
-        def close(self) -> None:
-            self.env.close()
-
-        def get_attr(self, attr_name, indices=None):
-            return [getattr(self, attr_name)] * num_envs
-
-        def set_attr(self, attr_name, value, indices=None) -> None:
-            setattr(self, attr_name, value)
-
-        def env_method(self, method_name, *args, indices=None, **kwargs):
-            return [getattr(self, method_name)(*args, **kwargs)]
-
-        def env_is_wrapped(self, wrapper_class, indices=None):
-            return [False] * num_envs
-
-    return NativeVecEnv()
 
 
 def _spaces(env_config: EnvConfig):
