@@ -1,6 +1,8 @@
-"""What an algorithm's ``optimize`` returns to the runner (docs/ARCHITECTURE.md, Contract 4), and the
-pieces the three Q-value policy gradients (DDPG, TD3, SAC) share: their replay schedule, critics
-and learner state. Each algorithm's update stays in its own file.
+"""What an algorithm's ``optimize`` returns to the runner (docs/ARCHITECTURE.md, Contract 4), the
+one-line config errors (``FieldCheck``) and fused Adam every algorithm uses, the update loop DQN
+(C51, Rainbow) and R2D1 share (``QReplayLearner``), and the pieces the three Q-value policy
+gradients (DDPG, TD3, SAC) share: their replay schedule, critics and learner state. Each
+algorithm's loss stays in its own file.
 """
 
 from __future__ import annotations
@@ -111,9 +113,10 @@ def validate_qpg_config(
     """The field checks of the DDPG, TD3 and SAC configs: the fields all three have, plus the named
     extra ones. Raises ``ValueError`` naming ``<name>.Config.<field>`` and its value."""
 
+    check = FieldCheck(f"{name}.Config")
+
     def require(condition: bool, field: str, what: str) -> None:
-        if not condition:
-            raise ValueError(f"{name}.Config.{field} must be {what}, got {getattr(config, field)!r}")
+        check(condition, field, getattr(config, field), what)
 
     require(0.0 <= config.discount <= 1.0, "discount", "in [0, 1]")
     require(0.0 < config.tau <= 1.0, "tau", "in (0, 1]")
