@@ -135,3 +135,43 @@ def test_a2c_optimize_one_step(recurrent):
     assert {"pi_loss", "value_loss", "entropy", "grad_norm", "learning_rate"} <= set(info.diagnostics)
     _, _, value = agent.evaluate(samples)
     assert not torch.allclose(value, samples.agent_info.value)
+
+
+@pytest.mark.parametrize(("gae_lambda", "normalize"), [(1.0, False), (0.5, False), (0.5, True)])
+def test_a2c_advantage_options_set_the_losses(gae_lambda, normalize):
+    """The logged losses equal the A2C loss on independently computed targets: n-step returns at
+    lambda 1 (which GAE(1) equals), GAE(lambda) and the lambda-return below 1, standardized advantages
+    when asked; a changed lambda must change the value loss."""
+    from algorithms.functional.advantages import generalized_advantage_estimation
+
+    torch.manual_seed(0)
+    config = a2c.Config(hidden_sizes=(16,), gae_lambda=gae_lambda, normalize_advantage=normalize)
+    agent = a2c.build_agent(config, OBS, ACT)
+    algo = a2c.Algo(config, agent, 1, BatchSpec(8, 4))
+    samples = _batch(agent, 8, 4)
+    with torch.no_grad():
+        value = samples.agent_info.value
+        advantage, target = generalized_advantage_estimation(
+            samples.reward,
+            value,
+            agent.next_values(samples),
+            samples.terminated,
+            samples.truncated,
+            config.discount,
+            gae_lambda,
+        )
+        if normalize:
+            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        log_prob, _, _ = agent.evaluate(samples)
+        expected_pi = -(log_prob * advantage).mean()
+        expected_value = 0.5 * ((value - target) ** 2).mean()
+        flags = (samples.terminated, samples.truncated)
+        _, one_step = generalized_advantage_estimation(
+            samples.reward, value, agent.next_values(samples), *flags, 0.99, 0.0
+        )
+    info = algo.optimize(0, samples)
+    assert info.diagnostics["pi_loss"] == pytest.approx(float(expected_pi), rel=1e-5, abs=1e-6)
+    assert info.diagnostics["value_loss"] == pytest.approx(float(expected_value), rel=1e-5)
+    assert info.diagnostics["value_loss"] != pytest.approx(float(0.5 * ((value - one_step) ** 2).mean()))
+    with pytest.raises(ValueError, match="a2c.Config.gae_lambda"):
+        a2c.Config(gae_lambda=1.5)

@@ -5,7 +5,9 @@ One ``optimize`` call per sampler batch of T steps x B envs, one gradient step:
 
 1. n-step discounted returns to the end of the batch (Algorithm S3), bootstrapped from V of the
    state after the batch, or of the true final observation where an episode was truncated, and
-   from nothing after a terminal (``agent.next_values`` and ``discounted_returns``);
+   from nothing after a terminal (``agent.next_values`` and ``discounted_returns``); with
+   ``gae_lambda < 1`` the advantage is GAE(lambda) instead and the value target the lambda-return
+   (Schulman et al. 2016; SB3's A2C option of the same name), optionally standardized over the batch;
 2. loss ``-log pi(a|s) A + value_coef * 0.5 (R - V)^2 - entropy_coef * H`` over the whole batch
    (``a2c_loss``), with ``A = R - V(s)``; the recurrent agent runs its LSTM over each env column
    from the state it sampled with, reset at episode ends;
@@ -29,7 +31,12 @@ from torch import nn
 
 from algorithms.agents.pg_agents import PgAgent, RecurrentPgAgent
 from algorithms.algos.base import FieldCheck, OptInfo
-from algorithms.functional.advantages import discounted_returns, explained_variance
+from algorithms.functional.advantages import (
+    discounted_returns,
+    explained_variance,
+    generalized_advantage_estimation,
+    standardize_advantage,
+)
 from algorithms.functional.policy_losses import a2c_loss
 from algorithms.models.policies import ActorCritic, RecurrentActorCritic
 
@@ -54,6 +61,9 @@ class Config:
     value_coef: float = 1.0
     entropy_coef: float = 0.01
     max_grad_norm: float = 0.5  # 0: no clipping
+    # Options of SB3's A2C, off here as in A3C: lambda 1 is the n-step return of Algorithm S3.
+    gae_lambda: float = 1.0
+    normalize_advantage: bool = False
     # Linear learning-rate annealing from 1 at env step 0 to 0 at this env step; 0: constant.
     anneal_env_steps: int = 10_000_000
     # Model (hidden_sizes: the MLP for vector observations; frames use the Nature torso).
@@ -62,7 +72,8 @@ class Config:
     lstm_size: int = 128
 
     def __post_init__(self) -> None:
-        _require(0.0 <= self.discount <= 1.0, "discount", self.discount, "in [0, 1]")
+        for name in ("discount", "gae_lambda"):
+            _require(0.0 <= getattr(self, name) <= 1.0, name, getattr(self, name), "in [0, 1]")
         _require(0.0 <= self.rmsprop_alpha < 1.0, "rmsprop_alpha", self.rmsprop_alpha, "in [0, 1)")
         for name in ("learning_rate", "rmsprop_epsilon"):
             _require(getattr(self, name) > 0, name, getattr(self, name), "> 0")
@@ -152,10 +163,24 @@ class Algo:
         samples = samples.map(lambda x: x.to(device))
         with torch.no_grad():
             next_value = agent.next_values(samples)
-            target = discounted_returns(
-                samples.reward, next_value, samples.terminated, samples.truncated, c.discount
-            )
-            advantage = target - samples.agent_info.value
+            value = samples.agent_info.value
+            if c.gae_lambda == 1.0:
+                target = discounted_returns(
+                    samples.reward, next_value, samples.terminated, samples.truncated, c.discount
+                )
+                advantage = target - value
+            else:
+                advantage, target = generalized_advantage_estimation(
+                    samples.reward,
+                    value,
+                    next_value,
+                    samples.terminated,
+                    samples.truncated,
+                    c.discount,
+                    c.gae_lambda,
+                )
+            if c.normalize_advantage:
+                advantage = standardize_advantage(advantage)
         learning_rate = c.learning_rate * self.anneal_fraction(agent.env_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate

@@ -32,7 +32,11 @@ from torch import nn
 from algorithms.agents.pg_agents import PgAgent, RecurrentPgAgent
 from algorithms.algos.base import FieldCheck, OptInfo, adam
 from algorithms.arrays import NamedArrays
-from algorithms.functional.advantages import explained_variance, generalized_advantage_estimation
+from algorithms.functional.advantages import (
+    explained_variance,
+    generalized_advantage_estimation,
+    standardize_advantage,
+)
 from algorithms.functional.policy_losses import approx_kl, entropy_bonus, ppo_clipped_surrogate, value_loss
 from algorithms.models.policies import ActorCritic, RecurrentActorCritic
 
@@ -247,7 +251,7 @@ class Algo:
                     break
                 adv = mb.advantage
                 if c.normalize_advantage:
-                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                    adv = standardize_advantage(adv)
                 pi_loss, clip_fraction = ppo_clipped_surrogate(
                     log_prob, mb.agent_info.log_prob, adv, clip_epsilon
                 )

@@ -146,6 +146,12 @@ def discounted_returns(
     return returns
 
 
+def standardize_advantage(advantage: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """``(A - mean(A)) / (std(A) + eps)`` over all elements: the advantage normalization of OpenAI
+    Baselines' PPO2 (and SB3's ``normalize_advantage``), applied per minibatch by PPO."""
+    return (advantage - advantage.mean()) / (advantage.std() + eps)
+
+
 def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> float:
     """``1 - Var(target - prediction) / Var(target)``, a value-function diagnostic: 1 is perfect, 0 no
     better than a constant, negative worse (NaN when the target is constant)."""
