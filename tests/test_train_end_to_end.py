@@ -170,6 +170,23 @@ def test_resume_restores_parameters_optimizer_counters_and_rng_from_the_checkpoi
     assert read_run(tmp_path / "r").progress["env_steps"].tolist() == [100, 200]
 
 
+def test_a_checkpoint_of_another_model_layout_is_a_one_line_error_naming_the_file(tmp_path, monkeypatch):
+    config = make_config(n_steps=300, eval_interval_steps=0)
+    with monkeypatch.context() as patch:
+        interrupt_at(patch, 250)
+        with pytest.raises(Interrupt):
+            train(config, tmp_path / "r")
+    path = tmp_path / "r" / "checkpoints" / "latest.pt"
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint["agent"] = {f"old_{name}": value for name, value in checkpoint["agent"].items()}
+    torch.save(checkpoint, path)
+    with pytest.raises(ValueError) as error:
+        train(config, tmp_path / "r")
+    message = str(error.value)
+    assert "\n" not in message and str(path) in message and "does not fit this run's probe agent" in message
+    assert "Missing key(s)" in message
+
+
 def test_a_finished_run_is_not_trained_again(tmp_path):
     config = make_config(n_steps=200, eval_interval_steps=0)
     train(config, tmp_path / "r")

@@ -202,8 +202,20 @@ class SyncRunner:
             if checkpoint.get("format") != CHECKPOINT_FORMAT:
                 found = checkpoint.get("format")
                 raise ValueError(f"checkpoint format {found!r}, expected {CHECKPOINT_FORMAT}")
-            agent.load_state_dict(checkpoint["agent"])
-            algo.load_state_dict(checkpoint["algo"])
+            try:
+                agent.load_state_dict(checkpoint["agent"])
+                algo.load_state_dict(checkpoint["algo"])
+            except (KeyError, RuntimeError, ValueError) as error:
+                # torch lists every missing and unexpected key over several lines; one line names
+                # the file and the start of that list (e.g. a checkpoint of the separate TD3/SAC
+                # critics that preceded ``QEnsemble``).
+                where = run.checkpoint_path if run is not None else "checkpoint"
+                detail = " ".join(str(error).split())
+                detail = detail if len(detail) <= 240 else detail[:240] + "..."
+                raise ValueError(
+                    f"{where}: does not fit this run's {config.algo} agent or optimizer ({detail}); "
+                    "it was written by another model layout: start the run afresh"
+                ) from None
             counters = Counters.from_state_dict(checkpoint["counters"])
             set_rng_state(cls.rng_of_rank(checkpoint, rank))
             if run is not None:
