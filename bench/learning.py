@@ -4,18 +4,23 @@ A benchmark module defines ``ARMS`` (name -> ``Arm``) and calls ``main(module_na
 every (arm, seed) trains through ``algorithms.train.train`` into ``<out stem>_runs/<arm>/seed<k>``,
 one row per run goes to the CSV, and a Markdown summary (median final return, mean with a 95%
 percentile-bootstrap CI over seeds, pass or fail against the arm's mark) goes next to it.
+
+Sweeps run through the same command: ``--set NAME=VALUE`` (repeatable) replaces fields of every
+chosen arm's algorithm config and ``--batch TxB`` its sampler shape; both are recorded in the CSV
+and the summary, e.g. ``--arms a2c_cartpole --seeds 10 --set learning_rate=7e-4 --batch 5x8``.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import importlib
 import statistics
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,18 +50,50 @@ def _arms(module_name: str) -> dict[str, Arm]:
     return importlib.import_module(module_name).ARMS
 
 
-def run_one(module_name: str, arm_name: str, seed: int, budget_scale: float, root: Path) -> dict[str, Any]:
-    arm = _arms(module_name)[arm_name]
-    budget = max(int(arm.budget_steps * budget_scale), arm.batch_T * arm.batch_B)
-    config = TrainConfig(
+@dataclass(frozen=True)
+class Overrides:
+    """What a sweep changes in every chosen arm: algorithm config fields and the sampler shape."""
+
+    fields: tuple[tuple[str, Any], ...] = ()
+    batch: tuple[int, int] | None = None  # (T, B)
+
+    def label(self) -> str:
+        parts = [f"{name}={value!r}" for name, value in self.fields]
+        if self.batch is not None:
+            parts.append(f"batch={self.batch[0]}x{self.batch[1]}")
+        return " ".join(parts)
+
+
+def train_config(arm: Arm, budget: int, seed: int, overrides: Overrides = Overrides()) -> TrainConfig:
+    """The arm's run at ``budget`` env steps with ``overrides`` applied (raises on a bad override)."""
+    batch_T, batch_B = overrides.batch or (arm.batch_T, arm.batch_B)
+    return TrainConfig(
         algo=arm.algo,
-        algo_config=arm.make_config(budget),
+        algo_config=replace(arm.make_config(budget), **dict(overrides.fields)),
         env=arm.env,
-        sampler=SamplerConfig(batch_T=arm.batch_T, batch_B=arm.batch_B, eval_episodes=arm.eval_episodes),
+        sampler=SamplerConfig(batch_T=batch_T, batch_B=batch_B, eval_episodes=arm.eval_episodes),
         runner=RunnerConfig(
             n_steps=budget, log_interval_steps=max(budget // 10, 1), seed=seed, torch_threads=1
         ),
     )
+
+
+def arm_budget(arm: Arm, budget_scale: float, overrides: Overrides = Overrides()) -> int:
+    batch_T, batch_B = overrides.batch or (arm.batch_T, arm.batch_B)
+    return max(int(arm.budget_steps * budget_scale), batch_T * batch_B)
+
+
+def run_one(
+    module_name: str,
+    arm_name: str,
+    seed: int,
+    budget_scale: float,
+    root: Path,
+    overrides: Overrides = Overrides(),
+) -> dict[str, Any]:
+    arm = _arms(module_name)[arm_name]
+    budget = arm_budget(arm, budget_scale, overrides)
+    config = train_config(arm, budget, seed, overrides)
     run_dir = root / arm_name / f"seed{seed}"
     start = time.perf_counter()
     counters = train(config, run_dir, resume=False)
@@ -69,6 +106,7 @@ def run_one(module_name: str, arm_name: str, seed: int, budget_scale: float, roo
         "algo": arm.algo,
         "env": arm.env.id + ("-masked" if arm.env.mask_velocity else ""),
         "seed": seed,
+        "overrides": overrides.label(),
         "budget_steps": budget,
         "final_eval_return": float(final["return"].mean()),
         "eval_episodes": len(final),
@@ -108,13 +146,20 @@ def verdict(mark: str, median: float, cis: dict[str, tuple[float, float]]) -> st
     return "yes" if ok else "no"
 
 
-def summarize(title: str, arms: dict[str, Arm], rows: list[dict[str, Any]], budget_scale: float) -> str:
+def summarize(
+    title: str,
+    arms: dict[str, Arm],
+    rows: list[dict[str, Any]],
+    budget_scale: float,
+    overrides: Overrides = Overrides(),
+) -> str:
+    label = overrides.label()
     lines = [
-        f"# {title} (budget scale {budget_scale:g})",
+        f"# {title} (budget scale {budget_scale:g}{', overrides: ' + label if label else ''})",
         "",
         "| arm | env | budget (steps) | seeds | median final return | mean [95% bootstrap CI] | pass mark "
-        "| pass | mean wall (s) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| pass | mean wall (s) | finals by seed |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     stats = {}
     for arm_name in arms:
@@ -125,12 +170,33 @@ def summarize(title: str, arms: dict[str, Arm], rows: list[dict[str, Any]], budg
     for arm_name, (median, (low, high), finals) in stats.items():
         mine = [r for r in rows if r["arm"] == arm_name]
         mark = arms[arm_name].pass_mark
+        by_seed = ", ".join(f"{r['seed']}: {r['final_eval_return']:.1f}" for r in mine)
         lines.append(
             f"| {arm_name} | {mine[0]['env']} | {mine[0]['budget_steps']} | {len(mine)} | {median:.1f} | "
             f"{np.mean(finals):.1f} [{low:.1f}, {high:.1f}] | {mark} | {verdict(mark, median, cis)} | "
-            f"{np.mean([r['wall_s'] for r in mine]):.0f} |"
+            f"{np.mean([r['wall_s'] for r in mine]):.0f} | {by_seed} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _overrides(parser: argparse.ArgumentParser, assignments: list[str], batch: str | None) -> Overrides:
+    assigned = []
+    for assignment in assignments:
+        name, sep, text = assignment.partition("=")
+        if not sep or not name.strip():
+            parser.error(f"--set {assignment!r}: expected NAME=VALUE")
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = text  # a bare word such as adam is a string
+        assigned.append((name.strip(), value))
+    shape = None
+    if batch is not None:
+        t, sep, b = batch.partition("x")
+        if not (sep and t.isdigit() and b.isdigit() and int(t) > 0 and int(b) > 0):
+            parser.error(f"--batch {batch!r}: expected TxB with positive integers, e.g. 5x16")
+        shape = (int(t), int(b))
+    return Overrides(tuple(assigned), shape)
 
 
 def main(module_name: str, title: str, description: str) -> None:
@@ -146,6 +212,14 @@ def main(module_name: str, title: str, description: str) -> None:
         "--budget-scale", type=float, default=1.0, help="fraction of each arm's env-step budget"
     )
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (one torch thread each)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="replace an algorithm config field of every chosen arm (VALUE as a Python literal)",
+    )
+    parser.add_argument("--batch", metavar="TxB", help="sampler shape of every chosen arm, e.g. 5x16")
     args = parser.parse_args()
     chosen = [a.strip() for a in args.arms.split(",") if a.strip()]
     unknown = [a for a in chosen if a not in arms]
@@ -153,6 +227,17 @@ def main(module_name: str, title: str, description: str) -> None:
         parser.error(f"unknown arm {unknown[0]!r}; known: {', '.join(arms)}")
     if not 0 < args.budget_scale <= 1.0 or args.seeds < 1 or args.jobs < 1 or args.first_seed < 0:
         parser.error("--budget-scale must be in (0, 1], --seeds and --jobs >= 1, --first-seed >= 0")
+    overrides = _overrides(parser, args.set, args.batch)
+    for arm in chosen:
+        config = arms[arm].make_config(arm_budget(arms[arm], args.budget_scale, overrides))
+        known = [f.name for f in fields(config)]
+        for name, _ in overrides.fields:
+            if name not in known:
+                parser.error(f"--set {name}: arm {arm}'s {arms[arm].algo} config has no such field")
+        try:
+            train_config(arms[arm], arm_budget(arms[arm], args.budget_scale, overrides), 0, overrides)
+        except (TypeError, ValueError) as error:
+            parser.error(f"arm {arm}: {error}")
     root = args.out.parent / (args.out.stem + "_runs")
     jobs = [(arm, seed) for arm in chosen for seed in range(args.first_seed, args.first_seed + args.seeds)]
     for arm, seed in jobs:
@@ -162,7 +247,8 @@ def main(module_name: str, title: str, description: str) -> None:
     rows = []
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = [
-            pool.submit(run_one, module_name, arm, seed, args.budget_scale, root) for arm, seed in jobs
+            pool.submit(run_one, module_name, arm, seed, args.budget_scale, root, overrides)
+            for arm, seed in jobs
         ]
         for (arm, seed), future in zip(jobs, futures):
             row = future.result()
@@ -176,6 +262,6 @@ def main(module_name: str, title: str, description: str) -> None:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    summary = summarize(title, arms, rows, args.budget_scale)
+    summary = summarize(title, arms, rows, args.budget_scale, overrides)
     args.out.with_suffix(".md").write_text(summary)
     print(summary)

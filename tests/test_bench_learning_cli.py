@@ -5,6 +5,7 @@ scale; bad arguments exit 2 with one line and write nothing."""
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 
@@ -33,10 +34,33 @@ def test_learning_benchmark_runs_every_arm_and_seed_at_a_tiny_scale(tmp_path, mo
     assert "budget scale 0.004" in summary and all(a in summary for a in arms.split(","))
 
 
+def test_a_sweep_overrides_config_fields_and_batch_shape_and_records_them(tmp_path):
+    out = tmp_path / "sweep.csv"
+    args = ("--arms", "a2c_cartpole", "--seeds", "1", "--budget-scale", "0.004")
+    done = _bench("bench_learn_pg", "--out", str(out), *args, "--set", "learning_rate=7e-4", "--batch", "5x4")
+    assert done.returncode == 0, done.stderr[-2000:]
+    with open(out) as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["overrides"] == "learning_rate=0.0007 batch=5x4"
+    config = json.loads((tmp_path / "sweep_runs" / "a2c_cartpole" / "seed0" / "config.json").read_text())
+    assert config["algo_config"]["learning_rate"] == 7e-4
+    assert (config["sampler"]["batch_T"], config["sampler"]["batch_B"]) == (5, 4)
+    assert "overrides: learning_rate=0.0007 batch=5x4" in out.with_suffix(".md").read_text()
+
+
 def test_bad_arguments_exit_2_with_one_line_and_write_nothing(tmp_path):
     out = tmp_path / "learn.csv"
     done = _bench("bench_learn_pg", "--out", str(out), "--arms", "ppo_pong")
     assert done.returncode == 2 and "unknown arm 'ppo_pong'" in done.stderr.strip().splitlines()[-1]
     done = _bench("bench_learn_dqn", "--out", str(out), "--budget-scale", "2")
     assert done.returncode == 2 and "--budget-scale must be in (0, 1]" in done.stderr
+    for bad, message in (
+        (("--set", "lr=1e-3"), "--set lr: arm a2c_cartpole's a2c config has no such field"),
+        (("--set", "learning_rate=-1"), "a2c.Config.learning_rate"),
+        (("--set", "learning_rate"), "expected NAME=VALUE"),
+        (("--batch", "5by16"), "expected TxB"),
+    ):
+        done = _bench("bench_learn_pg", "--out", str(out), "--arms", "a2c_cartpole", *bad)
+        assert done.returncode == 2, bad
+        assert message in done.stderr.strip().splitlines()[-1], (bad, done.stderr)
     assert not any(tmp_path.iterdir())
