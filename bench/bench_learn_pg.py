@@ -44,11 +44,11 @@ def _ppo_cartpole(budget: int) -> ppo.Config:
 
 def _a2c_cartpole(budget: int) -> a2c.Config:
     # The zoo's CartPole setting (preset "cartpole": 8 envs x 5 steps, constant lr 7e-4, no entropy
-    # bonus) is tuned for 500k steps; at this arm's 100k it reached 500 on 2 of 5 seeds here, and
-    # SB3's own A2C with it on 3 of 5. This arm runs A3C's own shape instead (Mnih et al. 2016,
-    # Sec. 8: 16 actors, t_max 5, entropy 0.01, learning rate annealed to 0) at a rate of 1.5e-3:
-    # 7 of seeds 0-9 finished at >= 475, median 493 (2026-11-30; runs/bench/learn_pg_a2c_sweep.md
-    # lists every setting tried, several of which passed on seeds 0-4 and failed on 5-9).
+    # bonus) is tuned for 500k steps; at this arm's 100k, seeds 0-9 finished at >= 475 on 5 of 10
+    # (median 480.8; SB3's own A2C with it: 3 of 5). This arm runs A3C's own shape instead (Mnih et
+    # al. 2016, Sec. 8: 16 actors, t_max 5, entropy 0.01, learning rate annealed to 0) at a rate of
+    # 1.5e-3: 7 of 10 at >= 475, median 493 (2026-11-30; docs/results/a2c_cartpole_sweep.md lists
+    # every setting tried, several of which passed on seeds 0-4 and failed on 5-9).
     return a2c.Config.preset("cartpole", entropy_coef=0.01, anneal_env_steps=budget, learning_rate=1.5e-3)
 
 
