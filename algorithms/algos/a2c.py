@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from algorithms.agents.pg_agents import PgAgent, RecurrentPgAgent
-from algorithms.algos.base import FieldCheck, OptInfo
+from algorithms.algos.base import FieldCheck, OptInfo, from_preset
 from algorithms.functional.advantages import (
     discounted_returns,
     explained_variance,
@@ -91,9 +91,7 @@ class Config:
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> Config:
         """The setting ``name`` (a key of ``PRESETS``) with ``overrides`` applied."""
-        if name not in PRESETS:
-            raise ValueError(f"unknown A2C preset {name!r}; known: {sorted(PRESETS)}")
-        return cls(**{**PRESETS[name]["algo"], **overrides})
+        return from_preset(cls, "A2C", PRESETS, name, overrides, key="algo")
 
 
 _require = FieldCheck("a2c.Config")

@@ -26,6 +26,23 @@ from algorithms.replay.samplers import UniformSampler
 from algorithms.replay.transitions import TransitionStorage
 
 
+def from_preset(
+    cls: type,
+    label: str,
+    presets: dict[str, Any],
+    name: str,
+    overrides: dict[str, Any],
+    key: str | None = None,
+) -> Any:
+    """``cls`` built from the preset ``name`` of ``presets`` (its ``key`` entry when the presets also
+    hold a sampler shape) with ``overrides`` applied; an unknown name is a ValueError listing the
+    known ones (``label`` names the algorithm in it)."""
+    if name not in presets:
+        raise ValueError(f"unknown {label} preset {name!r}; known: {sorted(presets)}")
+    values = presets[name] if key is None else presets[name][key]
+    return cls(**{**values, **overrides})
+
+
 class FieldCheck:
     """``check(condition, field, value, what)`` raises ``ValueError`` naming ``<owner>.<field>`` and
     its value unless ``condition``: the one-line config errors of every algorithm's ``Config``."""

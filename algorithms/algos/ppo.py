@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from algorithms.agents.pg_agents import PgAgent, RecurrentPgAgent
-from algorithms.algos.base import FieldCheck, OptInfo, adam
+from algorithms.algos.base import FieldCheck, OptInfo, adam, from_preset
 from algorithms.arrays import NamedArrays
 from algorithms.functional.advantages import (
     explained_variance,
@@ -101,9 +101,7 @@ class Config:
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> Config:
         """The published setting ``name`` (a key of ``PRESETS``) with ``overrides`` applied."""
-        if name not in PRESETS:
-            raise ValueError(f"unknown PPO preset {name!r}; known: {sorted(PRESETS)}")
-        return cls(**{**PRESETS[name]["algo"], **overrides})
+        return from_preset(cls, "PPO", PRESETS, name, overrides, key="algo")
 
 
 _require = FieldCheck("ppo.Config")

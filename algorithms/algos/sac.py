@@ -25,7 +25,7 @@ import torch
 from torch.nn import functional as F
 
 from algorithms.agents.qpg_agents import SquashedGaussianAgent
-from algorithms.algos.base import QpgAlgo, minimize, validate_qpg_config
+from algorithms.algos.base import QpgAlgo, from_preset, minimize, validate_qpg_config
 from algorithms.arrays import NamedArrays
 from algorithms.functional.policy_losses import sac_temperature_loss, soft_q_target
 from algorithms.models.policies import TanhGaussianPolicy
@@ -61,9 +61,7 @@ class Config:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> Config:
-        if name not in PRESETS:
-            raise ValueError(f"unknown SAC preset {name!r}; known: {sorted(PRESETS)}")
-        return cls(**{**PRESETS[name], **overrides})
+        return from_preset(cls, "SAC", PRESETS, name, overrides)
 
 
 PRESETS: dict[str, dict[str, Any]] = {

@@ -24,7 +24,7 @@ import torch
 from torch.nn import functional as F
 
 from algorithms.agents.qpg_agents import DeterministicAgent
-from algorithms.algos.base import QpgAlgo, minimize, validate_qpg_config
+from algorithms.algos.base import QpgAlgo, from_preset, minimize, validate_qpg_config
 from algorithms.arrays import NamedArrays
 from algorithms.functional.policy_losses import clipped_double_q_target, smoothed_target_action
 from algorithms.models.policies import DeterministicPolicy
@@ -64,9 +64,7 @@ class Config:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> Config:
-        if name not in PRESETS:
-            raise ValueError(f"unknown TD3 preset {name!r}; known: {sorted(PRESETS)}")
-        return cls(**{**PRESETS[name], **overrides})
+        return from_preset(cls, "TD3", PRESETS, name, overrides)
 
 
 PRESETS: dict[str, dict[str, Any]] = {
