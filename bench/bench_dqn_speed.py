@@ -151,10 +151,8 @@ def sb3_vec_env(env_config: EnvConfig, num_envs: int, seed: int):
     return NativeVecEnv()
 
 
-def time_sb3(steps: int, replay_size: int, learning_starts: int, seed: int) -> np.ndarray:
-    """Env steps per (wall-clock, CPU) second of SB3's DQN ``learn`` after ``learning_starts`` untimed
-    steps."""
-    from stable_baselines3 import DQN
+def step_clock(start_at: int):
+    """An SB3 callback recording, in ``.start``, when the run reaches env step ``start_at``."""
     from stable_baselines3.common.callbacks import BaseCallback
 
     class Clock(BaseCallback):
@@ -163,9 +161,26 @@ def time_sb3(steps: int, replay_size: int, learning_starts: int, seed: int) -> n
             self.start = None
 
         def _on_step(self) -> bool:
-            if self.num_timesteps == learning_starts:
+            if self.num_timesteps == start_at:
                 self.start = clocks()
             return True
+
+    return Clock()
+
+
+def sb3_rate(model, env, clock, total_timesteps: int, timed_steps: int) -> np.ndarray:
+    """Env steps per (wall-clock, CPU) second of ``model.learn`` over the ``timed_steps`` after
+    ``clock`` started (a ``step_clock`` or a rollout clock); closes ``env``."""
+    model.learn(total_timesteps=total_timesteps, callback=clock)
+    elapsed = clocks() - clock.start
+    env.close()
+    return timed_steps / elapsed
+
+
+def time_sb3(steps: int, replay_size: int, learning_starts: int, seed: int) -> np.ndarray:
+    """Env steps per (wall-clock, CPU) second of SB3's DQN ``learn`` after ``learning_starts`` untimed
+    steps."""
+    from stable_baselines3 import DQN
 
     env = sb3_vec_env(ENV, 1, seed)
     model = DQN(
@@ -183,11 +198,7 @@ def time_sb3(steps: int, replay_size: int, learning_starts: int, seed: int) -> n
         device="cpu",
         verbose=0,
     )
-    clock = Clock()
-    model.learn(total_timesteps=learning_starts + steps, callback=clock)
-    elapsed = clocks() - clock.start
-    env.close()
-    return steps / elapsed
+    return sb3_rate(model, env, step_clock(learning_starts), learning_starts + steps, steps)
 
 
 def machine_limit(replay_size: int, learning_starts: int, seed: int, n: int = 200) -> dict[str, np.ndarray]:

@@ -43,7 +43,7 @@ from algorithms.envs.factory import make_vec_env
 from algorithms.samplers.base import BatchSpec
 from algorithms.samplers.serial import SerialSampler
 from algorithms.train import SamplerConfig
-from bench.bench_dqn_speed import clocks, sb3_vec_env
+from bench.bench_dqn_speed import clocks, sb3_rate, sb3_vec_env, step_clock
 from bench.bench_env import cpu_model
 
 PONG = EnvConfig(id="pong", kind="atari", backend="native", clip_rewards=True)
@@ -133,11 +133,8 @@ def time_sb3_ppo(iterations: int, seed: int) -> np.ndarray:
         device="cpu",
         verbose=0,
     )
-    clock = rollout_clock(1)
-    model.learn(total_timesteps=(iterations + 1) * PPO_T * PPO_B, callback=clock)
-    elapsed = clocks() - clock.start
-    env.close()
-    return iterations * PPO_T * PPO_B / elapsed
+    steps = iterations * PPO_T * PPO_B
+    return sb3_rate(model, env, rollout_clock(1), steps + PPO_T * PPO_B, steps)
 
 
 def ppo_limit(seed: int, n: int = 50) -> dict[str, np.ndarray]:
@@ -202,17 +199,6 @@ def time_ours_sac(steps: int, learning_starts: int, seed: int) -> np.ndarray:
 
 def time_sb3_sac(steps: int, learning_starts: int, seed: int) -> np.ndarray:
     from stable_baselines3 import SAC
-    from stable_baselines3.common.callbacks import BaseCallback
-
-    class Clock(BaseCallback):
-        def __init__(self) -> None:
-            super().__init__()
-            self.start = None
-
-        def _on_step(self) -> bool:
-            if self.num_timesteps == learning_starts:
-                self.start = clocks()
-            return True
 
     env = sb3_vec_env(HALFCHEETAH, 1, seed)
     model = SAC(
@@ -225,11 +211,7 @@ def time_sb3_sac(steps: int, learning_starts: int, seed: int) -> np.ndarray:
         device="cpu",
         verbose=0,
     )
-    clock = Clock()
-    model.learn(total_timesteps=learning_starts + steps, callback=clock)
-    elapsed = clocks() - clock.start
-    env.close()
-    return steps / elapsed
+    return sb3_rate(model, env, step_clock(learning_starts), learning_starts + steps, steps)
 
 
 def sac_limit(learning_starts: int, seed: int, n: int = 200) -> dict[str, np.ndarray]:
