@@ -122,8 +122,9 @@ def _r2d1_masked(b: int) -> r2d1.Config:
 def _dqn_pong(b: int) -> dqn.Config:
     # Nature DQN with a CPU-sized schedule: replay 100k, learning after 10k steps, epsilon to 0.01
     # over the first 20% of the budget, target every 1k updates, Adam 1e-4 (as SB3's zoo for Pong).
-    # Measured 2026-11-30, seed 0, 84 min on one core: training return per 50k steps -20.5 until
-    # 250k, then -19.1, -18.7, -17.8, -14.4 at 500k; final eval -10, -20, -5 (random: -20.7).
+    # Measured 2026-11-30, seed 0, 84 min on one core: training return per 50k steps between -20.7
+    # and -20.0 up to 300k, then -19.1, -18.7, -17.8, -14.4 at 500k; final eval -10, -20, -5
+    # (random: -20.7).
     return dqn.Config(
         replay_size_steps=100_000,
         min_steps_learn=10_000,
