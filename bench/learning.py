@@ -79,6 +79,7 @@ def train_config(arm: Arm, budget: int, seed: int, overrides: Overrides = Overri
 
 
 def arm_budget(arm: Arm, budget_scale: float, overrides: Overrides = Overrides()) -> int:
+    """The arm's env-step budget at ``budget_scale``, at least one sampler batch."""
     batch_T, batch_B = overrides.batch or (arm.batch_T, arm.batch_B)
     return max(int(arm.budget_steps * budget_scale), batch_T * batch_B)
 
@@ -229,13 +230,13 @@ def main(module_name: str, title: str, description: str) -> None:
         parser.error("--budget-scale must be in (0, 1], --seeds and --jobs >= 1, --first-seed >= 0")
     overrides = _overrides(parser, args.set, args.batch)
     for arm in chosen:
-        config = arms[arm].make_config(arm_budget(arms[arm], args.budget_scale, overrides))
-        known = [f.name for f in fields(config)]
+        budget = arm_budget(arms[arm], args.budget_scale, overrides)
+        known = {f.name for f in fields(arms[arm].make_config(budget))}
         for name, _ in overrides.fields:
             if name not in known:
                 parser.error(f"--set {name}: arm {arm}'s {arms[arm].algo} config has no such field")
         try:
-            train_config(arms[arm], arm_budget(arms[arm], args.budget_scale, overrides), 0, overrides)
+            train_config(arms[arm], budget, 0, overrides)
         except (TypeError, ValueError) as error:
             parser.error(f"arm {arm}: {error}")
     root = args.out.parent / (args.out.stem + "_runs")
