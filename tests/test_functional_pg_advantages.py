@@ -7,6 +7,7 @@ from algorithms.functional.advantages import (
     discounted_returns,
     generalized_advantage_estimation,
     next_state_values,
+    standardize_advantage,
 )
 
 torch.set_num_threads(1)
@@ -130,3 +131,10 @@ def test_shape_errors_name_the_argument():
         next_state_values(x, torch.zeros(3), flags, x)
     with pytest.raises(ValueError, match="reward_t must be \\[T, B\\]"):
         discounted_returns(torch.zeros(3), x, flags, flags, 0.9)
+
+
+def test_standardize_advantage_hand_values():
+    # mean 2; sample std sqrt(2/3): squared deviations 1, 0, 1, 0 over n - 1 = 3 (torch.std, as PPO2)
+    out = standardize_advantage(torch.tensor([[1.0, 2.0], [3.0, 2.0]]))
+    expected = torch.tensor([[-1.0, 0.0], [1.0, 0.0]]) / torch.tensor(2.0 / 3.0).sqrt()
+    torch.testing.assert_close(out, expected)
