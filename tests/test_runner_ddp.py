@@ -17,7 +17,7 @@ from torch import nn
 from algorithms.algos import a2c, sac
 from algorithms.envs.config import EnvConfig
 from algorithms.rundir import read_run
-from algorithms.runners.ddp import DataParallelModel, DdpRunner, rank_device
+from algorithms.runners.ddp import DataParallelModel, DdpRunner, exit_rank, rank_device
 from algorithms.runners.sync import build_agent, seed_everything
 from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
 
@@ -78,6 +78,7 @@ def _train_rank_and_save_parameters(rank: int, config: TrainConfig, init_file: s
         )
     finally:
         dist.destroy_process_group()
+    exit_rank()
 
 
 @pytest.mark.slow
