@@ -27,6 +27,11 @@ import torch
 import torch.multiprocessing
 
 
+# Field names already validated: samplers build several NamedArrays per env step with the same few
+# names, and a set lookup is cheaper than re-checking each name.
+_CHECKED_NAMES: set[str] = set()
+
+
 class NamedArrays:
     """An ordered set of named leaves that share leading dimensions.
 
@@ -41,10 +46,12 @@ class NamedArrays:
         items = dict(fields or {})
         items.update(kwargs)
         for name in items:
-            if not name.isidentifier() or name.startswith("_"):
-                raise ValueError(
-                    f"NamedArrays: field name {name!r} must be an identifier not starting with '_'"
-                )
+            if name not in _CHECKED_NAMES:
+                if not name.isidentifier() or name.startswith("_"):
+                    raise ValueError(
+                        f"NamedArrays: field name {name!r} must be an identifier not starting with '_'"
+                    )
+                _CHECKED_NAMES.add(name)
         object.__setattr__(self, "_fields", items)
 
     # --- field access -------------------------------------------------------------------------

@@ -127,7 +127,8 @@ class Agent(ABC):
             raise ValueError(f"unknown agent mode {mode!r}")
         self.mode = mode
         self.env_steps = int(env_steps)
-        self.model.train(mode == "train")
+        if self.model.training != (mode == "train"):  # train() walks every module: ~40 us a call
+            self.model.train(mode == "train")
 
     def initial_state(self, batch_size: int) -> NamedArrays | None:
         """Recurrent state for ``batch_size`` fresh episodes (None for feed-forward agents)."""

@@ -248,8 +248,12 @@ class NativeAtariVecEnv(VecEnv):
         self._lives = info["lives"].astype(np.int64)
         return obs
 
-    def _step(self, actions: np.ndarray) -> RawStep:
-        obs, reward, terminated, truncated, info = self._env.step(actions.astype(np.int64))
+    def _send(self, actions: np.ndarray) -> None:
+        # ale-py's threads step the envs while the caller goes on; recv waits for them.
+        self._env.send(actions.astype(np.int64))
+
+    def _receive(self, actions: np.ndarray) -> RawStep:
+        obs, reward, terminated, truncated, info = self._env.recv()
         lives = info["lives"].astype(np.int64)
         life_loss = lives < self._lives
         done = terminated | truncated

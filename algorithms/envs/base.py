@@ -6,7 +6,14 @@ observation is in ``final_observation``. ``terminated`` (MDP terminal, no bootst
 ``truncated`` (time limit, bootstrap from ``final_observation``) stay separate.
 
 Backends implement ``_reset`` and ``_step``, which return raw per-env arrays; this base class clips
-rewards, tracks episode returns and lengths, and packs the step into a ``NamedArrays``.
+rewards, tracks episode returns and lengths, and packs the step into a ``NamedArrays``. A backend
+that steps its envs in the background (ale-py's threaded vector env) implements ``_send`` and
+``_receive`` instead, and ``send_step`` / ``receive_step`` let the caller work while the envs step.
+
+Output lifetime: every backend here returns new arrays from each step (``fresh_outputs``), so a
+caller may keep them without copying; in any case ``send_step`` never modifies the arrays an earlier
+step returned, so the caller may read them while the envs step (the samplers write the previous
+step's record into their batch then).
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ class RawStep:
 class VecEnv(ABC):
     """B environments stepped together; see the module docstring and Contract 1."""
 
+    # Each step's output arrays are new, never modified later (see the module docstring).
+    fresh_outputs = True
     num_envs: int
     frameskip: int
     observation_space: gym.Space
@@ -51,6 +60,7 @@ class VecEnv(ABC):
         self._episodic_life = episodic_life
         self._episode_return = np.zeros(num_envs, dtype=np.float64)
         self._episode_length = np.zeros(num_envs, dtype=np.int64)
+        self._sent: np.ndarray | None = None
 
     def reset(self) -> np.ndarray:
         """Reset every env; returns observations [B, *obs]. Seeds were fixed by ``make_vec_env``."""
@@ -60,12 +70,27 @@ class VecEnv(ABC):
 
     def step(self, actions: np.ndarray) -> NamedArrays:
         """Step every env with ``actions`` [B, *act]; returns the Contract 1 ``NamedArrays``."""
+        self.send_step(actions)
+        return self.receive_step()
+
+    def send_step(self, actions: np.ndarray) -> None:
+        """Start stepping every env with ``actions`` [B, *act]; ``receive_step`` returns the result."""
         actions = np.asarray(actions)
         if actions.shape[:1] != (self.num_envs,):
             raise ValueError(
                 f"VecEnv.step: actions have shape {actions.shape}, expected ({self.num_envs}, ...)"
             )
-        raw = self._step(actions)
+        if self._sent is not None:
+            raise RuntimeError("VecEnv.send_step: the previous step was not received")
+        self._sent = actions
+        self._send(actions)
+
+    def receive_step(self) -> NamedArrays:
+        """Wait for the step ``send_step`` started; returns the Contract 1 ``NamedArrays``."""
+        if self._sent is None:
+            raise RuntimeError("VecEnv.receive_step without send_step")
+        actions, self._sent = self._sent, None
+        raw = self._receive(actions)
         # Episodes (and their statistics) end where the backend reset the game; with episodic_life a
         # life loss is terminal for the learner while the game itself goes on.
         game_over = raw.terminated | raw.truncated
@@ -101,8 +126,16 @@ class VecEnv(ABC):
     @abstractmethod
     def _reset(self) -> np.ndarray: ...
 
-    @abstractmethod
-    def _step(self, actions: np.ndarray) -> RawStep: ...
+    def _step(self, actions: np.ndarray) -> RawStep:
+        """One synchronous step; backends implement this or ``_send`` and ``_receive``."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither _step nor _send/_receive")
+
+    def _send(self, actions: np.ndarray) -> None:
+        """Start the step (a synchronous backend does all its work in ``_receive``)."""
+
+    def _receive(self, actions: np.ndarray) -> RawStep:
+        """Finish the step started with ``actions``."""
+        return self._step(actions)
 
     def __enter__(self) -> VecEnv:
         return self

@@ -121,10 +121,11 @@ class AlternatingSampler(BaseSampler):
             # Groups finish step t in rank order, so episodes keep the serial order (t, env rank).
             for group, writer in zip(self.groups, self.writers):
                 record, finished = group.observe(group.env.receive_step())
-                writer.write(t, record)
                 traj_infos.extend(finished)
                 if t + 1 < T:
                     group.env.send_step(group.act())  # overlaps the other group's env step
+                # Written while this group steps too (its env's outputs outlive one more step).
+                writer.write(t, record)
         bootstrap = concatenate([group.bootstrap() for group in self.groups])
         return self.samples.replace(bootstrap=bootstrap), traj_infos
 

@@ -97,11 +97,7 @@ class CpuWorker:
         """Fill this worker's columns of the shared batch; returns ``(t, traj_info)`` of finished games."""
         self.params_version = self.spec.params.pull(self.agent, self.params_version)
         self.agent.set_mode(mode, env_steps)
-        finished_games: list[tuple[int, dict[str, Any]]] = []
-        for t in range(self.spec.samples.observation.shape[0]):
-            record, finished = self.stepper.step()
-            self.writer.write(t, record)
-            finished_games.extend((t, info) for info in finished)
+        finished_games = self.stepper.collect(self.writer, self.spec.samples.observation.shape[0])
         self.spec.bootstrap[self.columns] = self.stepper.bootstrap()
         return finished_games
 

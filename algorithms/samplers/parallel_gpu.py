@@ -59,7 +59,7 @@ class EnvWorkerSpec:
     first_row: int  # its row in the group's shared buffers
     num_envs: int
     actions: torch.Tensor  # shared [b, *act] of the group, written by the main process
-    env_out: NamedArrays  # shared [b] step output of the group; this worker writes its rows
+    env_outs: tuple[NamedArrays, ...]  # the group's shared [b] step output slots; this worker writes its rows
 
     def __call__(self) -> EnvWorker:
         return EnvWorker(self)
@@ -72,12 +72,15 @@ class EnvWorker:
         self.spec = spec
         self.rows = slice(spec.first_row, spec.first_row + spec.num_envs)
         self.env = make_vec_env(spec.env_config, spec.num_envs, spec.env_seed, first_rank=spec.first_rank)
+        self.actions = spec.actions[self.rows].numpy()
+        # Leaf by leaf through numpy views of this worker's rows (StepWriter's fast path).
+        self.writers = [StepWriter(out[None], self.rows) for out in spec.env_outs]
 
-    def reset(self) -> None:
-        self.spec.env_out.observation[self.rows] = torch.from_numpy(self.env.reset())
+    def reset(self, slot: int) -> None:
+        self.spec.env_outs[slot].observation[self.rows] = torch.from_numpy(self.env.reset())
 
-    def step(self) -> None:
-        self.spec.env_out[self.rows] = self.env.step(self.spec.actions[self.rows].numpy())
+    def step(self, slot: int) -> None:
+        self.writers[slot].write(0, self.env.step(self.actions))
 
     def close(self) -> None:
         self.env.close()
@@ -87,9 +90,13 @@ class RemoteVecEnv:
     """The envs of a ``WorkerGroup`` of ``EnvWorker``s behind Contract 1's vector-env interface.
 
     ``step`` is ``send_step`` then ``receive_step``; split, they let the caller work while the
-    workers step (the alternating sampler). Results are numpy views of the shared step buffer,
-    valid until the next step (as a vector env's own output arrays are).
+    workers step. Results are numpy views of shared step buffers; consecutive steps alternate
+    between two of them, so what one step returned stays valid while the next one runs (the
+    ``VecEnv`` rule, which lets ``EnvStepper.collect`` write it meanwhile) and is overwritten by the
+    step after (hence ``fresh_outputs = False``).
     """
+
+    fresh_outputs = False
 
     def __init__(
         self,
@@ -111,25 +118,27 @@ class RemoteVecEnv:
         self.actions = torch.zeros(
             (num_envs, *example.action.shape), dtype=example.action.dtype
         ).share_memory_()
-        self.env_out = buffer_from_example(env_step_example(example), num_envs, shared=True)
-        self._out_numpy = self.env_out.numpy()
+        env_outs = tuple(buffer_from_example(env_step_example(example), num_envs, shared=True) for _ in range(2))
+        self._outs_numpy = [out.numpy() for out in env_outs]
+        self._slot = 0
         specs = [
-            EnvWorkerSpec(env_config, seed, first_rank + row, row, n, self.actions, self.env_out)
+            EnvWorkerSpec(env_config, seed, first_rank + row, row, n, self.actions, env_outs)
             for row, n in split_ranks(num_envs, n_workers)
         ]
         self.workers = WorkerGroup(name, specs)
 
     def reset(self) -> np.ndarray:
-        self.workers.call("reset")
-        return self._out_numpy.observation
+        self.workers.call("reset", self._slot)
+        return self._outs_numpy[self._slot].observation
 
     def send_step(self, actions: np.ndarray | torch.Tensor) -> None:
         self.actions[:] = torch.as_tensor(actions)
-        self.workers.send("step")
+        self._slot ^= 1
+        self.workers.send("step", self._slot)
 
     def receive_step(self) -> NamedArrays:
         self.workers.receive()
-        return self._out_numpy
+        return self._outs_numpy[self._slot]
 
     def step(self, actions: np.ndarray | torch.Tensor) -> NamedArrays:
         self.send_step(actions)
@@ -167,12 +176,8 @@ class ParallelGpuSampler(BaseSampler):
 
     @torch.no_grad()
     def sample(self, itr: int) -> tuple[NamedArrays, list[dict[str, Any]]]:
-        traj_infos: list[dict[str, Any]] = []
-        for t in range(self.batch_spec.T):
-            record, finished = self.stepper.step()
-            self.writer.write(t, record)
-            traj_infos.extend(finished)
-        return self.samples.replace(bootstrap=self.stepper.bootstrap()), traj_infos
+        finished = self.stepper.collect(self.writer, self.batch_spec.T)
+        return self.samples.replace(bootstrap=self.stepper.bootstrap()), [info for _, info in finished]
 
     @property
     def worker_pids(self) -> list[int]:

@@ -76,12 +76,8 @@ class SerialSampler(BaseSampler):
 
     @torch.no_grad()
     def sample(self, itr: int) -> tuple[NamedArrays, list[dict[str, Any]]]:
-        traj_infos: list[dict[str, Any]] = []
-        for t in range(self.batch_spec.T):
-            record, finished = self.stepper.step()
-            self.writer.write(t, record)
-            traj_infos.extend(finished)
-        return self.buffer.replace(bootstrap=self.stepper.bootstrap()), traj_infos
+        finished = self.stepper.collect(self.writer, self.batch_spec.T)
+        return self.buffer.replace(bootstrap=self.stepper.bootstrap()), [info for _, info in finished]
 
     def shutdown(self) -> None:
         super().shutdown()
