@@ -26,7 +26,6 @@ import torch
 # Importing torch.multiprocessing registers the reductions that send shared tensors by handle.
 import torch.multiprocessing
 
-
 # Field names already validated: samplers build several NamedArrays per env step with the same few
 # names, and a set lookup is cheaper than re-checking each name.
 _CHECKED_NAMES: set[str] = set()

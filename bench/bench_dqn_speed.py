@@ -115,16 +115,15 @@ def sb3_vec_env(env_config: EnvConfig, num_envs: int, seed: int):
         def __init__(self) -> None:
             self.env = make_vec_env(env_config, num_envs, seed)
             super().__init__(num_envs, self.env.observation_space, self.env.action_space)
-            self._actions = None
 
         def reset(self):
             return self.env.reset()
 
         def step_async(self, actions) -> None:
-            self._actions = np.asarray(actions)
+            self.env.send_step(np.asarray(actions))
 
         def step_wait(self):
-            out = self.env.step(self._actions)
+            out = self.env.receive_step()
             done = out.terminated | out.truncated
             infos = [
                 {"TimeLimit.truncated": bool(out.truncated[i] and not out.terminated[i])}
@@ -143,7 +142,8 @@ def sb3_vec_env(env_config: EnvConfig, num_envs: int, seed: int):
             setattr(self, attr_name, value)
 
         def env_method(self, method_name, *args, indices=None, **kwargs):
-            return [getattr(self, method_name)(*args, **kwargs)]
+            # SB3 calls it only to render; the sub-envs are not Python objects one could call.
+            raise NotImplementedError(f"sb3_vec_env: env_method({method_name!r}) is not supported")
 
         def env_is_wrapped(self, wrapper_class, indices=None):
             return [False] * num_envs

@@ -361,7 +361,9 @@ def main() -> None:
             ideal = min(raw, inference)
             # Without any overlap each step costs env time plus inference time.
             no_overlap = 1.0 / (1.0 / raw + 1.0 / inference)
-            rate, values = median_of(lambda s, m=mode: sampler_rate(m, "nature_cnn", args, s)[0], args.repeats)
+            rate, values = median_of(
+                lambda s, m=mode: sampler_rate(m, "nature_cnn", args, s)[0], args.repeats
+            )
             record(
                 "nature_cnn",
                 mode,

@@ -130,7 +130,7 @@ class VecEnv(ABC):
         """One synchronous step; backends implement this or ``_send`` and ``_receive``."""
         raise NotImplementedError(f"{type(self).__name__} implements neither _step nor _send/_receive")
 
-    def _send(self, actions: np.ndarray) -> None:
+    def _send(self, actions: np.ndarray) -> None:  # noqa: B027 (optional hook, not abstract)
         """Start the step (a synchronous backend does all its work in ``_receive``)."""
 
     def _receive(self, actions: np.ndarray) -> RawStep:

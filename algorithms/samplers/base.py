@@ -159,7 +159,10 @@ def step_record(
 
 
 def next_inputs(
-    record: NamedArrays, env_step: NamedArrays, done: torch.Tensor | None = None, copy_observation: bool = True
+    record: NamedArrays,
+    env_step: NamedArrays,
+    done: torch.Tensor | None = None,
+    copy_observation: bool = True,
 ) -> NamedArrays:
     """Agent inputs for the next step: the env's next observation, and this step's action and reward
     as ``prev_action`` / ``prev_reward``, zeroed where the episode ended (the next observation is

@@ -118,7 +118,8 @@ class RemoteVecEnv:
         self.actions = torch.zeros(
             (num_envs, *example.action.shape), dtype=example.action.dtype
         ).share_memory_()
-        env_outs = tuple(buffer_from_example(env_step_example(example), num_envs, shared=True) for _ in range(2))
+        out_example = env_step_example(example)
+        env_outs = tuple(buffer_from_example(out_example, num_envs, shared=True) for _ in range(2))
         self._outs_numpy = [out.numpy() for out in env_outs]
         self._slot = 0
         specs = [

@@ -1,0 +1,38 @@
+"""``make bench-sampler`` end to end at a tiny size (trivial and Nature CNN sections): every mode is
+measured against its reference, the trivial rows with the raw env timed interleaved, and the CSV
+and Markdown summary are written."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+
+
+def test_sampler_benchmark_measures_every_mode_against_its_reference(tmp_path):
+    out = tmp_path / "sampler.csv"
+    sizes = ["--envs", "2", "--workers", "1", "--env-threads", "1", "--batch-t", "4", "--batches", "2"]
+    args = [*sizes, "--repeats", "1", "--sections", "trivial,nature_cnn"]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.bench_sampler", "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    with open(out) as f:
+        rows = {(r["section"], r["what"]): r for r in csv.DictReader(f)}
+    assert set(rows) == {
+        ("trivial", "raw_env"),
+        *(("trivial", mode) for mode in ("serial", "cpu", "gpu", "alternating")),
+        ("nature_cnn", "inference_B2"),
+        ("nature_cnn", "inference_B1"),
+        *(("nature_cnn", mode) for mode in ("serial", "cpu", "alternating")),
+    }
+    for mode in ("serial", "cpu", "gpu", "alternating"):
+        row = rows["trivial", mode]
+        # The ratio is the sampler's rate over the raw rate timed beside it, not a constant.
+        assert float(row["ratio"]) > 0 and float(row["reference"]) > 0
+        assert abs(float(row["ratio"]) - float(row["steps_per_s"]) / float(row["reference"])) < 0.01
+    assert float(rows["nature_cnn", "alternating"]["ideal"]) > 0
+    assert "| trivial | serial |" in out.with_suffix(".md").read_text()
