@@ -74,7 +74,9 @@ class NatureConvTorso(nn.Module):
             # 0.8 ms, 32: 7.7 -> 8.4 ms, 256: 58 -> 60 ms), so no-grad calls (acting, target
             # networks) keep the contiguous layout. The weights' own layout made no measurable
             # difference, so they stay contiguous (``nn.init.orthogonal_`` and state dicts see plain
-            # tensors). Unmeasured on CUDA, where cuDNN keeps its own layout choice.
+            # tensors). Unmeasured on CUDA, where cuDNN keeps its own layout choice. Frames from the
+            # frame replay arrive channels-last (``FrameObservations.gather``): no copy here then;
+            # no-grad calls on them run as fast as on contiguous frames (batch 32: 6.4-6.6 ms both).
             frames = frames.contiguous(memory_format=torch.channels_last)
         # .to() keeps the memory format; scaling in place saves a batch-sized allocation (batch 256,
         # one thread: 3.6 -> 2.4 ms CPU for the conversion).

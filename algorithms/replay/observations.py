@@ -95,15 +95,20 @@ class FrameObservations:
 
         ``episode_start`` [R * B] (flat) marks steps that begin an episode: frames older than such a
         step belong to the previous episode and come back as zeros.
+
+        The stacks are laid out channels-last in memory (an [n, H, W, frame_stack] array seen
+        through a transpose): the layout ``NatureConvTorso`` trains in, so the frames are copied
+        once here instead of gathered and then converted (batch 32: 0.63-0.72 -> 0.36 ms, one
+        thread, shared 2-core machine).
         """
         frames, size = self._frames_flat, self._frames_flat.shape[0]
-        out = np.empty((len(index), self.frame_stack, *frames.shape[1:]), dtype=frames.dtype)
-        out[:, -1] = frames.take(index, axis=0)
+        out = np.empty((len(index), *frames.shape[1:], self.frame_stack), dtype=frames.dtype)
+        out[..., -1] = frames.take(index, axis=0)
         padded = episode_start.take(index)  # steps older than this one are padding
         for back in range(1, self.frame_stack):
             older = (index - back * self._num_envs) % size  # same env, ``back`` rows earlier
             older_frames = frames.take(older, axis=0)
             older_frames[padded] = 0
-            out[:, -1 - back] = older_frames
+            out[..., -1 - back] = older_frames
             padded |= episode_start.take(older)
-        return out
+        return out.transpose(0, 3, 1, 2)
