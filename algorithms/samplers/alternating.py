@@ -39,7 +39,7 @@ from algorithms.samplers.base import (
     exploration_streams,
     record_example,
 )
-from algorithms.samplers.parallel_gpu import RemoteVecEnv
+from algorithms.samplers.parallel_gpu import RemoteVecEnv, env_written_fields
 from algorithms.samplers.workers import split_ranks
 
 
@@ -51,7 +51,8 @@ class GroupStepper(EnvStepper):
     def __init__(
         self, env: RemoteVecEnv, agent: Any, env_ranks: np.ndarray, global_batch: int, streams: RankStreams
     ) -> None:
-        super().__init__(env, agent, env_ranks)
+        # The remote env's outputs are views of the batch, valid until the next batch: no copies.
+        super().__init__(env, agent, env_ranks, copy_observation=False)
         self.global_batch = int(global_batch)
         self.streams = streams
 
@@ -83,10 +84,11 @@ class AlternatingSampler(BaseSampler):
         observation_space, action_space = env_spaces(self.env_config)
         B = self.batch_spec.B
         example = record_example(observation_space, action_space, self.agent)
-        self.samples = allocate_samples(example, self.batch_spec)
+        self.samples = allocate_samples(example, self.batch_spec, shared=True)
         seed = env_seed(self.seed, "train", self.start_env_steps)
         streams = exploration_streams(self.seed, "train", self.start_env_steps)
         workers = [max(1, n) for _, n in split_ranks(max(2, self.config.n_workers), 2)]
+        skip = env_written_fields(self.samples)  # the workers write the env's outputs themselves
         self.groups: list[GroupStepper] = []
         self.writers: list[StepWriter] = []
         try:
@@ -98,13 +100,13 @@ class AlternatingSampler(BaseSampler):
                     first_rank=first,
                     num_envs=n,
                     n_workers=min(workers[g], n),
-                    example=example,
+                    samples=self.samples,
                     observation_space=observation_space,
                     action_space=action_space,
                     frameskip=self.env_config.env_frameskip,
                 )
                 self.groups.append(GroupStepper(env, self.agent, np.arange(first, first + n), B, streams))
-                self.writers.append(StepWriter(self.samples, slice(first, first + n)))
+                self.writers.append(StepWriter(self.samples, slice(first, first + n), skip=skip))
             for group in self.groups:
                 group.reset(example.action)
         except BaseException:

@@ -268,9 +268,16 @@ class StepWriter:
     the buffer's, so a record that does not match the buffer is an error, not a silent mix-up.
     """
 
-    def __init__(self, buffer: NamedArrays, columns: slice = slice(None)) -> None:
+    def __init__(
+        self, buffer: NamedArrays, columns: slice = slice(None), skip: frozenset[str] = frozenset()
+    ) -> None:
+        """``skip``: dotted names of leaves someone else writes (remote env workers write the env's
+        outputs into the batch themselves); records still carry them, they are not copied."""
         self.names = [name for name, _ in buffer.flat_items()]
-        self.leaves = [leaf.numpy() if isinstance(leaf, torch.Tensor) else leaf for leaf in buffer.leaves()]
+        self.leaves = [
+            None if name in skip else leaf.numpy() if isinstance(leaf, torch.Tensor) else leaf
+            for name, leaf in buffer.flat_items()
+        ]
         self.columns = columns
 
     def write(self, t: int, record: NamedArrays) -> None:
@@ -279,6 +286,8 @@ class StepWriter:
             if names != self.names:
                 raise ValueError(f"step record fields {names} do not match the sample buffer's {self.names}")
         for destination, value in zip(self.leaves, record.leaves()):
+            if destination is None:
+                continue
             # A CPU tensor's numpy view assigns ~5x faster than the tensor itself (numpy's __array__).
             if isinstance(value, torch.Tensor) and value.device.type == "cpu":
                 value = value.numpy()
@@ -298,7 +307,11 @@ class EnvStepper:
     call), so move the model before resetting, as every sampler does.
     """
 
-    def __init__(self, env: VecEnv, agent: Agent, env_ranks: np.ndarray) -> None:
+    def __init__(
+        self, env: VecEnv, agent: Agent, env_ranks: np.ndarray, copy_observation: bool | None = None
+    ) -> None:
+        """``copy_observation``: copy each next observation before keeping it as the agent's input;
+        by default only when the env may overwrite its outputs (``VecEnv.fresh_outputs``)."""
         if len(env_ranks) != env.num_envs:
             raise ValueError(f"EnvStepper: {len(env_ranks)} env ranks for {env.num_envs} envs")
         self.env = env
@@ -308,8 +321,10 @@ class EnvStepper:
         self.state: NamedArrays | None = None
         self.device = torch.device("cpu")
         # A vector env whose outputs stay valid need not have its observation copied (~225 kB per
-        # step of 8 Atari envs); a remote env's shared output buffers are reused, so copy those.
-        self.copy_observation = not getattr(env, "fresh_outputs", False)
+        # step of 8 Atari envs).
+        if copy_observation is None:
+            copy_observation = not getattr(env, "fresh_outputs", False)
+        self.copy_observation = copy_observation
         self._pending: tuple[torch.Tensor, NamedArrays, NamedArrays | None] | None = None
 
     def reset(self, prev_action_example: torch.Tensor) -> None:
