@@ -68,12 +68,13 @@ class EpsilonGreedyAgent(Agent):
         coin and the random action, ``floor(u * A)``.
         """
         batch = q.shape[0]
-        greedy = q.argmax(dim=-1).cpu()
-        eps = torch.as_tensor(self.epsilons(batch), dtype=torch.float32)
-        coin, pick = self.uniform(batch, 2, device="cpu").unbind(-1)
-        # float32 u * A can round up to A for u just below 1: clamp into range.
-        random_actions = (pick * self.n_actions).long().clamp_(max=self.n_actions - 1)
-        return torch.where(coin < eps, random_actions, greedy)
+        greedy = q.argmax(dim=-1).cpu().numpy()
+        eps = self.epsilons(batch).astype(np.float32)
+        coin, pick = self.uniform(batch, 2, device="cpu").numpy().T
+        # float32 u * A can round up to A for u just below 1: clamp into range. In numpy: 21 instead
+        # of 34 us a call for 4 envs (one thread, shared machine): torch ops on tiny arrays cost more.
+        random_actions = np.minimum((pick * self.n_actions).astype(np.int64), self.n_actions - 1)
+        return torch.from_numpy(np.where(coin < eps, random_actions, greedy))
 
     @torch.no_grad()
     def step(
