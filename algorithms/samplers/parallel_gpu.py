@@ -115,8 +115,10 @@ class RemoteVecEnv:
     as in rlpyt, where workers wrote env outputs straight into the batch buffer
     (rlpyt/samplers/parallel/worker.py). Results are numpy views of the batch (the next
     observation at t + 1, or of the group's ``next_observation`` after the last step), so they stay
-    valid until the next batch reaches the same step, and the main process copies none of them: its
-    ``StepWriter`` skips ``env_written_fields``. ``step`` is ``send_step`` then ``receive_step``;
+    valid until the next batch reaches the same step (with T = 1, the next step: ``VecEnv``'s rule
+    that a result outlives the next ``send_step`` does not hold then), and the main process copies
+    none of them: its ``StepWriter`` skips ``env_written_fields``, and its ``EnvStepper`` reads the
+    observation before the next ``send_step``. ``step`` is ``send_step`` then ``receive_step``;
     split, they let the caller work while the workers step.
     """
 
