@@ -144,6 +144,7 @@ class RemoteVecEnv:
         self.actions = torch.zeros(
             (num_envs, *samples.action.shape[2:]), dtype=samples.action.dtype
         ).share_memory_()
+        self._actions_numpy = self.actions.numpy()
         self.next_observation = torch.zeros(
             (num_envs, *samples.observation.shape[2:]), dtype=samples.observation.dtype
         ).share_memory_()
@@ -173,7 +174,7 @@ class RemoteVecEnv:
         return self.next_observation.numpy()
 
     def send_step(self, actions: np.ndarray | torch.Tensor) -> None:
-        self.actions[:] = torch.as_tensor(actions)
+        self._actions_numpy[:] = np.asarray(actions)  # through numpy: ~1 us, torch's setitem ~6
         self.workers.send("step", self._t)
 
     def receive_step(self) -> NamedArrays:
