@@ -126,7 +126,7 @@ class AlternatingSampler(BaseSampler):
                 traj_infos.extend(finished)
                 if t + 1 < T:
                     group.env.send_step(group.act())  # overlaps the other group's env step
-                # Written while this group steps too (its env's outputs outlive one more step).
+                # The agent's fields only (the workers wrote the env's): while this group steps too.
                 writer.write(t, record)
         bootstrap = concatenate([group.bootstrap() for group in self.groups])
         return self.samples.replace(bootstrap=bootstrap), traj_infos
