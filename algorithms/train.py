@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from algorithms.counters import Counters
 
 SAMPLER_MODES = ("serial", "cpu", "gpu", "alternating")
+ENV_WORKER_KINDS = ("processes", "threads")
 RUNNER_KINDS = ("sync", "async", "ddp")
 REPLAY_RATIO_COUNTINGS = ("trained", "with_burnin")
 _DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
@@ -89,12 +90,19 @@ class SamplerConfig:
     ``eval_episodes`` episodes on ``eval_n_envs`` separate environments, each episode capped at
     ``eval_max_steps`` env steps (27,000 steps = 108,000 frames at frameskip 4, the Atari cap of
     Machado et al. 2018, Sec. 5).
+
+    ``env_workers`` (modes ``gpu`` and ``alternating``, whose workers only step envs): ``"processes"``
+    runs them in ``n_workers`` worker processes (any env); ``"threads"`` lets an env that steps on its
+    own threads (ale-py's native vector env: ``EnvConfig(kind="atari", backend="native")``, with
+    ``EnvConfig.num_threads`` threads per group) be the workers in this process, which saves the
+    process hand-offs of every step (see ``algorithms.samplers.parallel_gpu``).
     """
 
     mode: str = "serial"
     batch_T: int = 1
     batch_B: int = 1
     n_workers: int = 1
+    env_workers: str = "processes"
     eval_n_envs: int = 1
     eval_episodes: int = 10
     eval_max_steps: int = 27_000
@@ -108,6 +116,16 @@ class SamplerConfig:
         _require(self.n_workers >= 1, name, "n_workers", self.n_workers, ">= 1")
         _require(
             self.n_workers <= self.batch_B, name, "n_workers", self.n_workers, f"<= batch_B ({self.batch_B})"
+        )
+        kinds = ENV_WORKER_KINDS
+        _require(self.env_workers in kinds, name, "env_workers", self.env_workers, f"one of {kinds}")
+        _require(
+            self.env_workers == "processes" or self.mode in ("gpu", "alternating"),
+            name,
+            "env_workers",
+            self.env_workers,
+            f"'processes' with mode {self.mode!r} (threads serve only the env-only workers of "
+            "'gpu' and 'alternating')",
         )
         _require(self.eval_n_envs >= 1, name, "eval_n_envs", self.eval_n_envs, ">= 1")
         _require(self.eval_episodes >= 0, name, "eval_episodes", self.eval_episodes, ">= 0")
@@ -214,6 +232,13 @@ class TrainConfig:
             raise ValueError(
                 "TrainConfig.sampler.mode must be 'serial' with runner.kind 'ddp' "
                 f"(one serial sampler per rank), got {self.sampler.mode!r}"
+            )
+        native_atari = self.env.kind == "atari" and self.env.backend == "native"
+        if self.sampler.env_workers == "threads" and not native_atari:
+            raise ValueError(
+                "TrainConfig.sampler.env_workers 'threads' needs envs that step on their own threads "
+                f"(env.kind 'atari' with backend 'native'), got kind {self.env.kind!r}, "
+                f"backend {self.env.backend!r}"
             )
         if self.runner.kind == "ddp" and getattr(self.algo_config, "target_kl", 0.0) > 0:
             # A KL stop taken on one rank's data lets ranks run different numbers of updates, and a

@@ -4,16 +4,18 @@ Two sections, on Atari through ale-py's native vector env (``EnvConfig`` default
 starts), each figure the median of ``--repeats`` fresh runs (build and reset not timed, one warm-up
 batch not timed):
 
-1. ``trivial``: each sampler mode (serial, cpu, gpu, alternating) with a policy whose inference
+1. ``trivial``: each sampler mode (serial, cpu, gpu, alternating, and gpu / alternating with the
+   native env's threads as their env workers, ``*_threads``) with a policy whose inference
    costs nothing (uniform random actions), against the raw vector env stepping the same number of
    envs with random actions on the same number of env threads. The two are timed interleaved, a
    raw segment of T steps before each sampler batch, and the ratio is taken per repeat (median of
    the repeats' ratios), so that load drifts on a shared machine hit both alike. Target (issue 5):
    every mode >= 0.9 of the raw rate.
 2. ``nature_cnn``: the Nature DQN network (Mnih et al. 2015) acting epsilon-greedily on the CPU,
-   serial vs parallel CPU vs alternating, against the ideal overlap of env stepping and inference,
-   ``min(env rate, inference rate)`` (inference alone on the batch size the mode uses: B, or B/2
-   for the two alternating groups). Target: alternating >= 0.8 of that ideal.
+   serial vs parallel CPU vs alternating (process and thread workers), against the ideal overlap
+   of env stepping and inference, ``min(env rate, inference rate)`` (inference alone on the batch
+   size the mode uses: B, or B/2 for the two alternating groups). Target: alternating >= 0.8 of
+   that ideal.
 
 3. ``runners``: DQN and R2D1 on the game (settings: ``runner_config``), synchronous vs
    asynchronous runner (serial sampler; async throttled to the replay ratio the sync runner gets
@@ -25,7 +27,8 @@ batch not timed):
 
 Threads: torch uses one thread in every process; ``--env-threads`` is the total of native env
 threads, split over the workers in parallel modes (each worker's vector env gets
-``env_threads / n_workers``), so every mode has the same number of envs and env threads as the raw
+``env_threads / n_workers``; with thread workers, each of the alternating sampler's two vector envs
+gets half), so every mode has the same number of envs and env threads as the raw
 reference.
 
     python -m bench.bench_sampler --out runs/bench/sampler.csv [--quick] [--sections runners]
@@ -58,7 +61,18 @@ from algorithms.samplers.base import env_spaces, make_sampler
 from algorithms.train import SamplerConfig
 from bench.bench_env import cpu_model
 
-MODES = ("serial", "cpu", "gpu", "alternating")
+# "<mode>_threads": the env-only modes with the native env's own threads as their workers
+# (``SamplerConfig.env_workers="threads"``), one vector env per group in the main process.
+MODES = ("serial", "cpu", "gpu", "alternating", "gpu_threads", "alternating_threads")
+
+
+def mode_setting(name: str, workers: int) -> tuple[str, str, int]:
+    """(sampler mode, env_workers, how many vector envs the env threads are split over) of a ``MODES``
+    entry run with ``workers`` worker processes."""
+    mode, _, threads = name.partition("_")
+    if threads:
+        return mode, "threads", 2 if mode == "alternating" else 1
+    return mode, "processes", 1 if mode == "serial" else workers
 
 
 class RandomAgent(Agent):
@@ -92,8 +106,9 @@ class AgentFactory:
         return EpsilonGreedyAgent(model, observation_space, action_space, schedule)
 
 
-def env_config(game: str, env_threads: int, n_workers: int) -> EnvConfig:
-    return EnvConfig(game, num_threads=max(1, env_threads // n_workers))
+def env_config(game: str, env_threads: int, n_envs: int) -> EnvConfig:
+    """The game's native env config when ``env_threads`` are split over ``n_envs`` vector envs."""
+    return EnvConfig(game, num_threads=max(1, env_threads // n_envs))
 
 
 def raw_env_rate(game: str, n_envs: int, env_threads: int, steps: int, seed: int) -> float:
@@ -133,11 +148,14 @@ def sampler_rate(
     same number of raw env steps, timed apart, so drifts of a shared machine's load hit both
     alike; without it the second rate is NaN.
     """
-    n_workers = 1 if mode == "serial" else args.workers
-    env = env_config(args.game, args.env_threads, n_workers)
+    mode, env_workers, n_envs = mode_setting(mode, args.workers)
+    env = env_config(args.game, args.env_threads, n_envs)
     factory = AgentFactory(policy, env)
     agent = factory()
-    config = SamplerConfig(mode=mode, batch_T=args.batch_t, batch_B=args.envs, n_workers=n_workers)
+    n_workers = 1 if mode == "serial" else args.workers
+    config = SamplerConfig(
+        mode=mode, batch_T=args.batch_t, batch_B=args.envs, n_workers=n_workers, env_workers=env_workers
+    )
     sampler = make_sampler(mode, env, agent, config, seed, agent_factory=factory)
     actions = np.random.default_rng(seed).integers(0, agent.action_space.n, size=(args.batch_t, args.envs))
     sampler_s = raw_s = 0.0
@@ -356,8 +374,8 @@ def main() -> None:
         record("nature_cnn", f"inference_B{args.envs}", inf_full, v_full)
         inf_half, v_half = median_of(lambda s: inference_rate(args.game, half, steps), args.repeats)
         record("nature_cnn", f"inference_B{half}", inf_half, v_half)
-        for mode in ("serial", "cpu", "alternating"):
-            inference = inf_half if mode == "alternating" else inf_full
+        for mode in ("serial", "cpu", "alternating", "alternating_threads"):
+            inference = inf_half if mode.startswith("alternating") else inf_full
             ideal = min(raw, inference)
             # Without any overlap each step costs env time plus inference time.
             no_overlap = 1.0 / (1.0 / raw + 1.0 / inference)
@@ -371,7 +389,7 @@ def main() -> None:
                 values,
                 ideal=round(ideal, 1),
                 ratio=round(rate / ideal, 3),
-                target=0.8 if mode == "alternating" else "",
+                target=0.8 if mode.startswith("alternating") else "",
                 no_overlap=round(no_overlap, 1),
             )
 

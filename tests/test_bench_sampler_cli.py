@@ -8,6 +8,8 @@ import csv
 import subprocess
 import sys
 
+MODES = ("serial", "cpu", "gpu", "alternating", "gpu_threads", "alternating_threads")
+
 
 def test_sampler_benchmark_measures_every_mode_against_its_reference(tmp_path):
     out = tmp_path / "sampler.csv"
@@ -24,12 +26,12 @@ def test_sampler_benchmark_measures_every_mode_against_its_reference(tmp_path):
         rows = {(r["section"], r["what"]): r for r in csv.DictReader(f)}
     assert set(rows) == {
         ("trivial", "raw_env"),
-        *(("trivial", mode) for mode in ("serial", "cpu", "gpu", "alternating")),
+        *(("trivial", mode) for mode in MODES),
         ("nature_cnn", "inference_B2"),
         ("nature_cnn", "inference_B1"),
-        *(("nature_cnn", mode) for mode in ("serial", "cpu", "alternating")),
+        *(("nature_cnn", mode) for mode in ("serial", "cpu", "alternating", "alternating_threads")),
     }
-    for mode in ("serial", "cpu", "gpu", "alternating"):
+    for mode in MODES:
         row = rows["trivial", mode]
         # The ratio is the sampler's rate over the raw rate timed beside it, not a constant.
         assert float(row["ratio"]) > 0 and float(row["reference"]) > 0

@@ -179,28 +179,48 @@ class PongAgentFactory:
 PONG = EnvConfig(id="pong", num_threads=1, max_episode_frames=40)
 
 
+# The env-only modes again with the native env's threads as their workers (``env_workers="threads"``).
+THREAD_MODES = ("gpu", "alternating")
+
+
 @pytest.mark.slow
 def test_native_atari_worker_slices_match_serial() -> None:
-    """Every mode on slices of ale-py's native vector env sees the serial sampler's episodes."""
+    """Every mode on slices of ale-py's native vector env sees the serial sampler's episodes, with
+    process workers and, where the workers only step envs, with the env's threads as workers."""
     results = {}
-    for mode in MODES:
+    runs = [(mode, "processes") for mode in MODES] + [(mode, "threads") for mode in THREAD_MODES]
+    for mode, env_workers in runs:
         torch.manual_seed(0)
         agent = PongAgentFactory()()
-        config = SamplerConfig(mode=mode, batch_T=6, batch_B=4, n_workers=2)
+        config = SamplerConfig(mode=mode, batch_T=6, batch_B=4, n_workers=2, env_workers=env_workers)
         sampler = make_sampler(mode, PONG, agent, config, seed=5, agent_factory=PongAgentFactory())
         try:
             sampler.initialize()
             agent.set_mode("sample", 0)
-            results[mode] = [
+            if env_workers == "threads":
+                assert sampler.worker_pids == []
+            results[mode, env_workers] = [
                 (samples.map(torch.clone), traj_infos)
                 for samples, traj_infos in (sampler.sample(itr) for itr in range(3))
             ]
         finally:
             sampler.shutdown()
-    for mode in MODES[1:]:
-        assert_same_batches(results["serial"], results[mode], mode, min_episodes=4)
-    serial = [samples for samples, _ in results["serial"]]
+    for key in runs[1:]:
+        assert_same_batches(results[runs[0]], results[key], "/".join(key), min_episodes=4)
+    serial = [samples for samples, _ in results[runs[0]]]
     # Real frames, not untouched buffers, were compared; the agent explored; episodes were cut.
     assert float(serial[0].observation.float().std()) > 0
     assert len(torch.unique(serial[0].action)) > 1
     assert sum(int(samples.truncated.sum()) for samples in serial) >= 4
+
+
+@pytest.mark.parametrize("mode", THREAD_MODES)
+def test_thread_env_workers_refuse_a_synchronous_env(mode: str) -> None:
+    """A sampler built without ``TrainConfig``'s check still refuses thread workers on an env that
+    steps synchronously (they would serialise the steps they are meant to overlap)."""
+    agent = registry.algo_module("dqn").build_agent(registry.config_class("dqn")(), *env_spaces(ENV))
+    config = SamplerConfig(mode=mode, batch_T=2, batch_B=2, env_workers="threads")
+    sampler = make_sampler(mode, ENV, agent, config, seed=0)
+    with pytest.raises(ValueError, match="env_workers 'threads' needs an env that steps on its own threads"):
+        sampler.initialize()
+    sampler.shutdown()

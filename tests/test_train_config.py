@@ -34,6 +34,9 @@ from algorithms.train import (
         ({"eval_max_steps": 0}, "eval_max_steps"),
         ({"batch_T": 2.5}, "batch_T"),
         ({"batch_B": True}, "batch_B"),
+        ({"mode": "gpu", "env_workers": "fibers"}, "env_workers"),
+        ({"mode": "cpu", "env_workers": "threads"}, "env_workers"),  # cpu workers run the policy
+        ({"mode": "serial", "env_workers": "threads"}, "env_workers"),
     ],
 )
 def test_sampler_config_rejects_bad_values_naming_the_field(kwargs, field):
@@ -107,3 +110,11 @@ def test_ddp_rejects_ppo_target_kl_stop():
     TrainConfig("ppo", ppo.Config(target_kl=0.0), env, SamplerConfig(), RunnerConfig(kind="ddp"))
     with pytest.raises(ValueError, match="target_kl=0.01 is not supported with runner.kind 'ddp'"):
         TrainConfig("ppo", ppo.Config(target_kl=0.01), env, SamplerConfig(), RunnerConfig(kind="ddp"))
+
+
+def test_thread_env_workers_need_envs_that_step_on_their_own_threads():
+    sampler = SamplerConfig(mode="alternating", batch_B=2, env_workers="threads")
+    TrainConfig("dqn", registry.config_class("dqn")(), EnvConfig(id="pong"), sampler, RunnerConfig())
+    for env in (EnvConfig(id="pong", backend="gymnasium"), EnvConfig(id="CartPole-v1", kind="gym")):
+        with pytest.raises(ValueError, match="'threads' needs envs that step on their own threads"):
+            TrainConfig("dqn", registry.config_class("dqn")(), env, sampler, RunnerConfig())

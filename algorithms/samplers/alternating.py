@@ -14,6 +14,10 @@ and inference time I per half-batch, a step costs about ``2 max(E, I)`` instead 
 (rlpyt's alternating GPU sampler, rlpyt/samplers/parallel/gpu/alternating_sampler.py; Stooke &
 Abbeel 2019, "rlpyt", Sec. 2.2).
 
+With ``SamplerConfig.env_workers="threads"`` each group is a native ale-py vector env in this
+process whose own threads step it between ``send`` and ``recv`` (``parallel_gpu.group_env``): the
+same turn-taking, without process hand-offs.
+
 Per-step logic is the serial ``EnvStepper``'s, its ``act`` and ``observe`` called around the env
 step (``GroupStepper``).
 With the same seed the samples equal the serial sampler's, random exploration included: the agent
@@ -39,7 +43,7 @@ from algorithms.samplers.base import (
     exploration_streams,
     record_example,
 )
-from algorithms.samplers.parallel_gpu import RemoteVecEnv, env_written_fields
+from algorithms.samplers.parallel_gpu import group_env, group_stepper_args, worker_pids
 from algorithms.samplers.workers import split_ranks
 
 
@@ -49,10 +53,15 @@ class GroupStepper(EnvStepper):
     state and previous action/reward are this group's."""
 
     def __init__(
-        self, env: RemoteVecEnv, agent: Any, env_ranks: np.ndarray, global_batch: int, streams: RankStreams
+        self,
+        env: Any,
+        agent: Any,
+        env_ranks: np.ndarray,
+        global_batch: int,
+        streams: RankStreams,
+        copy_observation: bool | None,
     ) -> None:
-        # The remote env's outputs are views of the batch, valid until the next batch: no copies.
-        super().__init__(env, agent, env_ranks, copy_observation=False)
+        super().__init__(env, agent, env_ranks, copy_observation=copy_observation)
         self.global_batch = int(global_batch)
         self.streams = streams
 
@@ -62,7 +71,8 @@ class GroupStepper(EnvStepper):
 
 
 class AlternatingSampler(BaseSampler):
-    """Two groups of env workers (``config.n_workers`` split between them, at least one each)."""
+    """Two groups of env workers (``config.n_workers`` processes split between them, at least one
+    each; or, with ``env_workers="threads"``, each group's env threads)."""
 
     def __init__(
         self,
@@ -84,28 +94,30 @@ class AlternatingSampler(BaseSampler):
         observation_space, action_space = env_spaces(self.env_config)
         B = self.batch_spec.B
         example = record_example(observation_space, action_space, self.agent)
-        self.samples = allocate_samples(example, self.batch_spec, shared=True)
+        shared = self.config.env_workers == "processes"  # process workers write into the batch
+        self.samples = allocate_samples(example, self.batch_spec, shared=shared)
         seed = env_seed(self.seed, "train", self.start_env_steps)
         streams = exploration_streams(self.seed, "train", self.start_env_steps)
         workers = [max(1, n) for _, n in split_ranks(max(2, self.config.n_workers), 2)]
-        skip = env_written_fields(self.samples)  # the workers write the env's outputs themselves
         self.groups: list[GroupStepper] = []
         self.writers: list[StepWriter] = []
         try:
             for g, (first, n) in enumerate(split_ranks(B, 2)):
-                env = RemoteVecEnv(
+                env = group_env(
                     f"alternating sampler group {g}",
+                    self.config,
                     self.env_config,
                     seed,
-                    first_rank=first,
-                    num_envs=n,
-                    n_workers=min(workers[g], n),
-                    samples=self.samples,
-                    observation_space=observation_space,
-                    action_space=action_space,
-                    frameskip=self.env_config.env_frameskip,
+                    first,
+                    n,
+                    min(workers[g], n),
+                    self.samples,
+                    observation_space,
+                    action_space,
                 )
-                self.groups.append(GroupStepper(env, self.agent, np.arange(first, first + n), B, streams))
+                copy_observation, skip = group_stepper_args(env, self.samples)
+                ranks = np.arange(first, first + n)
+                self.groups.append(GroupStepper(env, self.agent, ranks, B, streams, copy_observation))
                 self.writers.append(StepWriter(self.samples, slice(first, first + n), skip=skip))
             for group in self.groups:
                 group.reset(example.action)
@@ -126,7 +138,8 @@ class AlternatingSampler(BaseSampler):
                 traj_infos.extend(finished)
                 if t + 1 < T:
                     group.env.send_step(group.act())  # overlaps the other group's env step
-                # The agent's fields only (the workers wrote the env's): while this group steps too.
+                # While this group steps too (remote groups: the agent's fields only, the workers
+                # wrote the env's).
                 writer.write(t, record)
         bootstrap = concatenate([group.bootstrap() for group in self.groups])
         return self.samples.replace(bootstrap=bootstrap), traj_infos
@@ -134,7 +147,7 @@ class AlternatingSampler(BaseSampler):
     @property
     def worker_pids(self) -> list[int]:
         """Process ids of both groups' workers (for monitoring and shutdown checks)."""
-        return [p for group in self.groups for p in group.env.workers.pids]
+        return worker_pids([group.env for group in self.groups])
 
     def shutdown(self) -> None:
         super().shutdown()

@@ -12,6 +12,13 @@ command pipes do, so a dead worker is seen at once through its process sentinel)
 ``RemoteVecEnv`` presents the workers as one vector env, so the per-step logic is the serial
 sampler's own ``EnvStepper``; with the same seed the samples are the serial sampler's, random
 exploration included (the agent draws from per-env-rank streams, ``algorithms.samplers.base``).
+
+With ``SamplerConfig.env_workers="threads"`` the workers are an env backend's own threads instead of
+processes (``group_env``): ale-py's native vector env steps its envs on C++ threads between ``send``
+and ``recv``, in this process, so a step costs no process hand-off (two pipe messages and two
+wake-ups per worker; on the 2-core dev machine these held the process-worker mode to about 0.65 of
+the raw env rate with a trivial policy, ``make bench-sampler``). With one group, as here, that is the
+serial sampler's loop on the native env; the alternating sampler gets two such groups.
 """
 
 from __future__ import annotations
@@ -191,32 +198,86 @@ class RemoteVecEnv:
         self.workers.close()
 
 
+def group_env(
+    name: str,
+    config: Any,
+    env_config: Any,
+    seed: int,
+    first_rank: int,
+    num_envs: int,
+    n_workers: int,
+    samples: NamedArrays,
+    observation_space: Any,
+    action_space: Any,
+) -> Any:
+    """The envs of ranks ``first_rank ..`` for an env-only sampler (``config``: its
+    ``SamplerConfig``): a ``RemoteVecEnv`` over ``n_workers`` processes, or with ``env_workers=
+    "threads"`` the backend's vector env in this process (seeded as the workers would seed it)."""
+    if config.env_workers == "threads":
+        env = make_vec_env(env_config, num_envs, seed, first_rank=first_rank)
+        if not env.steps_in_background:
+            env.close()
+            raise ValueError(
+                f"SamplerConfig.env_workers 'threads' needs an env that steps on its own threads "
+                f"(native ale-py Atari); {type(env).__name__} for {env_config.id!r} steps synchronously"
+            )
+        return env
+    return RemoteVecEnv(
+        name,
+        env_config,
+        seed,
+        first_rank=first_rank,
+        num_envs=num_envs,
+        n_workers=n_workers,
+        samples=samples,
+        observation_space=observation_space,
+        action_space=action_space,
+        frameskip=env_config.env_frameskip,
+    )
+
+
+def group_stepper_args(env: Any, samples: NamedArrays) -> tuple[bool | None, frozenset[str]]:
+    """(``EnvStepper``'s ``copy_observation``, ``StepWriter``'s ``skip``) for a ``group_env``: a
+    remote group's outputs are views of the batch that its workers wrote (no copy, nothing to
+    write); a local env's are fresh arrays the writer copies in."""
+    if isinstance(env, RemoteVecEnv):
+        return False, env_written_fields(samples)
+    return None, frozenset()
+
+
+def worker_pids(envs: list[Any]) -> list[int]:
+    """Process ids of the worker processes behind ``group_env``s (none for thread workers)."""
+    return [pid for env in envs if isinstance(env, RemoteVecEnv) for pid in env.workers.pids]
+
+
 class ParallelGpuSampler(BaseSampler):
-    """``config.n_workers`` env-only workers; the learner's agent acts for all B envs in this process."""
+    """``config.n_workers`` env-only workers (or the env's threads); the learner's agent acts for
+    all B envs in this process."""
 
     def initialize(self) -> None:
         observation_space, action_space = env_spaces(self.env_config)
         B = self.batch_spec.B
         example = record_example(observation_space, action_space, self.agent)
-        self.samples = allocate_samples(example, self.batch_spec, shared=True)
-        self.env = RemoteVecEnv(
+        shared = self.config.env_workers == "processes"  # process workers write into the batch
+        self.samples = allocate_samples(example, self.batch_spec, shared=shared)
+        self.env = group_env(
             "parallel-gpu sampler",
+            self.config,
             self.env_config,
             env_seed(self.seed, "train", self.start_env_steps),
-            first_rank=0,
-            num_envs=B,
-            n_workers=self.config.n_workers,
-            samples=self.samples,
-            observation_space=observation_space,
-            action_space=action_space,
-            frameskip=self.env_config.env_frameskip,
+            0,
+            B,
+            self.config.n_workers,
+            self.samples,
+            observation_space,
+            action_space,
         )
         ranks = np.arange(B)
         self.agent.set_env_ranks(ranks, B, exploration_streams(self.seed, "train", self.start_env_steps))
-        # The remote env's outputs are views of the batch, valid until the next batch: no copies.
-        self.stepper = EnvStepper(self.env, self.agent, ranks, copy_observation=False)
+        copy_observation, skip = group_stepper_args(self.env, self.samples)
+        self.stepper = EnvStepper(self.env, self.agent, ranks, copy_observation=copy_observation)
         self.stepper.reset(example.action)
-        self.writer = StepWriter(self.samples, skip=env_written_fields(self.samples))
+        self.writer = StepWriter(self.samples, skip=skip)
 
     @torch.no_grad()
     def sample(self, itr: int) -> tuple[NamedArrays, list[dict[str, Any]]]:
@@ -226,7 +287,7 @@ class ParallelGpuSampler(BaseSampler):
     @property
     def worker_pids(self) -> list[int]:
         """Process ids of this sampler's workers (for monitoring and shutdown checks)."""
-        return self.env.workers.pids
+        return worker_pids([self.env])
 
     def shutdown(self) -> None:
         super().shutdown()
