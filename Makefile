@@ -103,7 +103,7 @@ bench-sampler: $(STAMP)
 bench-learn-dqn: $(STAMP)
 	$(PY) -m bench.bench_learn_dqn --out runs/bench/learn_dqn.csv $(LEARN_DQN_ARGS)
 
-# DQN on Pong against Stable-Baselines3 (same settings, same machine, median of 3)
+# DQN on Pong against Stable-Baselines3 (same settings, same machine, all cores, median of 3)
 bench-dqn-speed: $(STAMP_BENCH)
 	$(PY) -m bench.bench_dqn_speed --out runs/bench/dqn_speed.csv $(DQN_SPEED_ARGS)
 
@@ -117,7 +117,7 @@ bench-replay: $(STAMP_BENCH)
 bench-learn-pg: $(STAMP)
 	$(PY) -m bench.bench_learn_pg --out runs/bench/learn_pg.csv $(LEARN_PG_ARGS)
 
-# PPO on Pong and SAC on HalfCheetah-v5 against Stable-Baselines3 (same envs and threads, median of 3)
+# PPO on Pong and SAC on HalfCheetah-v5 against Stable-Baselines3 (same envs and threads: all cores, median of 3)
 bench-pg-speed: $(STAMP_BENCH)
 	$(PY) -m bench.bench_pg_speed --out runs/bench/pg_speed.csv $(PG_SPEED_ARGS)
 

@@ -12,10 +12,11 @@ is env steps per second. Reported: every repeat in the CSV, the median of the re
 ratios in a Markdown summary: that of the medians, and the median of each repeat's ratio (the two
 learners of a repeat run back to back, so load drifts on a shared machine hit both alike).
 
-Every figure is given twice: per second of wall-clock time and per second of this process's CPU
-time (``time.process_time``, all its threads). Both learners run on one thread each, so on an idle
-machine the two agree; on a shared machine the wall-clock figure also counts the time other jobs
-held the cores, and the CPU-time figure is the one that compares the learners' work.
+Torch threads: all the machine's cores by default (the setting of issue 3's reference figure, SB3
+at about 116 steps/s here), ``--threads 1`` for one. Every figure is given twice: per second of
+wall-clock time and per second of this process's CPU time (``time.process_time``, all its
+threads). With one thread on an idle machine the two agree; with more, CPU seconds add up over the
+threads; on a shared machine the wall-clock figure also counts the time other jobs held the cores.
 
 The machine's limit for this configuration comes from costs measured in the same run:
 one update of the Nature net on a replay minibatch (``t_update``, replay sampling included), one
@@ -24,7 +25,7 @@ greedy action on one observation (``t_act``) and one env step (``t_env``):
     limit = 1 / (t_update / train_freq + t_act + t_env)  [env steps per second]
 
     python -m bench.bench_dqn_speed --out runs/bench/dqn_speed.csv [--steps 2000] [--repeats 3]
-        [--replay-size 50000] [--threads 1]
+        [--replay-size 50000] [--threads N (default: all cores)]
 """
 
 from __future__ import annotations
@@ -245,7 +246,9 @@ def main() -> None:
     parser.add_argument("--learning-starts", type=int, default=1000, help="untimed env steps before training")
     parser.add_argument("--replay-size", type=int, default=50_000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads for both")
+    parser.add_argument(
+        "--threads", type=int, default=os.cpu_count() or 1, help="torch threads for both (default: all cores)"
+    )
     args = parser.parse_args()
     if min(args.steps, args.learning_starts, args.replay_size, args.repeats, args.threads) < 1:
         parser.error("--steps, --learning-starts, --replay-size, --repeats and --threads must be >= 1")

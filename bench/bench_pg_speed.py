@@ -7,7 +7,8 @@
   untimed ones (uniform-random actions, no updates).
 
 Both learners step the very same env objects: this code base's vector envs, handed to SB3 through
-its ``VecEnv`` interface (``sb3_vec_env``), with the same torch thread count, so only the learners
+its ``VecEnv`` interface (``sb3_vec_env``), with the same torch thread count (all cores by default,
+the setting of issue 4's reference figures; ``--threads 1`` for one), so only the learners
 differ. The figure is env steps per second of sampling + learning; every repeat goes to the CSV, the
 median of the repeats and the ratio to the Markdown summary. Every figure is given per second of
 wall-clock time and per second of this process's CPU time (``time.process_time``, all threads): on
@@ -22,7 +23,7 @@ update, ``t_update``):
     PPO: limit = T * B / (T * (t_act + t_env) + t_optimize)        [env steps per second]
     SAC: limit = 1 / (t_act + t_env + t_update)
 
-    python -m bench.bench_pg_speed --out runs/bench/pg_speed.csv [--repeats 3] [--threads 1]
+    python -m bench.bench_pg_speed --out runs/bench/pg_speed.csv [--repeats 3] [--threads N]
         [--ppo-iterations 2] [--sac-steps 1000] [--sac-learning-starts 1000] [--only ppo|sac]
 """
 
@@ -253,7 +254,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads for both")
+    parser.add_argument(
+        "--threads", type=int, default=os.cpu_count() or 1, help="torch threads for both (default: all cores)"
+    )
     parser.add_argument("--ppo-iterations", type=int, default=2, help="timed PPO batches of 128 x 8 steps")
     parser.add_argument("--sac-steps", type=int, default=1000, help="timed SAC env steps")
     parser.add_argument("--sac-learning-starts", type=int, default=1000, help="untimed SAC steps first")

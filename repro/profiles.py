@@ -59,6 +59,7 @@ EXECUTION_KEYS: frozenset[str] = frozenset(
         "runner.tensorboard",
         "sampler.mode",
         "sampler.n_workers",
+        "sampler.env_workers",
         "env.num_threads",
     }
 )
