@@ -56,3 +56,22 @@ def test_trains_end_to_end(algo, tmp_path):
     assert counters.updates > 0 and counters.samples_replayed >= counters.samples_trained > 0
     assert math.isfinite(run.progress.loss.iloc[-1])
     assert len(run.eval) == 2
+
+
+def test_pong_trains_with_thread_env_workers(tmp_path):
+    """``train()`` with the alternating sampler whose env workers are the native env's threads:
+    the config reaches the sampler (and ``config.json``), and the run trains on real frames."""
+    config = TrainConfig(
+        algo="dqn",
+        algo_config=dqn.Config(replay_size_steps=256, min_steps_learn=32, batch_size=8, eps_decay_steps=64),
+        env=EnvConfig(id="pong", num_threads=1),
+        sampler=SamplerConfig(
+            mode="alternating", batch_T=4, batch_B=2, env_workers="threads", eval_episodes=0
+        ),
+        runner=RunnerConfig(n_steps=64, log_interval_steps=32, seed=0),
+    )
+    counters = train(config, tmp_path / "run")
+    run = read_run(tmp_path / "run")
+    assert run.status == "complete", run.problems
+    assert run.config["sampler"]["env_workers"] == "threads"
+    assert counters.env_steps == 64 and counters.updates > 0
