@@ -74,3 +74,16 @@ class AgentFactory:
 
     def __call__(self) -> Agent:
         return build_agent(self.algo, self.config, self.observation_space, self.action_space)
+
+    def __reduce__(self) -> tuple:
+        # Frame spaces as scalars: a worker's spawn data then fits a pipe buffer (``compact_space``).
+        from algorithms.envs.base import compact_space
+
+        spaces = (compact_space(self.observation_space), compact_space(self.action_space))
+        return (_agent_factory, (self.algo, self.config, *spaces))
+
+
+def _agent_factory(algo: str, config: Any, observation_space: Any, action_space: Any) -> AgentFactory:
+    from algorithms.envs.base import expand_space
+
+    return AgentFactory(algo, config, expand_space(observation_space), expand_space(action_space))

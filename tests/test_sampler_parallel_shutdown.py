@@ -189,3 +189,37 @@ def test_faulty_agent_is_a_working_agent_until_it_fails() -> None:
     assert action.shape == (3,)
     with pytest.raises(RuntimeError, match="injected"):
         agent.step(obs, torch.zeros(3, dtype=torch.int64), torch.zeros(3), None)
+
+
+UNGUARDED = textwrap.dedent(
+    """
+    from algorithms import registry
+    from algorithms.algos import dqn
+    from algorithms.envs.config import EnvConfig
+    from algorithms.samplers.base import env_spaces, make_sampler
+    from algorithms.train import SamplerConfig
+
+    env = EnvConfig(id="pong", num_threads=1)
+    factory = registry.AgentFactory("dqn", dqn.Config(), *env_spaces(env))
+    config = SamplerConfig(mode="cpu", batch_T=2, batch_B=2, n_workers=2)
+    sampler = make_sampler("cpu", env, factory(), config, seed=0, agent_factory=factory)
+    sampler.initialize()
+    """
+)
+
+
+@pytest.mark.slow
+def test_script_without_main_guard_fails_with_a_clear_error(tmp_path) -> None:
+    """Spawn re-imports an unguarded script in each worker, which dies starting workers of its own.
+    The parent must report that, not block: Pong's frame space in the agent recipe made the spawn
+    data larger than a pipe buffer, and CPython's ``Process.start`` then waited for good on a dead
+    child (``compact_space``)."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=180, cwd=tmp_path
+    )
+    assert done.returncode != 0
+    assert "exited with code 1 during 'start'" in done.stderr
+    assert 'if __name__ == "__main__"' in done.stderr

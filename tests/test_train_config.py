@@ -118,3 +118,24 @@ def test_thread_env_workers_need_envs_that_step_on_their_own_threads():
     for env in (EnvConfig(id="pong", backend="gymnasium"), EnvConfig(id="CartPole-v1", kind="gym")):
         with pytest.raises(ValueError, match="'threads' needs envs that step on their own threads"):
             TrainConfig("dqn", registry.config_class("dqn")(), env, sampler, RunnerConfig())
+
+
+def test_agent_factory_pickles_frame_spaces_small_and_equal():
+    import pickle
+
+    import gymnasium as gym
+    import numpy as np
+
+    from algorithms.envs.base import compact_space, expand_space
+
+    frames = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    factory = registry.AgentFactory("dqn", registry.config_class("dqn")(), frames, gym.spaces.Discrete(6))
+    data = pickle.dumps(factory)
+    assert len(data) < 4096  # the bounds in full: about 114 kB
+    assert pickle.loads(data) == factory
+    # Only uniform boxes are shortened; anything else travels as it is.
+    uneven = gym.spaces.Box(np.array([-1, 0], np.float32), np.array([1, 2], np.float32))
+    assert compact_space(uneven) is uneven
+    assert expand_space(compact_space(gym.spaces.Box(-np.inf, np.inf, (17,)))) == gym.spaces.Box(
+        -np.inf, np.inf, (17,)
+    )

@@ -242,6 +242,10 @@ class WorkerGroup:
         proc = self._procs[rank]
         proc.join(timeout=1.0)
         during = f" during {command!r}" if command else ""
+        if command == "start":
+            # The commonest cause: spawn re-imports the main module, whose unguarded code starts
+            # workers again, which Python forbids in a child (its error is on the child's stderr).
+            during += ' (see its stderr; scripts must start workers under if __name__ == "__main__":)'
         raise WorkerError(
             f"{self.worker_name(rank)} (pid {proc.pid}) {_describe_exit(proc.exitcode)}{during}"
         )
