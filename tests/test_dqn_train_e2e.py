@@ -58,9 +58,11 @@ def test_trains_end_to_end(algo, tmp_path):
     assert len(run.eval) == 2
 
 
-def test_pong_trains_with_thread_env_workers(tmp_path):
-    """``train()`` with the alternating sampler whose env workers are the native env's threads:
-    the config reaches the sampler (and ``config.json``), and the run trains on real frames."""
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_pong_trains_with_thread_env_workers(kind, tmp_path):
+    """``train()`` with the alternating sampler whose env workers are the native env's threads (in
+    the learner's process, or in the async runner's sampler process): the config reaches the
+    sampler (and ``config.json``), and the run trains on real frames."""
     config = TrainConfig(
         algo="dqn",
         algo_config=dqn.Config(replay_size_steps=256, min_steps_learn=32, batch_size=8, eps_decay_steps=64),
@@ -68,7 +70,7 @@ def test_pong_trains_with_thread_env_workers(tmp_path):
         sampler=SamplerConfig(
             mode="alternating", batch_T=4, batch_B=2, env_workers="threads", eval_episodes=0
         ),
-        runner=RunnerConfig(n_steps=64, log_interval_steps=32, seed=0),
+        runner=RunnerConfig(kind=kind, n_steps=64, log_interval_steps=32, seed=0),
     )
     counters = train(config, tmp_path / "run")
     run = read_run(tmp_path / "run")
