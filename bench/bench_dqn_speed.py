@@ -6,11 +6,14 @@ thread count and the same env object: this code base's native ale-py env (frames
 max-pool, 84x84 gray, 4-frame stack, up to 30 no-ops), handed to SB3 through its ``VecEnv``
 interface. Both optimise with Adam at SB3's DQN defaults (learning rate 1e-4, eps 1e-8) rather
 than the Nature paper's centered RMSprop, so the two do the same arithmetic; this code base runs
-torch's fused Adam kernel, SB3 the per-tensor default. Each repeat builds a fresh learner, fills
-``--learning-starts`` steps (not timed), then times ``--steps`` env steps of training; the figure
-is env steps per second. Reported: every repeat in the CSV, the median of the repeats and two
-ratios in a Markdown summary: that of the medians, and the median of each repeat's ratio (the two
-learners of a repeat run back to back, so load drifts on a shared machine hit both alike).
+torch's fused Adam kernel, SB3 the per-tensor default. Both explore on SB3's DQN schedule (epsilon
+1 -> 0.05 over the first tenth of the run, so 0.05 while timed): an epsilon-greedy actor skips the
+network on steps where it explores (both libraries do), so unequal epsilons would time unequal
+work. Each repeat builds a fresh learner, fills ``--learning-starts`` steps (not timed), then times
+``--steps`` env steps of training; the figure is env steps per second. Reported: every repeat in
+the CSV, the median of the repeats and two ratios in a Markdown summary: that of the medians, and
+the median of each repeat's ratio (the two learners of a repeat run back to back, so load drifts
+on a shared machine hit both alike).
 
 Torch threads: all the machine's cores by default (the setting of issue 3's reference figure, SB3
 at about 116 steps/s here), ``--threads 1`` for one. Every figure is given twice: per second of
@@ -53,7 +56,7 @@ BATCH_SIZE = 32
 ENV = EnvConfig(id="pong", kind="atari", backend="native", num_threads=1)
 
 
-def ours_config(replay_size: int, learning_starts: int) -> dqn.Config:
+def ours_config(replay_size: int, learning_starts: int, total_steps: int) -> dqn.Config:
     return dqn.Config(
         batch_size=BATCH_SIZE,
         train_every_steps=TRAIN_FREQ,
@@ -63,12 +66,16 @@ def ours_config(replay_size: int, learning_starts: int) -> dqn.Config:
         optimizer="adam",  # SB3 DQN's default optimizer, learning rate and eps
         learning_rate=1e-4,
         optimizer_eps=1e-8,
+        # SB3 DQN's exploration defaults: 1.0 -> 0.05 over exploration_fraction 0.1 of the run.
+        eps_start=1.0,
+        eps_final=0.05,
+        eps_decay_steps=total_steps // 10,
     )
 
 
-def build_ours(replay_size: int, learning_starts: int, seed: int):
+def build_ours(replay_size: int, learning_starts: int, seed: int, total_steps: int):
     torch.manual_seed(seed)
-    config = ours_config(replay_size, learning_starts)
+    config = ours_config(replay_size, learning_starts, total_steps)
     env = make_vec_env(ENV, 1, seed)
     observation_space, action_space = env.observation_space, env.action_space
     env.close()
@@ -86,7 +93,7 @@ def clocks() -> np.ndarray:
 
 def time_ours(steps: int, replay_size: int, learning_starts: int, seed: int) -> np.ndarray:
     """Env steps per (wall-clock, CPU) second of sample + optimize after ``learning_starts`` untimed steps."""
-    agent, sampler, algo = build_ours(replay_size, learning_starts, seed)
+    agent, sampler, algo = build_ours(replay_size, learning_starts, seed, learning_starts + steps)
     itr = 0
 
     def run(n_steps: int) -> None:
@@ -206,7 +213,7 @@ def time_sb3(steps: int, replay_size: int, learning_starts: int, seed: int) -> n
 def machine_limit(replay_size: int, learning_starts: int, seed: int, n: int = 200) -> dict[str, np.ndarray]:
     """Measured t_update, t_act, t_env (seconds) and the implied limit in env steps per second, each
     as (wall-clock, CPU)."""
-    agent, sampler, algo = build_ours(replay_size, learning_starts, seed)
+    agent, sampler, algo = build_ours(replay_size, learning_starts, seed, learning_starts)
     for itr in range(learning_starts // TRAIN_FREQ):  # fill the replay
         algo.optimize(itr, sampler.sample(itr)[0])
     sampler.shutdown()
@@ -220,7 +227,7 @@ def machine_limit(replay_size: int, learning_starts: int, seed: int, n: int = 20
         torch.nn.utils.clip_grad_norm_(model.parameters(), algo.max_grad_norm)
         algo.optimizer.step()
     t_update = (clocks() - start) / n
-    agent.set_mode("sample", 10**9)
+    agent.set_mode("train", 10**9)  # epsilon 0: every call runs the net, as a greedy action does
     obs = data.observation[:1]
     zeros = torch.zeros(1, dtype=torch.long)
     start = clocks()

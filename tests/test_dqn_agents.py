@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 import torch
 
+from algorithms.agents.base import RankStreams
 from algorithms.agents.dqn_agents import EpsilonGreedyAgent, R2D1Agent
 from algorithms.agents.epsilon import EpsilonSchedule, apex_epsilons, linear_anneal, log_spaced_epsilons
 from algorithms.arrays import NamedArrays
@@ -63,7 +64,7 @@ def test_epsilon_greedy_modes_and_per_env_epsilons():
     agent.set_mode("eval")
     action, info, state = agent.step(obs, torch.zeros(2000, dtype=torch.long), torch.zeros(2000), None)
     assert state is None and torch.equal(action, greedy)
-    assert torch.allclose(info.q, agent.model(obs))
+    assert info.fields == ()  # feed-forward algorithms read no Q-values from the samples
     agent.set_mode("sample", env_steps=0)
     action, _, _ = agent.step(obs, torch.zeros(2000, dtype=torch.long), torch.zeros(2000), None)
     # epsilon 1: uniform actions, so about a third agree with the greedy action.
@@ -87,7 +88,26 @@ def test_categorical_agent_acts_on_expected_q():
     obs = torch.randn(16, 4)
     action, info, _ = agent.step(obs, torch.zeros(16, dtype=torch.long), torch.zeros(16), None)
     q = (torch.softmax(model(obs), -1) * support).sum(-1)
-    assert torch.allclose(info.q, q, atol=1e-6) and torch.equal(action, q.argmax(-1))
+    assert info.fields == () and torch.equal(action, q.argmax(-1))
+
+
+def test_epsilon_greedy_runs_the_net_only_when_some_env_acts_greedily():
+    agent = _agent(EpsilonSchedule(start=0.5, final=0.5, decay_steps=0, eval=0.0))
+    calls = []
+    agent.model.register_forward_hook(lambda module, args, output: calls.append(len(args[0])))
+    twin = _agent(EpsilonSchedule(start=0.5, final=0.5, decay_steps=0, eval=0.0))
+    twin.model.load_state_dict(agent.model.state_dict())
+    for a in (agent, twin):
+        a.set_env_ranks([0], global_batch=1, streams=RankStreams(7))
+        a.set_mode("sample", env_steps=0)
+    obs = torch.randn(200, 1, 4)
+    zeros = torch.zeros(1, dtype=torch.long), torch.zeros(1)
+    actions = [int(agent.step(o, *zeros, None)[0]) for o in obs]
+    # One env at epsilon 0.5: about half the steps explore and skip the net ...
+    assert 70 < len(calls) < 130
+    # ... and the actions are those of an agent that runs it on every step (same draws).
+    expected = [int(twin.select_action(twin.model(o)).item()) for o in obs]
+    assert actions == expected
 
 
 def test_r2d1_agent_reports_prev_state_and_carries_state():

@@ -5,9 +5,13 @@ return distribution for C51 and Rainbow) except with probability epsilon, where 
 random action; epsilons are per environment (``epsilon.py``). ``R2D1Agent`` does the same with the
 recurrent model and carries its (h, c) state; it reports the state *before* each step as
 ``agent_info.prev_state`` so sequence replay can store it (stored-state replay, Kapturowski et al.
-2019, Sec. 3). Both report the Q-values they acted on (``agent_info.q``): R2D1 computes the initial
+2019, Sec. 3), and the Q-values it acted on (``agent_info.q``): R2D1 computes the initial
 priorities of new sequences from them (R2D2, Sec. 2.3: actors compute priorities from their own
-Q-values), and they cost one ``[B, A]`` float per step.
+Q-values). The feed-forward agent reports nothing (no feed-forward algorithm reads its Q-values)
+and skips the network where every env explores: a one-env actor early in Nature DQN's schedule
+(epsilon 1 -> 0.1 over 250k steps) needs no forward pass on most steps. Reporting Q-values would
+make the samples depend on which steps skipped the net, i.e. on how a sampling mode splits the
+envs; without them every mode records the same.
 """
 
 from __future__ import annotations
@@ -61,20 +65,23 @@ class EpsilonGreedyAgent(Agent):
             return model_output
         return expected_q(model_output, self.support.to(model_output.device))
 
-    def select_action(self, q: torch.Tensor) -> torch.Tensor:
-        """Greedy ``argmax q`` [B], replaced by a uniform random action with each env's epsilon.
+    def exploration(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """(explore [B] bool, random actions [B]) for this step, with each env's epsilon.
 
         Each env draws two uniforms per step from its own stream (``Agent.uniform``): the explore
-        coin and the random action, ``floor(u * A)``.
+        coin and the random action, ``floor(u * A)``; greedy or not, the draws are the same.
         """
-        batch = q.shape[0]
-        greedy = q.argmax(dim=-1).cpu().numpy()
-        eps = self.epsilons(batch).astype(np.float32)
-        coin, pick = self.uniform(batch, 2, device="cpu").numpy().T
+        eps = self.epsilons(batch_size).astype(np.float32)
+        coin, pick = self.uniform(batch_size, 2, device="cpu").numpy().T
         # float32 u * A can round up to A for u just below 1: clamp into range. In numpy: 21 instead
         # of 34 us a call for 4 envs (one thread, shared machine): torch ops on tiny arrays cost more.
         random_actions = np.minimum((pick * self.n_actions).astype(np.int64), self.n_actions - 1)
-        return torch.from_numpy(np.where(coin < eps, random_actions, greedy))
+        return coin < eps, random_actions
+
+    def select_action(self, q: torch.Tensor) -> torch.Tensor:
+        """Greedy ``argmax q`` [B], replaced by a uniform random action with each env's epsilon."""
+        explore, random_actions = self.exploration(q.shape[0])
+        return torch.from_numpy(np.where(explore, random_actions, q.argmax(dim=-1).cpu().numpy()))
 
     @torch.no_grad()
     def step(
@@ -84,8 +91,12 @@ class EpsilonGreedyAgent(Agent):
         prev_reward: torch.Tensor,
         state: NamedArrays | None,
     ) -> tuple[torch.Tensor, NamedArrays, None]:
-        q = self.to_q(self.model(observation.to(self.device))).cpu()
-        return self.select_action(q), NamedArrays(q=q), None
+        explore, random_actions = self.exploration(observation.shape[0])
+        if explore.all():  # no env acts greedily: the Q-values would go unused
+            return torch.from_numpy(random_actions), NamedArrays(), None
+        q = self.to_q(self.model(observation.to(self.device)))
+        greedy = q.argmax(dim=-1).cpu().numpy()
+        return torch.from_numpy(np.where(explore, random_actions, greedy)), NamedArrays(), None
 
 
 class R2D1Agent(EpsilonGreedyAgent):
