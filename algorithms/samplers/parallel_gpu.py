@@ -142,12 +142,11 @@ class RemoteVecEnv:
         samples: NamedArrays,
         observation_space: Any,
         action_space: Any,
-        frameskip: int,
     ) -> None:
         self.num_envs = num_envs
         self.observation_space = observation_space
         self.action_space = action_space
-        self.frameskip = frameskip
+        self.frameskip = env_config.env_frameskip
         self.actions = torch.zeros(
             (num_envs, *samples.action.shape[2:]), dtype=samples.action.dtype
         ).share_memory_()
@@ -223,16 +222,7 @@ def group_env(
             )
         return env
     return RemoteVecEnv(
-        name,
-        env_config,
-        seed,
-        first_rank=first_rank,
-        num_envs=num_envs,
-        n_workers=n_workers,
-        samples=samples,
-        observation_space=observation_space,
-        action_space=action_space,
-        frameskip=env_config.env_frameskip,
+        name, env_config, seed, first_rank, num_envs, n_workers, samples, observation_space, action_space
     )
 
 
