@@ -78,9 +78,12 @@ class EpsilonGreedyAgent(Agent):
         random_actions = np.minimum((pick * self.n_actions).astype(np.int64), self.n_actions - 1)
         return coin < eps, random_actions
 
-    def select_action(self, q: torch.Tensor) -> torch.Tensor:
-        """Greedy ``argmax q`` [B], replaced by a uniform random action with each env's epsilon."""
-        explore, random_actions = self.exploration(q.shape[0])
+    def select_action(
+        self, q: torch.Tensor, exploration: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> torch.Tensor:
+        """Greedy ``argmax q`` [B], replaced by a uniform random action with each env's epsilon
+        (``exploration``: this step's draws, if already taken)."""
+        explore, random_actions = self.exploration(q.shape[0]) if exploration is None else exploration
         return torch.from_numpy(np.where(explore, random_actions, q.argmax(dim=-1).cpu().numpy()))
 
     @torch.no_grad()
@@ -91,12 +94,12 @@ class EpsilonGreedyAgent(Agent):
         prev_reward: torch.Tensor,
         state: NamedArrays | None,
     ) -> tuple[torch.Tensor, NamedArrays, None]:
-        explore, random_actions = self.exploration(observation.shape[0])
+        exploration = self.exploration(observation.shape[0])
+        explore, random_actions = exploration
         if explore.all():  # no env acts greedily: the Q-values would go unused
             return torch.from_numpy(random_actions), NamedArrays(), None
         q = self.to_q(self.model(observation.to(self.device)))
-        greedy = q.argmax(dim=-1).cpu().numpy()
-        return torch.from_numpy(np.where(explore, random_actions, greedy)), NamedArrays(), None
+        return self.select_action(q, exploration), NamedArrays(), None
 
 
 class R2D1Agent(EpsilonGreedyAgent):
