@@ -233,8 +233,7 @@ class TrainConfig:
                 "TrainConfig.sampler.mode must be 'serial' with runner.kind 'ddp' "
                 f"(one serial sampler per rank), got {self.sampler.mode!r}"
             )
-        native_atari = self.env.kind == "atari" and self.env.backend == "native"
-        if self.sampler.env_workers == "threads" and not native_atari:
+        if self.sampler.env_workers == "threads" and not self.env.native_atari:
             raise ValueError(
                 "TrainConfig.sampler.env_workers 'threads' needs envs that step on their own threads "
                 f"(env.kind 'atari' with backend 'native'), got kind {self.env.kind!r}, "

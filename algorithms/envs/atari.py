@@ -212,8 +212,6 @@ class NativeAtariVecEnv(VecEnv):
     same-step autoreset without ale-py overwriting the final observation's info.
     """
 
-    steps_in_background = True
-
     def __init__(self, config: EnvConfig, num_envs: int, seeds: np.ndarray) -> None:
         super().__init__(num_envs, config.frameskip, config.clip_rewards, config.episodic_life)
         self._env = AtariVectorEnv(

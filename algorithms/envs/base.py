@@ -69,9 +69,6 @@ class VecEnv(ABC):
 
     # Each step's output arrays are new, never modified later (see the module docstring).
     fresh_outputs = True
-    # True where ``send_step`` returns while the backend's own threads step the envs (ale-py's
-    # native vector env); a synchronous backend does all the work in ``receive_step``.
-    steps_in_background = False
     num_envs: int
     frameskip: int
     observation_space: gym.Space

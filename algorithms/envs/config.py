@@ -109,6 +109,13 @@ class EnvConfig:
                 raise ValueError(f"EnvConfig.{name} must be a bool, got {getattr(self, name)!r}")
 
     @property
+    def native_atari(self) -> bool:
+        """ale-py's threaded vector env (``make_vec_env`` builds it for this config): its own threads
+        step the envs between ``send_step`` and ``receive_step``, so they can serve as a sampler's
+        env workers (``SamplerConfig.env_workers="threads"``)."""
+        return self.kind == "atari" and self.backend == "native"
+
+    @property
     def env_frameskip(self) -> int:
         """Frames per env step as step accounting counts them: ``frameskip`` for Atari, 1 otherwise."""
         return self.frameskip if self.kind == "atari" else 1

@@ -51,7 +51,7 @@ def make_vec_env(config: EnvConfig, num_envs: int, seed: int, *, first_rank: int
     if isinstance(first_rank, bool) or not isinstance(first_rank, int) or first_rank < 0:
         raise ValueError(f"make_vec_env: first_rank must be a non-negative integer, got {first_rank!r}")
     seeds = env_seeds(int(seed), first_rank + num_envs)[first_rank:]
-    if config.kind == "atari" and config.backend == "native":
+    if config.native_atari:
         return NativeAtariVecEnv(config, num_envs, seeds)
     if config.kind == "atari":
         envs = [make_gymnasium_atari(config) for _ in range(num_envs)]

@@ -213,14 +213,12 @@ def group_env(
     ``SamplerConfig``): a ``RemoteVecEnv`` over ``n_workers`` processes, or with ``env_workers=
     "threads"`` the backend's vector env in this process (seeded as the workers would seed it)."""
     if config.env_workers == "threads":
-        env = make_vec_env(env_config, num_envs, seed, first_rank=first_rank)
-        if not env.steps_in_background:
-            env.close()
+        if not env_config.native_atari:
             raise ValueError(
                 f"SamplerConfig.env_workers 'threads' needs an env that steps on its own threads "
-                f"(native ale-py Atari); {type(env).__name__} for {env_config.id!r} steps synchronously"
+                f"(native ale-py Atari); {env_config.id!r} (kind {env_config.kind!r}) steps synchronously"
             )
-        return env
+        return make_vec_env(env_config, num_envs, seed, first_rank=first_rank)
     return RemoteVecEnv(
         name, env_config, seed, first_rank, num_envs, n_workers, samples, observation_space, action_space
     )
