@@ -10,7 +10,9 @@ Both learners step the very same env objects: this code base's vector envs, hand
 its ``VecEnv`` interface (``sb3_vec_env``), with the same torch thread count (all cores by default,
 the setting of issue 4's reference figures; ``--threads 1`` for one), so only the learners
 differ. The figure is env steps per second of sampling + learning; every repeat goes to the CSV, the
-median of the repeats and the ratio to the Markdown summary. Every figure is given per second of
+median of the repeats and two ratios to the Markdown summary: that of the medians, and the median
+of the repeats' own ratios (the two learners of a repeat run back to back) with its 95% bootstrap
+CI over the repeats. Every figure is given per second of
 wall-clock time and per second of this process's CPU time (``time.process_time``, all threads): on
 an idle machine they agree; on a shared one the wall-clock figure also counts the time other jobs
 held the cores, and the CPU-time figure compares the learners' work.
@@ -46,6 +48,7 @@ from algorithms.samplers.serial import SerialSampler
 from algorithms.train import SamplerConfig
 from bench.bench_dqn_speed import clocks, sb3_rate, sb3_vec_env, step_clock
 from bench.bench_env import cpu_model
+from bench.learning import paired_ratio
 
 PONG = EnvConfig(id="pong", kind="atari", backend="native", clip_rewards=True)
 HALFCHEETAH = EnvConfig(id="HalfCheetah-v5", kind="gym")
@@ -313,9 +316,9 @@ def main() -> None:
         f"{args.ppo_iterations} timed batches. SAC: batch {SAC_BATCH}, {args.sac_steps} timed steps after "
         f"{args.sac_learning_starts}. 1-minute load average {load_before:.2f} at the start.",
         "",
-        "| config | per | ours (median) | SB3 (median) | ours / SB3 | t_act (ms) | t_env (ms) "
-        "| t_learn (ms) | machine limit | ours / limit |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| config | per | ours (median) | SB3 (median) | ours / SB3 | paired ratio [95% CI] | t_act (ms) "
+        "| t_env (ms) | t_learn (ms) | machine limit | ours / limit |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for config in configs:
         ours, sb3 = (
@@ -327,11 +330,17 @@ def main() -> None:
             )
             for impl in ("ours", "sb3")
         )
+        mine, theirs = (
+            [r for r in rows if r["config"] == config and r["impl"] == impl] for impl in ("ours", "sb3")
+        )
+        paired = [paired_ratio([r[c] for r in mine], [r[c] for r in theirs]) for c in COLUMNS]
         costs = limits[config]()
         limit = costs["limit_steps_per_s"]
         for k, per in enumerate(("wall-clock s", "CPU s")):
+            median, low, high = paired[k]
             lines.append(
                 f"| {config} | {per} | {ours[k]:.1f} | {sb3[k]:.1f} | {ours[k] / sb3[k]:.2f} | "
+                f"{median:.2f} [{low:.2f}, {high:.2f}] | "
                 f"{1e3 * costs['t_act_s'][k]:.2f} | {1e3 * costs['t_env_s'][k]:.2f} | "
                 f"{1e3 * costs['t_learn_s'][k]:.1f} | {limit[k]:.1f} | {ours[k] / limit[k]:.2f} |"
             )

@@ -121,18 +121,26 @@ def run_one(
     }
 
 
-def bootstrap_ci(values: list[float]) -> tuple[float, float]:
-    """95% percentile-bootstrap CI of the mean over seeds (scipy); NaN with fewer than 2 distinct values."""
-    if len(set(values)) == 1:
-        return values[0], values[0]
+def bootstrap_ci(values: list[float], statistic: Any = np.mean) -> tuple[float, float]:
+    """95% percentile-bootstrap CI of ``statistic`` (the mean by default) over seeds or repeats
+    (scipy); NaN with fewer than 2 values, the value itself when all are equal."""
     if len(values) < 2:
         return np.nan, np.nan
+    if len(set(values)) == 1:
+        return values[0], values[0]
     from scipy.stats import bootstrap
 
     res = bootstrap(
-        (np.asarray(values),), np.mean, confidence_level=0.95, method="percentile", random_state=0
+        (np.asarray(values),), statistic, confidence_level=0.95, method="percentile", random_state=0
     )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def paired_ratio(mine: list[float], theirs: list[float]) -> tuple[float, float, float]:
+    """(median, 95% bootstrap CI low, high) of the per-repeat ratios ``mine[i] / theirs[i]``, for
+    two implementations timed back to back in each repeat (so a load drift hits both alike)."""
+    ratios = [a / b for a, b in zip(mine, theirs, strict=True)]
+    return (statistics.median(ratios), *bootstrap_ci(ratios, np.median))
 
 
 def verdict(mark: str, median: float, cis: dict[str, tuple[float, float]]) -> str:
