@@ -19,15 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import gymnasium as gym
 import torch
 from torch.nn import functional as F
 
 from algorithms.agents.qpg_agents import DeterministicAgent
+from algorithms.algos import ddpg
 from algorithms.algos.base import QpgAlgo, from_preset, minimize, validate_qpg_config
 from algorithms.arrays import NamedArrays
 from algorithms.functional.policy_losses import clipped_double_q_target, smoothed_target_action
-from algorithms.models.policies import DeterministicPolicy
 
 
 @dataclass(frozen=True)
@@ -75,14 +74,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-DIAGNOSTICS = ("critic_loss", "actor_loss", "q_mean")
-
-
-def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space) -> DeterministicAgent:
-    model = DeterministicPolicy(int(observation_space.shape[0]), action_space, config.hidden_sizes)
-    return DeterministicAgent(
-        model, observation_space, action_space, config.exploration_std, config.random_steps
-    )
+# TD3 acts as DDPG does (Fujimoto et al. 2018, Algorithm 1: a deterministic policy plus Gaussian
+# exploration noise) and logs the same diagnostics.
+DIAGNOSTICS = ddpg.DIAGNOSTICS
+build_agent = ddpg.build_agent
 
 
 class Algo(QpgAlgo):
