@@ -321,17 +321,11 @@ def main() -> None:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for config in configs:
-        ours, sb3 = (
-            np.array(
-                [
-                    statistics.median(r[c] for r in rows if r["config"] == config and r["impl"] == impl)
-                    for c in COLUMNS
-                ]
-            )
-            for impl in ("ours", "sb3")
-        )
         mine, theirs = (
             [r for r in rows if r["config"] == config and r["impl"] == impl] for impl in ("ours", "sb3")
+        )
+        ours, sb3 = (
+            np.array([statistics.median(r[c] for r in runs) for c in COLUMNS]) for runs in (mine, theirs)
         )
         paired = [paired_ratio([r[c] for r in mine], [r[c] for r in theirs]) for c in COLUMNS]
         costs = limits[config]()
