@@ -277,12 +277,12 @@ def main() -> None:
     costs = machine_limit(args.replay_size, args.learning_starts, seed=0)
     load_after = os.getloadavg()[0]
     columns = ("steps_per_second", "steps_per_cpu_second")
+    mine, theirs = ([r for r in rows if r["impl"] == impl] for impl in ("ours", "sb3"))  # in repeat order
     ours, sb3 = (
-        np.array([statistics.median(r[c] for r in rows if r["impl"] == impl) for c in columns])
-        for impl in ("ours", "sb3")
+        np.array([statistics.median(r[c] for r in runs) for c in columns]) for runs in (mine, theirs)
     )
-    paired = np.array(  # [column, (median, CI low, CI high)]; rows alternate ours, SB3 per repeat
-        [paired_ratio([r[c] for r in rows[0::2]], [r[c] for r in rows[1::2]]) for c in columns]
+    paired = np.array(  # [column, (median, CI low, CI high)]
+        [paired_ratio([r[c] for r in mine], [r[c] for r in theirs]) for c in columns]
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", newline="") as f:
