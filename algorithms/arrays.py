@@ -134,12 +134,18 @@ class NamedArrays:
             }
         )
 
-    def leaves(self) -> Iterator[Any]:
+    def leaves(self) -> list[Any]:
+        """The non-None leaves in field order, nested fields flattened in place.
+
+        A list, not a generator: the samplers flatten a step record on every env step, and nested
+        generators cost several times as much there."""
+        out: list[Any] = []
         for v in self._fields.values():
             if isinstance(v, NamedArrays):
-                yield from v.leaves()
+                out.extend(v.leaves())
             elif v is not None:
-                yield v
+                out.append(v)
+        return out
 
     def flat_items(self, prefix: str = "") -> Iterator[tuple[str, Any]]:
         """(dotted name, leaf) pairs, e.g. ``("agent_info.q", array)``."""

@@ -26,12 +26,13 @@ def test_sampler_benchmark_measures_every_mode_against_its_reference(tmp_path):
         rows = {(r["section"], r["what"]): r for r in csv.DictReader(f)}
     assert set(rows) == {
         ("trivial", "raw_env"),
+        ("trivial", "vec_env"),
         *(("trivial", mode) for mode in MODES),
         ("nature_cnn", "inference_B2"),
         ("nature_cnn", "inference_B1"),
         *(("nature_cnn", mode) for mode in ("serial", "cpu", "alternating", "alternating_threads")),
     }
-    for mode in MODES:
+    for mode in ("vec_env", *MODES):
         row = rows["trivial", mode]
         # The ratio is the sampler's rate over the raw rate timed beside it, not a constant.
         assert float(row["ratio"]) > 0 and float(row["reference"]) > 0

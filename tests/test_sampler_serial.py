@@ -114,7 +114,10 @@ def test_first_batch_equals_a_plain_vector_env_driven_by_the_logged_actions():
         step = env.step(samples.action[t].numpy())
         assert np.array_equal(step.reward, samples.reward[t].numpy())
         assert np.array_equal(step.terminated, samples.terminated[t].numpy())
+        assert np.array_equal(step.truncated, samples.truncated[t].numpy())
+        assert np.array_equal(step.final_observation, samples.final_observation[t].numpy())
         obs = step.observation
+    assert (samples.terminated | samples.truncated).any(), "episodes end inside the batch"
     env.close()
 
 
@@ -196,20 +199,63 @@ def test_step_writer_fills_time_steps_and_rejects_a_record_with_other_fields():
         writer.write(0, steps[0].replace(bootstrap=None, extra=torch.zeros(2)))
 
 
+@pytest.mark.parametrize(("columns", "other"), [(slice(0, 3), 3), (slice(1, 4), 0)])
+def test_step_writer_fills_final_observations_once_per_batch(columns, other):
+    """Ended rows keep their own final observation (at t = 0, in the middle and at T - 1, one of them
+    in an env whose next step ends too); every other row equals the next step's observation."""
+    T, B = 4, 3
+    rng = np.random.default_rng(0)
+    obs = rng.integers(0, 255, size=(T + 1, B, 2, 2), dtype=np.uint8)  # obs[T]: after the batch
+    finals = obs[1:].copy()
+    ended = np.zeros((T, B), bool)
+    ended[0, 0] = ended[1, 0] = ended[2, 2] = ended[3, 1] = True
+    finals[ended] = 255 - obs[1:][ended]
+    buffer = NamedArrays(
+        observation=np.zeros((T, 4, 2, 2), np.uint8),
+        terminated=np.zeros((T, 4), bool),
+        truncated=np.zeros((T, 4), bool),
+        final_observation=np.zeros((T, 4, 2, 2), np.uint8),
+    )
+    writer = StepWriter(buffer, columns)
+    for t in range(T):
+        record = NamedArrays(
+            observation=torch.from_numpy(obs[t].copy()),
+            terminated=ended[t] & (np.arange(B) != 2),
+            truncated=ended[t] & (np.arange(B) == 2),
+            final_observation=finals[t].copy(),
+        )
+        writer.write(t, record)
+    assert np.array_equal(buffer.final_observation[:, columns], finals)
+    assert np.array_equal(buffer.observation[:, columns], obs[:T])
+    assert not buffer.final_observation[:, other].any()  # the other column is not this writer's
+    # A second batch starts afresh: nothing ended in it, so no row of the first batch comes back.
+    for t in range(T):
+        record = NamedArrays(
+            observation=obs[t],
+            terminated=np.zeros(B, bool),
+            truncated=np.zeros(B, bool),
+            final_observation=obs[t + 1],
+        )
+        writer.write(t, record)
+    assert np.array_equal(buffer.final_observation[:, columns], obs[1:])
+
+
 def test_next_inputs_zero_where_an_episode_ended_and_copy_what_they_keep():
     """Continuous actions [B, A], both kinds of episode end; the record and the env's arrays stay intact."""
     action = torch.tensor([[1.0, -2.0], [3.0, 4.0], [-0.5, 0.25]])
-    record = NamedArrays(
-        action=action.clone(),
+    kept_action = action.clone()
+    env_observation = np.arange(6, dtype=np.float32).reshape(3, 2)
+    env_step = NamedArrays(
+        observation=env_observation,
         reward=np.array([1.5, -1.0, 2.0], np.float32),
         terminated=np.array([False, True, False]),
         truncated=np.array([False, False, True]),
     )
-    env_observation = np.arange(6, dtype=np.float32).reshape(3, 2)
-    inputs = next_inputs(record, NamedArrays(observation=env_observation))
+    inputs = next_inputs(action, env_step).to_torch()
     assert torch.equal(inputs.prev_action, torch.tensor([[1.0, -2.0], [0.0, 0.0], [0.0, 0.0]]))
     assert torch.equal(inputs.prev_reward, torch.tensor([1.5, 0.0, 0.0]))
     assert torch.equal(inputs.observation, torch.from_numpy(env_observation))
-    assert torch.equal(record.action, action)  # zeroed in a copy, not in the record
+    assert torch.equal(action, kept_action)  # zeroed in a copy, not in the agent's output
+    assert env_step.reward[1] == -1.0
     env_observation[:] = -1  # the env reuses its output array on the next step
     assert inputs.observation[0, 1] == 1.0

@@ -36,7 +36,7 @@ class RawStep:
     """
 
     observation: np.ndarray  # [B, *obs]
-    reward: np.ndarray  # [B] float32, raw game reward
+    reward: np.ndarray  # [B] raw game reward, any real dtype (ale-py: int32)
     terminated: np.ndarray  # [B] bool
     truncated: np.ndarray  # [B] bool
     final_observation: np.ndarray  # [B, *obs]
@@ -117,24 +117,32 @@ class VecEnv(ABC):
         game_over = raw.terminated | raw.truncated
         terminated = (raw.terminated | raw.life_loss) if self._episodic_life else raw.terminated
 
-        self._episode_return += raw.reward
+        raw_reward = raw.reward.astype(np.float32)  # a new array (fresh_outputs), whatever the dtype
+        self._episode_return += raw_reward
         self._episode_length += 1
-        episode_return = np.where(game_over, self._episode_return, 0.0).astype(np.float32)
-        episode_length = np.where(game_over, self._episode_length, 0)
-        self._episode_return[game_over] = 0.0
-        self._episode_length[game_over] = 0
+        # This runs between the env threads' steps, on the sampler's critical path: the common case,
+        # no game over, takes a few cheap ops (count_nonzero is ~4x faster than .any() on [B] bool).
+        if np.count_nonzero(game_over):
+            episode_return = np.where(game_over, self._episode_return, 0.0).astype(np.float32)
+            episode_length = np.where(game_over, self._episode_length, 0)
+            self._episode_return[game_over] = 0.0
+            self._episode_length[game_over] = 0
+        else:
+            episode_return = np.zeros(self.num_envs, dtype=np.float32)
+            episode_length = np.zeros(self.num_envs, dtype=np.int64)
 
         # Mnih et al. 2015 clip rewards to [-1, 1]; Atari rewards are integers, so this is their sign.
-        reward = np.clip(raw.reward, -1.0, 1.0) if self._clip_rewards else raw.reward
+        # (minimum/maximum: the same values as np.clip at a third of its call overhead.)
+        reward = np.minimum(np.maximum(raw_reward, -1.0), 1.0) if self._clip_rewards else raw_reward.copy()
         return NamedArrays(
             observation=raw.observation,
-            reward=reward.astype(np.float32),
+            reward=reward,
             terminated=terminated,
             truncated=raw.truncated,
             final_observation=raw.final_observation,
             env_info=NamedArrays(
                 life_loss=raw.life_loss,
-                raw_reward=raw.reward.astype(np.float32),
+                raw_reward=raw_reward,
                 episode_return=episode_return,
                 episode_length=episode_length,
             ),

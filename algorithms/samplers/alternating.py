@@ -18,8 +18,8 @@ With ``SamplerConfig.env_workers="threads"`` each group is a native ale-py vecto
 process whose own threads step it between ``send`` and ``recv`` (``parallel_gpu.group_env``): the
 same turn-taking, without process hand-offs.
 
-Per-step logic is the serial ``EnvStepper``'s, its ``act`` and ``observe`` called around the env
-step (``GroupStepper``).
+Per-step logic is the serial ``EnvStepper``'s, its ``act``, ``advance`` and ``finish`` called
+around the env step (``GroupStepper``).
 With the same seed the samples equal the serial sampler's, random exploration included: the agent
 acts twice per step on B/2 envs instead of once on B, but draws from per-env-rank streams.
 """
@@ -133,13 +133,16 @@ class AlternatingSampler(BaseSampler):
             group.env.send_step(group.act())  # returns without waiting for the envs
         for t in range(T):
             # Groups finish step t in rank order, so episodes keep the serial order (t, env rank).
-            for group, writer in zip(self.groups, self.writers):
-                record, finished = group.observe(group.env.receive_step())
-                traj_infos.extend(finished)
+            for group in self.groups:
+                group.advance(group.env.receive_step())
                 if t + 1 < T:
                     group.env.send_step(group.act())  # overlaps the other group's env step
-                # While this group steps too (remote groups: the agent's fields only, the workers
-                # wrote the env's).
+            # Records once both groups step again: writing group 0's before group 1's receive would
+            # keep group 1's envs waiting for it (remote groups: the agent's fields only, the
+            # workers wrote the env's).
+            for group, writer in zip(self.groups, self.writers):
+                record, finished = group.finish()
+                traj_infos.extend(finished)
                 writer.write(t, record)
         bootstrap = concatenate([group.bootstrap() for group in self.groups])
         return self.samples.replace(bootstrap=bootstrap), traj_infos
