@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from algorithms import registry
+from algorithms.cpus import parse_cpus
 
 if TYPE_CHECKING:
     from algorithms.counters import Counters
@@ -160,6 +161,10 @@ class RunnerConfig:
     )
     replay_ratio_target: float = 0.0  # async throttle; 0 = off
     replay_ratio_counting: str = "trained"  # which Counters replay ratio the throttle targets
+    # CPUs ("0,2-3") of the async runner's sampler process and of its optimizer (the run's own
+    # process while it trains); "" = not pinned. Stages on cores of their own do not slow each other.
+    async_sampler_cpus: str = ""
+    async_optimizer_cpus: str = ""
     tensorboard: bool = False
 
     def __post_init__(self) -> None:
@@ -195,6 +200,13 @@ class RunnerConfig:
             self.replay_ratio_counting,
             f"one of {REPLAY_RATIO_COUNTINGS}",
         )
+        for field in ("async_sampler_cpus", "async_optimizer_cpus"):
+            value = getattr(self, field)
+            try:
+                parse_cpus(value)
+            except ValueError as error:
+                raise ValueError(f"{name}.{field}: {error}") from None
+            _require(self.kind == "async" or not value, name, field, value, "empty unless kind is 'async'")
 
     @property
     def checkpoint_every_steps(self) -> int:

@@ -24,9 +24,12 @@ batch not timed):
    asynchronous runner (serial sampler; async throttled to the replay ratio the sync runner gets
    from the algorithm's schedule, so both train at the same ratio), against each stage alone on
    the same cores: the sampler (the runs' serial sampler and agent) and the optimizer (env steps
-   per second of ``optimize`` on a filled replay). Run rates count the training phase only (from
-   the first progress row with updates to the last). Target: async >= 0.9 of its bottleneck
-   stage, and async > sync where sampling is not negligible against optimization.
+   per second of ``optimize`` on a filled replay). The async runner pins its sampler process to
+   the first half of the machine's CPUs and its optimizer to the other half (``stage_cpus``; one
+   CPU each on 2 cores), and each stage alone is measured pinned to the same CPUs; the sync runner
+   has every CPU. Run rates count the training phase only (from the first progress row with
+   updates to the last). Target: async >= 0.9 of its bottleneck stage, and async > sync where
+   sampling is not negligible against optimization.
 
 Threads: torch uses one thread in every process; ``--env-threads`` is the total of native env
 threads, split over the workers in parallel modes (each worker's vector env gets
@@ -57,6 +60,7 @@ from algorithms.agents.base import Agent
 from algorithms.agents.dqn_agents import EpsilonGreedyAgent
 from algorithms.agents.epsilon import EpsilonSchedule
 from algorithms.arrays import NamedArrays
+from algorithms.cpus import pinned
 from algorithms.envs.atari import ale_vector_env
 from algorithms.envs.config import EnvConfig
 from algorithms.envs.factory import make_vec_env
@@ -250,16 +254,29 @@ def sampler_vs_raw(mode: str, args: argparse.Namespace, seed: int) -> tuple[floa
 RUNNER_ALGOS = ("dqn", "r2d1")
 
 
+def stage_cpus() -> tuple[frozenset[int], frozenset[int]]:
+    """(sampler CPUs, optimizer CPUs) of the async runs: the first and the second half of the CPUs
+    this process may use (both all of it on a 1-CPU machine)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    half = max(1, len(cpus) // 2)
+    return frozenset(cpus[:half]), frozenset(cpus[half:] or cpus)
+
+
+def cpu_list(cpus: frozenset[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
+
+
 def runner_config(algo: str, game: str, n_steps: int, kind: str) -> Any:
     """A ``TrainConfig`` for the runner comparison, mostly training: warm-up of a quarter of the steps.
 
-    Cores split between the stages: one env thread and one torch thread for the sampler, one torch
-    thread for the optimizer. ``dqn``: Nature DQN, 32 samples trained per 4 env steps (replay ratio
-    8): optimization dominates. ``r2d1``: R2D1 at R2D2's replay ratio 0.8 (Table 2) on 8 envs, with
-    4 sequences of 80 (+40 burn-in) per minibatch instead of 64, so that one update (320 trained
-    steps, one per 400 env steps) costs about as much as sampling those steps: the regime where
-    overlapping the two pays. The async runner is throttled to the ratio the sync runner gets from
-    the algorithm's own schedule, so both train at the same replay ratio.
+    Cores split between the stages (async: pinned, ``stage_cpus``): one env thread and one torch
+    thread for the sampler, one torch thread for the optimizer. ``dqn``: Nature DQN, 32 samples
+    trained per 4 env steps (replay ratio 8): optimization dominates. ``r2d1``: R2D1 at R2D2's
+    replay ratio 0.8 (Table 2) on 8 envs, with 4 sequences of 80 (+40 burn-in) per minibatch
+    instead of 64, so that one update (320 trained steps, one per 400 env steps) costs about as
+    much as sampling those steps: the regime where overlapping the two pays. The async runner is
+    throttled to the ratio the sync runner gets from the algorithm's own schedule, so both train at
+    the same replay ratio.
     """
     from algorithms.algos import dqn, r2d1
     from algorithms.train import RunnerConfig, TrainConfig
@@ -276,6 +293,7 @@ def runner_config(algo: str, game: str, n_steps: int, kind: str) -> Any:
         )
         sampler = SamplerConfig(batch_T=algo_config.sequence_period_steps, batch_B=8, eval_episodes=0)
         ratio = algo_config.replay_ratio
+    sampler_cpus, optimizer_cpus = (cpu_list(cpus) for cpus in stage_cpus()) if kind == "async" else ("", "")
     return TrainConfig(
         algo=algo,
         algo_config=algo_config,
@@ -283,6 +301,8 @@ def runner_config(algo: str, game: str, n_steps: int, kind: str) -> Any:
         sampler=sampler,
         runner=RunnerConfig(
             kind=kind,
+            async_sampler_cpus=sampler_cpus,
+            async_optimizer_cpus=optimizer_cpus,
             n_steps=n_steps,
             log_interval_steps=max(n_steps // 16, sampler.batch_T * sampler.batch_B),
             checkpoint_interval_steps=n_steps,
@@ -296,27 +316,30 @@ def runner_steps(algo: str, args: argparse.Namespace) -> int:
 
 
 def runner_sampler_rate(algo: str, args: argparse.Namespace, seed: int) -> float:
-    """Env steps per second of the runs' sampler alone (serial, the algorithm's agent, sample mode)."""
+    """Env steps per second of the runs' sampler alone (serial, the algorithm's agent, sample mode),
+    on the async runs' sampler CPUs."""
     from algorithms.runners.sync import SyncRunner
 
     runner = SyncRunner.build(runner_config(algo, args.game, runner_steps(algo, args), "sync"), None, None)
     sampler = runner.sampler
-    sampler.initialize()
-    try:
-        runner.agent.set_mode("sample", 0)
-        sampler.sample(0)
-        n_batches = max(2, runner_steps(algo, args) // (4 * sampler.batch_spec.size))
-        start = time.perf_counter()
-        for itr in range(n_batches):
-            sampler.sample(itr)
-        return n_batches * sampler.batch_spec.size / (time.perf_counter() - start)
-    finally:
-        sampler.shutdown()
+    with pinned(stage_cpus()[0], "sampler alone"):
+        sampler.initialize()  # its env threads start here, on the pinned CPUs
+        try:
+            runner.agent.set_mode("sample", 0)
+            sampler.sample(0)
+            n_batches = max(2, runner_steps(algo, args) // (4 * sampler.batch_spec.size))
+            start = time.perf_counter()
+            for itr in range(n_batches):
+                sampler.sample(itr)
+            return n_batches * sampler.batch_spec.size / (time.perf_counter() - start)
+        finally:
+            sampler.shutdown()
 
 
 def optimizer_rate(algo: str, args: argparse.Namespace, seed: int) -> float:
     """Env steps per second the optimizer alone sustains: ``optimize`` on one recorded batch, again and
-    again (append it, train at the algorithm's replay ratio), on a filled replay."""
+    again (append it, train at the algorithm's replay ratio), on a filled replay, on the async runs'
+    optimizer CPUs."""
     from algorithms.runners.sync import SyncRunner
 
     runner = SyncRunner.build(runner_config(algo, args.game, runner_steps(algo, args), "sync"), None, None)
@@ -326,14 +349,15 @@ def optimizer_rate(algo: str, args: argparse.Namespace, seed: int) -> float:
         runner.agent.set_mode("sample", 0)
         samples, _ = runner.sampler.sample(0)
         runner.agent.set_mode("train", 0)
-        while algo_.optimize(0, samples).updates == 0:  # fill the replay up to learning (not timed)
-            pass
-        calls, updates = 0, 0
-        start = time.perf_counter()
-        while updates < 16:
-            updates += algo_.optimize(0, samples).updates
-            calls += 1
-        seconds = time.perf_counter() - start
+        with pinned(stage_cpus()[1], "optimizer alone"):
+            while algo_.optimize(0, samples).updates == 0:  # fill the replay up to learning (not timed)
+                pass
+            calls, updates = 0, 0
+            start = time.perf_counter()
+            while updates < 16:
+                updates += algo_.optimize(0, samples).updates
+                calls += 1
+            seconds = time.perf_counter() - start
     finally:
         runner.sampler.shutdown()
     return calls * runner.sampler.batch_spec.size / seconds

@@ -21,6 +21,7 @@ from algorithms import registry
 from algorithms.envs.config import EnvConfig
 from algorithms.rundir import RunDir, read_run
 from algorithms.runners.async_ import AsyncRunner
+from algorithms.samplers.workers import WorkerError
 from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, config_to_dict
 
 
@@ -136,3 +137,19 @@ def test_async_run_resumes_from_its_checkpoint(tmp_path, monkeypatch) -> None:
     counters = AsyncRunner.build(config, run, checkpoint).run()
     assert counters.env_steps == 800
     assert read_run(path).progress["env_steps"].tolist() == [200, 400, 600, 800]
+
+
+def test_async_run_on_cpus_of_its_own_and_a_clear_error_for_missing_ones(tmp_path) -> None:
+    """The sampler process and the optimizer pinned to CPUs (one each where the machine has two);
+    the caller's own CPUs are back afterwards; a CPU the machine lacks fails in the sampler process
+    with the setting's name."""
+    available = os.sched_getaffinity(0)
+    first, last = min(available), max(available)
+    config = make_config(400, 0.0, async_sampler_cpus=str(first), async_optimizer_cpus=str(last))
+    counters = build(config, tmp_path / "run").run()
+    assert counters.env_steps == 400 and counters.updates > 0
+    assert os.sched_getaffinity(0) == available
+    runner = build(make_config(400, 0.0, async_sampler_cpus="4096"), tmp_path / "missing")
+    with pytest.raises(WorkerError, match="async_sampler_cpus: CPUs \\[4096\\] are not available"):
+        runner.run()
+    assert not mp.active_children()

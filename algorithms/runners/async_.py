@@ -60,6 +60,7 @@ import torch
 
 from algorithms.algos.base import OptInfo
 from algorithms.arrays import buffer_from_example
+from algorithms.cpus import parse_cpus, pin_thread, pinned
 from algorithms.replay.shared import DoubleBuffer, RWLock
 from algorithms.runners.sync import SyncRunner, next_boundary
 from algorithms.samplers.base import BatchSpec, allocate_samples, make_sampler, record_example
@@ -122,6 +123,8 @@ class SamplerProcess:
         config = spec.config
         self.spec = spec
         self.parent_pid = os.getppid()
+        # Before the sampler starts its env threads, so that they inherit the CPUs.
+        pin_thread(parse_cpus(config.runner.async_sampler_cpus), "RunnerConfig.async_sampler_cpus")
         torch.manual_seed(int(np.random.SeedSequence([config.runner.seed, 1]).generate_state(1)[0]))
         self.agent: Agent = spec.agent_factory()
         if config.sampler.mode in ("gpu", "alternating"):
@@ -241,12 +244,14 @@ class AsyncRunner(SyncRunner):
         )
         self.workers = WorkerGroup("async sampler", [spec], torch_threads=runner.torch_threads, daemon=False)
         copier = threading.Thread(target=self._copy_batches, name="replay copier", daemon=True)
+        optimizer_cpus = parse_cpus(runner.async_optimizer_cpus)
         self.start_logger()
         try:
             self.workers.send("run")
-            copier.start()
-            self.optimize_until_done()
-            self.finish()
+            with pinned(optimizer_cpus, "RunnerConfig.async_optimizer_cpus"):
+                copier.start()  # the copier feeds the replay: it shares the optimizer's CPUs
+                self.optimize_until_done()
+                self.finish()
         finally:
             self.stop.set()
             copier.join(timeout=10)
