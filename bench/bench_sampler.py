@@ -18,7 +18,11 @@ batch not timed):
    serial vs parallel CPU vs alternating (process and thread workers), against the ideal overlap
    of env stepping and inference, ``min(env rate, inference rate)`` (inference alone on the batch
    size the mode uses: B, or B/2 for the two alternating groups). Target: alternating >= 0.8 of
-   that ideal.
+   that ideal. Also reported: the CPU ceiling, ``CPUs / (env CPU + inference CPU per step)``
+   (the raw env's CPU time over all its threads, and the one-thread inference's), which is lower
+   than the ideal overlap where the env threads and the inference cannot each have a core: there
+   overlapping cannot reach min(env, inference), and ``ratio_to_cpu_ceiling`` compares the mode
+   with the lower of the two.
 
 3. ``runners``: DQN and R2D1 on the game (settings: ``runner_config``), synchronous vs
    asynchronous runner (serial sampler; async throttled to the replay ratio the sync runner gets
@@ -148,18 +152,20 @@ class RawAleEnv:
         self.env.close()
 
 
-def raw_env_rate(game: str, n_envs: int, env_threads: int, steps: int, seed: int) -> float:
-    """Env steps per second of the raw ale-py vector env with random actions."""
+def raw_env_rate(game: str, n_envs: int, env_threads: int, steps: int, seed: int) -> tuple[float, float]:
+    """(env steps per second, CPU seconds per env step over all its threads) of the raw ale-py
+    vector env with random actions."""
     env = RawAleEnv(game, n_envs, env_threads, seed)
     try:
         n_actions = env.env.single_action_space.n
         actions = np.random.default_rng(seed).integers(0, n_actions, size=(steps + 10, n_envs))
         for a in actions[:10]:
             env.step(a)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for a in actions[10:]:
             env.step(a)
-        return steps * n_envs / (time.perf_counter() - start)
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+        return steps * n_envs / seconds, cpu / (steps * n_envs)
     finally:
         env.close()
 
@@ -435,10 +441,9 @@ def main() -> None:
         print(f"{section:>10} {what:>26}: {median:9.1f} env steps/s  ({rows[-1]['values']})", flush=True)
 
     if sections & {"trivial", "nature_cnn"}:
-        raw, values = median_of(
-            lambda s: raw_env_rate(args.game, args.envs, args.env_threads, steps, s), args.repeats
-        )
-        record("trivial", "raw_env", raw, values)
+        runs = [raw_env_rate(args.game, args.envs, args.env_threads, steps, s) for s in range(args.repeats)]
+        raw, env_cpu = (statistics.median(run[i] for run in runs) for i in (0, 1))
+        record("trivial", "raw_env", raw, [rate for rate, _ in runs], cpu_us_per_step=round(env_cpu * 1e6, 1))
     if "trivial" in sections:
         for mode in ("vec_env", *MODES):
             measure = vec_env_vs_raw if mode == "vec_env" else lambda a, s, m=mode: sampler_vs_raw(m, a, s)
@@ -466,6 +471,9 @@ def main() -> None:
             ideal = min(raw, inference)
             # Without any overlap each step costs env time plus inference time.
             no_overlap = 1.0 / (1.0 / raw + 1.0 / inference)
+            # What the CPUs allow when env threads and inference (one torch thread: its wall time is
+            # its CPU time) run at once: on few cores this, not min(env, inference), is the ceiling.
+            cpu_ceiling = len(os.sched_getaffinity(0)) / (env_cpu + 1.0 / inference)
             rate, values = median_of(
                 lambda s, m=mode: sampler_rate(m, "nature_cnn", args, s)[0], args.repeats
             )
@@ -478,6 +486,8 @@ def main() -> None:
                 ratio=round(rate / ideal, 3),
                 target=0.8 if mode.startswith("alternating") else "",
                 no_overlap=round(no_overlap, 1),
+                cpu_ceiling=round(cpu_ceiling, 1),
+                ratio_to_cpu_ceiling=round(rate / min(ideal, cpu_ceiling), 3),
             )
 
     if "runners" in sections:
@@ -521,17 +531,21 @@ def main() -> None:
         "",
         f"Machine: {machine} (possibly shared with other jobs: treat the figures as indicative).",
         "",
-        "Reference: the raw env rate (trivial policy) or the ideal overlap min(env, inference) (Nature",
-        "CNN); no overlap: 1 / (1/env + 1/inference), a step's cost when env and inference take turns.",
+        "Reference: the raw ale-py env rate (trivial policy) or the ideal overlap min(env, inference)",
+        "(Nature CNN); no overlap: 1 / (1/env + 1/inference), a step's cost when env and inference take",
+        "turns; CPU ceiling: CPUs / (env CPU + inference CPU per step), what the cores allow when both",
+        "run at once (below the ideal overlap where they cannot both have a core of their own).",
         "",
-        "| section | what | env steps/s | reference | ratio | target | no overlap | replay ratio |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| section | what | env steps/s | reference | ratio | target | no overlap | CPU ceiling "
+        "| ratio to it | replay ratio |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         reference = row.get("ideal", row.get("reference", ""))
         lines.append(
             f"| {row['section']} | {row['what']} | {row['steps_per_s']:.0f} | {reference} | "
             f"{row.get('ratio', '')} | {row.get('target', '')} | {row.get('no_overlap', '')} | "
+            f"{row.get('cpu_ceiling', '')} | {row.get('ratio_to_cpu_ceiling', '')} | "
             f"{row.get('replay_ratio', '')} |"
         )
     summary = "\n".join(lines) + "\n"

@@ -38,4 +38,9 @@ def test_sampler_benchmark_measures_every_mode_against_its_reference(tmp_path):
         assert float(row["ratio"]) > 0 and float(row["reference"]) > 0
         assert abs(float(row["ratio"]) - float(row["steps_per_s"]) / float(row["reference"])) < 0.01
     assert float(rows["nature_cnn", "alternating"]["ideal"]) > 0
+    # The CPU ceiling comes from the raw env's measured CPU time per step and the inference rate.
+    assert float(rows["trivial", "raw_env"]["cpu_us_per_step"]) > 0
+    cnn = rows["nature_cnn", "alternating_threads"]
+    reference = min(float(cnn["ideal"]), float(cnn["cpu_ceiling"]))
+    assert abs(float(cnn["ratio_to_cpu_ceiling"]) - float(cnn["steps_per_s"]) / reference) < 0.01
     assert "| trivial | serial |" in out.with_suffix(".md").read_text()
