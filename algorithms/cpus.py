@@ -3,7 +3,8 @@
 The asynchronous runner gives its sampler process and its optimizer their own cores
 (``RunnerConfig.async_sampler_cpus`` / ``async_optimizer_cpus``), so that the two stages do not
 take turns on the same cores, and a stage can be measured alone on the cores it gets in the run
-(``bench/bench_sampler.py``'s runners section). Linux only (``os.sched_setaffinity``).
+(``bench/bench_sampler.py``'s runners section). The parallel samplers pin each worker process to
+one CPU of ``SamplerConfig.worker_cpus``. Linux only (``os.sched_setaffinity``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,23 @@ def parse_cpus(spec: str) -> frozenset[int]:
     return frozenset(cpus)
 
 
+def worker_cpu_sets(spec: str, n_workers: int, first_worker: int = 0) -> list[frozenset[int]]:
+    """One CPU each for workers ``first_worker ..`` of a sampler: worker i gets the i-th CPU of
+    ``spec`` (``SamplerConfig.worker_cpus``), cycling when there are more workers than CPUs; with
+    ``spec`` empty, empty sets (not pinned). Raises ``ValueError`` naming the setting when a CPU is
+    not available to this process."""
+    cpus = sorted(parse_cpus(spec))
+    if not cpus:
+        return [frozenset()] * n_workers
+    available = os.sched_getaffinity(0)
+    if not set(cpus) <= available:
+        raise ValueError(
+            f"SamplerConfig.worker_cpus {spec!r}: CPUs {sorted(set(cpus) - available)} are not "
+            f"available to this process (available: {sorted(available)})"
+        )
+    return [frozenset({cpus[(first_worker + i) % len(cpus)]}) for i in range(n_workers)]
+
+
 def pin_thread(cpus: frozenset[int], what: str) -> None:
     """Pin the calling thread (and the threads it starts afterwards) to ``cpus``; empty: no-op.
 
@@ -49,6 +67,20 @@ def pin_thread(cpus: frozenset[int], what: str) -> None:
             f"(available: {sorted(available)})"
         )
     os.sched_setaffinity(0, cpus)
+
+
+def pin_process(cpus: frozenset[int], what: str) -> None:
+    """Pin every thread of this process, and the threads it starts afterwards, to ``cpus``; empty:
+    no-op. A worker process needs this rather than ``pin_thread``: importing torch has already
+    started a thread of its own there, which would keep every CPU."""
+    if not cpus:
+        return
+    pin_thread(cpus, what)
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except ProcessLookupError:
+            pass  # the thread ended meanwhile
 
 
 @contextmanager

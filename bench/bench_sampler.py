@@ -4,8 +4,9 @@ Two sections, on Atari through ale-py's native vector env (``EnvConfig`` default
 starts), each figure the median of ``--repeats`` fresh runs (build and reset not timed, one warm-up
 batch not timed):
 
-1. ``trivial``: each sampler mode (serial, cpu, gpu, alternating, and gpu / alternating with the
-   native env's threads as their env workers, ``*_threads``) with a policy whose inference
+1. ``trivial``: each sampler mode (serial, cpu, gpu, alternating; the last three also with their
+   worker processes pinned one per CPU, ``*_pinned``; gpu / alternating with the native env's
+   threads as their env workers, ``*_threads``) with a policy whose inference
    costs nothing (uniform random actions), against the raw ale-py vector env (``AtariVectorEnv``
    with the same preprocessing, ``send`` / ``recv`` and nothing else) stepping the same number of
    envs with random actions on the same number of env threads. The two are timed interleaved, a
@@ -15,9 +16,9 @@ batch not timed):
    env (``NativeAtariVecEnv``: same-step autoreset, episode statistics, reward clipping) stepped
    the same way, the part of every mode's cost that is not the sampler's.
 2. ``nature_cnn``: the Nature DQN network (Mnih et al. 2015) acting epsilon-greedily on the CPU,
-   serial vs parallel CPU vs alternating (process and thread workers), against the ideal overlap
-   of env stepping and inference, ``min(env rate, inference rate)`` (inference alone on the batch
-   size the mode uses: B, or B/2 for the two alternating groups), both timed again right before
+   serial vs parallel CPU vs alternating (process, pinned process and thread workers), against the
+   ideal overlap of env stepping and inference, ``min(env rate, inference rate)`` (inference alone
+   on the batch size the mode uses: B, or B/2 for the two alternating groups), both timed again right before
    each repeat of each mode, the ratio taken per repeat (median of the repeats' ratios). Target:
    alternating >= 0.8 of that ideal. Also reported: the CPU ceiling, ``CPUs / (env CPU +
    inference CPU per step)`` (the raw env's CPU time over all its threads, and the one-thread
@@ -76,16 +77,28 @@ from bench.bench_env import cpu_model
 
 # "<mode>_threads": the env-only modes with the native env's own threads as their workers
 # (``SamplerConfig.env_workers="threads"``), one vector env per group in the main process.
-MODES = ("serial", "cpu", "gpu", "alternating", "gpu_threads", "alternating_threads")
+# "<mode>_pinned": worker processes pinned one per CPU (``SamplerConfig.worker_cpus``, all CPUs).
+MODES = (
+    "serial",
+    "cpu",
+    "gpu",
+    "alternating",
+    "cpu_pinned",
+    "gpu_pinned",
+    "alternating_pinned",
+    "gpu_threads",
+    "alternating_threads",
+)
 
 
-def mode_setting(name: str, workers: int) -> tuple[str, str, int]:
-    """(sampler mode, env_workers, how many vector envs the env threads are split over) of a ``MODES``
-    entry run with ``workers`` worker processes."""
-    mode, _, threads = name.partition("_")
-    if threads:
-        return mode, "threads", 2 if mode == "alternating" else 1
-    return mode, "processes", 1 if mode == "serial" else workers
+def mode_setting(name: str, workers: int) -> tuple[str, str, int, str]:
+    """(sampler mode, env_workers, how many vector envs the env threads are split over, worker_cpus)
+    of a ``MODES`` entry run with ``workers`` worker processes."""
+    mode, _, variant = name.partition("_")
+    if variant == "threads":
+        return mode, "threads", 2 if mode == "alternating" else 1, ""
+    cpus = cpu_list(frozenset(os.sched_getaffinity(0))) if variant == "pinned" else ""
+    return mode, "processes", 1 if mode == "serial" else workers, cpus
 
 
 class RandomAgent(Agent):
@@ -219,13 +232,18 @@ def sampler_rate(
     same number of raw env steps, timed apart, so drifts of a shared machine's load hit both
     alike; without it the second rate is NaN.
     """
-    mode, env_workers, n_envs = mode_setting(mode, args.workers)
+    mode, env_workers, n_envs, worker_cpus = mode_setting(mode, args.workers)
     env = env_config(args.game, args.env_threads, n_envs)
     factory = AgentFactory(policy, env)
     agent = factory()
     n_workers = 1 if mode == "serial" else args.workers
     config = SamplerConfig(
-        mode=mode, batch_T=args.batch_t, batch_B=args.envs, n_workers=n_workers, env_workers=env_workers
+        mode=mode,
+        batch_T=args.batch_t,
+        batch_B=args.envs,
+        n_workers=n_workers,
+        env_workers=env_workers,
+        worker_cpus=worker_cpus,
     )
     sampler = make_sampler(mode, env, agent, config, seed, agent_factory=factory)
     actions = np.random.default_rng(seed).integers(0, agent.action_space.n, size=(args.batch_t, args.envs))
@@ -468,7 +486,7 @@ def main() -> None:
         inf_half, v_half = median_of(lambda s: inference_rate(args.game, half, steps), args.repeats)
         record("nature_cnn", f"inference_B{half}", inf_half, v_half)
         n_cpus = len(os.sched_getaffinity(0))
-        for mode in ("serial", "cpu", "alternating", "alternating_threads"):
+        for mode in ("serial", "cpu", "alternating", "alternating_pinned", "alternating_threads"):
             batch = half if mode.startswith("alternating") else args.envs
             # Each repeat times the env and the inference alone right before the mode, and takes
             # its ratios against those: the inference rate alone swings +-15% between runs here,

@@ -8,7 +8,18 @@ import csv
 import subprocess
 import sys
 
-MODES = ("serial", "cpu", "gpu", "alternating", "gpu_threads", "alternating_threads")
+MODES = (
+    "serial",
+    "cpu",
+    "gpu",
+    "alternating",
+    "cpu_pinned",
+    "gpu_pinned",
+    "alternating_pinned",
+    "gpu_threads",
+    "alternating_threads",
+)
+CNN_MODES = ("serial", "cpu", "alternating", "alternating_pinned", "alternating_threads")
 
 
 def test_sampler_benchmark_measures_every_mode_against_its_reference(tmp_path):
@@ -30,7 +41,7 @@ def test_sampler_benchmark_measures_every_mode_against_its_reference(tmp_path):
         *(("trivial", mode) for mode in MODES),
         ("nature_cnn", "inference_B2"),
         ("nature_cnn", "inference_B1"),
-        *(("nature_cnn", mode) for mode in ("serial", "cpu", "alternating", "alternating_threads")),
+        *(("nature_cnn", mode) for mode in CNN_MODES),
     }
     for mode in ("vec_env", *MODES):
         row = rows["trivial", mode]

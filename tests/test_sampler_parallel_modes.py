@@ -186,27 +186,42 @@ THREAD_MODES = ("gpu", "alternating")
 @pytest.mark.slow
 def test_native_atari_worker_slices_match_serial() -> None:
     """Every mode on slices of ale-py's native vector env sees the serial sampler's episodes, with
-    process workers and, where the workers only step envs, with the env's threads as workers."""
+    process workers, pinned process workers (each on its CPU of ``worker_cpus``, its env threads
+    too; the alternating groups' workers numbered across the groups) and, where the workers only
+    step envs, with the env's threads as workers."""
+    cpus = sorted(os.sched_getaffinity(0))
+    all_cpus = ",".join(map(str, cpus))
     results = {}
-    runs = [(mode, "processes") for mode in MODES] + [(mode, "threads") for mode in THREAD_MODES]
-    for mode, env_workers in runs:
+    runs = (
+        [(mode, "processes", "") for mode in MODES]
+        + [(mode, "processes", all_cpus) for mode in ("cpu", "alternating")]
+        + [(mode, "threads", "") for mode in THREAD_MODES]
+    )
+    for mode, env_workers, worker_cpus in runs:
         torch.manual_seed(0)
         agent = PongAgentFactory()()
-        config = SamplerConfig(mode=mode, batch_T=6, batch_B=4, n_workers=2, env_workers=env_workers)
+        config = SamplerConfig(
+            mode=mode, batch_T=6, batch_B=4, n_workers=2, env_workers=env_workers, worker_cpus=worker_cpus
+        )
         sampler = make_sampler(mode, PONG, agent, config, seed=5, agent_factory=PongAgentFactory())
         try:
             sampler.initialize()
             agent.set_mode("sample", 0)
             if env_workers == "threads":
                 assert sampler.worker_pids == []
-            results[mode, env_workers] = [
+            for rank, pid in enumerate(sampler.worker_pids if worker_cpus else []):
+                threads = os.listdir(f"/proc/{pid}/task")
+                assert len(threads) >= 2  # the worker's own and ale-py's env thread
+                on = {cpu for tid in threads for cpu in os.sched_getaffinity(int(tid))}
+                assert on == {cpus[rank % len(cpus)]}, f"{mode} worker {rank}"
+            results[mode, env_workers, worker_cpus] = [
                 (samples.map(torch.clone), traj_infos)
                 for samples, traj_infos in (sampler.sample(itr) for itr in range(3))
             ]
         finally:
             sampler.shutdown()
     for key in runs[1:]:
-        assert_same_batches(results[runs[0]], results[key], "/".join(key), min_episodes=4)
+        assert_same_batches(results[runs[0]], results[key], "/".join(filter(None, key)), min_episodes=4)
     serial = [samples for samples, _ in results[runs[0]]]
     # Real frames, not untouched buffers, were compared; the agent explored; episodes were cut.
     assert float(serial[0].observation.float().std()) > 0

@@ -114,6 +114,7 @@ class AlternatingSampler(BaseSampler):
                     self.samples,
                     observation_space,
                     action_space,
+                    first_worker=sum(workers[:g]),
                 )
                 copy_observation, skip = group_stepper_args(env, self.samples)
                 ranks = np.arange(first, first + n)

@@ -6,8 +6,9 @@ on the agent's device (a GPU when the runner has one, the CPU otherwise), writes
 shared [B] buffer and tells the workers to step; each worker writes its envs' Contract 1 step output
 straight into its columns of the shared [T, B] batch and answers on its pipe. Batching inference for all envs
 is what makes one GPU serve many CPU env workers (rlpyt's GpuSampler,
-rlpyt/samplers/parallel/gpu/sampler.py; its step and act synchronisation used semaphores, here the
-command pipes do, so a dead worker is seen at once through its process sentinel).
+rlpyt/samplers/parallel/gpu/sampler.py; its step and act synchronisation used semaphores, here
+``step`` is the worker group's fast command, one small write on a raw pipe each way, waited on
+together with the process sentinels so a dead worker is seen at once).
 
 ``RemoteVecEnv`` presents the workers as one vector env, so the per-step logic is the serial
 sampler's own ``EnvStepper``; with the same seed the samples are the serial sampler's, random
@@ -30,6 +31,7 @@ import numpy as np
 import torch
 
 from algorithms.arrays import NamedArrays
+from algorithms.cpus import worker_cpu_sets
 from algorithms.envs.factory import make_vec_env
 from algorithms.samplers.base import (
     BaseSampler,
@@ -142,7 +144,9 @@ class RemoteVecEnv:
         samples: NamedArrays,
         observation_space: Any,
         action_space: Any,
+        cpus: list[frozenset[int]],
     ) -> None:
+        """``cpus``: each worker's CPUs (``algorithms.cpus.worker_cpu_sets``)."""
         self.num_envs = num_envs
         self.observation_space = observation_space
         self.action_space = action_space
@@ -172,7 +176,7 @@ class RemoteVecEnv:
             )
             for row, n in split_ranks(num_envs, n_workers)
         ]
-        self.workers = WorkerGroup(name, specs)
+        self.workers = WorkerGroup(name, specs, fast_command="step", cpus=cpus)
 
     def reset(self) -> np.ndarray:
         self.workers.call("reset")
@@ -208,10 +212,12 @@ def group_env(
     samples: NamedArrays,
     observation_space: Any,
     action_space: Any,
+    first_worker: int = 0,
 ) -> Any:
     """The envs of ranks ``first_rank ..`` for an env-only sampler (``config``: its
-    ``SamplerConfig``): a ``RemoteVecEnv`` over ``n_workers`` processes, or with ``env_workers=
-    "threads"`` the backend's vector env in this process (seeded as the workers would seed it)."""
+    ``SamplerConfig``): a ``RemoteVecEnv`` over ``n_workers`` processes (the sampler's workers
+    ``first_worker ..``, for ``config.worker_cpus``), or with ``env_workers="threads"`` the
+    backend's vector env in this process (seeded as the workers would seed it)."""
     if config.env_workers == "threads":
         if not env_config.native_atari:
             raise ValueError(
@@ -219,8 +225,18 @@ def group_env(
                 f"(native ale-py Atari); {env_config.id!r} (kind {env_config.kind!r}) steps synchronously"
             )
         return make_vec_env(env_config, num_envs, seed, first_rank=first_rank)
+    cpus = worker_cpu_sets(config.worker_cpus, n_workers, first_worker)
     return RemoteVecEnv(
-        name, env_config, seed, first_rank, num_envs, n_workers, samples, observation_space, action_space
+        name,
+        env_config,
+        seed,
+        first_rank,
+        num_envs,
+        n_workers,
+        samples,
+        observation_space,
+        action_space,
+        cpus,
     )
 
 

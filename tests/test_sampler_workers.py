@@ -1,0 +1,164 @@
+"""``WorkerGroup``'s two channels (pickled commands and the raw-pipe fast command) and CPU pinning."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+import pytest
+import torch
+from test_sampler_parallel_shutdown import assert_all_gone
+
+from algorithms.cpus import worker_cpu_sets
+from algorithms.samplers.workers import WorkerError, WorkerGroup
+from algorithms.train import SamplerConfig
+
+
+@dataclass(frozen=True)
+class CounterSpec:
+    """A body whose fast command adds to its slot of a shared tensor (picklable for ``spawn``)."""
+
+    slots: torch.Tensor
+    rank: int
+
+    def __call__(self) -> Counter:
+        return Counter(self)
+
+
+class Counter:
+    def __init__(self, spec: CounterSpec) -> None:
+        self.slot = spec.slots[spec.rank : spec.rank + 1].numpy()
+        self.calls = 0
+        self.helper = threading.Thread(target=time.sleep, args=(60,), daemon=True)
+        self.helper.start()  # started after the pinning: it must inherit the worker's CPUs
+
+    def add(self, value: int) -> None:
+        if value < 0:
+            raise ValueError(f"negative value {value}")
+        if value == 0:
+            time.sleep(30)  # a fast command that outlasts the test's patience (the worker gets killed)
+        self.slot[0] += value
+        self.calls += 1
+
+    def calls_and_total(self) -> tuple[int, int]:
+        return self.calls, int(self.slot[0])
+
+    def affinities(self) -> dict[int, set[int]]:
+        """Each thread id of this process -> its CPUs."""
+        return {int(tid): os.sched_getaffinity(int(tid)) for tid in os.listdir("/proc/self/task")}
+
+    def close(self) -> None:
+        pass
+
+
+def counters(n: int, **kwargs) -> tuple[WorkerGroup, torch.Tensor]:
+    slots = torch.zeros(n, dtype=torch.int64).share_memory_()
+    return WorkerGroup(
+        "counter", [CounterSpec(slots, r) for r in range(n)], fast_command="add", **kwargs
+    ), slots
+
+
+def test_fast_commands_interleave_with_pickled_ones() -> None:
+    group, slots = counters(2)
+    try:
+        for step in range(1, 501):
+            group.send("add", step)
+            assert group.receive() == [None, None]
+            if step % 100 == 0:  # a pickled command between fast ones sees every fast one done
+                expected = step * (step + 1) // 2
+                assert group.call("calls_and_total") == [(step, expected)] * 2
+        assert slots.tolist() == [125_250, 125_250]
+        group.send("add", 1, ranks=[1])  # one worker only
+        assert group.receive(ranks=[1]) == [None]
+        assert slots.tolist() == [125_250, 125_251]
+    finally:
+        group.close()
+
+
+def test_fast_command_takes_one_int() -> None:
+    group, _ = counters(1)
+    try:
+        for args in [(), (1, 2), (1.5,), ("1",)]:
+            with pytest.raises(TypeError, match="the fast command 'add' takes one int"):
+                group.send("add", *args)
+        assert not group.busy
+        group.send("add", 3)
+        assert group.receive() == [None]
+    finally:
+        group.close()
+
+
+def test_exception_in_a_fast_command_is_reported_with_its_traceback() -> None:
+    group, _ = counters(2)
+    pids = group.pids
+    group.send("add", 2, ranks=[0])
+    group.send("add", -1, ranks=[1])
+    with pytest.raises(WorkerError, match=r"counter worker 1 raised during 'add'") as info:
+        group.receive()
+    assert "ValueError: negative value -1" in str(info.value)
+    assert_all_gone(pids)  # the group closed itself: no process left behind
+
+
+def test_worker_killed_during_a_fast_command_is_named_at_once() -> None:
+    group, _ = counters(2)
+    pids = group.pids
+    group.send("add", 0)  # sleeps 30 s in both workers
+    killer = threading.Timer(0.3, os.kill, args=(pids[1], signal.SIGKILL))
+    killer.start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(WorkerError, match=rf"counter worker 1 \(pid {pids[1]}\) was killed by SIGKILL"):
+            group.receive()
+        assert time.monotonic() - start < 10.0
+    finally:
+        killer.cancel()
+        group.close()
+    assert_all_gone(pids)
+
+
+def test_fast_command_times_out_with_a_clear_error() -> None:
+    group, _ = counters(1)
+    pids = group.pids
+    group.send("add", 0)
+    with pytest.raises(WorkerError, match=r"counter worker 0 did not answer 'add' within 1 s"):
+        group.receive(timeout_s=1.0)
+    assert_all_gone(pids)
+
+
+def test_workers_and_the_threads_they_start_run_on_their_cpus() -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    spec = ",".join(map(str, cpus))
+    sets = worker_cpu_sets(spec, len(cpus) + 1)  # one worker more than CPUs: the list cycles
+    assert sets == [frozenset({c}) for c in cpus] + [frozenset({cpus[0]})]
+    group, _ = counters(len(sets), cpus=sets)
+    try:
+        for pinned, threads in zip(sets, group.call("affinities")):
+            assert len(threads) >= 2  # the main thread and the helper it started
+            assert all(cpus_of_thread == pinned for cpus_of_thread in threads.values())
+    finally:
+        group.close()
+
+
+def test_worker_cpu_sets_check_the_list_against_this_process() -> None:
+    assert worker_cpu_sets("", 3) == [frozenset()] * 3
+    first = min(os.sched_getaffinity(0))
+    assert worker_cpu_sets(str(first), 2, first_worker=5) == [frozenset({first})] * 2
+    with pytest.raises(
+        ValueError, match=r"SamplerConfig.worker_cpus '4096': CPUs \[4096\] are not available"
+    ):
+        worker_cpu_sets("4096", 1)
+    with pytest.raises(ValueError, match="CPU list 'x'"):
+        worker_cpu_sets("x", 1)
+
+
+def test_sampler_config_checks_worker_cpus() -> None:
+    assert SamplerConfig(mode="gpu", batch_B=2, n_workers=2, worker_cpus="0-1").worker_cpus == "0-1"
+    with pytest.raises(ValueError, match="SamplerConfig.worker_cpus: CPU list '0-'"):
+        SamplerConfig(mode="cpu", worker_cpus="0-")
+    with pytest.raises(ValueError, match="worker_cpus must be empty unless the mode has worker processes"):
+        SamplerConfig(mode="serial", worker_cpus="0")
+    with pytest.raises(ValueError, match="worker_cpus must be empty unless the mode has worker processes"):
+        SamplerConfig(mode="alternating", batch_B=2, env_workers="threads", worker_cpus="0")
