@@ -98,13 +98,15 @@ class SamplerConfig:
     ``EnvConfig.num_threads`` threads per group) be the workers in this process, which saves the
     process hand-offs of every step (see ``algorithms.samplers.parallel_gpu``).
 
-    ``worker_cpus`` (parallel modes with worker processes): a CPU list (``"0-3"``); worker i and the
-    threads it starts (an env's, torch's) run on the i-th CPU of it, cycling; ``""`` leaves them to
-    the scheduler. A worker then hands each step to its env threads and back on one core. On the
-    2-core dev machine, with a trivial policy, that took the ``gpu`` and ``alternating`` modes from
+    ``worker_cpus`` (parallel modes): a CPU list (``"0-3"``); worker i and the threads it starts (an
+    env's, torch's) run on the i-th CPU of it, cycling; with ``env_workers="threads"`` worker i is
+    group i's env threads (they share that CPU); ``""`` leaves them to the scheduler. A pinned
+    worker hands each step to its env threads and back on one core; and CPUs left out of the list
+    stay free for the main process's inference. On the 2-core dev machine, with a trivial policy,
+    pinning over both CPUs took the ``gpu`` and ``alternating`` modes' process workers from
     0.70-0.73 and 0.79-0.83 of the raw env rate to 0.79-0.84 and 0.82-0.87; with the Nature CNN
-    acting in the main process, whose inference then shares a core with a pinned worker, the
-    alternating mode fell from 0.74 to 0.63 of its ideal overlap (``make bench-sampler``).
+    acting in the main process, the env workers belong on the CPUs its inference does not use
+    (``make bench-sampler``).
     """
 
     mode: str = "serial"
@@ -142,11 +144,11 @@ class SamplerConfig:
         except ValueError as error:
             raise ValueError(f"{name}.worker_cpus: {error}") from None
         _require(
-            not self.worker_cpus or (self.mode != "serial" and self.env_workers == "processes"),
+            not self.worker_cpus or self.mode != "serial",
             name,
             "worker_cpus",
             self.worker_cpus,
-            "empty unless the mode has worker processes (not 'serial', env_workers 'processes')",
+            "empty in mode 'serial' (it has no workers)",
         )
         _require(self.eval_n_envs >= 1, name, "eval_n_envs", self.eval_n_envs, ">= 1")
         _require(self.eval_episodes >= 0, name, "eval_episodes", self.eval_episodes, ">= 0")

@@ -4,9 +4,9 @@ Two sections, on Atari through ale-py's native vector env (``EnvConfig`` default
 starts), each figure the median of ``--repeats`` fresh runs (build and reset not timed, one warm-up
 batch not timed):
 
-1. ``trivial``: each sampler mode (serial, cpu, gpu, alternating; the last three also with their
-   worker processes pinned one per CPU, ``*_pinned``; gpu / alternating with the native env's
-   threads as their env workers, ``*_threads``) with a policy whose inference
+1. ``trivial``: each sampler mode (serial, cpu, gpu, alternating; gpu / alternating also with the
+   native env's threads as their env workers, ``*_threads``; the parallel ones also with their
+   workers pinned one per CPU over every CPU, ``*_pinned``) with a policy whose inference
    costs nothing (uniform random actions), against the raw ale-py vector env (``AtariVectorEnv``
    with the same preprocessing, ``send`` / ``recv`` and nothing else) stepping the same number of
    envs with random actions on the same number of env threads. The two are timed interleaved, a
@@ -16,9 +16,10 @@ batch not timed):
    env (``NativeAtariVecEnv``: same-step autoreset, episode statistics, reward clipping) stepped
    the same way, the part of every mode's cost that is not the sampler's.
 2. ``nature_cnn``: the Nature DQN network (Mnih et al. 2015) acting epsilon-greedily on the CPU,
-   serial vs parallel CPU vs alternating (process, pinned process and thread workers), against the
-   ideal overlap of env stepping and inference, ``min(env rate, inference rate)`` (inference alone
-   on the batch size the mode uses: B, or B/2 for the two alternating groups), both timed again right before
+   serial vs parallel CPU vs alternating (process and thread workers, each also pinned to the CPUs
+   but the first, which the main process's inference keeps to itself), against the ideal overlap
+   of env stepping and inference, ``min(env rate, inference rate)`` (inference alone on the batch
+   size the mode uses: B, or B/2 for the two alternating groups), both timed again right before
    each repeat of each mode, the ratio taken per repeat (median of the repeats' ratios). Target:
    alternating >= 0.8 of that ideal. Also reported: the CPU ceiling, ``CPUs / (env CPU +
    inference CPU per step)`` (the raw env's CPU time over all its threads, and the one-thread
@@ -77,7 +78,7 @@ from bench.bench_env import cpu_model
 
 # "<mode>_threads": the env-only modes with the native env's own threads as their workers
 # (``SamplerConfig.env_workers="threads"``), one vector env per group in the main process.
-# "<mode>_pinned": worker processes pinned one per CPU (``SamplerConfig.worker_cpus``, all CPUs).
+# "..._pinned": the workers pinned one per CPU (``SamplerConfig.worker_cpus``: ``pin_cpus``).
 MODES = (
     "serial",
     "cpu",
@@ -88,17 +89,35 @@ MODES = (
     "alternating_pinned",
     "gpu_threads",
     "alternating_threads",
+    "gpu_threads_pinned",
+    "alternating_threads_pinned",
+)
+CNN_MODES = (
+    "serial",
+    "cpu",
+    "alternating",
+    "alternating_pinned",
+    "alternating_threads",
+    "alternating_threads_pinned",
 )
 
 
-def mode_setting(name: str, workers: int) -> tuple[str, str, int, str]:
+def mode_setting(name: str, workers: int, pin_cpus: str) -> tuple[str, str, int, str]:
     """(sampler mode, env_workers, how many vector envs the env threads are split over, worker_cpus)
-    of a ``MODES`` entry run with ``workers`` worker processes."""
-    mode, _, variant = name.partition("_")
-    if variant == "threads":
-        return mode, "threads", 2 if mode == "alternating" else 1, ""
-    cpus = cpu_list(frozenset(os.sched_getaffinity(0))) if variant == "pinned" else ""
-    return mode, "processes", 1 if mode == "serial" else workers, cpus
+    of a ``MODES`` entry run with ``workers`` worker processes; pinned entries get ``pin_cpus``."""
+    mode, *variant = name.split("_")
+    worker_cpus = pin_cpus if "pinned" in variant else ""
+    if "threads" in variant:
+        return mode, "threads", 2 if mode == "alternating" else 1, worker_cpus
+    return mode, "processes", 1 if mode == "serial" else workers, worker_cpus
+
+
+def pin_cpus(section: str) -> str:
+    """The CPUs of the pinned modes' workers: every CPU for the trivial policy (the env work is all
+    there is); for the Nature CNN every CPU but the first, which is left to the main process's
+    inference (on one CPU, all of them)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return cpu_list(frozenset(cpus if section == "trivial" or len(cpus) == 1 else cpus[1:]))
 
 
 class RandomAgent(Agent):
@@ -232,7 +251,8 @@ def sampler_rate(
     same number of raw env steps, timed apart, so drifts of a shared machine's load hit both
     alike; without it the second rate is NaN.
     """
-    mode, env_workers, n_envs, worker_cpus = mode_setting(mode, args.workers)
+    section = "nature_cnn" if policy == "nature_cnn" else "trivial"
+    mode, env_workers, n_envs, worker_cpus = mode_setting(mode, args.workers, pin_cpus(section))
     env = env_config(args.game, args.env_threads, n_envs)
     factory = AgentFactory(policy, env)
     agent = factory()
@@ -486,7 +506,7 @@ def main() -> None:
         inf_half, v_half = median_of(lambda s: inference_rate(args.game, half, steps), args.repeats)
         record("nature_cnn", f"inference_B{half}", inf_half, v_half)
         n_cpus = len(os.sched_getaffinity(0))
-        for mode in ("serial", "cpu", "alternating", "alternating_pinned", "alternating_threads"):
+        for mode in CNN_MODES:
             batch = half if mode.startswith("alternating") else args.envs
             # Each repeat times the env and the inference alone right before the mode, and takes
             # its ratios against those: the inference rate alone swings +-15% between runs here,

@@ -60,6 +60,7 @@ EXECUTION_KEYS: frozenset[str] = frozenset(
         "sampler.mode",
         "sampler.n_workers",
         "sampler.env_workers",
+        "sampler.worker_cpus",
         "env.num_threads",
     }
 )

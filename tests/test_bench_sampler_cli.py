@@ -18,8 +18,17 @@ MODES = (
     "alternating_pinned",
     "gpu_threads",
     "alternating_threads",
+    "gpu_threads_pinned",
+    "alternating_threads_pinned",
 )
-CNN_MODES = ("serial", "cpu", "alternating", "alternating_pinned", "alternating_threads")
+CNN_MODES = (
+    "serial",
+    "cpu",
+    "alternating",
+    "alternating_pinned",
+    "alternating_threads",
+    "alternating_threads_pinned",
+)
 
 
 def test_sampler_benchmark_measures_every_mode_against_its_reference(tmp_path):

@@ -188,7 +188,7 @@ def test_native_atari_worker_slices_match_serial() -> None:
     """Every mode on slices of ale-py's native vector env sees the serial sampler's episodes, with
     process workers, pinned process workers (each on its CPU of ``worker_cpus``, its env threads
     too; the alternating groups' workers numbered across the groups) and, where the workers only
-    step envs, with the env's threads as workers."""
+    step envs, with the env's threads as workers, pinned (group g's on CPU g) or not."""
     cpus = sorted(os.sched_getaffinity(0))
     all_cpus = ",".join(map(str, cpus))
     results = {}
@@ -196,6 +196,7 @@ def test_native_atari_worker_slices_match_serial() -> None:
         [(mode, "processes", "") for mode in MODES]
         + [(mode, "processes", all_cpus) for mode in ("cpu", "alternating")]
         + [(mode, "threads", "") for mode in THREAD_MODES]
+        + [("alternating", "threads", all_cpus)]
     )
     for mode, env_workers, worker_cpus in runs:
         torch.manual_seed(0)
@@ -204,11 +205,20 @@ def test_native_atari_worker_slices_match_serial() -> None:
             mode=mode, batch_T=6, batch_B=4, n_workers=2, env_workers=env_workers, worker_cpus=worker_cpus
         )
         sampler = make_sampler(mode, PONG, agent, config, seed=5, agent_factory=PongAgentFactory())
+        threads_before = set(os.listdir("/proc/self/task"))
+        main_cpus = os.sched_getaffinity(0)
         try:
             sampler.initialize()
             agent.set_mode("sample", 0)
             if env_workers == "threads":
                 assert sampler.worker_pids == []
+            if env_workers == "threads" and worker_cpus:
+                env_threads = set(os.listdir("/proc/self/task")) - threads_before
+                on = sorted(min(os.sched_getaffinity(int(tid))) for tid in env_threads)
+                assert len(env_threads) == 2, "one env thread per group"
+                assert on == sorted({cpus[0], cpus[1 % len(cpus)]} if len(cpus) > 1 else [cpus[0]] * 2)
+                assert all(len(os.sched_getaffinity(int(tid))) == 1 for tid in env_threads)
+                assert os.sched_getaffinity(0) == main_cpus  # the main thread's CPUs are as before
             for rank, pid in enumerate(sampler.worker_pids if worker_cpus else []):
                 threads = os.listdir(f"/proc/{pid}/task")
                 assert len(threads) >= 2  # the worker's own and ale-py's env thread

@@ -114,7 +114,8 @@ class AlternatingSampler(BaseSampler):
                     self.samples,
                     observation_space,
                     action_space,
-                    first_worker=sum(workers[:g]),
+                    # Thread workers: each group's env threads are one worker.
+                    first_worker=sum(workers[:g]) if self.config.env_workers == "processes" else g,
                 )
                 copy_observation, skip = group_stepper_args(env, self.samples)
                 ranks = np.arange(first, first + n)
