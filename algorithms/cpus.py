@@ -52,6 +52,20 @@ def worker_cpu_sets(spec: str, n_workers: int, first_worker: int = 0) -> list[fr
     return [frozenset({cpus[(first_worker + i) % len(cpus)]}) for i in range(n_workers)]
 
 
+def group_cpu_set(spec: str, group: int, n_groups: int) -> frozenset[int]:
+    """The CPUs of thread-worker group ``group`` of ``n_groups`` (``SamplerConfig.worker_cpus`` with
+    ``env_workers="threads"``): the list split between the groups, group g taking every
+    ``n_groups``-th CPU from the g-th on (one group: the whole list); with fewer CPUs than groups,
+    one CPU each, cycling. Empty ``spec``: the empty set (not pinned)."""
+    cpus = sorted(parse_cpus(spec))
+    if not cpus:
+        return frozenset()
+    worker_cpu_sets(spec, 1)  # the same check against this process's CPUs
+    if len(cpus) < n_groups:
+        return frozenset({cpus[group % len(cpus)]})
+    return frozenset(cpus[group::n_groups])
+
+
 def pin_thread(cpus: frozenset[int], what: str) -> None:
     """Pin the calling thread (and the threads it starts afterwards) to ``cpus``; empty: no-op.
 

@@ -98,9 +98,10 @@ class SamplerConfig:
     ``EnvConfig.num_threads`` threads per group) be the workers in this process, which saves the
     process hand-offs of every step (see ``algorithms.samplers.parallel_gpu``).
 
-    ``worker_cpus`` (parallel modes): a CPU list (``"0-3"``); worker i and the threads it starts (an
-    env's, torch's) run on the i-th CPU of it, cycling; with ``env_workers="threads"`` worker i is
-    group i's env threads (they share that CPU); ``""`` leaves them to the scheduler. A pinned
+    ``worker_cpus`` (parallel modes): a CPU list (``"0-3"``); worker process i and the threads it
+    starts (an env's, torch's) run on the i-th CPU of it, cycling; with ``env_workers="threads"``
+    the list is split between the groups' env threads (``algorithms.cpus.group_cpu_set``: with two
+    groups, alternate CPUs); ``""`` leaves them to the scheduler. A pinned
     worker hands each step to its env threads and back on one core; and CPUs left out of the list
     stay free for the main process's inference. On the 2-core dev machine, with a trivial policy,
     pinning over both CPUs took the ``gpu`` and ``alternating`` modes' process workers from

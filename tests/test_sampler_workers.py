@@ -12,7 +12,7 @@ import pytest
 import torch
 from test_sampler_parallel_shutdown import assert_all_gone
 
-from algorithms.cpus import worker_cpu_sets
+from algorithms.cpus import group_cpu_set, worker_cpu_sets
 from algorithms.samplers.workers import WorkerError, WorkerGroup
 from algorithms.train import SamplerConfig
 
@@ -152,6 +152,20 @@ def test_worker_cpu_sets_check_the_list_against_this_process() -> None:
         worker_cpu_sets("4096", 1)
     with pytest.raises(ValueError, match="CPU list 'x'"):
         worker_cpu_sets("x", 1)
+
+
+def test_group_cpu_sets_split_the_list_between_thread_groups() -> None:
+    available = sorted(os.sched_getaffinity(0))
+    spec = ",".join(map(str, available))
+    assert group_cpu_set("", 0, 2) == frozenset()
+    assert group_cpu_set(spec, 0, 1) == frozenset(available)  # one group: every CPU
+    if len(available) >= 2:
+        halves = [group_cpu_set(spec, g, 2) for g in (0, 1)]
+        assert halves == [frozenset(available[0::2]), frozenset(available[1::2])]
+    first = available[0]
+    assert [group_cpu_set(str(first), g, 2) for g in (0, 1)] == [frozenset({first})] * 2  # cycling
+    with pytest.raises(ValueError, match=r"SamplerConfig.worker_cpus '4096'"):
+        group_cpu_set("4096", 0, 2)
 
 
 def test_sampler_config_checks_worker_cpus() -> None:

@@ -114,8 +114,9 @@ class AlternatingSampler(BaseSampler):
                     self.samples,
                     observation_space,
                     action_space,
-                    # Thread workers: each group's env threads are one worker.
-                    first_worker=sum(workers[:g]) if self.config.env_workers == "processes" else g,
+                    first_worker=sum(workers[:g]),
+                    group=g,
+                    n_groups=2,
                 )
                 copy_observation, skip = group_stepper_args(env, self.samples)
                 ranks = np.arange(first, first + n)
