@@ -8,27 +8,7 @@ import csv
 import subprocess
 import sys
 
-MODES = (
-    "serial",
-    "cpu",
-    "gpu",
-    "alternating",
-    "cpu_pinned",
-    "gpu_pinned",
-    "alternating_pinned",
-    "gpu_threads",
-    "alternating_threads",
-    "gpu_threads_pinned",
-    "alternating_threads_pinned",
-)
-CNN_MODES = (
-    "serial",
-    "cpu",
-    "alternating",
-    "alternating_pinned",
-    "alternating_threads",
-    "alternating_threads_pinned",
-)
+from bench.bench_sampler import CNN_MODES, MODES
 
 
 def test_sampler_benchmark_measures_every_mode_against_its_reference(tmp_path):
