@@ -119,6 +119,30 @@ def test_worker_killed_during_a_fast_command_is_named_at_once() -> None:
     assert_all_gone(pids)
 
 
+def test_a_worker_that_exits_after_its_reply_does_not_keep_the_wait_busy() -> None:
+    """Waiting for worker 1 while worker 0, which has already answered, dies: the wait sleeps (no
+    spinning on the dead worker's sentinel) until worker 1's own end is seen."""
+    group, _ = counters(2)
+    pids = group.pids
+    group.send("add", 1, ranks=[0])
+    group.send("add", 0, ranks=[1])  # sleeps 30 s
+    timers = [
+        threading.Timer(delay, os.kill, args=(pid, signal.SIGKILL)) for delay, pid in zip((0.5, 2.0), pids)
+    ]
+    for timer in timers:
+        timer.start()
+    cpu_before = time.process_time()
+    try:
+        with pytest.raises(WorkerError, match=rf"counter worker 1 \(pid {pids[1]}\) was killed by SIGKILL"):
+            group.receive()
+        assert time.process_time() - cpu_before < 0.5  # a spinning wait would burn 1.5 s
+    finally:
+        for timer in timers:
+            timer.cancel()
+        group.close()
+    assert_all_gone(pids)
+
+
 def test_fast_command_times_out_with_a_clear_error() -> None:
     group, _ = counters(1)
     pids = group.pids

@@ -294,9 +294,13 @@ class WorkerGroup:
                     if rank in results:
                         continue
                     # A dead worker's pipe may still hold its last message (its reply or error report).
-                    if _readable(self._reply_fd(rank)):
+                    reply_fd = self._reply_fd(rank)
+                    if _readable(reply_fd):
                         results[rank] = self._read_reply(rank)
                         self._pending[rank] = None
+                        # Done with it: its sentinel, if it exits now, must not wake the wait again.
+                        poller.unregister(reply_fd)
+                        poller.unregister(self._procs[rank].sentinel)
                     elif not self._procs[rank].is_alive():
                         self._raise_dead(rank, self._pending[rank])
         except BaseException:
