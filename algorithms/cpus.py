@@ -3,8 +3,9 @@
 The asynchronous runner gives its sampler process and its optimizer their own cores
 (``RunnerConfig.async_sampler_cpus`` / ``async_optimizer_cpus``), so that the two stages do not
 take turns on the same cores, and a stage can be measured alone on the cores it gets in the run
-(``bench/bench_sampler.py``'s runners section). The parallel samplers pin each worker process to
-one CPU of ``SamplerConfig.worker_cpus``. Linux only (``os.sched_setaffinity``).
+(``bench/bench_sampler.py``'s runners section). The parallel samplers pin their workers (processes,
+or the env threads of thread workers) to the CPUs of ``SamplerConfig.worker_cpus``. Linux only
+(``os.sched_setaffinity``).
 """
 
 from __future__ import annotations
@@ -35,20 +36,26 @@ def parse_cpus(spec: str) -> frozenset[int]:
     return frozenset(cpus)
 
 
-def worker_cpu_sets(spec: str, n_workers: int, first_worker: int = 0) -> list[frozenset[int]]:
-    """One CPU each for workers ``first_worker ..`` of a sampler: worker i gets the i-th CPU of
-    ``spec`` (``SamplerConfig.worker_cpus``), cycling when there are more workers than CPUs; with
-    ``spec`` empty, empty sets (not pinned). Raises ``ValueError`` naming the setting when a CPU is
-    not available to this process."""
+def _worker_cpus(spec: str) -> list[int]:
+    """The CPUs of ``SamplerConfig.worker_cpus`` in order, checked against this process's CPUs."""
     cpus = sorted(parse_cpus(spec))
-    if not cpus:
-        return [frozenset()] * n_workers
     available = os.sched_getaffinity(0)
     if not set(cpus) <= available:
         raise ValueError(
             f"SamplerConfig.worker_cpus {spec!r}: CPUs {sorted(set(cpus) - available)} are not "
             f"available to this process (available: {sorted(available)})"
         )
+    return cpus
+
+
+def worker_cpu_sets(spec: str, n_workers: int, first_worker: int = 0) -> list[frozenset[int]]:
+    """One CPU each for workers ``first_worker ..`` of a sampler: worker i gets the i-th CPU of
+    ``spec`` (``SamplerConfig.worker_cpus``), cycling when there are more workers than CPUs; with
+    ``spec`` empty, empty sets (not pinned). Raises ``ValueError`` naming the setting when a CPU is
+    not available to this process."""
+    cpus = _worker_cpus(spec)
+    if not cpus:
+        return [frozenset()] * n_workers
     return [frozenset({cpus[(first_worker + i) % len(cpus)]}) for i in range(n_workers)]
 
 
@@ -57,10 +64,9 @@ def group_cpu_set(spec: str, group: int, n_groups: int) -> frozenset[int]:
     ``env_workers="threads"``): the list split between the groups, group g taking every
     ``n_groups``-th CPU from the g-th on (one group: the whole list); with fewer CPUs than groups,
     one CPU each, cycling. Empty ``spec``: the empty set (not pinned)."""
-    cpus = sorted(parse_cpus(spec))
+    cpus = _worker_cpus(spec)
     if not cpus:
         return frozenset()
-    worker_cpu_sets(spec, 1)  # the same check against this process's CPUs
     if len(cpus) < n_groups:
         return frozenset({cpus[group % len(cpus)]})
     return frozenset(cpus[group::n_groups])
