@@ -83,6 +83,14 @@ def _require(condition: bool, cls: str, field: str, value: Any, what: str) -> No
         raise ValueError(f"{cls}.{field} must be {what}, got {value!r}")
 
 
+def _check_cpu_list(cls: str, field: str, value: str) -> None:
+    """A ``"0,2-3"`` CPU list field: a malformed one is a ``ValueError`` naming the field."""
+    try:
+        parse_cpus(value)
+    except ValueError as error:
+        raise ValueError(f"{cls}.{field}: {error}") from None
+
+
 @dataclass(frozen=True)
 class SamplerConfig:
     """How experience is collected. A batch is ``batch_T`` steps of ``batch_B`` environments.
@@ -140,10 +148,7 @@ class SamplerConfig:
             f"'processes' with mode {self.mode!r} (threads serve only the env-only workers of "
             "'gpu' and 'alternating')",
         )
-        try:
-            parse_cpus(self.worker_cpus)
-        except ValueError as error:
-            raise ValueError(f"{name}.worker_cpus: {error}") from None
+        _check_cpu_list(name, "worker_cpus", self.worker_cpus)
         _require(
             not self.worker_cpus or self.mode != "serial",
             name,
@@ -225,10 +230,7 @@ class RunnerConfig:
         )
         for field in ("async_sampler_cpus", "async_optimizer_cpus"):
             value = getattr(self, field)
-            try:
-                parse_cpus(value)
-            except ValueError as error:
-                raise ValueError(f"{name}.{field}: {error}") from None
+            _check_cpu_list(name, field, value)
             _require(self.kind == "async" or not value, name, field, value, "empty unless kind is 'async'")
 
     @property

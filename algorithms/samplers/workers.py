@@ -293,9 +293,10 @@ class WorkerGroup:
                     rank = owner[fd]
                     if rank in results:
                         continue
-                    # A dead worker's pipe may still hold its last message (its reply or error report).
+                    # A dead worker's pipe may still hold its last message (its reply or error report);
+                    # an event on the reply pipe itself needs no second look.
                     reply_fd = self._reply_fd(rank)
-                    if _readable(reply_fd):
+                    if fd == reply_fd or _readable(reply_fd):
                         results[rank] = self._read_reply(rank)
                         self._pending[rank] = None
                         # Done with it: its sentinel, if it exits now, must not wake the wait again.
