@@ -14,7 +14,12 @@ batch not timed):
    the repeats' ratios), so that load drifts on a shared machine hit both alike. Target (issue 5):
    every mode >= 0.9 of the raw rate. Row ``vec_env``: this project's Contract 1 wrapper of the same
    env (``NativeAtariVecEnv``: same-step autoreset, episode statistics, reward clipping) stepped
-   the same way, the part of every mode's cost that is not the sampler's.
+   the same way, the part of every mode's cost that is not the sampler's. Each row also has the CPU
+   time per env step of the mode (this process and its workers, every thread) and of the raw env
+   beside it, and their ratio ``cpu_parity`` (raw / mode): the mode's rate relative to raw were
+   the machine kept as busy as the raw env keeps it. Where the raw env's threads already use all
+   the CPUs, the CPU a mode spends beyond the raw env's (its Python per step, its worker processes'
+   hand-offs) bounds it near that ratio however well it overlaps.
 2. ``nature_cnn``: the Nature DQN network (Mnih et al. 2015) acting epsilon-greedily on the CPU,
    serial vs parallel CPU vs alternating (process and thread workers, each also pinned to the CPUs
    but the first, which the main process's inference keeps to itself), against the ideal overlap
@@ -57,7 +62,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -203,28 +208,53 @@ def raw_env_rate(game: str, n_envs: int, env_threads: int, steps: int, seed: int
         env.close()
 
 
-def vec_env_vs_raw(args: argparse.Namespace, seed: int) -> tuple[float, float]:
-    """(rate of ``NativeAtariVecEnv``, rate of the raw ale-py env), random actions, timed interleaved
-    in segments of T steps as the samplers are."""
+class Paired(NamedTuple):
+    """A mode timed beside the raw env: env steps per second and CPU seconds per env step (all
+    threads of every process taking part) of each."""
+
+    rate: float
+    raw_rate: float
+    cpu: float
+    raw_cpu: float
+
+
+def process_cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user + system, every thread) the processes ``pids`` have used so far, from
+    Linux's /proc (fields 14 and 15 of proc(5)'s ``stat``, in clock ticks); NaN without /proc."""
+    ticks = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan")
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def vec_env_vs_raw(args: argparse.Namespace, seed: int) -> Paired:
+    """``NativeAtariVecEnv`` and the raw ale-py env, random actions, timed interleaved in segments
+    of T steps as the samplers are."""
     raw = RawAleEnv(args.game, args.envs, args.env_threads, seed + 1000)
     vec_env = make_vec_env(env_config(args.game, args.env_threads, 1), args.envs, seed)
     try:
         shape = (args.batch_t, args.envs)
         actions = np.random.default_rng(seed).integers(0, vec_env.action_space.n, size=shape)
         vec_env.reset()
-        times = np.zeros(2)
+        times, cpus = np.zeros(2), np.zeros(2)
         for segment in range(args.batches + 1):
             for i, env in enumerate((raw, vec_env)):
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.process_time()
                 for a in actions:
                     env.step(a)
                 if segment:  # the first segment warms both up
                     times[i] += time.perf_counter() - start
+                    cpus[i] += time.process_time() - cpu
     finally:
         vec_env.close()
         raw.close()
-    raw_rate, vec_rate = args.batches * args.batch_t * args.envs / times
-    return vec_rate, raw_rate
+    steps = args.batches * args.batch_t * args.envs
+    (raw_rate, vec_rate), (raw_cpu, vec_cpu) = steps / times, cpus / steps
+    return Paired(vec_rate, raw_rate, vec_cpu, raw_cpu)
 
 
 def inference_rate(game: str, batch: int, calls: int) -> float:
@@ -243,13 +273,13 @@ def inference_rate(game: str, batch: int, calls: int) -> float:
 
 def sampler_rate(
     mode: str, policy: str, args: argparse.Namespace, seed: int, raw: RawAleEnv | None = None
-) -> tuple[float, float]:
-    """(env steps per second of one sampler over ``args.batches`` batches after one warm-up batch,
-    that of ``raw``).
+) -> Paired:
+    """One sampler over ``args.batches`` batches after one warm-up batch, and ``raw``.
 
     With ``raw`` (the raw env in ``raw_env_rate``'s setting) each batch is preceded by the
     same number of raw env steps, timed apart, so drifts of a shared machine's load hit both
-    alike; without it the second rate is NaN.
+    alike; without it the raw figures are NaN. The sampler's CPU time is this process's and its
+    workers' during its batches (the raw env's, this process's during its segments).
     """
     section = "nature_cnn" if policy == "nature_cnn" else "trivial"
     mode, env_workers, n_envs, worker_cpus = mode_setting(mode, args.workers, pin_cpus(section))
@@ -267,28 +297,33 @@ def sampler_rate(
     )
     sampler = make_sampler(mode, env, agent, config, seed, agent_factory=factory)
     actions = np.random.default_rng(seed).integers(0, agent.action_space.n, size=(args.batch_t, args.envs))
-    sampler_s = raw_s = 0.0
+    sampler_s = raw_s = sampler_cpu = raw_cpu = 0.0
     try:
         sampler.initialize()
+        pids = sampler.worker_pids
         agent.set_mode("sample", 0)
         sampler.sample(0)
         for itr in range(1, args.batches + 1):
             if raw is not None:
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.process_time()
                 for a in actions:
                     raw.step(a)
                 raw_s += time.perf_counter() - start
-            start = time.perf_counter()
+                raw_cpu += time.process_time() - cpu
+            start, cpu = time.perf_counter(), time.process_time() + process_cpu_s(pids)
             sampler.sample(itr)
             sampler_s += time.perf_counter() - start
+            sampler_cpu += time.process_time() + process_cpu_s(pids) - cpu
     finally:
         sampler.shutdown()
     steps = args.batches * config.batch_size
-    return steps / sampler_s, (steps / raw_s if raw is not None else float("nan"))
+    if raw is None:
+        return Paired(steps / sampler_s, float("nan"), sampler_cpu / steps, float("nan"))
+    return Paired(steps / sampler_s, steps / raw_s, sampler_cpu / steps, raw_cpu / steps)
 
 
-def sampler_vs_raw(mode: str, args: argparse.Namespace, seed: int) -> tuple[float, float]:
-    """(sampler rate, raw env rate) of the trivial policy, measured interleaved batch by batch."""
+def sampler_vs_raw(mode: str, args: argparse.Namespace, seed: int) -> Paired:
+    """The trivial policy's sampler and the raw env, measured interleaved batch by batch."""
     raw = RawAleEnv(args.game, args.envs, args.env_threads, seed + 1000)
     try:
         return sampler_rate(mode, "random", args, seed, raw=raw)
@@ -487,16 +522,19 @@ def main() -> None:
         for mode in ("vec_env", *MODES):
             measure = vec_env_vs_raw if mode == "vec_env" else lambda a, s, m=mode: sampler_vs_raw(m, a, s)
             pairs = [measure(args, seed) for seed in range(args.repeats)]
-            ratios = [rate / raw_rate for rate, raw_rate in pairs]
+            ratios = [p.rate / p.raw_rate for p in pairs]
             record(
                 "trivial",
                 mode,
-                statistics.median(rate for rate, _ in pairs),
-                [rate for rate, _ in pairs],
-                reference=round(statistics.median(raw_rate for _, raw_rate in pairs), 1),
+                statistics.median(p.rate for p in pairs),
+                [p.rate for p in pairs],
+                reference=round(statistics.median(p.raw_rate for p in pairs), 1),
                 ratio=round(statistics.median(ratios), 3),
                 ratios=" ".join(f"{r:.3f}" for r in ratios),
                 target="" if mode == "vec_env" else 0.9,
+                cpu_us_per_step=round(statistics.median(p.cpu for p in pairs) * 1e6, 1),
+                reference_cpu_us_per_step=round(statistics.median(p.raw_cpu for p in pairs) * 1e6, 1),
+                cpu_parity=round(statistics.median(p.raw_cpu / p.cpu for p in pairs), 3),
             )
 
     if "nature_cnn" in sections:
@@ -515,7 +553,7 @@ def main() -> None:
             for seed in range(args.repeats):
                 env_rate, env_cpu = raw_env_rate(args.game, args.envs, args.env_threads, steps, seed)
                 inference = inference_rate(args.game, batch, steps)
-                rate = sampler_rate(mode, "nature_cnn", args, seed)[0]
+                rate = sampler_rate(mode, "nature_cnn", args, seed).rate
                 ideal = min(env_rate, inference)
                 # Without any overlap each step costs env time plus inference time.
                 no_overlap = 1.0 / (1.0 / env_rate + 1.0 / inference)
@@ -584,19 +622,23 @@ def main() -> None:
         "Reference: the raw ale-py env rate (trivial policy) or the ideal overlap min(env, inference)",
         "(Nature CNN); no overlap: 1 / (1/env + 1/inference), a step's cost when env and inference take",
         "turns; CPU ceiling: CPUs / (env CPU + inference CPU per step), what the cores allow when both",
-        "run at once (below the ideal overlap where they cannot both have a core of their own).",
+        "run at once (below the ideal overlap where they cannot both have a core of their own). CPU",
+        "us/step (trivial policy): the mode's CPU time per env step, every thread of this process and",
+        "its workers, and the raw env's beside it; CPU parity: raw / mode, the mode's ratio were the",
+        "machine as busy as the raw env keeps it.",
         "",
-        "| section | what | env steps/s | reference | ratio | target | no overlap | CPU ceiling "
-        "| ratio to it | replay ratio |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| section | what | env steps/s | reference | ratio | target | no overlap | CPU us/step "
+        "| raw CPU us/step | CPU parity | CPU ceiling | ratio to it | replay ratio |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         reference = row.get("ideal", row.get("reference", ""))
         lines.append(
             f"| {row['section']} | {row['what']} | {row['steps_per_s']:.0f} | {reference} | "
             f"{row.get('ratio', '')} | {row.get('target', '')} | {row.get('no_overlap', '')} | "
-            f"{row.get('cpu_ceiling', '')} | {row.get('ratio_to_cpu_ceiling', '')} | "
-            f"{row.get('replay_ratio', '')} |"
+            f"{row.get('cpu_us_per_step', '')} | {row.get('reference_cpu_us_per_step', '')} | "
+            f"{row.get('cpu_parity', '')} | {row.get('cpu_ceiling', '')} | "
+            f"{row.get('ratio_to_cpu_ceiling', '')} | {row.get('replay_ratio', '')} |"
         )
     summary = "\n".join(lines) + "\n"
     args.out.with_suffix(".md").write_text(summary)

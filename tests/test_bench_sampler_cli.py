@@ -5,10 +5,13 @@ and Markdown summary are written."""
 from __future__ import annotations
 
 import csv
+import math
+import os
 import subprocess
 import sys
+import time
 
-from bench.bench_sampler import CNN_MODES, MODES
+from bench.bench_sampler import CNN_MODES, MODES, process_cpu_s
 
 
 def test_sampler_benchmark_measures_every_mode_against_its_reference(tmp_path):
@@ -37,6 +40,10 @@ def test_sampler_benchmark_measures_every_mode_against_its_reference(tmp_path):
         # The ratio is the sampler's rate over the raw rate timed beside it, not a constant.
         assert float(row["ratio"]) > 0 and float(row["reference"]) > 0
         assert abs(float(row["ratio"]) - float(row["steps_per_s"]) / float(row["reference"])) < 0.01
+        # CPU per env step of the mode (its workers' too) and of the raw env beside it.
+        cpu, raw_cpu = float(row["cpu_us_per_step"]), float(row["reference_cpu_us_per_step"])
+        assert cpu > 0 and raw_cpu > 0
+        assert abs(float(row["cpu_parity"]) - raw_cpu / cpu) < 0.01
     assert float(rows["nature_cnn", "alternating"]["ideal"]) > 0
     # The CPU ceiling comes from the raw env's measured CPU time per step and the inference rate.
     assert float(rows["trivial", "raw_env"]["cpu_us_per_step"]) > 0
@@ -44,3 +51,17 @@ def test_sampler_benchmark_measures_every_mode_against_its_reference(tmp_path):
     reference = min(float(cnn["ideal"]), float(cnn["cpu_ceiling"]))
     assert abs(float(cnn["ratio_to_cpu_ceiling"]) - float(cnn["steps_per_s"]) / reference) < 0.01
     assert "| trivial | serial |" in out.with_suffix(".md").read_text()
+
+
+def test_process_cpu_time_of_a_pid_matches_the_process_clock():
+    """``process_cpu_s`` (from /proc, in clock ticks) agrees with ``time.process_time`` on this process
+    to a few ticks while it burns CPU, and a vanished pid gives NaN, not a wrong figure."""
+    pid = os.getpid()
+    start, clock = process_cpu_s([pid]), time.process_time()
+    while time.process_time() - clock < 0.3:
+        pass
+    used, clock_used = process_cpu_s([pid]) - start, time.process_time() - clock
+    assert abs(used - clock_used) < 0.05, (used, clock_used)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert math.isnan(process_cpu_s([gone.pid]))

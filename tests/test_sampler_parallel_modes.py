@@ -70,7 +70,7 @@ def collect(
     out = []
     try:
         sampler.initialize()
-        pids = getattr(sampler, "worker_pids", [])
+        pids = sampler.worker_pids
         torch.manual_seed(100 + MODES.index(mode))  # per-env streams make the global RNG irrelevant
         for itr in range(n_batches):
             agent.set_mode("sample", itr * config.batch_size)

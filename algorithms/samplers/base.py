@@ -521,6 +521,12 @@ class BaseSampler(ABC):
     def sample(self, itr: int) -> tuple[NamedArrays, list[dict[str, Any]]]:
         """Collect one [T, B] batch with the agent's current parameters and mode."""
 
+    @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of this sampler's worker processes (for monitoring and shutdown checks): none
+        where it samples in this process alone."""
+        return []
+
     def evaluate(self, n_episodes: int, env_steps: int) -> list[dict[str, Any]]:
         """``n_episodes`` eval-mode episodes: dicts with ``episode``, ``return`` (raw), ``length``."""
         if self._eval_sampler is None:
