@@ -48,28 +48,21 @@ def _worker_cpus(spec: str) -> list[int]:
     return cpus
 
 
-def worker_cpu_sets(spec: str, n_workers: int, first_worker: int = 0) -> list[frozenset[int]]:
-    """One CPU each for workers ``first_worker ..`` of a sampler: worker i gets the i-th CPU of
-    ``spec`` (``SamplerConfig.worker_cpus``), cycling when there are more workers than CPUs; with
-    ``spec`` empty, empty sets (not pinned). Raises ``ValueError`` naming the setting when a CPU is
-    not available to this process."""
-    cpus = _worker_cpus(spec)
-    if not cpus:
-        return [frozenset()] * n_workers
-    return [frozenset({cpus[(first_worker + i) % len(cpus)]}) for i in range(n_workers)]
-
-
-def group_cpu_set(spec: str, group: int, n_groups: int) -> frozenset[int]:
-    """The CPUs of thread-worker group ``group`` of ``n_groups`` (``SamplerConfig.worker_cpus`` with
-    ``env_workers="threads"``): the list split between the groups, group g taking every
-    ``n_groups``-th CPU from the g-th on (one group: the whole list); with fewer CPUs than groups,
-    one CPU each, cycling. Empty ``spec``: the empty set (not pinned)."""
+def cpu_share(spec: str, member: int, members: int) -> frozenset[int]:
+    """The CPUs of ``member`` (0-based) of ``members`` that share ``spec``
+    (``SamplerConfig.worker_cpus``): the list cut into ``members`` contiguous blocks as even as
+    can be, member i's from position ``i * n // members`` on (one member: the whole list), so that
+    worker processes or thread groups use every CPU listed and each keeps to neighbouring CPUs
+    (one socket, where the numbering follows them); with more members than CPUs, one CPU each,
+    cycling. Empty ``spec``: the empty set (not pinned). Raises ``ValueError`` naming the setting
+    when a CPU is not available to this process."""
     cpus = _worker_cpus(spec)
     if not cpus:
         return frozenset()
-    if len(cpus) < n_groups:
-        return frozenset({cpus[group % len(cpus)]})
-    return frozenset(cpus[group::n_groups])
+    n = len(cpus)
+    if n < members:
+        return frozenset({cpus[member % n]})
+    return frozenset(cpus[member * n // members : (member + 1) * n // members])
 
 
 def pin_thread(cpus: frozenset[int], what: str) -> None:

@@ -106,12 +106,12 @@ class SamplerConfig:
     ``EnvConfig.num_threads`` threads per group) be the workers in this process, which saves the
     process hand-offs of every step (see ``algorithms.samplers.parallel_gpu``).
 
-    ``worker_cpus`` (parallel modes): a CPU list (``"0-3"``); worker process i and the threads it
-    starts (an env's, torch's) run on the i-th CPU of it, cycling; with ``env_workers="threads"``
-    the list is split between the groups' env threads (``algorithms.cpus.group_cpu_set``: with two
-    groups, alternate CPUs); ``""`` leaves them to the scheduler. A pinned
-    worker hands each step to its env threads and back on one core; and CPUs left out of the list
-    stay free for the main process's inference. On the 2-core dev machine, with a trivial policy,
+    ``worker_cpus`` (parallel modes): a CPU list (``"0-3"``) cut into contiguous blocks, one per
+    worker process (worker i and the threads it starts, an env's and torch's, run on block i), or
+    with ``env_workers="threads"`` one per group's env threads; with more workers than CPUs, one CPU
+    each, cycling (``algorithms.cpus.cpu_share``); ``""`` leaves them to the scheduler. A worker
+    pinned to one CPU hands each step to its env threads and back on that core; and CPUs left out
+    of the list stay free for the main process's inference. On the 2-core dev machine, with a trivial policy,
     pinning over both CPUs took the ``gpu`` and ``alternating`` modes' process workers from
     0.70-0.73 and 0.79-0.83 of the raw env rate to 0.79-0.84 and 0.82-0.87; with the Nature CNN
     acting in the main process, the env workers belong on the CPUs its inference does not use

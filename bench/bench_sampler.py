@@ -6,7 +6,7 @@ batch not timed):
 
 1. ``trivial``: each sampler mode (serial, cpu, gpu, alternating; gpu / alternating also with the
    native env's threads as their env workers, ``*_threads``; the parallel ones also with their
-   workers pinned one per CPU over every CPU, ``*_pinned``) with a policy whose inference
+   workers pinned over every CPU, a block of it each, ``*_pinned``) with a policy whose inference
    costs nothing (uniform random actions), against the raw ale-py vector env (``AtariVectorEnv``
    with the same preprocessing, ``send`` / ``recv`` and nothing else) stepping the same number of
    envs with random actions on the same number of env threads. The two are timed interleaved, a
@@ -83,7 +83,7 @@ from bench.bench_env import cpu_model
 
 # "<mode>_threads": the env-only modes with the native env's own threads as their workers
 # (``SamplerConfig.env_workers="threads"``), one vector env per group in the main process.
-# "..._pinned": the workers pinned one per CPU (``SamplerConfig.worker_cpus``: ``pin_cpus``).
+# "..._pinned": the workers pinned, a block of ``pin_cpus`` each (``SamplerConfig.worker_cpus``).
 MODES = (
     "serial",
     "cpu",

@@ -24,6 +24,7 @@ from algorithms.agents.dqn_agents import EpsilonGreedyAgent, R2D1Agent
 from algorithms.agents.epsilon import EpsilonSchedule
 from algorithms.algos import ppo, sac
 from algorithms.arrays import NamedArrays
+from algorithms.cpus import cpu_share
 from algorithms.envs.config import EnvConfig
 from algorithms.models.dqn_model import QNetwork
 from algorithms.models.r2d1_model import R2D1Model
@@ -186,11 +187,10 @@ THREAD_MODES = ("gpu", "alternating")
 @pytest.mark.slow
 def test_native_atari_worker_slices_match_serial() -> None:
     """Every mode on slices of ale-py's native vector env sees the serial sampler's episodes, with
-    process workers, pinned process workers (each on its CPU of ``worker_cpus``, its env threads
+    process workers, pinned process workers (each on its block of ``worker_cpus``, its env threads
     too; the alternating groups' workers numbered across the groups) and, where the workers only
-    step envs, with the env's threads as workers, pinned (group g's on CPU g) or not."""
-    cpus = sorted(os.sched_getaffinity(0))
-    all_cpus = ",".join(map(str, cpus))
+    step envs, with the env's threads as workers, pinned (group g's on block g) or not."""
+    all_cpus = ",".join(map(str, sorted(os.sched_getaffinity(0))))
     results = {}
     runs = (
         [(mode, "processes", "") for mode in MODES]
@@ -214,16 +214,15 @@ def test_native_atari_worker_slices_match_serial() -> None:
                 assert sampler.worker_pids == []
             if env_workers == "threads" and worker_cpus:
                 env_threads = set(os.listdir("/proc/self/task")) - threads_before
-                on = sorted(min(os.sched_getaffinity(int(tid))) for tid in env_threads)
+                on = sorted(sorted(os.sched_getaffinity(int(tid))) for tid in env_threads)
                 assert len(env_threads) == 2, "one env thread per group"
-                assert on == sorted({cpus[0], cpus[1 % len(cpus)]} if len(cpus) > 1 else [cpus[0]] * 2)
-                assert all(len(os.sched_getaffinity(int(tid))) == 1 for tid in env_threads)
+                assert on == sorted(sorted(cpu_share(worker_cpus, g, 2)) for g in (0, 1))
                 assert os.sched_getaffinity(0) == main_cpus  # the main thread's CPUs are as before
             for rank, pid in enumerate(sampler.worker_pids if worker_cpus else []):
                 threads = os.listdir(f"/proc/{pid}/task")
                 assert len(threads) >= 2  # the worker's own and ale-py's env thread
                 on = {cpu for tid in threads for cpu in os.sched_getaffinity(int(tid))}
-                assert on == {cpus[rank % len(cpus)]}, f"{mode} worker {rank}"
+                assert on == cpu_share(worker_cpus, rank, 2), f"{mode} worker {rank}"
             results[mode, env_workers, worker_cpus] = [
                 (samples.map(torch.clone), traj_infos)
                 for samples, traj_infos in (sampler.sample(itr) for itr in range(3))

@@ -12,7 +12,7 @@ import pytest
 import torch
 from test_sampler_parallel_shutdown import assert_all_gone
 
-from algorithms.cpus import group_cpu_set, worker_cpu_sets
+from algorithms.cpus import cpu_share
 from algorithms.samplers.workers import WorkerError, WorkerGroup
 from algorithms.train import SamplerConfig
 
@@ -155,7 +155,8 @@ def test_fast_command_times_out_with_a_clear_error() -> None:
 def test_workers_and_the_threads_they_start_run_on_their_cpus() -> None:
     cpus = sorted(os.sched_getaffinity(0))
     spec = ",".join(map(str, cpus))
-    sets = worker_cpu_sets(spec, len(cpus) + 1)  # one worker more than CPUs: the list cycles
+    n = len(cpus) + 1  # one worker more than CPUs: one CPU each, cycling
+    sets = [cpu_share(spec, i, n) for i in range(n)]
     assert sets == [frozenset({c}) for c in cpus] + [frozenset({cpus[0]})]
     group, _ = counters(len(sets), cpus=sets)
     try:
@@ -166,30 +167,27 @@ def test_workers_and_the_threads_they_start_run_on_their_cpus() -> None:
         group.close()
 
 
-def test_worker_cpu_sets_check_the_list_against_this_process() -> None:
-    assert worker_cpu_sets("", 3) == [frozenset()] * 3
+def test_cpu_share_checks_the_list_against_this_process() -> None:
+    assert cpu_share("", 0, 3) == frozenset()
     first = min(os.sched_getaffinity(0))
-    assert worker_cpu_sets(str(first), 2, first_worker=5) == [frozenset({first})] * 2
+    assert [cpu_share(str(first), i, 2) for i in (0, 1)] == [frozenset({first})] * 2  # cycling
     with pytest.raises(
         ValueError, match=r"SamplerConfig.worker_cpus '4096': CPUs \[4096\] are not available"
     ):
-        worker_cpu_sets("4096", 1)
+        cpu_share("4096", 0, 1)
     with pytest.raises(ValueError, match="CPU list 'x'"):
-        worker_cpu_sets("x", 1)
+        cpu_share("x", 0, 1)
 
 
-def test_group_cpu_sets_split_the_list_between_thread_groups() -> None:
-    available = sorted(os.sched_getaffinity(0))
-    spec = ",".join(map(str, available))
-    assert group_cpu_set("", 0, 2) == frozenset()
-    assert group_cpu_set(spec, 0, 1) == frozenset(available)  # one group: every CPU
-    if len(available) >= 2:
-        halves = [group_cpu_set(spec, g, 2) for g in (0, 1)]
-        assert halves == [frozenset(available[0::2]), frozenset(available[1::2])]
-    first = available[0]
-    assert [group_cpu_set(str(first), g, 2) for g in (0, 1)] == [frozenset({first})] * 2  # cycling
-    with pytest.raises(ValueError, match=r"SamplerConfig.worker_cpus '4096'"):
-        group_cpu_set("4096", 0, 2)
+def test_cpu_share_cuts_the_list_into_contiguous_blocks(monkeypatch) -> None:
+    """By hand, on a pretend 8-CPU machine: every listed CPU is used, blocks as even as can be."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    assert cpu_share("0-7", 0, 1) == frozenset(range(8))  # one member: the whole list
+    assert [cpu_share("0-7", i, 2) for i in (0, 1)] == [frozenset({0, 1, 2, 3}), frozenset({4, 5, 6, 7})]
+    # blocks from i * 8 // 3: 0, 2, 5
+    assert [cpu_share("0-7", i, 3) for i in range(3)] == [{0, 1}, {2, 3, 4}, {5, 6, 7}]
+    assert [cpu_share("1,3,5", i, 2) for i in (0, 1)] == [{1}, {3, 5}]  # the list's order, not the CPU ids
+    assert [cpu_share("2-3", i, 3) for i in range(3)] == [{2}, {3}, {2}]  # more members than CPUs
 
 
 def test_sampler_config_checks_worker_cpus() -> None:

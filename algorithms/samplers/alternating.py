@@ -115,6 +115,7 @@ class AlternatingSampler(BaseSampler):
                     observation_space,
                     action_space,
                     first_worker=sum(workers[:g]),
+                    all_workers=sum(workers),
                     group=g,
                     n_groups=2,
                 )

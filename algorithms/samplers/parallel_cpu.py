@@ -24,7 +24,7 @@ import torch
 
 from algorithms.agents.base import RankStreams
 from algorithms.arrays import NamedArrays, buffer_from_example
-from algorithms.cpus import worker_cpu_sets
+from algorithms.cpus import cpu_share
 from algorithms.envs.factory import make_vec_env
 from algorithms.samplers.base import (
     BaseSampler,
@@ -144,7 +144,7 @@ class ParallelCpuSampler(BaseSampler):
             )
             for rank, (first, n) in enumerate(split_ranks(B, self.config.n_workers))
         ]
-        cpus = worker_cpu_sets(self.config.worker_cpus, len(specs))
+        cpus = [cpu_share(self.config.worker_cpus, i, len(specs)) for i in range(len(specs))]
         self.workers = WorkerGroup("parallel-cpu sampler", specs, cpus=cpus)
 
     def sample(self, itr: int) -> tuple[NamedArrays, list[dict[str, Any]]]:

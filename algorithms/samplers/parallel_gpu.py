@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from algorithms.arrays import NamedArrays
-from algorithms.cpus import group_cpu_set, pinned, worker_cpu_sets
+from algorithms.cpus import cpu_share, pinned
 from algorithms.envs.factory import make_vec_env
 from algorithms.samplers.base import (
     BaseSampler,
@@ -146,7 +146,7 @@ class RemoteVecEnv:
         action_space: Any,
         cpus: list[frozenset[int]],
     ) -> None:
-        """``cpus``: each worker's CPUs (``algorithms.cpus.worker_cpu_sets``)."""
+        """``cpus``: each worker's CPUs (``algorithms.cpus.cpu_share``)."""
         self.num_envs = num_envs
         self.observation_space = observation_space
         self.action_space = action_space
@@ -213,24 +213,26 @@ def group_env(
     observation_space: Any,
     action_space: Any,
     first_worker: int = 0,
+    all_workers: int | None = None,
     group: int = 0,
     n_groups: int = 1,
 ) -> Any:
     """The envs of ranks ``first_rank ..`` for an env-only sampler (``config``: its
-    ``SamplerConfig``): a ``RemoteVecEnv`` over ``n_workers`` processes (the sampler's workers
-    ``first_worker ..``, for ``config.worker_cpus``), or with ``env_workers="threads"`` the
-    backend's vector env in this process (seeded as the workers would seed it), whose threads
-    start on group ``group`` of ``n_groups``'s share of ``config.worker_cpus``."""
+    ``SamplerConfig``): a ``RemoteVecEnv`` over ``n_workers`` processes, the sampler's workers
+    ``first_worker ..`` of ``all_workers`` (default ``n_workers``) sharing ``config.worker_cpus``,
+    or with ``env_workers="threads"`` the backend's vector env in this process (seeded as the
+    workers would seed it), whose threads start on group ``group`` of ``n_groups``'s share of it."""
     if config.env_workers == "threads":
         if not env_config.native_atari:
             raise ValueError(
                 f"SamplerConfig.env_workers 'threads' needs an env that steps on its own threads "
                 f"(native ale-py Atari); {env_config.id!r} (kind {env_config.kind!r}) steps synchronously"
             )
-        cpus = group_cpu_set(config.worker_cpus, group, n_groups)
+        cpus = cpu_share(config.worker_cpus, group, n_groups)
         with pinned(cpus, "SamplerConfig.worker_cpus"):  # the env's threads inherit the CPUs
             return make_vec_env(env_config, num_envs, seed, first_rank=first_rank)
-    cpus = worker_cpu_sets(config.worker_cpus, n_workers, first_worker)
+    all_workers = n_workers if all_workers is None else all_workers
+    cpus = [cpu_share(config.worker_cpus, first_worker + i, all_workers) for i in range(n_workers)]
     return RemoteVecEnv(
         name,
         env_config,

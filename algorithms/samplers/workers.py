@@ -180,7 +180,7 @@ class WorkerGroup:
     ) -> None:
         """``daemon=False`` lets a worker start workers of its own (the asynchronous runner's sampler
         process running a parallel sampler); it still exits when its parent dies (its pipe closes).
-        ``cpus``: the CPUs of each worker (``algorithms.cpus.worker_cpu_sets``; empty: not pinned)."""
+        ``cpus``: the CPUs of each worker (``algorithms.cpus.cpu_share``; empty: not pinned)."""
         if not body_factories:
             raise ValueError(f"{name}: a worker group needs at least one worker")
         cpus = [frozenset()] * len(body_factories) if cpus is None else list(cpus)
