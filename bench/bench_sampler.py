@@ -16,10 +16,12 @@ batch not timed):
    env (``NativeAtariVecEnv``: same-step autoreset, episode statistics, reward clipping) stepped
    the same way, the part of every mode's cost that is not the sampler's. Each row also has the CPU
    time per env step of the mode (this process and its workers, every thread) and of the raw env
-   beside it, and their ratio ``cpu_parity`` (raw / mode): the mode's rate relative to raw were
-   the machine kept as busy as the raw env keeps it. Where the raw env's threads already use all
-   the CPUs, the CPU a mode spends beyond the raw env's (its Python per step, its worker processes'
-   hand-offs) bounds it near that ratio however well it overlaps.
+   beside it, their ratio ``cpu_parity`` (raw / mode): the mode's rate relative to raw were the
+   machine kept as busy as the raw env keeps it, and how many CPUs each keeps busy (``cpus_busy``,
+   rate x CPU per step). Where the raw env's threads already use all the CPUs, the CPU a mode
+   spends beyond the raw env's (its Python per step, its worker processes' hand-offs) bounds it
+   near that ratio however well it overlaps; a mode that keeps fewer CPUs busy than the raw env
+   waits on its own hand-offs instead.
 2. ``nature_cnn``: the Nature DQN network (Mnih et al. 2015) acting epsilon-greedily on the CPU,
    serial vs parallel CPU vs alternating (process and thread workers, each also pinned to the CPUs
    but the first, which the main process's inference keeps to itself), against the ideal overlap
@@ -535,6 +537,8 @@ def main() -> None:
                 cpu_us_per_step=round(statistics.median(p.cpu for p in pairs) * 1e6, 1),
                 reference_cpu_us_per_step=round(statistics.median(p.raw_cpu for p in pairs) * 1e6, 1),
                 cpu_parity=round(statistics.median(p.raw_cpu / p.cpu for p in pairs), 3),
+                cpus_busy=round(statistics.median(p.rate * p.cpu for p in pairs), 2),
+                reference_cpus_busy=round(statistics.median(p.raw_rate * p.raw_cpu for p in pairs), 2),
             )
 
     if "nature_cnn" in sections:
@@ -625,19 +629,23 @@ def main() -> None:
         "run at once (below the ideal overlap where they cannot both have a core of their own). CPU",
         "us/step (trivial policy): the mode's CPU time per env step, every thread of this process and",
         "its workers, and the raw env's beside it; CPU parity: raw / mode, the mode's ratio were the",
-        "machine as busy as the raw env keeps it.",
+        "machine as busy as the raw env keeps it; CPUs busy: rate x CPU per step, the mode's (raw's).",
         "",
         "| section | what | env steps/s | reference | ratio | target | no overlap | CPU us/step "
-        "| raw CPU us/step | CPU parity | CPU ceiling | ratio to it | replay ratio |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| raw CPU us/step | CPU parity | CPUs busy | CPU ceiling | ratio to it | replay ratio |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+
+    def busy(row: dict[str, Any]) -> str:
+        return f"{row['cpus_busy']} ({row['reference_cpus_busy']})" if "cpus_busy" in row else ""
+
     for row in rows:
         reference = row.get("ideal", row.get("reference", ""))
         lines.append(
             f"| {row['section']} | {row['what']} | {row['steps_per_s']:.0f} | {reference} | "
             f"{row.get('ratio', '')} | {row.get('target', '')} | {row.get('no_overlap', '')} | "
             f"{row.get('cpu_us_per_step', '')} | {row.get('reference_cpu_us_per_step', '')} | "
-            f"{row.get('cpu_parity', '')} | {row.get('cpu_ceiling', '')} | "
+            f"{row.get('cpu_parity', '')} | {busy(row)} | {row.get('cpu_ceiling', '')} | "
             f"{row.get('ratio_to_cpu_ceiling', '')} | {row.get('replay_ratio', '')} |"
         )
     summary = "\n".join(lines) + "\n"

@@ -44,6 +44,8 @@ def test_sampler_benchmark_measures_every_mode_against_its_reference(tmp_path):
         cpu, raw_cpu = float(row["cpu_us_per_step"]), float(row["reference_cpu_us_per_step"])
         assert cpu > 0 and raw_cpu > 0
         assert abs(float(row["cpu_parity"]) - raw_cpu / cpu) < 0.01
+        busy = float(row["steps_per_s"]) * cpu * 1e-6
+        assert abs(float(row["cpus_busy"]) - busy) < 0.01 + 0.01 * busy
     assert float(rows["nature_cnn", "alternating"]["ideal"]) > 0
     # The CPU ceiling comes from the raw env's measured CPU time per step and the inference rate.
     assert float(rows["trivial", "raw_env"]["cpu_us_per_step"]) > 0
