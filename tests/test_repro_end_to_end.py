@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from interrupts import sigint_default
 
 from algorithms.rundir import LOG_FILE, read_run
 from repro.scheduler import last_env_steps
@@ -92,7 +93,11 @@ def test_ctrl_c_then_rerun_resumes_from_checkpoint(files):
     args += ["--root", str(root), "--no-progress"]
     run = root / "cartpole-long" / "a2c_cartpole" / "CartPole-v1" / "seed0"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "repro", *args], cwd=REPO, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "repro", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=sigint_default,
     )
     deadline = time.monotonic() + 120
     while last_env_steps(run) < 1_000:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from interrupts import sigint_default
 
 from algorithms.rundir import LOG_FILE, read_run
 from repro.scheduler import Task, detect_slots, last_env_steps, run_local
@@ -169,7 +170,7 @@ def test_ctrl_c_stops_children_and_rerun_resumes(tmp_path, toy):
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
     cmd = [sys.executable, str(driver), str(task.run_dir), task.argv[1]]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=REPO, preexec_fn=sigint_default)
     deadline = time.monotonic() + 30
     while last_env_steps(task.run_dir) < 5:
         assert time.monotonic() < deadline and proc.poll() is None

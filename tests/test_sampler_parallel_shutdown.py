@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from interrupts import sigint_default
 
 from algorithms.agents.dqn_agents import EpsilonGreedyAgent
 from algorithms.agents.epsilon import EpsilonSchedule
@@ -162,7 +163,12 @@ def test_no_orphans_after_ctrl_c_or_parent_death(stop: str) -> None:
     script = SCRIPT.format(tests=str(REPO / "tests"), mode=mode)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env, start_new_session=True
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+        preexec_fn=sigint_default,
     )
     try:
         pids = [int(p) for p in proc.stdout.readline().split()]
