@@ -42,12 +42,16 @@ eval_max_steps = { value = 50, source = "test" }
 n_steps = { value = 400, source = "test" }
 log_interval_steps = { value = 100, source = "test" }
 """
-PROFILE = """
+# Long enough that the interrupt lands mid-run: at about 2,200 env steps/s (A2C on CartPole, the
+# 2-core dev machine, alone) 6,000 steps left a window of about 2.5 s after the test saw 1,000,
+# which a loaded machine overran (the run completed before the SIGINT reached it).
+LONG_STEPS = 20_000
+PROFILE = f"""
 [profile]
 description = "test: long enough to interrupt"
 [a2c.runner]
-n_steps = { value = 6_000, source = "test" }
-log_interval_steps = { value = 200, source = "test" }
+n_steps = {{ value = {LONG_STEPS}, source = "test" }}
+log_interval_steps = {{ value = 200, source = "test" }}
 """
 
 
@@ -109,14 +113,14 @@ def test_ctrl_c_then_rerun_resumes_from_checkpoint(files):
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "rerun the same command" in out
     stopped = read_run(run)
-    assert stopped.status != "complete" and 1_000 <= stopped.progress["env_steps"].iloc[-1] < 6_000
+    assert stopped.status != "complete" and 1_000 <= stopped.progress["env_steps"].iloc[-1] < LONG_STEPS
 
     done = repro(*args)
     assert done.returncode == 0, done.stderr[-2000:]
     final = read_run(run)
     assert final.status == "complete"
     steps = final.progress["env_steps"].tolist()
-    assert steps == sorted(set(steps)) and steps[-1] == 6_000  # resumed: no duplicated or lost rows
+    assert steps == sorted(set(steps)) and steps[-1] == LONG_STEPS  # resumed: no duplicated or lost rows
     log = (run / LOG_FILE).read_text()
     assert log.count("=== attempt") == 2
 
