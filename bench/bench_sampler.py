@@ -312,7 +312,9 @@ def sampler_rate(
                     raw.step(a)
                 raw_s += time.perf_counter() - start
                 raw_cpu += time.process_time() - cpu
-            start, cpu = time.perf_counter(), time.process_time() + process_cpu_s(pids)
+            # CPU read before the clock starts: reading /proc is not the sampler's time.
+            cpu = time.process_time() + process_cpu_s(pids)
+            start = time.perf_counter()
             sampler.sample(itr)
             sampler_s += time.perf_counter() - start
             sampler_cpu += time.process_time() + process_cpu_s(pids) - cpu
