@@ -78,6 +78,68 @@ def test_fast_commands_interleave_with_pickled_ones() -> None:
         group.close()
 
 
+@dataclass(frozen=True)
+class DeferringSpec:
+    """A body whose fast command leaves part of its work for after the reply."""
+
+    slots: torch.Tensor
+
+    def __call__(self) -> Deferring:
+        return Deferring(self.slots)
+
+
+class Deferring:
+    def __init__(self, slots: torch.Tensor) -> None:
+        self.slots = slots.numpy()
+
+    def step(self, value: int):
+        self.slots[0] = value  # before the reply
+
+        def rest() -> None:
+            if value < 0:
+                raise ValueError(f"deferred failure {value}")
+            time.sleep(2.0)
+            self.slots[1] = value
+
+        return rest
+
+    def done(self) -> int:
+        return int(self.slots[1])
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_fast_commands_deferred_part_runs_after_the_reply_and_before_the_next_order() -> None:
+    slots = torch.zeros(2, dtype=torch.int64).share_memory_()
+    group = WorkerGroup("deferring", [DeferringSpec(slots)], fast_command="step")
+    try:
+        group.send("step", 7)
+        assert group.receive() == [None]
+        assert slots.tolist() == [7, 0]  # replied; the deferred part (2 s) is still running
+        assert group.call("done") == [7]  # the next order is read once it has finished
+        group.send("step", 8)
+        group.receive()
+        group.send("step", 9)  # queued behind step 8's deferred part
+        group.receive()
+        assert slots.tolist() == [9, 8]
+    finally:
+        group.close()
+
+
+@pytest.mark.parametrize("next_command", ["step", "done"])
+def test_an_error_in_a_deferred_part_is_reported_at_the_next_reply(next_command: str) -> None:
+    slots = torch.zeros(2, dtype=torch.int64).share_memory_()
+    group = WorkerGroup("deferring", [DeferringSpec(slots)], fast_command="step")
+    pids = group.pids
+    group.send("step", -1)
+    assert group.receive() == [None]  # the reply came before the deferred part failed
+    with pytest.raises(WorkerError, match=r"deferring worker 0 raised during 'step'") as info:
+        group.call(next_command, *([1] if next_command == "step" else []))
+    assert "ValueError: deferred failure -1" in str(info.value)
+    assert_all_gone(pids)
+
+
 def test_fast_command_takes_one_int() -> None:
     group, _ = counters(1)
     try:

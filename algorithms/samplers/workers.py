@@ -14,7 +14,10 @@ runner use the same machinery:
   ``step(t)``), the command itself with its integer argument, answered by one byte on a second raw
   pipe. A ``Pipe`` round trip (pickling, ``connection.wait``'s selector, two reads per message)
   cost 86-97 us between two processes on one core of the 2-core dev machine, a raw pipe's 10.5 us;
-  the env-only samplers' workers take one order per env step;
+  the env-only samplers' workers take one order per env step. A fast command may return the rest
+  of its work as a callable, which the worker runs right after replying, before it reads its next
+  order: work the parent does not wait for (an env worker's copy of the step's final
+  observations) then overlaps the parent's own; an error there is reported at the next reply;
 * the parent waits on the reply pipes *and* on the process sentinels at once (``select.poll``), so
   a worker that dies (an exception, a segfault, a ``SIGKILL``) is noticed at once and reported as a
   ``WorkerError`` naming the worker, its pid and exit code, instead of a hang;
@@ -127,21 +130,21 @@ def _worker_main(
             command = fast_command if what == _RUN_FAST else None
             try:
                 if what == _RUN_FAST:
-                    fast(value)
+                    rest = fast(value)
+                    os.write(done_fd, _DONE)
+                    if rest is not None:
+                        rest()  # after the reply: the parent goes on meanwhile
                 else:
                     command, args = conn.recv()
-                    result = getattr(body, command)(*args)
+                    conn.send(("ok", getattr(body, command)(*args)))
             except (BrokenPipeError, EOFError):
                 raise
             except Exception:
+                # Where the reply was sent already, the parent reads this at its next receive.
                 conn.send(("error", f"{name} raised during {command!r}:\n{traceback.format_exc()}"))
                 if what == _RUN_FAST:
                     os.write(done_fd, _FAILED)
                 return
-            if what == _RUN_FAST:
-                os.write(done_fd, _DONE)
-            else:
-                conn.send(("ok", result))
     except (BrokenPipeError, EOFError, ConnectionResetError):
         return  # the parent is gone
     finally:
@@ -163,8 +166,9 @@ class WorkerGroup:
     ``call(command, *args)`` sends the command to every worker and returns their results in
     order; ``send`` / ``receive`` split the two halves so the parent can work meanwhile (the
     alternating sampler selects actions for one group while the other steps its envs). The
-    ``fast_command``, if any, takes one integer argument and returns nothing; it travels on the raw
-    pipes (module docstring).
+    ``fast_command``, if any, takes one integer argument and returns None or a callable, the part of
+    its work to run after the reply (its ``receive`` returns None); it travels on the raw pipes
+    (module docstring).
     """
 
     def __init__(
@@ -347,6 +351,9 @@ class WorkerGroup:
     def _raise_dead(self, rank: int, command: str | None) -> None:
         proc = self._procs[rank]
         proc.join(timeout=1.0)
+        report = self._error_report(rank)
+        if report is not None:  # it raised, then exited, e.g. in a fast command's part after its reply
+            raise WorkerError(report)
         during = f" during {command!r}" if command else ""
         if command == "start":
             # The commonest cause: spawn re-imports the main module, whose unguarded code starts
@@ -355,6 +362,17 @@ class WorkerGroup:
         raise WorkerError(
             f"{self.worker_name(rank)} (pid {proc.pid}) {_describe_exit(proc.exitcode)}{during}"
         )
+
+    def _error_report(self, rank: int) -> str | None:
+        """The error report ``rank`` left on its ``Pipe`` before it exited, if any."""
+        conn = self._conns[rank]
+        try:
+            if conn.poll():
+                status, value = conn.recv()
+                return value if status == "error" else None
+        except (EOFError, OSError):
+            pass
+        return None
 
     # --- shutdown ----------------------------------------------------------------------------
     def close(self, timeout_s: float = JOIN_TIMEOUT_S) -> None:
