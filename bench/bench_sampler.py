@@ -14,7 +14,12 @@ batch not timed):
    the repeats' ratios), so that load drifts on a shared machine hit both alike. Target (issue 5):
    every mode >= 0.9 of the raw rate. Row ``vec_env``: this project's Contract 1 wrapper of the same
    env (``NativeAtariVecEnv``: same-step autoreset, episode statistics, reward clipping) stepped
-   the same way, the part of every mode's cost that is not the sampler's. Each row also has the CPU
+   the same way, the part of every mode's cost that is not the sampler's. Rows ``floor_*``: the
+   raw env split over the worker processes of the parallel GPU mode (``--workers`` of them, and
+   one: ``gpu_single``) and of the alternating mode, stepped with nothing but the hand-offs
+   (``HandoffFloor``), timed beside the raw env the same way: what a process-worker layout costs on
+   the machine before any sampler code runs, so each process-worker mode also gets its ratio to
+   its floor (``of_floor``). Each row also has the CPU
    time per env step of the mode (this process and its workers, every thread) and of the raw env
    beside it, their ratio ``cpu_parity`` (raw / mode): the mode's rate relative to raw were the
    machine kept as busy as the raw env keeps it, and how many CPUs each keeps busy (``cpus_busy``,
@@ -80,17 +85,20 @@ from algorithms.envs.config import EnvConfig
 from algorithms.envs.factory import make_vec_env
 from algorithms.models.dqn_model import QNetwork
 from algorithms.samplers.base import env_spaces, make_sampler
+from algorithms.samplers.workers import spawn_context, split_ranks
 from algorithms.train import SamplerConfig
 from bench.bench_env import cpu_model
 
 # "<mode>_threads": the env-only modes with the native env's own threads as their workers
 # (``SamplerConfig.env_workers="threads"``), one vector env per group in the main process.
 # "..._pinned": the workers pinned, a block of ``pin_cpus`` each (``SamplerConfig.worker_cpus``).
+# "..._single": one worker process, holding every env and env thread.
 MODES = (
     "serial",
     "cpu",
     "gpu",
     "alternating",
+    "gpu_single",
     "cpu_pinned",
     "gpu_pinned",
     "alternating_pinned",
@@ -109,14 +117,45 @@ CNN_MODES = (
 )
 
 
-def mode_setting(name: str, workers: int, pin_cpus: str) -> tuple[str, str, int, str]:
-    """(sampler mode, env_workers, how many vector envs the env threads are split over, worker_cpus)
-    of a ``MODES`` entry run with ``workers`` worker processes; pinned entries get ``pin_cpus``."""
+# The hand-off floor of each process-worker mode (``HandoffFloor``): its name -> the worker
+# processes of each group, given the bench's ``--workers``.
+FLOORS = {
+    "floor_gpu": lambda workers: [workers],
+    "floor_alternating": lambda workers: alternating_workers(workers),
+    "floor_gpu_single": lambda workers: [1],
+}
+# The floor each process-worker mode is compared with.
+MODE_FLOORS = {
+    "gpu": "floor_gpu",
+    "gpu_pinned": "floor_gpu",
+    "alternating": "floor_alternating",
+    "alternating_pinned": "floor_alternating",
+    "gpu_single": "floor_gpu_single",
+}
+
+
+class ModeSetting(NamedTuple):
+    mode: str  # SamplerConfig.mode
+    env_workers: str
+    n_workers: int
+    n_envs: int  # how many vector envs the env threads are split over
+    worker_cpus: str
+
+
+def mode_setting(name: str, workers: int, pin_cpus: str) -> ModeSetting:
+    """The sampler setting of a ``MODES`` entry in a bench run with ``workers`` worker processes;
+    pinned entries get ``pin_cpus``."""
     mode, *variant = name.split("_")
     worker_cpus = pin_cpus if "pinned" in variant else ""
+    n_workers = 1 if mode == "serial" or "single" in variant else workers
     if "threads" in variant:
-        return mode, "threads", 2 if mode == "alternating" else 1, worker_cpus
-    return mode, "processes", 1 if mode == "serial" else workers, worker_cpus
+        return ModeSetting(mode, "threads", n_workers, 2 if mode == "alternating" else 1, worker_cpus)
+    return ModeSetting(mode, "processes", n_workers, n_workers, worker_cpus)
+
+
+def alternating_workers(workers: int) -> list[int]:
+    """The worker processes of each of the alternating sampler's two groups (its own split)."""
+    return [max(1, n) for _, n in split_ranks(max(2, workers), 2)]
 
 
 def pin_cpus(section: str) -> str:
@@ -233,24 +272,44 @@ def process_cpu_s(pids: list[int]) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def raw_batches(env: Any) -> Any:
+    """``env.step`` over the rows of a [T, B] batch of actions."""
+
+    def run(actions: np.ndarray) -> None:
+        for a in actions:
+            env.step(a)
+
+    return run
+
+
+def time_interleaved(
+    runs: list[Any], pids: list[list[int]], actions: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(wall seconds, CPU seconds) of each of ``runs`` (callables taking a [T, B] batch of actions),
+    called in turn on every batch of ``actions`` [N, T, B] but the first, which warms them up; CPU
+    time is this process's and that of the ``pids`` of each run (its worker processes)."""
+    times, cpus = np.zeros(len(runs)), np.zeros(len(runs))
+    for batch, batch_actions in enumerate(actions):
+        for i, (run, run_pids) in enumerate(zip(runs, pids, strict=True)):
+            cpu = time.process_time() + process_cpu_s(run_pids)  # read before the clock starts
+            start = time.perf_counter()
+            run(batch_actions)
+            if batch:
+                times[i] += time.perf_counter() - start
+                cpus[i] += time.process_time() + process_cpu_s(run_pids) - cpu
+    return times, cpus
+
+
 def vec_env_vs_raw(args: argparse.Namespace, seed: int) -> Paired:
     """``NativeAtariVecEnv`` and the raw ale-py env, random actions, timed interleaved in segments
     of T steps as the samplers are."""
     raw = RawAleEnv(args.game, args.envs, args.env_threads, seed + 1000)
     vec_env = make_vec_env(env_config(args.game, args.env_threads, 1), args.envs, seed)
     try:
-        shape = (args.batch_t, args.envs)
+        shape = (args.batches + 1, args.batch_t, args.envs)
         actions = np.random.default_rng(seed).integers(0, vec_env.action_space.n, size=shape)
         vec_env.reset()
-        times, cpus = np.zeros(2), np.zeros(2)
-        for segment in range(args.batches + 1):
-            for i, env in enumerate((raw, vec_env)):
-                start, cpu = time.perf_counter(), time.process_time()
-                for a in actions:
-                    env.step(a)
-                if segment:  # the first segment warms both up
-                    times[i] += time.perf_counter() - start
-                    cpus[i] += time.process_time() - cpu
+        times, cpus = time_interleaved([raw_batches(raw), raw_batches(vec_env)], [[], []], actions)
     finally:
         vec_env.close()
         raw.close()
@@ -284,46 +343,174 @@ def sampler_rate(
     workers' during its batches (the raw env's, this process's during its segments).
     """
     section = "nature_cnn" if policy == "nature_cnn" else "trivial"
-    mode, env_workers, n_envs, worker_cpus = mode_setting(mode, args.workers, pin_cpus(section))
-    env = env_config(args.game, args.env_threads, n_envs)
+    setting = mode_setting(mode, args.workers, pin_cpus(section))
+    env = env_config(args.game, args.env_threads, setting.n_envs)
     factory = AgentFactory(policy, env)
     agent = factory()
-    n_workers = 1 if mode == "serial" else args.workers
     config = SamplerConfig(
-        mode=mode,
+        mode=setting.mode,
         batch_T=args.batch_t,
         batch_B=args.envs,
-        n_workers=n_workers,
-        env_workers=env_workers,
-        worker_cpus=worker_cpus,
+        n_workers=setting.n_workers,
+        env_workers=setting.env_workers,
+        worker_cpus=setting.worker_cpus,
     )
-    sampler = make_sampler(mode, env, agent, config, seed, agent_factory=factory)
-    actions = np.random.default_rng(seed).integers(0, agent.action_space.n, size=(args.batch_t, args.envs))
-    sampler_s = raw_s = sampler_cpu = raw_cpu = 0.0
+    sampler = make_sampler(setting.mode, env, agent, config, seed, agent_factory=factory)
+    shape = (args.batches + 1, args.batch_t, args.envs)
+    actions = np.random.default_rng(seed).integers(0, agent.action_space.n, size=shape)
+    batches = iter(range(args.batches + 1))
     try:
         sampler.initialize()
-        pids = sampler.worker_pids
         agent.set_mode("sample", 0)
-        sampler.sample(0)
-        for itr in range(1, args.batches + 1):
-            if raw is not None:
-                start, cpu = time.perf_counter(), time.process_time()
-                for a in actions:
-                    raw.step(a)
-                raw_s += time.perf_counter() - start
-                raw_cpu += time.process_time() - cpu
-            # CPU read before the clock starts: reading /proc is not the sampler's time.
-            cpu = time.process_time() + process_cpu_s(pids)
-            start = time.perf_counter()
-            sampler.sample(itr)
-            sampler_s += time.perf_counter() - start
-            sampler_cpu += time.process_time() + process_cpu_s(pids) - cpu
+        runs, pids = [lambda _: sampler.sample(next(batches))], [sampler.worker_pids]
+        if raw is not None:
+            runs, pids = [raw_batches(raw), *runs], [[], *pids]
+        times, cpus = time_interleaved(runs, pids, actions)
     finally:
         sampler.shutdown()
     steps = args.batches * config.batch_size
     if raw is None:
-        return Paired(steps / sampler_s, float("nan"), sampler_cpu / steps, float("nan"))
-    return Paired(steps / sampler_s, steps / raw_s, sampler_cpu / steps, raw_cpu / steps)
+        return Paired(steps / times[0], float("nan"), cpus[0] / steps, float("nan"))
+    return Paired(steps / times[1], steps / times[0], cpus[1] / steps, cpus[0] / steps)
+
+
+def _floor_worker(
+    game: str,
+    first_rank: int,
+    n_envs: int,
+    env_threads: int,
+    seed: int,
+    actions: torch.Tensor,
+    observation: torch.Tensor,
+    orders: Any,
+    done: Any,
+) -> None:
+    """A ``HandoffFloor`` worker: ale-py's vector env of ranks ``first_rank ..``, one step per order
+    byte with the actions in shared memory, the observations copied into shared memory, one byte back."""
+    env = RawAleEnv(game, n_envs, env_threads, seed + first_rank).env
+    rows = slice(first_rank, first_rank + n_envs)
+    actions, observation = actions[rows].numpy(), observation[rows].numpy()
+    order_fd, done_fd = orders.fileno(), done.fileno()
+    try:
+        os.write(done_fd, b"r")
+        while os.read(order_fd, 1) == b"s":  # b"" once the parent closes its end
+            env.send(actions)
+            observation[:] = env.recv()[0]
+            os.write(done_fd, b"d")
+    finally:
+        env.close()
+
+
+class HandoffFloor:
+    """The least that env-only worker processes cost on this machine: the raw ale-py env split over
+    worker processes as a process-worker mode splits it, each step one byte to every worker and one
+    back (raw pipes), actions and observations in shared memory, and nothing else (no Contract 1
+    bookkeeping, no batch record, no agent). ``groups`` lists each group's worker processes: one
+    group steps as the parallel GPU mode does (every worker, then wait for all), two take turns as
+    the alternating mode's do. The env threads are ``env_threads`` split over all the workers, and
+    each group's envs are split over its workers as ``split_ranks`` splits them, as in the samplers.
+    A mode's rate over its floor's (both against the raw env beside them) is how close it comes to
+    what its process layout allows here; the floor's own ratio to the raw env is the cost of the
+    layout itself: the hand-offs, and the env threads of one worker idling while another finishes.
+    """
+
+    def __init__(self, game: str, n_envs: int, env_threads: int, groups: list[int], seed: int) -> None:
+        ctx = spawn_context()
+        observation_space, _ = env_spaces(env_config(game, 1, 1))
+        self.actions = torch.zeros(n_envs, dtype=torch.int64).share_memory_()
+        self.observation = torch.zeros((n_envs, *observation_space.shape), dtype=torch.uint8).share_memory_()
+        self._actions = self.actions.numpy()
+        threads = max(1, env_threads // sum(groups))
+        self.groups: list[tuple[slice, list[int], list[int]]] = []  # (columns, order fds, done fds)
+        self._procs: list[Any] = []
+        self._pipes: list[Any] = []
+        try:
+            for (first, n), workers in zip(split_ranks(n_envs, len(groups)), groups, strict=True):
+                orders, dones = [], []
+                for lo, m in split_ranks(n, workers):
+                    order_reader, order_writer = ctx.Pipe(duplex=False)
+                    done_reader, done_writer = ctx.Pipe(duplex=False)
+                    worker_args = (game, first + lo, m, threads, seed, self.actions, self.observation)
+                    proc = ctx.Process(
+                        target=_floor_worker, args=(*worker_args, order_reader, done_writer), daemon=True
+                    )
+                    proc.start()
+                    order_reader.close()
+                    done_writer.close()
+                    self._procs.append(proc)
+                    self._pipes += [order_writer, done_reader]
+                    orders.append(order_writer.fileno())
+                    dones.append(done_reader.fileno())
+                self.groups.append((slice(first, first + n), orders, dones))
+            for _, _, dones in self.groups:
+                for fd in dones:
+                    if os.read(fd, 1) != b"r":
+                        raise RuntimeError("HandoffFloor: a worker died while starting (see its stderr)")
+        except BaseException:
+            self.close()
+            raise
+
+    def batch(self, actions: np.ndarray) -> None:
+        """``len(actions)`` steps of every env with ``actions`` [T, B], the groups taking turns."""
+        T = len(actions)
+        for columns, orders, _ in self.groups:
+            self._send(columns, orders, actions[0])
+        for t in range(T):
+            for columns, orders, dones in self.groups:
+                for fd in dones:
+                    if os.read(fd, 1) != b"d":
+                        raise RuntimeError("HandoffFloor: a worker died")
+                if t + 1 < T:
+                    self._send(columns, orders, actions[t + 1])
+
+    def _send(self, columns: slice, orders: list[int], actions: np.ndarray) -> None:
+        self._actions[columns] = actions[columns]
+        for fd in orders:
+            os.write(fd, b"s")
+
+    @property
+    def pids(self) -> list[int]:
+        return [int(proc.pid) for proc in self._procs]
+
+    def close(self) -> None:
+        for pipe in self._pipes:
+            pipe.close()  # the workers read EOF and end
+        for proc in self._procs:
+            proc.join(timeout=5.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
+
+def floor_vs_raw(floor: str, args: argparse.Namespace, seed: int) -> Paired:
+    """A ``FLOORS`` layout and the raw env, random actions, timed interleaved batch by batch as the
+    samplers are (CPU: this process and the floor's workers)."""
+    raw = RawAleEnv(args.game, args.envs, args.env_threads, seed + 1000)
+    try:
+        layout = HandoffFloor(args.game, args.envs, args.env_threads, FLOORS[floor](args.workers), seed)
+        try:
+            n_actions = raw.env.single_action_space.n
+            actions = np.random.default_rng(seed).integers(
+                0, n_actions, size=(args.batches + 1, args.batch_t, args.envs)
+            )
+            times, cpus = time_interleaved([raw_batches(raw), layout.batch], [[], layout.pids], actions)
+        finally:
+            layout.close()
+    finally:
+        raw.close()
+    steps = args.batches * args.batch_t * args.envs
+    (raw_rate, rate), (raw_cpu, cpu) = steps / times, cpus / steps
+    return Paired(rate, raw_rate, cpu, raw_cpu)
+
+
+def trivial_vs_raw(name: str, args: argparse.Namespace, seed: int) -> Paired:
+    """A row of the trivial section (``vec_env``, a ``FLOORS`` layout or a ``MODES`` entry) and the
+    raw env beside it."""
+    if name == "vec_env":
+        return vec_env_vs_raw(args, seed)
+    if name in FLOORS:
+        return floor_vs_raw(name, args, seed)
+    return sampler_vs_raw(name, args, seed)
 
 
 def sampler_vs_raw(mode: str, args: argparse.Namespace, seed: int) -> Paired:
@@ -523,19 +710,24 @@ def main() -> None:
         runs = [raw_env_rate(args.game, args.envs, args.env_threads, steps, s) for s in range(args.repeats)]
         raw, env_cpu = (statistics.median(run[i] for run in runs) for i in (0, 1))
         record("trivial", "raw_env", raw, [rate for rate, _ in runs], cpu_us_per_step=round(env_cpu * 1e6, 1))
-        for mode in ("vec_env", *MODES):
-            measure = vec_env_vs_raw if mode == "vec_env" else lambda a, s, m=mode: sampler_vs_raw(m, a, s)
-            pairs = [measure(args, seed) for seed in range(args.repeats)]
+        floors: dict[str, float] = {}
+        for mode in ("vec_env", *FLOORS, *MODES):
+            pairs = [trivial_vs_raw(mode, args, seed) for seed in range(args.repeats)]
             ratios = [p.rate / p.raw_rate for p in pairs]
+            ratio = statistics.median(ratios)
+            if mode in FLOORS:
+                floors[mode] = ratio
+            floor = floors.get(MODE_FLOORS.get(mode, ""))
             record(
                 "trivial",
                 mode,
                 statistics.median(p.rate for p in pairs),
                 [p.rate for p in pairs],
                 reference=round(statistics.median(p.raw_rate for p in pairs), 1),
-                ratio=round(statistics.median(ratios), 3),
+                ratio=round(ratio, 3),
                 ratios=" ".join(f"{r:.3f}" for r in ratios),
-                target="" if mode == "vec_env" else 0.9,
+                target="" if mode == "vec_env" or mode in FLOORS else 0.9,
+                **({} if floor is None else {"floor": round(floor, 3), "of_floor": round(ratio / floor, 3)}),
                 cpu_us_per_step=round(statistics.median(p.cpu for p in pairs) * 1e6, 1),
                 reference_cpu_us_per_step=round(statistics.median(p.raw_cpu for p in pairs) * 1e6, 1),
                 cpu_parity=round(statistics.median(p.raw_cpu / p.cpu for p in pairs), 3),
@@ -632,10 +824,13 @@ def main() -> None:
         "us/step (trivial policy): the mode's CPU time per env step, every thread of this process and",
         "its workers, and the raw env's beside it; CPU parity: raw / mode, the mode's ratio were the",
         "machine as busy as the raw env keeps it; CPUs busy: rate x CPU per step, the mode's (raw's).",
+        "floor_*: the raw env in the worker processes of a process-worker mode, with nothing but the",
+        "hand-offs (HandoffFloor); floor: that layout's ratio to raw, of floor: the mode's ratio over it.",
         "",
-        "| section | what | env steps/s | reference | ratio | target | no overlap | CPU us/step "
-        "| raw CPU us/step | CPU parity | CPUs busy | CPU ceiling | ratio to it | replay ratio |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| section | what | env steps/s | reference | ratio | target | floor | of floor | no overlap "
+        "| CPU us/step | raw CPU us/step | CPU parity | CPUs busy | CPU ceiling | ratio to it "
+        "| replay ratio |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
     def busy(row: dict[str, Any]) -> str:
@@ -645,7 +840,8 @@ def main() -> None:
         reference = row.get("ideal", row.get("reference", ""))
         lines.append(
             f"| {row['section']} | {row['what']} | {row['steps_per_s']:.0f} | {reference} | "
-            f"{row.get('ratio', '')} | {row.get('target', '')} | {row.get('no_overlap', '')} | "
+            f"{row.get('ratio', '')} | {row.get('target', '')} | {row.get('floor', '')} | "
+            f"{row.get('of_floor', '')} | {row.get('no_overlap', '')} | "
             f"{row.get('cpu_us_per_step', '')} | {row.get('reference_cpu_us_per_step', '')} | "
             f"{row.get('cpu_parity', '')} | {busy(row)} | {row.get('cpu_ceiling', '')} | "
             f"{row.get('ratio_to_cpu_ceiling', '')} | {row.get('replay_ratio', '')} |"

@@ -11,7 +11,11 @@ import subprocess
 import sys
 import time
 
-from bench.bench_sampler import CNN_MODES, MODES, process_cpu_s
+import numpy as np
+import pytest
+from test_sampler_parallel_shutdown import assert_all_gone
+
+from bench.bench_sampler import CNN_MODES, FLOORS, MODE_FLOORS, MODES, HandoffFloor, RawAleEnv, process_cpu_s
 
 
 def test_sampler_benchmark_measures_every_mode_against_its_reference(tmp_path):
@@ -30,12 +34,13 @@ def test_sampler_benchmark_measures_every_mode_against_its_reference(tmp_path):
     assert set(rows) == {
         ("trivial", "raw_env"),
         ("trivial", "vec_env"),
+        *(("trivial", floor) for floor in FLOORS),
         *(("trivial", mode) for mode in MODES),
         ("nature_cnn", "inference_B2"),
         ("nature_cnn", "inference_B1"),
         *(("nature_cnn", mode) for mode in CNN_MODES),
     }
-    for mode in ("vec_env", *MODES):
+    for mode in ("vec_env", *FLOORS, *MODES):
         row = rows["trivial", mode]
         # The ratio is the sampler's rate over the raw rate timed beside it, not a constant.
         assert float(row["ratio"]) > 0 and float(row["reference"]) > 0
@@ -46,6 +51,10 @@ def test_sampler_benchmark_measures_every_mode_against_its_reference(tmp_path):
         assert abs(float(row["cpu_parity"]) - raw_cpu / cpu) < 0.01
         busy = float(row["steps_per_s"]) * cpu * 1e-6
         assert abs(float(row["cpus_busy"]) - busy) < 0.01 + 0.01 * busy
+    for mode, floor in MODE_FLOORS.items():  # each process-worker mode over its floor's ratio
+        row = rows["trivial", mode]
+        assert row["floor"] == rows["trivial", floor]["ratio"]
+        assert abs(float(row["of_floor"]) - float(row["ratio"]) / float(row["floor"])) < 0.01
     assert float(rows["nature_cnn", "alternating"]["ideal"]) > 0
     # The CPU ceiling comes from the raw env's measured CPU time per step and the inference rate.
     assert float(rows["trivial", "raw_env"]["cpu_us_per_step"]) > 0
@@ -67,3 +76,25 @@ def test_process_cpu_time_of_a_pid_matches_the_process_clock():
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     assert math.isnan(process_cpu_s([gone.pid]))
+
+
+@pytest.mark.parametrize("groups", [[2], [1, 1]])
+def test_handoff_floor_steps_the_raw_envs(groups):
+    """The floor's workers step their slices of the envs as one raw env with the same seed does: its
+    shared observations after a batch are the raw env's, frame for frame."""
+    n_envs, seed = 4, 3
+    actions = np.random.default_rng(0).integers(0, 6, size=(5, n_envs))
+    raw = RawAleEnv("pong", n_envs, 1, seed)
+    floor = HandoffFloor("pong", n_envs, 2, groups, seed)
+    try:
+        assert len(floor.pids) == sum(groups)
+        for a in actions:
+            raw.env.send(a)
+            expected = raw.env.recv()[0]
+        floor.batch(actions)
+        assert float(expected.std()) > 0
+        np.testing.assert_array_equal(floor.observation.numpy(), expected)
+    finally:
+        floor.close()
+        raw.close()
+    assert_all_gone(floor.pids)
