@@ -84,6 +84,7 @@ from algorithms.envs.atari import ale_vector_env
 from algorithms.envs.config import EnvConfig
 from algorithms.envs.factory import make_vec_env
 from algorithms.models.dqn_model import QNetwork
+from algorithms.samplers.alternating import group_workers
 from algorithms.samplers.base import env_spaces, make_sampler
 from algorithms.samplers.workers import spawn_context, split_ranks
 from algorithms.train import SamplerConfig
@@ -121,7 +122,7 @@ CNN_MODES = (
 # processes of each group, given the bench's ``--workers``.
 FLOORS = {
     "floor_gpu": lambda workers: [workers],
-    "floor_alternating": lambda workers: alternating_workers(workers),
+    "floor_alternating": group_workers,
     "floor_gpu_single": lambda workers: [1],
 }
 # The floor each process-worker mode is compared with.
@@ -151,11 +152,6 @@ def mode_setting(name: str, workers: int, pin_cpus: str) -> ModeSetting:
     if "threads" in variant:
         return ModeSetting(mode, "threads", n_workers, 2 if mode == "alternating" else 1, worker_cpus)
     return ModeSetting(mode, "processes", n_workers, n_workers, worker_cpus)
-
-
-def alternating_workers(workers: int) -> list[int]:
-    """The worker processes of each of the alternating sampler's two groups (its own split)."""
-    return [max(1, n) for _, n in split_ranks(max(2, workers), 2)]
 
 
 def pin_cpus(section: str) -> str:

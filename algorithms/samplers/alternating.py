@@ -47,6 +47,12 @@ from algorithms.samplers.parallel_gpu import group_env, group_stepper_args, work
 from algorithms.samplers.workers import split_ranks
 
 
+def group_workers(n_workers: int) -> list[int]:
+    """The worker processes of each of the two groups: ``n_workers`` split between them, at least
+    one each."""
+    return [max(1, n) for _, n in split_ranks(max(2, n_workers), 2)]
+
+
 class GroupStepper(EnvStepper):
     """``EnvStepper`` for one group: the agent is shared with the other group, so ``act`` sets its
     env ranks (per-env epsilons and random streams) to this group's before acting; the recurrent
@@ -98,7 +104,7 @@ class AlternatingSampler(BaseSampler):
         self.samples = allocate_samples(example, self.batch_spec, shared=shared)
         seed = env_seed(self.seed, "train", self.start_env_steps)
         streams = exploration_streams(self.seed, "train", self.start_env_steps)
-        workers = [max(1, n) for _, n in split_ranks(max(2, self.config.n_workers), 2)]
+        workers = group_workers(self.config.n_workers)
         self.groups: list[GroupStepper] = []
         self.writers: list[StepWriter] = []
         try:
