@@ -705,7 +705,7 @@ def main() -> None:
         # The nature_cnn section times the raw env itself, before each of its repeats.
         runs = [raw_env_rate(args.game, args.envs, args.env_threads, steps, s) for s in range(args.repeats)]
         raw, env_cpu = (statistics.median(run[i] for run in runs) for i in (0, 1))
-        record("trivial", "raw_env", raw, [rate for rate, _ in runs], cpu_us_per_step=round(env_cpu * 1e6, 1))
+        record("trivial", "raw_env", raw, [rate for rate, _ in runs], cpu_us_per_step=round(env_cpu * 1e6, 2))
         floors: dict[str, float] = {}
         for mode in ("vec_env", *FLOORS, *MODES):
             pairs = [trivial_vs_raw(mode, args, seed) for seed in range(args.repeats)]
@@ -724,8 +724,8 @@ def main() -> None:
                 ratios=" ".join(f"{r:.3f}" for r in ratios),
                 target="" if mode == "vec_env" or mode in FLOORS else 0.9,
                 **({} if floor is None else {"floor": round(floor, 3), "of_floor": round(ratio / floor, 3)}),
-                cpu_us_per_step=round(statistics.median(p.cpu for p in pairs) * 1e6, 1),
-                reference_cpu_us_per_step=round(statistics.median(p.raw_cpu for p in pairs) * 1e6, 1),
+                cpu_us_per_step=round(statistics.median(p.cpu for p in pairs) * 1e6, 2),
+                reference_cpu_us_per_step=round(statistics.median(p.raw_cpu for p in pairs) * 1e6, 2),
                 cpu_parity=round(statistics.median(p.raw_cpu / p.cpu for p in pairs), 3),
                 cpus_busy=round(statistics.median(p.rate * p.cpu for p in pairs), 2),
                 reference_cpus_busy=round(statistics.median(p.raw_rate * p.raw_cpu for p in pairs), 2),
