@@ -14,10 +14,10 @@ import difflib
 from dataclasses import dataclass, fields
 from typing import Literal
 
-EnvKind = Literal["atari", "gym"]
+EnvKind = Literal["atari", "gym", "minatar"]
 EnvBackend = Literal["native", "gymnasium"]
 
-KINDS: tuple[str, ...] = ("atari", "gym")
+KINDS: tuple[str, ...] = ("atari", "gym", "minatar")
 # Fields a gymnasium id ignores: setting one of them for a gymnasium id is an error, not a no-op.
 ATARI_ONLY_FIELDS: tuple[str, ...] = (
     "frameskip",
@@ -32,6 +32,17 @@ ATARI_ONLY_FIELDS: tuple[str, ...] = (
     "num_threads",
 )
 BACKENDS: tuple[str, ...] = ("native", "gymnasium")
+# The fields a MinAtar game takes (algorithms/envs/minatar.py); the rest must keep their defaults.
+MINATAR_FIELDS: tuple[str, ...] = (
+    "id",
+    "kind",
+    "repeat_action_probability",
+    "full_action_space",
+    "difficulty_ramping",
+    "max_episode_steps",
+    "clip_rewards",
+)
+MINATAR_PREFIX = "minatar_"
 
 
 @dataclass(frozen=True)
@@ -39,7 +50,11 @@ class EnvConfig:
     """One environment setting. Validated when built: a bad field raises a one-line ``ValueError``.
 
     ``id``: an ALE game in snake_case (``"pong"``, ``"chopper_command"``) when ``kind="atari"``;
-    any registered gymnasium id (``"CartPole-v1"``, ``"HalfCheetah-v5"``) when ``kind="gym"``.
+    any registered gymnasium id (``"CartPole-v1"``, ``"HalfCheetah-v5"``) when ``kind="gym"``;
+    a MinAtar game (``"minatar_breakout"``, ...: ``algorithms.envs.minatar.MINATAR_GAMES``) when
+    ``kind="minatar"``, which takes only ``MINATAR_FIELDS``: ``repeat_action_probability`` is MinAtar's
+    sticky-action probability (0.1 in Young & Tian 2019), ``full_action_space`` all 6 actions (as
+    published) or the game's minimal set, ``max_episode_steps`` an optional training time limit.
 
     ``backend`` (Atari only): ``"native"`` is ale-py's threaded C++ ``AtariVectorEnv`` (the fast
     path); ``"gymnasium"`` steps one ``ALE/<Game>-v5`` env per batch entry in a Python loop with the
@@ -65,9 +80,10 @@ class EnvConfig:
     max_episode_frames: int = 108_000  # truncation (not termination) after this many frames of play
     num_threads: int = 0  # native backend worker threads; 0 lets ale-py choose
 
-    # --- gymnasium ids ----------------------------------------------------------------------------
+    # --- gymnasium ids and MinAtar -------------------------------------------------------------------
     max_episode_steps: int | None = None  # TimeLimit override; None keeps the id's registered limit
     mask_velocity: bool = False  # partially observed variant: see algorithms/envs/pomdp.py
+    difficulty_ramping: bool = True  # MinAtar only: games speed up over an episode (the package default)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -76,7 +92,12 @@ class EnvConfig:
             raise ValueError(f"EnvConfig.backend must be one of {BACKENDS}, got {self.backend!r}")
         if not isinstance(self.id, str) or not self.id:
             raise ValueError(f"EnvConfig.id must be a non-empty string, got {self.id!r}")
-        if self.kind == "atari":
+        if self.kind == "minatar":
+            _check_minatar_game(self.id)
+            for f in fields(self):
+                if f.name not in MINATAR_FIELDS and getattr(self, f.name) != f.default:
+                    raise ValueError(f"EnvConfig.{f.name} does not apply to MinAtar games ({self.id!r})")
+        elif self.kind == "atari":
             _check_atari_game(self.id)
             if self.mask_velocity:
                 raise ValueError("EnvConfig.mask_velocity applies to gymnasium ids, not Atari games")
@@ -89,6 +110,10 @@ class EnvConfig:
             for f in fields(self):
                 if f.name in ATARI_ONLY_FIELDS and getattr(self, f.name) != f.default:
                     raise ValueError(f"EnvConfig.{f.name} applies to Atari games only, not to {self.id!r}")
+        if self.kind != "minatar" and self.difficulty_ramping is not True:
+            raise ValueError(
+                f"EnvConfig.difficulty_ramping applies to MinAtar games only, not to {self.id!r}"
+            )
         _check_int("frameskip", self.frameskip, minimum=1)
         _check_int("frame_size", self.frame_size, minimum=1)
         if self.frame_size > 160:
@@ -104,7 +129,14 @@ class EnvConfig:
         p = self.repeat_action_probability
         if isinstance(p, bool) or not isinstance(p, int | float) or not 0.0 <= p <= 1.0:
             raise ValueError(f"EnvConfig.repeat_action_probability must be a number in [0, 1], got {p!r}")
-        for name in ("full_action_space", "fire_reset", "clip_rewards", "episodic_life", "mask_velocity"):
+        for name in (
+            "full_action_space",
+            "fire_reset",
+            "clip_rewards",
+            "episodic_life",
+            "mask_velocity",
+            "difficulty_ramping",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"EnvConfig.{name} must be a bool, got {getattr(self, name)!r}")
 
@@ -137,7 +169,26 @@ def atari_game_ids() -> list[str]:
     return list(roms.get_all_rom_ids())
 
 
+def _check_minatar_game(env_id: str) -> None:
+    from algorithms.envs.minatar import MINATAR_GAMES
+
+    if env_id not in MINATAR_GAMES:
+        hint = (
+            "; an Atari game? the setting's env.kind is 'minatar'"
+            if not env_id.startswith(MINATAR_PREFIX)
+            else ""
+        )
+        raise ValueError(
+            f"EnvConfig.id: unknown MinAtar game {env_id!r} (one of {', '.join(MINATAR_GAMES)}){hint}"
+        )
+
+
 def _check_atari_game(game: str) -> None:
+    if game.startswith(MINATAR_PREFIX):
+        raise ValueError(
+            f"EnvConfig.id: {game!r} is a MinAtar game, but the setting's env.kind is 'atari' "
+            "(a MinAtar setting has env.kind = 'minatar')"
+        )
     games = atari_game_ids()
     if game not in games:
         close = difflib.get_close_matches(game.lower().replace("-", "_"), games, n=3, cutoff=0.6)
