@@ -63,6 +63,7 @@ class Config:
     eps_decay_steps: int = 250_000
     eps_per_env: Literal["same", "apex"] = "same"
     eps_eval: float = 0.001
+    conv_torso: str = "nature"
     mlp_hidden_sizes: tuple[int, ...] = (64, 64)
     hidden_size: int = 512
 
@@ -95,6 +96,7 @@ def build_agent(config: Config, observation_space: gym.Space, action_space: gym.
         n_atoms=config.n_atoms,
         hidden_size=config.hidden_size,
         mlp_hidden_sizes=config.mlp_hidden_sizes,
+        conv_torso=config.conv_torso,
     )
     return EpsilonGreedyAgent(
         model, observation_space, action_space, config.epsilon_schedule, config.support()

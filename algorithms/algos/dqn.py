@@ -38,8 +38,9 @@ from algorithms.functional.td import (
     squared_loss,
 )
 from algorithms.models.dqn_model import QNetwork
+from algorithms.models.torsos import CONV_TORSOS
 from algorithms.replay.buffer import ReplayBuffer
-from algorithms.replay.observations import FrameObservations, FullObservations
+from algorithms.replay.observations import observations_for
 from algorithms.replay.samplers import PrioritizedSampler, UniformSampler
 from algorithms.replay.transitions import TransitionStorage
 from algorithms.samplers.base import BatchSpec
@@ -87,9 +88,11 @@ class Config:
     eps_decay_steps: int = 250_000
     eps_per_env: Literal["same", "apex"] = "same"
     eps_eval: float = 0.05  # Nature Methods, "Evaluation procedure"
-    # Network for vector observations (Atari frames use the Nature convolutions).
+    # Network: ``conv_torso`` for (C, H, W) observations (``models.torsos.CONV_TORSOS``: "nature",
+    # Mnih et al. 2015; "minatar" / "minatar_same" for MinAtar's 10x10 maps), an MLP for vectors.
+    conv_torso: str = "nature"
     mlp_hidden_sizes: tuple[int, ...] = (64, 64)
-    hidden_size: int = 512  # Nature's fully connected layer; each dueling stream
+    hidden_size: int = 512  # the fully connected layer after the convolutions; each dueling stream; 0 = none
 
     def __post_init__(self) -> None:
         check_common_fields(self)
@@ -130,7 +133,8 @@ def check_common_fields(c: Any) -> None:
         0.0 <= c.priority_beta_start <= 1.0, "priority_beta_start", c.priority_beta_start, "in [0, 1]"
     )
     check_field(all(h >= 1 for h in c.mlp_hidden_sizes), "mlp_hidden_sizes", c.mlp_hidden_sizes, "positive")
-    check_field(c.hidden_size >= 1, "hidden_size", c.hidden_size, ">= 1")
+    check_field(c.hidden_size >= 0, "hidden_size", c.hidden_size, ">= 0 (0: no hidden layer)")
+    check_field(c.conv_torso in CONV_TORSOS, "conv_torso", c.conv_torso, f"one of {CONV_TORSOS}")
     c.epsilon_schedule  # validates the eps_* fields  # noqa: B018
 
 
@@ -142,6 +146,7 @@ def build_agent(config: Config, observation_space: gym.Space, action_space: gym.
         dueling=config.dueling,
         hidden_size=config.hidden_size,
         mlp_hidden_sizes=config.mlp_hidden_sizes,
+        conv_torso=config.conv_torso,
     )
     return EpsilonGreedyAgent(model, observation_space, action_space, config.epsilon_schedule)
 
@@ -179,12 +184,11 @@ class Algo(QReplayLearner):
     def build_replay(self, example: NamedArrays) -> ReplayBuffer:
         """n-step transition storage (single frames for Atari stacks) x uniform or prioritized sampling."""
         c = self.config
-        frames = len(example.observation.shape) == 3
         storage = TransitionStorage(
             c.replay_size_steps,
             self.batch_spec.B,
             example,
-            FrameObservations(example.observation.shape[0]) if frames else FullObservations(),
+            observations_for(example.observation),
             n_step=c.n_step,
             gamma=c.discount,
         )

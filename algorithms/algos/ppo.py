@@ -39,6 +39,7 @@ from algorithms.functional.advantages import (
 )
 from algorithms.functional.policy_losses import approx_kl, entropy_bonus, ppo_clipped_surrogate, value_loss
 from algorithms.models.policies import ActorCritic, RecurrentActorCritic
+from algorithms.models.torsos import CONV_TORSOS
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,8 @@ class Config:
     target_kl: float = 0.0  # 0: never stop early
     # Model.
     hidden_sizes: tuple[int, ...] = (64, 64)
+    # The torso for (C, H, W) observations (``models.torsos.CONV_TORSOS``; ``models.policies``).
+    conv_torso: str = "nature"
     recurrent: bool = False
     lstm_size: int = 128
 
@@ -91,6 +94,7 @@ class Config:
                 "an int >= 1",
             )
         _require(self.anneal_env_steps >= 0, "anneal_env_steps", self.anneal_env_steps, ">= 0")
+        _require(self.conv_torso in CONV_TORSOS, "conv_torso", self.conv_torso, f"one of {CONV_TORSOS}")
         _require(
             isinstance(self.hidden_sizes, tuple) and all(h >= 1 for h in self.hidden_sizes),
             "hidden_sizes",
@@ -150,10 +154,18 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space) -> PgAgent:
     """An actor-critic agent: recurrent (LSTM) when ``config.recurrent``."""
     if config.recurrent:
-        model = RecurrentActorCritic(observation_space, action_space, config.hidden_sizes, config.lstm_size)
+        model = RecurrentActorCritic(
+            observation_space,
+            action_space,
+            config.hidden_sizes,
+            config.lstm_size,
+            conv_torso=config.conv_torso,
+        )
         return RecurrentPgAgent(model, observation_space, action_space)
     return PgAgent(
-        ActorCritic(observation_space, action_space, config.hidden_sizes), observation_space, action_space
+        ActorCritic(observation_space, action_space, config.hidden_sizes, conv_torso=config.conv_torso),
+        observation_space,
+        action_space,
     )
 
 

@@ -62,8 +62,9 @@ from algorithms.functional.returns import nstep_returns
 from algorithms.functional.td import select_action_values
 from algorithms.functional.value_rescaling import VALUE_TRANSFORMS, value_transform
 from algorithms.models.r2d1_model import R2D1Model
+from algorithms.models.torsos import CONV_TORSOS
 from algorithms.replay.buffer import ReplayBuffer
-from algorithms.replay.observations import FrameObservations, FullObservations
+from algorithms.replay.observations import observations_for
 from algorithms.replay.samplers import PrioritizedSampler
 from algorithms.replay.sequences import SequenceStorage
 from algorithms.samplers.base import BatchSpec
@@ -102,6 +103,8 @@ class Config:
     eps_final_min: float = 0.0005  # env 0's final epsilon with "log_spaced" (rlpyt's eps_final_min)
     eps_eval: float = 0.0  # R2D2 does not state one: greedy
     # Network (R2D2 Appendix "Hyper-parameters"): conv torso -> fc 512 -> LSTM 512 -> dueling 512.
+    # ``conv_torso``: the convolutions for (C, H, W) observations (``models.torsos.CONV_TORSOS``).
+    conv_torso: str = "nature"
     lstm_size: int = 512
     fc_size: int = 512  # rlpyt's layer between conv torso and LSTM; 0 = none (R2D2)
     head_hidden_size: int = 512
@@ -158,6 +161,7 @@ class Config:
         _check(
             all(h >= 1 for h in self.mlp_hidden_sizes), "mlp_hidden_sizes", self.mlp_hidden_sizes, "positive"
         )
+        _check(self.conv_torso in CONV_TORSOS, "conv_torso", self.conv_torso, f"one of {CONV_TORSOS}")
         self.epsilon_schedule  # validates the eps_* fields  # noqa: B018
 
     @property
@@ -200,6 +204,7 @@ def build_agent(config: Config, observation_space: gym.Space, action_space: gym.
         fc_size=config.fc_size,
         head_hidden_size=config.head_hidden_size,
         mlp_hidden_sizes=config.mlp_hidden_sizes,
+        conv_torso=config.conv_torso,
     )
     return R2D1Agent(model, observation_space, action_space, config.epsilon_schedule)
 
@@ -297,12 +302,11 @@ class Algo(QReplayLearner):
     # --- replay -------------------------------------------------------------------------------------
     def build_replay(self, example: NamedArrays) -> ReplayBuffer:
         c = self.config
-        frames = len(example.observation.shape) == 3
         storage = SequenceStorage(
             c.replay_size_steps,
             self.batch_spec.B,
             example,
-            FrameObservations(example.observation.shape[0]) if frames else FullObservations(),
+            observations_for(example.observation),
             sequence_length=c.sequence_steps,
             stride=c.sequence_period_steps,
         )

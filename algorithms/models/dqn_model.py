@@ -13,11 +13,15 @@ import torch
 from torch import nn
 
 from algorithms.models.heads import CategoricalHead, DuelingHead, QHead
-from algorithms.models.torsos import MlpTorso, NatureConvTorso
+from algorithms.models.torsos import build_torso
 
 
 class QNetwork(nn.Module):
-    """Torso + Q head. ``n_atoms > 1`` makes it distributional (logits over a support)."""
+    """Torso + Q head. ``n_atoms > 1`` makes it distributional (logits over a support).
+
+    ``conv_torso`` picks the convolutions for (C, H, W) observations (``torsos.CONV_TORSOS``);
+    ``hidden_size`` is the fully connected layer after them, or each dueling stream's (0: none).
+    """
 
     def __init__(
         self,
@@ -27,21 +31,21 @@ class QNetwork(nn.Module):
         n_atoms: int = 1,
         hidden_size: int = 512,
         mlp_hidden_sizes: tuple[int, ...] = (64, 64),
+        conv_torso: str = "nature",
     ) -> None:
         super().__init__()
         self.n_actions, self.n_atoms, self.dueling = int(n_actions), int(n_atoms), bool(dueling)
-        if len(observation_shape) == 3:
-            # Nature: conv -> fc 512 -> output; dueling: conv -> two streams of fc 512 -> V / A.
-            self.torso: nn.Module = NatureConvTorso(
-                tuple(observation_shape), fc_size=None if dueling else hidden_size
-            )
-        elif len(observation_shape) == 1:
-            self.torso = MlpTorso(int(observation_shape[0]), tuple(mlp_hidden_sizes))
-        else:
-            raise ValueError(f"QNetwork: no torso for observation shape {tuple(observation_shape)}")
+        frames = len(observation_shape) == 3
+        # Nature: conv -> fc 512 -> output; dueling: conv -> two streams of fc 512 -> V / A.
+        self.torso: nn.Module = build_torso(
+            tuple(observation_shape),
+            fc_size=None if dueling else hidden_size,
+            hidden_sizes=tuple(mlp_hidden_sizes),
+            conv=conv_torso,
+        )
         size = self.torso.output_size
         if dueling:
-            stream = hidden_size if len(observation_shape) == 3 else size
+            stream = hidden_size if frames else size
             self.head: nn.Module = DuelingHead(size, n_actions, hidden_size=stream, n_atoms=n_atoms)
         elif n_atoms > 1:
             self.head = CategoricalHead(size, n_actions, n_atoms)

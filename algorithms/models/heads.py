@@ -48,8 +48,10 @@ class DuelingHead(nn.Module):
     def __init__(self, input_size: int, n_actions: int, hidden_size: int = 512, n_atoms: int = 1) -> None:
         super().__init__()
         self.n_actions, self.n_atoms = int(n_actions), int(n_atoms)
-        self.value = _mlp(int(input_size), (hidden_size,), self.n_atoms)
-        self.advantage = _mlp(int(input_size), (hidden_size,), self.n_actions * self.n_atoms)
+        # hidden_size 0: linear streams (Obando-Ceron & Castro 2021's MinAtar network has no hidden layer).
+        hidden = (int(hidden_size),) if hidden_size else ()
+        self.value = _mlp(int(input_size), hidden, self.n_atoms)
+        self.advantage = _mlp(int(input_size), hidden, self.n_actions * self.n_atoms)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         lead = features.shape[:-1]

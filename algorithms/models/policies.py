@@ -37,7 +37,7 @@ from torch.nn import functional as F
 
 from algorithms.arrays import NamedArrays
 from algorithms.functional.policy_losses import tanh_gaussian_log_prob
-from algorithms.models.torsos import MlpTorso, NatureConvTorso
+from algorithms.models.torsos import MlpTorso, build_torso
 
 # SAC's log-std bounds, from the authors' code (haarnoja/sac, policies/gaussian_policy.py).
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
@@ -60,13 +60,17 @@ def _box_bounds(action_space: gym.spaces.Box) -> tuple[torch.Tensor, torch.Tenso
 
 
 def _torso(
-    observation_shape: tuple[int, ...], hidden_sizes: tuple[int, ...], activation: type[nn.Module]
-) -> NatureConvTorso | MlpTorso:
-    if len(observation_shape) == 3:
-        return NatureConvTorso(tuple(observation_shape), fc_size=512)
-    if len(observation_shape) == 1:
-        return MlpTorso(int(observation_shape[0]), tuple(hidden_sizes), activation)
-    raise ValueError(f"no torso for observation shape {tuple(observation_shape)}: expected (C, H, W) or (D,)")
+    observation_shape: tuple[int, ...],
+    hidden_sizes: tuple[int, ...],
+    activation: type[nn.Module],
+    conv_torso: str = "nature",
+) -> nn.Module:
+    """Frames: the Nature torso with its 512-unit layer; MinAtar maps (``"minatar"``, ``"minatar_same"``):
+    the MinAtar convolution with a ``hidden_sizes[0]`` layer; ``"flatten"`` and vectors: an MLP of
+    ``hidden_sizes``."""
+    if len(observation_shape) == 3 and conv_torso in ("minatar", "minatar_same"):
+        return build_torso(observation_shape, hidden_sizes[0] if hidden_sizes else None, conv=conv_torso)
+    return build_torso(observation_shape, 512, tuple(hidden_sizes), conv=conv_torso, activation=activation)
 
 
 # --- action heads ---------------------------------------------------------------------------------
@@ -117,8 +121,9 @@ def _init_heads(head: nn.Module, value: nn.Linear) -> None:
 class ActorCritic(nn.Module):
     """``forward(observation [..., *obs]) -> (distribution over actions [...], value [...])``.
 
-    Frames: shared Nature torso (``hidden_sizes`` unused). Vectors: separate policy and value MLPs
-    of ``hidden_sizes`` with ``activation`` (tanh in Schulman et al. 2017).
+    Frames: shared Nature torso (``hidden_sizes`` unused); MinAtar maps: the shared MinAtar torso
+    (``conv_torso``). Vectors and ``conv_torso="flatten"``: separate policy and value MLPs of
+    ``hidden_sizes`` with ``activation`` (tanh in Schulman et al. 2017).
     """
 
     def __init__(
@@ -127,12 +132,14 @@ class ActorCritic(nn.Module):
         action_space: gym.Space,
         hidden_sizes: tuple[int, ...] = (64, 64),
         activation: type[nn.Module] = nn.Tanh,
+        conv_torso: str = "nature",
     ) -> None:
         super().__init__()
         shape = tuple(observation_space.shape)
-        self.pi_torso = _torso(shape, hidden_sizes, activation)
-        self.shared = len(shape) == 3
-        self.v_torso = None if self.shared else _torso(shape, hidden_sizes, activation)
+        self.pi_torso = _torso(shape, hidden_sizes, activation, conv_torso)
+        # Convolutions are shared by policy and value (Mnih et al. 2016); MLPs are not (Schulman et al. 2017).
+        self.shared = len(shape) == 3 and conv_torso != "flatten"
+        self.v_torso = None if self.shared else _torso(shape, hidden_sizes, activation, conv_torso)
         self.pi_head = action_head(self.pi_torso.output_size, action_space)
         self.v_head = nn.Linear(self.pi_torso.output_size, 1)
         orthogonal_init_(self, math.sqrt(2.0))
@@ -177,9 +184,10 @@ class RecurrentActorCritic(nn.Module):
         hidden_sizes: tuple[int, ...] = (64,),
         lstm_size: int = 128,
         activation: type[nn.Module] = nn.Tanh,
+        conv_torso: str = "nature",
     ) -> None:
         super().__init__()
-        self.torso = _torso(tuple(observation_space.shape), hidden_sizes, activation)
+        self.torso = _torso(tuple(observation_space.shape), hidden_sizes, activation, conv_torso)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         self.action_size = int(action_space.n) if self.discrete else int(action_space.shape[0])
         self.lstm_size = int(lstm_size)

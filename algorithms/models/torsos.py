@@ -10,7 +10,15 @@ A torso maps observations with any leading dims ``[..., *obs_shape]`` to feature
   replay buffers keep storing one byte per pixel. When training on CPU the frames enter the
   convolutions in channels-last memory order (the same fp32 operations; only the order of the sums
   inside the convolutions differs, see ``forward``).
-* ``MlpTorso``: fully connected layers for vector observations (CartPole, MuJoCo).
+* ``MinAtarConvTorso``: the MinAtar networks for 10x10 channel maps (Young & Tian 2019, "MinAtar: An
+  Atari-Inspired Testbed for Thorough and Reproducible Reinforcement Learning Experiments", Sec. 4:
+  16 filters 3x3 stride 1 and a 128-unit layer; Obando-Ceron & Castro 2021, "Revisiting Rainbow",
+  their MinAtar network: the same convolution with SAME padding and no hidden layer).
+* ``MlpTorso``: fully connected layers for vector observations (CartPole, MuJoCo); ``FlatMlpTorso``
+  the same on flattened channel maps (MinAtar's MLP policies).
+
+``build_torso`` picks one by the observation's rank and a ``conv`` name (``CONV_TORSOS``), the
+``conv_torso`` field of the algorithms' configs.
 """
 
 from __future__ import annotations
@@ -117,12 +125,85 @@ class MlpTorso(nn.Module):
         return self.net(observation.to(torch.float32))
 
 
+class MinAtarConvTorso(nn.Module):
+    """One convolution of 16 filters 3x3 stride 1 + ReLU on ``[..., C, H, W]`` 0/1 channel maps (bool or
+    any number type; not rescaled), flattened, then optionally a ``fc_size`` ReLU layer.
+
+    ``padding="valid"``: Young & Tian 2019's network (16 x 8 x 8 = 1024 features on 10x10 maps, then
+    128 units); ``"same"``: Obando-Ceron & Castro 2021's (16 x 10 x 10 = 1600 features, no layer).
+    """
+
+    def __init__(
+        self, observation_shape: tuple[int, int, int], padding: str = "valid", fc_size: int | None = 128
+    ) -> None:
+        super().__init__()
+        if len(observation_shape) != 3:
+            raise ValueError(
+                f"MinAtarConvTorso: observation_shape must be (C, H, W), got {observation_shape}"
+            )
+        if padding not in ("valid", "same"):
+            raise ValueError(f"MinAtarConvTorso: padding must be 'valid' or 'same', got {padding!r}")
+        channels, height, width = (int(s) for s in observation_shape)
+        if padding == "valid" and (height < 3 or width < 3):
+            raise ValueError(f"MinAtarConvTorso: maps {height}x{width} are too small for a 3x3 convolution")
+        self.observation_shape = (channels, height, width)
+        self.conv = nn.Sequential(
+            nn.Conv2d(channels, 16, 3, stride=1, padding=padding), nn.ReLU(), nn.Flatten()
+        )
+        self.conv_output_size = 16 * (height * width if padding == "same" else (height - 2) * (width - 2))
+        self.fc = None if not fc_size else nn.Sequential(nn.Linear(self.conv_output_size, fc_size), nn.ReLU())
+        self.output_size = int(fc_size) if fc_size else self.conv_output_size
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        if tuple(observation.shape[-3:]) != self.observation_shape:
+            raise ValueError(
+                f"MinAtarConvTorso: observation shape {tuple(observation.shape)} "
+                f"does not end in {self.observation_shape}"
+            )
+        lead = observation.shape[:-3]
+        x = observation.reshape(math.prod(lead), *self.observation_shape).to(torch.float32)
+        features = self.conv(x)
+        if self.fc is not None:
+            features = self.fc(features)
+        return features.reshape(*lead, self.output_size)
+
+
+class FlatMlpTorso(MlpTorso):
+    """``MlpTorso`` on ``[..., C, H, W]`` maps flattened to ``C * H * W`` inputs."""
+
+    def __init__(self, observation_shape: tuple[int, int, int], hidden_sizes, activation=nn.ReLU) -> None:
+        super().__init__(math.prod(observation_shape), tuple(hidden_sizes), activation)
+        self.observation_shape = tuple(int(s) for s in observation_shape)
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return super().forward(observation.flatten(-3))
+
+
+# ``conv_torso`` names: the torso for (C, H, W) observations.
+CONV_TORSOS: tuple[str, ...] = ("nature", "minatar", "minatar_same", "flatten")
+
+
 def build_torso(
-    observation_shape: tuple[int, ...], fc_size: int | None = 512, hidden_sizes: tuple[int, ...] = (64, 64)
-) -> NatureConvTorso | MlpTorso:
-    """The torso for an observation space: Nature convolutions for (C, H, W) frames, an MLP for (D,)."""
-    if len(observation_shape) == 3:
-        return NatureConvTorso(tuple(observation_shape), fc_size=fc_size)
-    if len(observation_shape) == 1:
-        return MlpTorso(int(observation_shape[0]), hidden_sizes)
-    raise ValueError(f"no torso for observation shape {tuple(observation_shape)}: expected (C, H, W) or (D,)")
+    observation_shape: tuple[int, ...],
+    fc_size: int | None = 512,
+    hidden_sizes: tuple[int, ...] = (64, 64),
+    conv: str = "nature",
+    activation: type[nn.Module] = nn.ReLU,
+) -> nn.Module:
+    """The torso for an observation space: for (D,) an MLP of ``hidden_sizes``; for (C, H, W) by ``conv``:
+    ``"nature"`` (Mnih et al. 2015) or ``"minatar"`` / ``"minatar_same"`` (``MinAtarConvTorso``, valid
+    or SAME padding) followed by a ``fc_size`` layer (None or 0: none), or ``"flatten"``, an MLP of
+    ``hidden_sizes`` on the flattened maps. A shape the torso cannot take is a one-line ``ValueError``.
+    """
+    shape = tuple(int(s) for s in observation_shape)
+    if len(shape) == 1:
+        return MlpTorso(shape[0], tuple(hidden_sizes), activation)
+    if len(shape) != 3:
+        raise ValueError(f"no torso for observation shape {shape}: expected (C, H, W) or (D,)")
+    if conv == "nature":
+        return NatureConvTorso(shape, fc_size=fc_size or None)
+    if conv in ("minatar", "minatar_same"):
+        return MinAtarConvTorso(shape, "valid" if conv == "minatar" else "same", fc_size or None)
+    if conv == "flatten":
+        return FlatMlpTorso(shape, tuple(hidden_sizes), activation)
+    raise ValueError(f"unknown conv torso {conv!r}; one of {CONV_TORSOS}")

@@ -1,4 +1,5 @@
-"""How a replay stores observations: whole, or as single Atari frames. A part of every storage.
+"""How a replay stores observations: whole, or as single Atari frames. A part of every storage;
+``observations_for`` picks one from an example observation.
 
 Both kinds live in the storage's ring of R rows x B envs (``ring.StepRing``) and answer the same
 calls, so transition and sequence storage take either one. Reads take flat indices
@@ -112,3 +113,14 @@ class FrameObservations:
             out[..., -1 - back] = older_frames
             padded |= episode_start.take(older)
         return out.transpose(0, 3, 1, 2)
+
+
+def observations_for(example: np.ndarray) -> FullObservations | FrameObservations:
+    """The storage for observations like ``example`` (one observation): ``FrameObservations`` for
+    stacked 8-bit frames ``[frame_stack, H, W]`` (Atari), ``FullObservations`` for everything else:
+    vectors, and MinAtar's boolean channel maps ``[C, 10, 10]``, whose channels are different objects
+    of one moment, not frames of successive steps, so no stack can be rebuilt from earlier rows."""
+    example = np.asarray(example)
+    if example.ndim == 3 and example.dtype == np.uint8:
+        return FrameObservations(example.shape[0])
+    return FullObservations()
