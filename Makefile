@@ -10,18 +10,23 @@ STAMP_BENCH := $(VENV)/.installed-bench
 STAMP_RAY := $(VENV)/.installed-ray
 
 SEEDS ?= 3
-PROFILE ?= paper
+# SUITE picks the R2D1 plan: atari (repro/configs/plans/r2d1.toml, the default) or minatar
+# (r2d1_minatar.toml, the CPU-scale study), whose default profile is minatar_cpu.
+SUITE ?= atari
+SUITES := atari minatar
+PROFILE ?= $(if $(filter minatar,$(SUITE)),minatar_cpu,paper)
 GAMES ?=
 BACKEND ?= local
 JOBS ?=
 EXP ?=
 
 .PHONY: help venv test lint format bench-env bench-learn-dqn bench-dqn-speed bench-learn-pg bench-pg-speed bench-sampler bench-replay \
-	reproduce-r2d1 repro-dry-run report regress regress-update clean
+	reproduce-r2d1 repro-dry-run check-suite report regress regress-update clean
 
 help:
 	@echo "make test | lint | bench-env | bench-learn-dqn | bench-learn-pg | bench-sampler"
 	@echo "make reproduce-r2d1 SEEDS=3 PROFILE=smoke|mini|paper [GAMES=pong,qbert] [BACKEND=local|ray] [JOBS=n]"
+	@echo "make reproduce-r2d1 SUITE=minatar SEEDS=5 [PROFILE=minatar_cpu|smoke]"
 	@echo "make report EXP=runs/<experiment> | regress | regress-update"
 
 $(STAMP): pyproject.toml constraints.txt
@@ -53,12 +58,16 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 # Reproduction layer (repro/README.md). R2D1_EXP is the experiment directory under runs/.
-R2D1_EXP = r2d1-$(PROFILE)
-REPRO_RUN_ARGS = r2d1 --seeds "$(SEEDS)" --profile "$(PROFILE)" --games "$(GAMES)" --jobs "$(JOBS)" \
+R2D1_PLAN = $(if $(filter minatar,$(SUITE)),r2d1_minatar,r2d1)
+R2D1_EXP = $(R2D1_PLAN)-$(PROFILE)
+REPRO_RUN_ARGS = $(R2D1_PLAN) --seeds "$(SEEDS)" --profile "$(PROFILE)" --games "$(GAMES)" --jobs "$(JOBS)" \
 	--backend "$(BACKEND)" $(if $(ADDRESS),--address "$(ADDRESS)")
 
 # Runs the plan (skipping finished runs, resuming interrupted ones) and prints the throughput summary.
-reproduce-r2d1: $(if $(filter ray,$(BACKEND)),$(STAMP_RAY),$(STAMP))
+check-suite:
+	@test -n "$(filter $(SUITES),$(SUITE))" || { echo "error: SUITE=$(SUITE) is not one of: $(SUITES)" >&2; exit 2; }
+
+reproduce-r2d1: check-suite $(if $(filter ray,$(BACKEND)),$(STAMP_RAY),$(STAMP))
 	$(PY) -m repro run $(REPRO_RUN_ARGS) --exp $(R2D1_EXP)
 	$(PY) -m reports build runs/$(R2D1_EXP)
 
@@ -89,7 +98,7 @@ regress-update: $(STAMP)
 	$(PY) -m analysis.regress update --runs runs/regress-reference
 
 # The plan, its totals and an estimated duration from a short throughput probe; runs nothing.
-repro-dry-run: $(STAMP)
+repro-dry-run: check-suite $(STAMP)
 	$(PY) -m repro run $(REPRO_RUN_ARGS) --exp $(R2D1_EXP) --dry-run
 
 bench-env: $(STAMP)

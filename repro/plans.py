@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +169,29 @@ def resolve_job_setting(
         raise
 
 
+@cache
+def _env_spaces(env_config: Any) -> tuple[Any, Any]:
+    from algorithms.samplers.base import env_spaces
+
+    return env_spaces(env_config)
+
+
+def check_model_fits(arm: str, config: Any) -> None:
+    """Build the arm's model for one env of the job's env config: an observation shape the model
+    cannot take (e.g. the Nature torso on MinAtar's 10x10 maps) is a ``ConfigError`` naming both,
+    raised while planning instead of inside every job."""
+    from algorithms import registry
+
+    observation_space, action_space = _env_spaces(config.env)
+    try:
+        registry.build_agent(config.algo, config.algo_config, observation_space, action_space)
+    except ValueError as e:
+        raise ConfigError(
+            f"setting '{arm}' cannot run on env '{config.env.id}' (observations "
+            f"{tuple(observation_space.shape)}): {str(e).splitlines()[0]}"
+        ) from e
+
+
 def expand(
     plan: Plan,
     seeds: int,
@@ -190,6 +214,9 @@ def expand(
         for env in envs or plan.envs:
             for seed in range(seeds):
                 setting, classes = resolve_job_setting(arm, profile, env, seed, None, settings_dir, schema)
+                config = train_config(setting, classes)
+                if seed == 0:
+                    check_model_fits(arm, config)
                 jobs.append(
                     Job(
                         experiment=experiment,
@@ -200,7 +227,7 @@ def expand(
                         profile=profile.name,
                         profile_path=profile.path,
                         run_dir=run_path(Path(root), experiment, setting.name, env, seed),
-                        config=train_config(setting, classes),
+                        config=config,
                     )
                 )
     return jobs
