@@ -6,23 +6,48 @@ The games come from the ``minatar`` package (GPL-3.0), used as a dependency and 
 channel per kind of object, stepped in pure Python in microseconds, so a whole Atari-style study
 fits a CPU.
 
-Published settings, the defaults of ``MinAtarEnv``:
+Published settings, the defaults of ``MinAtarEnv`` (as the authors' reference agent
+``examples/dqn.py`` of kenjyoung/MinAtar runs the games, and as the repository's README says its
+results were made):
 
-* all 6 actions (Young & Tian 2019, Sec. 3: "the action space is the same for all games";
-  Dopamine's MinAtar agents, Obando-Ceron & Castro 2021, use them too); ``full_action_space=False``
-  keeps the game's minimal set (``Environment.minimal_action_set``, MinAtar's ``-v1`` gym ids);
-* sticky actions with probability 0.1 (Young & Tian 2019, Sec. 3; the package's default), drawn
-  from the same seeded stream as the game's own randomness;
-* difficulty ramping on (the package's default, as in the paper's experiments);
-* no episode cap in training (the paper has none); ``max_episode_steps`` adds a time limit reported
-  as ``truncated``. Evaluation caps episodes with ``SamplerConfig.eval_max_steps``.
+* all 6 actions (the README: the published results use the full action set; Dopamine's MinAtar
+  agents, Obando-Ceron & Castro 2021, do too); ``full_action_space=False`` keeps the game's minimal
+  set (``Environment.minimal_action_set``, the package's ``-v1`` gym ids);
+* sticky actions with probability 0.1 (``Environment``'s default, which ``examples/dqn.py`` keeps),
+  drawn from the same seeded stream as the game's own randomness;
+* difficulty ramping on (the package's default, kept by ``examples/dqn.py``);
+* no episode cap in training (``examples/dqn.py`` has none; Freeway ends itself after 2,500 steps);
+  ``max_episode_steps`` adds a time limit reported as ``truncated``. Evaluation caps episodes with
+  ``SamplerConfig.eval_max_steps``.
 
 Observations are channels first, ``[C, 10, 10]`` booleans (MinAtar's ``state()`` is ``[10, 10, C]``).
 A frame is an env step: MinAtar has no frame skip, and Young & Tian's "frames" are env steps.
 
 Seeding: ``reset(seed=s)`` seeds one ``numpy.random.RandomState`` that MinAtar's ``Environment.seed``
 shares between its sticky-action draws and the game, then resets the game, so an episode is a
-function of the seed and the actions. Later resets continue that stream.
+function of the seed and the actions. Later resets continue that stream. MinAtar's ``reset`` keeps
+the last action, so a sticky repeat on an episode's first step repeats the previous episode's last
+action (every version since 1.0.1).
+
+What changed between ``minatar`` versions, where it moves results (read from the package's git
+history; the pin is 1.0.15, the first released version whose ``Environment.seed`` this module needs
+is 1.0.13):
+
+* 1.0.5: ``state()`` returns booleans instead of floats.
+* 1.0.6: with ``difficulty_ramping=False`` Asterix and Seaquest still ramped (an operator-precedence
+  bug), fixed; the default, ramping on, is unchanged.
+* 1.0.7: a Seaquest crash when one bullet hit two submarines, fixed.
+* 1.0.8: the seed also drives the sticky actions (one ``RandomState`` shared with the game), so a
+  seed gives other episodes than in 1.0.1-1.0.7.
+* 1.0.10: gym ids ``MinAtar/<Game>-v0`` (all 6 actions) and ``-v1`` (minimal set), no time limit.
+* 1.0.11: Seaquest's oxygen fix: the game ends when oxygen reaches 0, one step earlier than before,
+  and the gauge no longer shows full on the last step. The README warns that Seaquest results
+  before 1.0.11 (the published curves among them) may not match later versions.
+* 1.0.12: the gym 0.26 API (five-tuple ``step``, ``reset(seed)``).
+* 1.0.13: seeding reworked: ``Environment.seed(s)`` replaces the ``random_seed`` argument, and the
+  games draw with ``rand`` / ``randint`` instead of ``choice``: same distributions, other episodes
+  for a given seed than in 1.0.12 and before.
+* 1.0.14: gymnasium instead of gym. 1.0.15: the version number only.
 """
 
 from __future__ import annotations
