@@ -63,10 +63,11 @@ R2D1_EXP = $(R2D1_PLAN)-$(PROFILE)
 REPRO_RUN_ARGS = $(R2D1_PLAN) --seeds "$(SEEDS)" --profile "$(PROFILE)" --games "$(GAMES)" --jobs "$(JOBS)" \
 	--backend "$(BACKEND)" $(if $(ADDRESS),--address "$(ADDRESS)")
 
-# Runs the plan (skipping finished runs, resuming interrupted ones) and prints the throughput summary.
 check-suite:
 	@test -n "$(filter $(SUITES),$(SUITE))" || { echo "error: SUITE=$(SUITE) is not one of: $(SUITES)" >&2; exit 2; }
 
+# Prints the estimated duration (repro/probe.py), runs the plan (skipping finished runs, resuming
+# interrupted ones) and prints the throughput summary.
 reproduce-r2d1: check-suite $(if $(filter ray,$(BACKEND)),$(STAMP_RAY),$(STAMP))
 	$(PY) -m repro run $(REPRO_RUN_ARGS) --exp $(R2D1_EXP)
 	$(PY) -m reports build runs/$(R2D1_EXP)
@@ -79,10 +80,12 @@ report: $(STAMP)
 # Learning-curve regression suite (analysis/regress.py; tasks in analysis/regress/suite.toml): every
 # task's plan runs through the reproduction layer, then the check compares its normalised AUCs with
 # the committed references (analysis/data/regress_reference.csv) and fails on a regression.
-# Seeds are 0..N-1 in both: the reference uses more of them.
+# Seeds are 0..N-1 in both: the reference uses more of them. No estimated duration: the suite's
+# runs are fixed and CPU-sized, and a throughput probe would only lengthen them.
 REGRESS_SEEDS ?= 3
 REGRESS_REFERENCE_SEEDS ?= 5
-REGRESS_RUN = $(PY) -m repro run "$$plan" --profile analysis/regress/profile.toml --no-progress --jobs "$(JOBS)"
+REGRESS_RUN = $(PY) -m repro run "$$plan" --profile analysis/regress/profile.toml --no-progress --no-estimate \
+	--jobs "$(JOBS)"
 
 regress: $(STAMP)
 	rm -rf runs/regress

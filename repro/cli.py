@@ -5,6 +5,7 @@
     python -m repro diff rlpyt_r2d1_published r2d1_corrected      # NAME@PROFILE also works
     python -m repro run r2d1 --seeds 3 --profile smoke --dry-run   # plan, totals, estimated time
     python -m repro run r2d1 --seeds 3 --profile smoke [--games pong,qbert] [--backend ray] [--jobs 2]
+                                  # estimated duration first (repro/probe.py), plan record, then the jobs
     python -m repro summary runs/r2d1-smoke
 
 Bad input (unknown setting, game, profile or plan, SEEDS < 1, a malformed config file) prints one
@@ -88,6 +89,14 @@ def _jobs_arg(text: str | None) -> int | None:
     return jobs
 
 
+def _profile_arg(path: Path) -> str:
+    """A shipped profile by its name, so that job command lines (recorded in each run's
+    metadata.json) carry no path of this checkout; any other profile file by its absolute path."""
+    from repro.profiles import is_shipped
+
+    return path.stem if is_shipped(path) else str(Path(path).resolve())
+
+
 def _tasks(jobs):
     from repro.scheduler import Task
 
@@ -101,15 +110,15 @@ def _tasks(jobs):
             "--arm",
             j.setting,
             "--profile",
-            str(j.profile_path),
+            _profile_arg(j.profile_path),
         ]
         argv += ["--env", j.env, "--seed", str(j.seed), "--run-dir", str(j.run_dir)]
         tasks.append(Task(j.key, j.run_dir, tuple(argv), j.n_steps, j.config.runner.torch_threads))
     return tasks
 
 
-def _dry_run(plan, jobs, n_slots: int, slot_kind: str, probe: bool) -> None:
-    from repro.tables import human_count, human_duration, render
+def _dry_run(plan, jobs, n_slots: int, slot_kind: str) -> None:
+    from repro.tables import human_count, render
 
     print(f"plan {plan.name}: {plan.title}")
     print(f"experiment directory: {jobs[0].run_dir.parents[2]}")
@@ -120,25 +129,80 @@ def _dry_run(plan, jobs, n_slots: int, slot_kind: str, probe: bool) -> None:
     print(
         f"\n{len(jobs)} jobs, {steps:,} env steps, {frames:,} frames in total; {n_slots} {slot_kind} slot(s)"
     )
-    if not probe:
-        return
-    from repro.probe import estimate_seconds, probe_job, startup_seconds
 
-    probes = {}
+
+# An estimate from a day on prints the hint at smaller runs.
+LONG_ESTIMATE_S = 86_400.0
+
+
+def smaller_runs_hint(plan: str, profile: str) -> str:
+    """One line naming smaller runs than ``plan`` at ``profile``: the Makefile's variables, then the CLI's."""
+    options = []
+    if profile not in ("mini", "minatar_cpu", "smoke"):
+        options.append("PROFILE=mini (--profile mini)")
+    if plan != "r2d1_minatar":
+        options.append("SUITE=minatar PROFILE=minatar_cpu (plan r2d1_minatar --profile minatar_cpu)")
+    options.append("fewer GAMES or SEEDS")
+    return "hint: that is days on this machine; smaller runs: " + ", or ".join(options)
+
+
+def _estimate(plan, jobs, slots, fresh: bool, may_probe: bool) -> None:
+    """Print the plan's estimated duration on ``slots`` (repro/probe.py), and the hint when it is days.
+
+    ``fresh`` (dry run): probe every arm and cache the results. Otherwise use cached measurements and
+    probe the arms without one only when ``may_probe`` and the probes are at most ``MAX_PROBE_SHARE``
+    of the env steps left."""
+    from repro.probe import (
+        MAX_PROBE_SHARE,
+        ProbeCache,
+        estimate_seconds,
+        probe_job,
+        probe_steps,
+        steps_left,
+    )
+    from repro.tables import human_duration
+
+    device = slots[0].device
+    first = {}
     for job in jobs:
-        if job.arm not in probes:
-            print(f"probing throughput: {job.arm} on {job.env} ...", flush=True)
-            probes[job.arm] = p = probe_job(job)
-            print(
-                f"  {p.env_steps} env steps, {p.updates} updates: {1 / p.seconds_per_step:,.0f} env steps/s "
-                f"with updates, {p.fixed_s:.1f} s fixed cost per job"
-            )
-            if p.updates == 0:
-                print("  (no update within the probe: the estimate leaves learning time out)")
-    startup = startup_seconds()
-    print(f"process start-up (python + imports): {startup:.1f} s per job")
-    estimate = estimate_seconds(jobs, probes, n_slots, startup)
-    print(f"estimated duration: {human_duration(estimate)} on {n_slots} slot(s) (see repro/probe.py)")
+        first.setdefault(job.arm, job)
+    cache = ProbeCache()
+    probes = {} if fresh else {arm: r for arm, job in first.items() if (r := cache.get(job, device))}
+    missing = [arm for arm in first if arm not in probes]
+    left = sum(steps_left(j) for j in jobs)
+    if not left:
+        print("estimated duration: nothing left to run (every job is complete)")
+        return
+    share = sum(probe_steps(first[arm]) for arm in missing) / left
+    if missing and not fresh and not (may_probe and share <= MAX_PROBE_SHARE):
+        why = "--no-probe" if not may_probe else f"a probe would add {share:.1%} to the env steps left"
+        print(
+            f"estimated duration: not measured on this machine for {', '.join(missing)} ({why}); "
+            "a dry run with the probe (make repro-dry-run) measures it and keeps it for later runs"
+        )
+        return
+    for arm in missing:
+        job = first[arm]
+        print(f"probing throughput: {arm} on {job.env} ...", flush=True)
+        probes[arm] = p = probe_job(job, device)
+        cache.put(job, device, p)
+        print(
+            f"  {p.env_steps} env steps, {p.updates} updates: {1 / p.seconds_per_step:,.0f} env steps/s "
+            f"with updates, {p.fixed_s:.1f} s fixed cost and {p.startup_s:.1f} s process start-up per job"
+        )
+        if p.updates == 0:
+            print("  (no update within the probe: the estimate leaves learning time out)")
+    cached = sorted({probes[arm].measured_at for arm in first if arm not in missing})
+    source = f"throughput measured {', '.join(cached)} (cached in {cache.path})" if cached else "the probe"
+    n_left = sum(1 for j in jobs if steps_left(j))
+    seconds = estimate_seconds(jobs, probes, len(slots))
+    print(
+        f"estimated duration: {human_duration(seconds)} for {n_left} job(s) left on {len(slots)} "
+        f"{device} slot(s), from {source}; repro/probe.py",
+        flush=True,
+    )
+    if seconds >= LONG_ESTIMATE_S:
+        print(smaller_runs_hint(plan.name, jobs[0].profile), flush=True)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -158,8 +222,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise ConfigError("BACKEND=ray needs the ray extra: pip install -e '.[ray]'") from None
     slots = detect_slots(n_jobs, threads)
     if args.dry_run:
-        _dry_run(plan, jobs, len(slots), slots[0].device if args.backend == "local" else "ray", args.probe)
+        _dry_run(plan, jobs, len(slots), slots[0].device if args.backend == "local" else "ray")
+        if args.estimate:
+            _estimate(plan, jobs, slots, fresh=args.probe, may_probe=args.probe)
         return 0
+    if args.estimate and args.backend == "local":
+        try:
+            _estimate(plan, jobs, slots, fresh=False, may_probe=args.probe)
+        except KeyboardInterrupt:
+            print("interrupted while estimating: no job was started")
+            return 130
+    from repro.plans import check_seeds
+    from repro.record import write_plan_record
+
+    write_plan_record(jobs[0].run_dir.parents[2], plan, jobs, check_seeds(args.seeds))
     tasks = _tasks(jobs)
     start = time.perf_counter()
     if args.backend == "ray":
@@ -252,7 +328,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dry-run", action="store_true")
     p.add_argument(
-        "--no-probe", dest="probe", action="store_false", help="dry run without the throughput probe"
+        "--no-probe",
+        dest="probe",
+        action="store_false",
+        help="estimate from cached throughput measurements only, never run the probe",
+    )
+    p.add_argument(
+        "--no-estimate",
+        dest="estimate",
+        action="store_false",
+        help="no estimated duration (neither probe nor cache)",
     )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_run)

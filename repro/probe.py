@@ -1,32 +1,61 @@
 """Estimate how long a plan takes from a short training run of one job per arm on this machine.
 
-The probe trains the job's own config (profile applied) for 16 sampler batches or 4,000 env steps,
-whichever is more (never more than the job itself), with learning from a quarter of the way in
-where the config allows it, and without evaluation, so that the measured cost per env step includes
-updates at the arm's replay ratio. Replay-ratio algorithms with long sequences need many batches
-before their first update (R2D1: the first 125-step sequence, then 6,400 to 7,680 env steps per
-update); a probe that saw no update says so, and its estimate then leaves learning out. From the
-probe's counters come the cost per env step (sampling + optimizing time / env steps) and the fixed
-cost of a job (the rest of the wall time: env and model build), plus the start-up of a fresh
+The probe trains the job's own config (profile applied, on the scheduler's slot device) for 16 sampler
+batches or 4,000 env steps, whichever is more (never more than the job itself), with learning from a
+quarter of the way in where the config allows it, and without evaluation, so that the measured cost
+per env step includes updates at the arm's replay ratio. Replay-ratio algorithms with long sequences
+need many batches before their first update (R2D1: the first 125-step sequence, then 6,400 to 7,680
+env steps per update); a probe that saw no update says so, and its estimate then leaves learning out.
+From the probe's counters come the cost per env step (sampling + optimizing time / env steps) and the
+fixed cost of a job (the rest of the wall time: env and model build), plus the start-up of a fresh
 interpreter importing the training stack. The estimate for the plan is
 
-    sum over jobs (n_steps * cost per step + fixed cost + start-up) / number of slots,
+    sum over jobs not yet complete (steps left * cost per step + fixed cost + start-up) / slots,
 
 which overestimates runs that spend a long time before learning starts (those steps are cheaper)
 and ignores evaluation time. It runs in a temporary directory: no run directory is created.
+
+**What a probe costs, and when it runs.** Measured on the project's 2-core CPU machine (2026-11-30,
+shared with a long experiment, load average 5 to 7, the probe at nice 19): the R2D1 ``smoke`` probe is
+a whole smoke job (9,600 env steps, 16 envs, one update; about 36 s of CPU, repro/README.md) and had
+not finished after 81 s of wall time; a ``paper`` probe (163,840 env steps) had not even built its
+256 Atari envs after 50 s, so it takes many minutes per arm there. That is too much to spend before
+every run, so every measurement is kept in this machine's user cache
+(``$XDG_CACHE_HOME/rlrepro/probe_cache.json``, by default under ``~/.cache``; not in ``runs/``, where a
+dry run writes nothing), keyed by the probed config, the host and its CPU count: ``--dry-run`` always
+measures afresh (and refreshes the cache); ``run`` estimates from the cache at no cost, and probes an
+arm the cache lacks only while the probes are at most ``MAX_PROBE_SHARE`` of the env steps the plan
+still has to run (``paper`` and ``mini``: far below; a 42-job ``smoke`` plan: 4.8%, so not), else it
+says the estimate was not measured and how to measure it. So on a small machine the first ``paper``
+run waits minutes for its probes before it prints an estimate of years and the hint at smaller runs;
+Ctrl-C there stops it before any job has started.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import hashlib
+import json
+import os
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
+from algorithms.rundir import atomic_write_json, is_complete
 from repro.plans import Job
+from repro.scheduler import cpu_cores, last_env_steps
+
+CACHE_FILE = "probe_cache.json"
+# `run` probes arms without a cached measurement only while the probes stay this small a share of the
+# env steps left to run, so that measuring costs the run about 1% at most (module docstring).
+MAX_PROBE_SHARE = 0.01
+PROBE_BATCHES = 16
 
 LEARN_START_FIELDS = ("min_steps_learn", "learning_starts_steps")
 
@@ -34,10 +63,13 @@ LEARN_START_FIELDS = ("min_steps_learn", "learning_starts_steps")
 @dataclass(frozen=True)
 class ProbeResult:
     arm: str
+    env: str
     env_steps: int
     updates: int
     seconds_per_step: float
     fixed_s: float
+    startup_s: float
+    measured_at: str  # ISO time, shown with an estimate from the cache
 
 
 def probe_config(config, batches: int, min_steps: int = 4_000):
@@ -62,10 +94,20 @@ def probe_config(config, batches: int, min_steps: int = 4_000):
     )
 
 
-def probe_job(job: Job, batches: int = 16) -> ProbeResult:
+def on_device(config, device: str):
+    """``config`` as the scheduler runs it on a ``device`` slot (``run-job --device``)."""
+    return dataclasses.replace(config, runner=dataclasses.replace(config.runner, device=device))
+
+
+def probe_steps(job: Job) -> int:
+    """Env steps a probe of ``job`` trains."""
+    return probe_config(job.config, PROBE_BATCHES).runner.n_steps
+
+
+def probe_job(job: Job, device: str) -> ProbeResult:
     from algorithms.train import train
 
-    config = probe_config(job.config, batches)
+    config = probe_config(on_device(job.config, device), PROBE_BATCHES)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="repro-probe-") as tmp:
         counters = train(config, Path(tmp) / "probe", resume=False)
@@ -73,20 +115,81 @@ def probe_job(job: Job, batches: int = 16) -> ProbeResult:
     train_s = counters.time_sampling_s + counters.time_optimizing_s
     steps = max(1, counters.env_steps)
     return ProbeResult(
-        job.arm, counters.env_steps, counters.updates, train_s / steps, max(0.0, wall - train_s)
+        job.arm,
+        job.env,
+        counters.env_steps,
+        counters.updates,
+        train_s / steps,
+        max(0.0, wall - train_s),
+        startup_seconds(),
+        dt.datetime.now().astimezone().isoformat(timespec="minutes"),
     )
 
 
+@cache
 def startup_seconds() -> float:
-    """Wall time of a fresh interpreter importing the training stack, as every job's process does."""
+    """Wall time of a fresh interpreter importing the training stack, as every job's process does
+    (measured once per process)."""
     t0 = time.perf_counter()
     code = "import torch, algorithms.train, algorithms.envs.factory"
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
     return time.perf_counter() - t0
 
 
-def estimate_seconds(
-    jobs: list[Job], probes: dict[str, ProbeResult], n_slots: int, startup_s: float
-) -> float:
-    per_job = [j.n_steps * probes[j.arm].seconds_per_step + probes[j.arm].fixed_s + startup_s for j in jobs]
-    return sum(per_job) / max(1, n_slots)
+def steps_left(job: Job) -> int:
+    """Env steps ``job`` still has to run: none when complete, else from its last progress row on."""
+    if is_complete(job.run_dir):
+        return 0
+    return job.n_steps - min(job.n_steps, last_env_steps(job.run_dir))
+
+
+def estimate_seconds(jobs: list[Job], probes: dict[str, ProbeResult], n_slots: int) -> float:
+    """The plan's remaining wall time on ``n_slots`` slots (module docstring); complete jobs cost nothing."""
+    total = 0.0
+    for job in jobs:
+        left = steps_left(job)
+        if left:
+            probe = probes[job.arm]
+            total += left * probe.seconds_per_step + probe.fixed_s + probe.startup_s
+    return total / max(1, n_slots)
+
+
+def cache_path() -> Path:
+    """``$XDG_CACHE_HOME/rlrepro/probe_cache.json`` (XDG base directory spec; ``~/.cache`` by default)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlrepro" / CACHE_FILE
+
+
+class ProbeCache:
+    """Probe results of this machine (module docstring), read from and written to ``path``."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or cache_path()
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, json.JSONDecodeError):
+            data = {}
+        fields = {f.name for f in dataclasses.fields(ProbeResult)}
+        self.results = {
+            key: ProbeResult(**value)
+            for key, value in (data.items() if isinstance(data, dict) else ())
+            if isinstance(value, dict) and set(value) == fields
+        }
+
+    @staticmethod
+    def key(job: Job, device: str) -> str:
+        """What the measurement depends on: the probed config (seed aside), the host and its CPUs."""
+        from algorithms.train import config_to_dict
+
+        config = config_to_dict(probe_config(on_device(job.config, device), PROBE_BATCHES))
+        config["runner"].pop("seed")
+        machine = {"host": socket.gethostname(), "cpus": cpu_cores()}
+        text = json.dumps({"config": config, "machine": machine}, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+    def get(self, job: Job, device: str) -> ProbeResult | None:
+        return self.results.get(self.key(job, device))
+
+    def put(self, job: Job, device: str, result: ProbeResult) -> None:
+        self.results[self.key(job, device)] = result
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(self.path, {k: dataclasses.asdict(v) for k, v in self.results.items()})

@@ -4,6 +4,7 @@ file), parallel slots, throughput summary, skipping finished runs, Ctrl-C and re
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -138,6 +139,7 @@ def test_dry_run_probes_throughput_without_run_dirs(files):
         "--root",
         str(root),
         "--dry-run",
+        env={**os.environ, "XDG_CACHE_HOME": str(files / "cache")},  # the probe cache (repro/probe.py)
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "2 jobs, 800 env steps, 800 frames in total" in out.stdout  # CartPole: 1 frame per step

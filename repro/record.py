@@ -1,0 +1,88 @@
+"""The plan record ``runs/<experiment>/plan.json``: what ``python -m repro run`` was asked to run.
+
+Written before the first job starts, so a report knows the plan even of an experiment that was
+interrupted or that failed: ``analysis.runs`` reads its ``jobs`` as the expected runs (a run that never
+started is then reported missing, not silently absent), ``analysis.verdict`` orders two arms by its
+``arms``, and ``reports.build`` shows each plan's title, arms, envs, seeds and profile::
+
+    {"plans": [{"plan": "r2d1", "title": "...", "profile": "smoke",
+                "arms": ["rlpyt_r2d1_published", "r2d1_corrected"], "envs": ["pong"], "seeds": 3}],
+     "arms": ["rlpyt_r2d1_published", "r2d1_corrected"],
+     "jobs": [{"arm": "rlpyt_r2d1_published", "env": "pong", "seed": 0, "n_steps": 9600, "frames": 38400}]}
+
+Arms are the run-directory names (the setting's name). The profile is named as
+``repro.profiles.profile_label`` names it: a shipped profile by its name, another file by its path
+relative to the repository. Runs into an existing experiment add to its record: the same plan and
+profile merge (arms and envs in first-seen order, the largest seed count, every job), another plan or
+profile is a record of its own (``make regress`` runs several plans into one experiment).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from algorithms.rundir import atomic_write_json
+from repro.plans import Job, Plan
+from repro.profiles import profile_label
+
+# The name analysis.runs.PLAN_FILES looks for first.
+PLAN_FILE = "plan.json"
+
+
+def _union(first: list[Any], second: list[Any]) -> list[Any]:
+    """Every item of ``first``, then of ``second``, once each, in first-seen order."""
+    return list(dict.fromkeys(first + second))
+
+
+def plan_record(plan: Plan, jobs: list[Job], seeds: int) -> dict[str, Any]:
+    """The record of one invocation: ``plan`` expanded into ``jobs`` with ``seeds`` seeds."""
+    arms = _union([], [j.arm for j in jobs])
+    entry = {
+        "plan": plan.name,
+        "title": plan.title,
+        "profile": profile_label(jobs[0].profile_path),
+        "arms": arms,
+        "envs": _union([], [j.env for j in jobs]),
+        "seeds": seeds,
+    }
+    rows = [
+        {"arm": j.arm, "env": j.env, "seed": j.seed, "n_steps": j.n_steps, "frames": j.frames} for j in jobs
+    ]
+    return {"plans": [entry], "arms": arms, "jobs": rows}
+
+
+def merge_records(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``old`` (the experiment's record) with ``new`` added (see the module docstring)."""
+    plans = [dict(p) for p in old.get("plans", [])]
+    for entry in new["plans"]:
+        key = (entry["plan"], entry["profile"])
+        same = next((p for p in plans if (p["plan"], p["profile"]) == key), None)
+        if same is None:
+            plans.append(entry)
+        else:
+            same.update(
+                title=entry["title"],
+                arms=_union(same["arms"], entry["arms"]),
+                envs=_union(same["envs"], entry["envs"]),
+                seeds=max(same["seeds"], entry["seeds"]),
+            )
+    jobs = {(j["arm"], j["env"], j["seed"]): j for j in old.get("jobs", []) + new["jobs"]}
+    return {"plans": plans, "arms": _union(old.get("arms", []), new["arms"]), "jobs": list(jobs.values())}
+
+
+def write_plan_record(experiment_dir: Path, plan: Plan, jobs: list[Job], seeds: int) -> Path:
+    """Write (or add to) ``experiment_dir/plan.json``; returns its path. A record that cannot be read
+    (not this module's format) is replaced."""
+    path = Path(experiment_dir) / PLAN_FILE
+    record = plan_record(plan, jobs, seeds)
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        old = None
+    if isinstance(old, dict) and isinstance(old.get("plans"), list):
+        record = merge_records(old, record)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, record)
+    return path
