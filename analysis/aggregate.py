@@ -25,6 +25,9 @@ from analysis.scores import (
     R2D2_PUBLISHED_MEDIAN_HNS_PERCENT,
     atari_game,
     human_random_table,
+    is_minatar,
+    minatar_published_curves,
+    published_at,
     r2d2_published_scores,
 )
 
@@ -33,7 +36,8 @@ METRICS: dict[str, Callable[[np.ndarray], float]] = {
     "IQM": metrics.aggregate_iqm,
     "Median": metrics.aggregate_median,
     "Mean": metrics.aggregate_mean,
-    "Optimality gap": metrics.aggregate_optimality_gap,  # gamma = 1: the distance below human level
+    # gamma = 1: the distance below the reference (human for Atari-57, DQN at 5M frames for MinAtar)
+    "Optimality gap": metrics.aggregate_optimality_gap,
 }
 
 
@@ -231,6 +235,28 @@ def curve_bands(resampled: pd.DataFrame, reps: int = 1000, seed: int = 0) -> pd.
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=columns)
 
 
+SUMMARY_COLUMNS = ["arm", "env", "n_runs", "frames", "score", "ci_low", "ci_high"]
+NORMALISED_SUMMARY_COLUMNS = ["normalised", "normalised_ci_low", "normalised_ci_high"]
+
+
+def per_game_summary(final: pd.DataFrame, reps: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Per arm and env: runs, frames (the most any seed reached), the mean final raw score with a 95%
+    bootstrap CI (seeds resampled), and, when ``final`` has a ``normalised`` column, its mean with a
+    CI from the same resamples. Returns ``SUMMARY_COLUMNS`` (+ ``NORMALISED_SUMMARY_COLUMNS``)."""
+    values = ["score", "normalised"] if "normalised" in final else ["score"]
+    columns = SUMMARY_COLUMNS + (NORMALISED_SUMMARY_COLUMNS if "normalised" in final else [])
+    rows = []
+    for (arm, env), g in final.groupby(["arm", "env"]):
+        table = g.sort_values("seed")[values].to_numpy(float)
+        lo, hi = bootstrap_mean_ci(table, reps=reps, seed=seed)
+        mean = table.mean(axis=0)
+        rows.append(
+            [arm, env, len(g), int(g.frames.max())]
+            + [x for i in range(len(values)) for x in (float(mean[i]), float(lo[i]), float(hi[i]))]
+        )
+    return pd.DataFrame(rows, columns=columns)
+
+
 def compare_with_published(final: pd.DataFrame, reps: int = 2000, seed: int = 0) -> pd.DataFrame:
     """Per arm and Atari game: our final raw score (mean over seeds, 95% bootstrap CI), R2D2's Table 4
     score, their ratio, and whether the published score lies inside our CI.
@@ -238,45 +264,61 @@ def compare_with_published(final: pd.DataFrame, reps: int = 2000, seed: int = 0)
     R2D2's scores come from about 10 billion frames of training (Kapturowski et al. 2019, Sec. 3); the
     ``frames`` column says how far our runs went, so a ratio far below 1 may only mean a smaller budget.
     """
-    published = r2d2_published_scores().set_index("game")
+    published = r2d2_published_scores().set_index("game").r2d2_score
+    games = final.env.map(atari_game)
+    summary = per_game_summary(final[games.isin(published.index)], reps=reps, seed=seed)
+    summary["game"] = summary.env.map(atari_game)
+    summary["published"] = summary.game.map(published).astype(float)
+    summary["ratio"] = (summary.score / summary.published.where(summary.published != 0)).astype(float)
+    summary["published_in_ci"] = (summary.ci_low <= summary.published) & (
+        summary.published <= summary.ci_high
+    )
+    columns = SUMMARY_COLUMNS[:2] + ["game"] + SUMMARY_COLUMNS[2:] + ["published", "ratio", "published_in_ci"]
+    return summary[columns]
+
+
+def compare_with_minatar_published(
+    final: pd.DataFrame,
+    curves: pd.DataFrame | None = None,
+    algo: str = "dqn",
+    reps: int = 2000,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Per arm and MinAtar env: our final raw return (mean over seeds, 95% bootstrap CI) next to the
+    published ``algo`` curve (matched case-insensitively; default Young & Tian 2019's DQN) read at the
+    frame count our runs reached, interpolated between its read-off points, with the figure-reading
+    range and the source of the points used (``analysis.scores.published_at``; NaN where our frame
+    count lies outside the read-off range). ``curves``: ``analysis.scores.minatar_published_curves()``
+    by default. ``published_in_ci``: the published value lies inside our CI; ``overlap``: our CI and
+    the reading range share a point (None where nothing was published at our frame count).
+
+    Returns ``SUMMARY_COLUMNS`` (+ normalised ones when ``final`` has them) and ``algo, published,
+    published_low, published_high, published_source, published_in_ci, overlap``."""
+    minatar = final[final.env.map(is_minatar)]
+    summary = per_game_summary(minatar, reps=reps, seed=seed)
+    if len(summary):
+        curves = minatar_published_curves() if curves is None else curves
+        curves = curves[curves.algo.str.lower() == algo.lower()]
     rows = []
-    for (arm, env), g in final.groupby(["arm", "env"]):
-        game = atari_game(env)
-        if game is None or game not in published.index:
-            continue
-        scores = g.sort_values("seed").score.to_numpy(float)
-        lo, hi = bootstrap_mean_ci(scores, reps=reps, seed=seed)
-        ref = float(published.loc[game, "r2d2_score"])
-        mean = float(scores.mean())
+    for row in summary.itertuples(index=False):
+        at = published_at(curves[curves.env == row.env], row.frames)
+        known = not np.isnan(at["return"])
         rows.append(
             {
-                "arm": arm,
-                "env": env,
-                "game": game,
-                "n_runs": len(scores),
-                "frames": int(g.frames.max()),
-                "score": mean,
-                "ci_low": float(lo),
-                "ci_high": float(hi),
-                "published": ref,
-                "ratio": mean / ref if ref != 0 else np.nan,
-                "published_in_ci": bool(lo <= ref <= hi),
+                "algo": algo,
+                "published": at["return"],
+                "published_low": at["return_low"],
+                "published_high": at["return_high"],
+                "published_source": at["source"],
+                "published_in_ci": bool(row.ci_low <= at["return"] <= row.ci_high) if known else None,
+                "overlap": bool(row.ci_low <= at["return_high"] and at["return_low"] <= row.ci_high)
+                if known
+                else None,
             }
         )
-    columns = [
-        "arm",
-        "env",
-        "game",
-        "n_runs",
-        "frames",
-        "score",
-        "ci_low",
-        "ci_high",
-        "published",
-        "ratio",
-        "published_in_ci",
-    ]
-    return pd.DataFrame(rows, columns=columns)
+    published = ["algo", "published", "published_low", "published_high", "published_source",
+                 "published_in_ci", "overlap"]  # fmt: skip
+    return pd.concat([summary, pd.DataFrame(rows, columns=published)], axis=1)
 
 
 def r2d2_self_check(table: str = "r2d2") -> dict[str, float]:

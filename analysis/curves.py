@@ -8,10 +8,11 @@ Where a score comes from (stated in every table as ``source``):
 * learning curve: the mean evaluation return at each evaluation point when a run evaluated at
   least twice, else ``return_mean`` per progress row (training episodes).
 
-Normalisation (``normalised`` column): human-normalised (``analysis.scores``) when every env of the
-experiment is an Atari-57 game; otherwise min-max per env over every score of the experiment
-(0 = the lowest, 1 = the highest seen on that env, all arms together), which makes envs comparable
-within this experiment only and is labelled so.
+Normalisation (``normalised`` column; ``analysis.scores``): human-normalised when every env of the
+experiment is an Atari-57 game; DQN-normalised (1 = Young & Tian's DQN at 5M frames) when every env
+is a MinAtar game in the MinAtar reference table; otherwise min-max per env over every score of the
+experiment (0 = the lowest, 1 = the highest seen on that env, all arms together), which makes envs
+comparable within this experiment only and is labelled so.
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ import numpy as np
 import pandas as pd
 
 from analysis.runs import KEYS, Experiment
-from analysis.scores import atari_game, human_random_table
+from analysis.scores import (
+    DqnRandomTable,
+    atari_game,
+    human_random_table,
+    is_minatar,
+    minatar_reference_table,
+)
 
 EVAL_SOURCE = "eval.csv: mean return of the evaluation episodes"
 TRAIN_SOURCE = "progress.csv: return_mean of training episodes"
@@ -37,7 +44,38 @@ class Scores:
     final: pd.DataFrame
     curves: pd.DataFrame
     normalisation: str  # what ``normalised`` means, for the report
-    human_normalised: bool
+    reference: str  # "human" (Atari-57), "dqn" (MinAtar) or "min-max" (within the experiment)
+
+    @property
+    def human_normalised(self) -> bool:
+        return self.reference == "human"
+
+    @property
+    def label(self) -> str:
+        """What the ``normalised`` column is, for axis labels and tables."""
+        return {"human": "human-normalised score", "dqn": "DQN-normalised score"}.get(
+            self.reference, "normalised score"
+        )
+
+    @property
+    def percent(self) -> bool:
+        """Whether reports print ``normalised`` as a percentage (of human or of DQN at 5M frames)."""
+        return self.reference in ("human", "dqn")
+
+    @property
+    def scale(self) -> float:
+        """Factor from ``normalised`` to the printed number."""
+        return 100.0 if self.percent else 1.0
+
+    @property
+    def unit(self) -> str:
+        """Unit of a printed normalised score, for headers: " (%)" or none."""
+        return " (%)" if self.percent else ""
+
+    @property
+    def difference_unit(self) -> str:
+        """Unit of a printed difference of normalised scores."""
+        return " percentage points" if self.percent else ""
 
 
 def _eval_points(eval_table: pd.DataFrame) -> pd.DataFrame:
@@ -91,6 +129,20 @@ def raw_scores(exp: Experiment) -> tuple[pd.DataFrame, pd.DataFrame]:
     return _tidy(final), _tidy(curves)
 
 
+def _minatar_reference(envs: list[str]) -> tuple[DqnRandomTable | None, str]:
+    """The MinAtar table when every env is a MinAtar game in it; else None and why not."""
+    if not envs or not all(is_minatar(e) for e in envs):
+        return None, "not every env is an Atari-57 or MinAtar game"
+    try:
+        table = minatar_reference_table()
+    except FileNotFoundError as e:
+        return None, f"the MinAtar reference table is absent ({e.filename})"
+    absent = [e for e in envs if e not in table.scores.index]
+    if absent:
+        return None, f"{absent} not in the MinAtar reference table {table.path}"
+    return table, ""
+
+
 def score_tables(exp: Experiment, table: str = "r2d2") -> Scores:
     """Final scores and curves of the complete runs, with a ``normalised`` column (see module doc)."""
     final, curves = raw_scores(exp)
@@ -100,7 +152,18 @@ def score_tables(exp: Experiment, table: str = "r2d2") -> Scores:
         hr = human_random_table(table)
         for frame in (final, curves):
             frame["normalised"] = [hr.normalise(games[e], s).item() for e, s in zip(frame.env, frame.score)]
-        return Scores(final, curves, f"human-normalised (1 = human); table: {hr.description}", True)
+        return Scores(final, curves, f"human-normalised (1 = human); table: {hr.description}", "human")
+    minatar, why_not = _minatar_reference(envs)
+    if minatar is not None:
+        for frame in (final, curves):
+            frame["normalised"] = [minatar.normalise(e, s).item() for e, s in zip(frame.env, frame.score)]
+        return Scores(
+            final,
+            curves,
+            f"DQN-normalised (1 = Young & Tian 2019's DQN at 5M frames; MinAtar has no human scores); "
+            f"table: {minatar.description}",
+            "dqn",
+        )
     both = pd.concat([final[["env", "score"]], curves[["env", "score"]]])
     lo = both.groupby("env").score.min()
     span = (both.groupby("env").score.max() - lo).replace(0.0, 1.0)
@@ -110,8 +173,8 @@ def score_tables(exp: Experiment, table: str = "r2d2") -> Scores:
         final,
         curves,
         "min-max per env within this experiment (0 = lowest, 1 = highest score seen on that env, all arms); "
-        "not every env is an Atari-57 game, so no human-normalised score exists",
-        False,
+        f"{why_not}, so no human- or DQN-normalised score exists",
+        "min-max",
     )
 
 

@@ -1,6 +1,6 @@
 """Reference score tables and score normalisation.
 
-Human-normalised score (Mnih et al. 2015, "Methods: evaluation procedure"; the convention of
+Atari-57: human-normalised score (Mnih et al. 2015, "Methods: evaluation procedure"; the convention of
 every Atari-57 aggregate since):
 
     hns = (score - random) / (human - random)
@@ -8,6 +8,17 @@ every Atari-57 aggregate since):
 as a fraction (1.0 = human level); reports print it as a percentage. The two named tables differ
 only in Video Pinball's random score (see ``data/SOURCES.md``): ``"r2d2"`` uses 0.0, as the
 MuZero/Agent57 table and the R2D2 / Ape-X aggregates do; ``"dqn_zoo"`` uses 16256.9.
+
+MinAtar (env ids ``minatar_<game>``): DQN-normalised score
+
+    dqn_normalised = (score - random) / (dqn_5m - random)
+
+1.0 = Young & Tian's DQN after 5 million frames (Young & Tian 2019, arXiv:1903.03176, Sec. 4 and
+their learning-curve figures). No human scores exist for MinAtar: the paper publishes no human
+baseline, and Atari's human scores do not carry over to the 10x10 games, so the reference is the
+strongest published agent at the paper's own budget, the role the human score plays for Atari-57.
+The table (``data/minatar_reference_scores.csv``) keeps the figure-reading range of each DQN value
+(``dqn_5m_low``, ``dqn_5m_high``) and the source of every number.
 """
 
 from __future__ import annotations
@@ -16,6 +27,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -23,6 +35,17 @@ import pandas as pd
 HUMAN_RANDOM_FILE = "atari57_human_random.csv"
 VARIANTS_FILE = "atari57_human_random_variants.csv"
 R2D2_SCORES_FILE = "r2d2_atari57_scores.csv"
+DATA_DIR = Path(str(resources.files("analysis").joinpath("data")))
+# Read at call time, so a test can point them at a fixture table.
+MINATAR_REFERENCE_PATH = DATA_DIR / "minatar_reference_scores.csv"
+MINATAR_CURVES_PATH = DATA_DIR / "minatar_published_curves.csv"
+MINATAR_REFERENCE_COLUMNS = (
+    "env", "random", "random_source", "dqn_5m", "dqn_5m_low", "dqn_5m_high", "dqn_5m_source", "frames",
+)  # fmt: skip
+MINATAR_CURVES_COLUMNS = ("env", "algo", "frames", "return", "return_low", "return_high", "source")
+# The EnvConfig ids of MinAtar games start with this (algorithms/envs/config.py, MINATAR_PREFIX);
+# repeated here because analysis reads run directories and never imports training code.
+MINATAR_PREFIX = "minatar_"
 
 # R2D2 Table 1 aggregates over the 57 games (percent of human).
 R2D2_PUBLISHED_MEDIAN_HNS_PERCENT = 1920.6
@@ -93,3 +116,82 @@ def atari_game(env: str) -> str | None:
         name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name)
     name = name.lower()
     return name if name in human_random_table("dqn_zoo").scores.index else None
+
+
+def is_minatar(env: str) -> bool:
+    """Whether ``env`` is a MinAtar game id (``minatar_breakout``)."""
+    return env.startswith(MINATAR_PREFIX)
+
+
+def _read_checked(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
+    table = pd.read_csv(path)
+    absent = [c for c in columns if c not in table]
+    if absent:
+        raise ValueError(f"{path}: missing columns {absent}; expected {list(columns)}")
+    return table
+
+
+@dataclass(frozen=True)
+class DqnRandomTable:
+    """Per-game random and DQN-at-5M-frames scores of MinAtar, indexed by env id
+    (columns of ``MINATAR_REFERENCE_COLUMNS`` but ``env``)."""
+
+    path: Path
+    scores: pd.DataFrame
+
+    @property
+    def description(self) -> str:
+        return f"random and Young & Tian 2019's DQN at 5M frames from {self.path.name}"
+
+    def normalise(self, env: str, score: np.ndarray | float) -> np.ndarray:
+        """DQN-normalised score (fraction, 1.0 = DQN at 5M frames) of raw ``score`` on MinAtar ``env``."""
+        if env not in self.scores.index:
+            raise KeyError(f"env {env!r} is not in the MinAtar reference table {self.path}")
+        random, dqn = self.scores.loc[env, ["random", "dqn_5m"]]
+        return (np.asarray(score, dtype=float) - random) / (dqn - random)
+
+
+def minatar_reference_table(path: Path | str | None = None) -> DqnRandomTable:
+    """The MinAtar random / DQN-at-5M table (default ``MINATAR_REFERENCE_PATH``).
+
+    Raises ``FileNotFoundError`` when the file is absent and ``ValueError`` when it lacks a column or a
+    game's DQN score equals its random score (no scale to normalise by)."""
+    path = Path(path) if path is not None else MINATAR_REFERENCE_PATH
+    table = _read_checked(path, MINATAR_REFERENCE_COLUMNS).set_index("env")
+    flat = table.index[table.dqn_5m == table.random].tolist()
+    if flat:
+        raise ValueError(f"{path}: dqn_5m equals random for {flat}: no normalisation scale")
+    return DqnRandomTable(path, table[list(MINATAR_REFERENCE_COLUMNS[1:])])
+
+
+def minatar_published_curves(path: Path | str | None = None) -> pd.DataFrame:
+    """Published MinAtar learning curves read off the papers' figures (default ``MINATAR_CURVES_PATH``):
+    ``env, algo, frames, return, return_low, return_high, source``, sorted by env, algo, frames.
+
+    Raises ``ValueError`` when a column is missing or an (env, algo) curve repeats a frame count."""
+    path = Path(path) if path is not None else MINATAR_CURVES_PATH
+    table = _read_checked(path, MINATAR_CURVES_COLUMNS)[list(MINATAR_CURVES_COLUMNS)]
+    repeated = table[table.duplicated(["env", "algo", "frames"])][["env", "algo", "frames"]]
+    if len(repeated):
+        raise ValueError(f"{path}: repeated (env, algo, frames) rows: {repeated.values.tolist()}")
+    return table.sort_values(["env", "algo", "frames"]).reset_index(drop=True)
+
+
+def published_at(curve: pd.DataFrame, frames: float) -> dict[str, float]:
+    """One published curve (rows of one env and algo) read at ``frames``: ``return``, ``return_low``,
+    ``return_high`` linearly interpolated between the two read-off points around it, and the
+    ``source`` of those points. NaN outside the read-off range: the curve is never extrapolated."""
+    curve = curve.sort_values("frames")
+    x = curve.frames.to_numpy(float)
+    inside = len(x) > 0 and x[0] <= frames <= x[-1]
+    out = {
+        column: float(np.interp(frames, x, curve[column].to_numpy(float))) if inside else float("nan")
+        for column in ("return", "return_low", "return_high")
+    }
+    if not inside:
+        span = f"{x[0]:,.0f} to {x[-1]:,.0f}" if len(x) else "none"
+        return {**out, "source": f"no published point around {frames:,.0f} frames (read-off range: {span})"}
+    right = int(np.searchsorted(x, frames))  # first point at or after ``frames``
+    used = curve.iloc[[right] if x[right] == frames else [right - 1, right]]
+    out["source"] = "; ".join(dict.fromkeys(used.source.astype(str)))
+    return out

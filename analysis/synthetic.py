@@ -2,8 +2,9 @@
 
 Each run's learning curve is ``final * (1 - exp(-steps / (0.3 * n_steps)))`` plus Gaussian noise, in
 units of the env's score scale (human - random for Atari-57 games, so ``skill`` 1.0 ends at human
-level). Runs are written through ``algorithms.rundir.RunDir``, the same writer training uses, so the
-files are exactly what a real run leaves.
+level; DQN at 5M frames - random for MinAtar games, from the MinAtar reference table). Runs are
+written through ``algorithms.rundir.RunDir``, the same writer training uses, so the files are
+exactly what a real run leaves.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from algorithms.rundir import RunDir, run_path
-from analysis.scores import atari_game, human_random_table
+from analysis.scores import atari_game, human_random_table, is_minatar, minatar_reference_table
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,9 @@ class SyntheticArm:
 
 
 def _scale(env: str) -> tuple[float, float]:
+    if is_minatar(env):
+        random, dqn = minatar_reference_table().scores.loc[env, ["random", "dqn_5m"]]
+        return float(random), float(dqn - random)
     game = atari_game(env)
     if game is None:
         return 0.0, 500.0  # CartPole-v1's return range

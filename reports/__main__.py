@@ -26,12 +26,19 @@ def main(argv: list[str] | None = None) -> int:
         default="r2d2",
         help="Atari-57 human/random table; they differ in Video Pinball's random score (0.0 vs 16256.9)",
     )
+    build.add_argument(
+        "--baseline",
+        default=None,
+        help="arm A of a two-arm verdict (default: the plan's first arm, else the arm named 'published')",
+    )
     args = parser.parse_args(argv)
     if args.reps < 100:
         parser.error(f"--reps must be at least 100, got {args.reps}")
     try:
-        path = build_report(args.experiment, out=args.out, reps=args.reps, table=args.table)
-    except FileNotFoundError as e:
+        path = build_report(
+            args.experiment, out=args.out, reps=args.reps, table=args.table, baseline=args.baseline
+        )
+    except (FileNotFoundError, ValueError) as e:
         print(f"reports: {e}", file=sys.stderr)
         return 2
     print(path)

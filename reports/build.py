@@ -3,8 +3,13 @@
 The page holds everything inline (figures as base64 PNG, CSS in the page, no scripts, no network):
 what ran, config differences between arms, per-game learning curves with 95% CI bands, aggregate
 metrics with 95% stratified-bootstrap CIs, performance profiles, probability of improvement,
-sample-efficiency curves, the per-game comparison with R2D2's published scores (Atari games), the
-throughput table, and every run that was missing, failed, damaged or left out, with the reason.
+sample-efficiency curves, the per-game comparison with published scores (R2D2's for Atari games,
+Young & Tian's DQN curves for MinAtar), the throughput table, and every run that was missing,
+failed, damaged or left out, with the reason.
+
+Results come first: a two-arm experiment opens with its verdict (``analysis.verdict``: which arm is
+better, or that the data cannot tell, and the smallest difference the experiment could detect), then
+the aggregates, then the per-game comparison with published results; what ran and how follow.
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ import numpy as np
 import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-from analysis import aggregate
+from analysis import aggregate, verdict
 from analysis.configdiff import config_diff
 from analysis.curves import Scores, resample_curves, score_tables
 from analysis.runs import KEYS, Experiment, load_experiment
+from analysis.scores import is_minatar, minatar_published_curves, minatar_reference_table
 from analysis.throughput import arm_throughput, run_throughput
 from reports import figures
+from repro.profiles import profile_label
 
 REPORT_FILE = "report.html"
 # Metadata shown under "what ran": (label, flattened metadata column).
@@ -85,6 +92,7 @@ class Section:
     id: str
     title: str
     intro: str = ""
+    statements: list[str] = field(default_factory=list)  # the page's headline sentences, shown first
     figures: list[Figure] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -117,6 +125,36 @@ def _table(table_id: str, frame: pd.DataFrame, columns: list[tuple[str, str]], c
     return Table(table_id, [label for label, _ in columns], rows, caption)
 
 
+# --- plan and profile -----------------------------------------------------------------------------
+PLAN_FIELDS = ("plan", "title", "profile", "arms", "envs", "seeds")
+
+
+def _plan_entries(plan: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The plans of the experiment's plan file: its ``plans`` as ``repro/record.py`` writes them, or
+    the file itself as one plan when it holds one plan's fields at the top level (another tool's)."""
+    if not plan or "error" in plan:
+        return []
+    entries = plan["plans"] if isinstance(plan.get("plans"), list) else [plan]
+    return [e for e in entries if isinstance(e, dict) and any(k in e for k in ("plan", "title", "arms"))]
+
+
+def _plan_field(entry: dict[str, Any], key: str) -> str:
+    value = entry.get(key)
+    return ", ".join(map(str, value)) if isinstance(value, list) else fmt(value)
+
+
+def _profile_name(arg: str) -> str:
+    """A job command line's ``--profile`` (runs without a plan file) as a name: a shipped profile,
+    also one given by its path in whichever checkout ran it, by its name; another file as
+    ``repro.profiles.profile_label`` names it (relative to the repository)."""
+    path = Path(arg)
+    if path.suffix != ".toml":
+        return arg
+    if path.parent.parts[-3:] == ("repro", "configs", "profiles"):
+        return path.stem
+    return profile_label(path)
+
+
 # --- sections -----------------------------------------------------------------------------------
 def _what_ran(exp: Experiment) -> Section:
     section = Section("what-ran", "What ran")
@@ -126,10 +164,18 @@ def _what_ran(exp: Experiment) -> Section:
         f"({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))}), "
         f"{len(exp.arms)} arms x {len(exp.envs)} envs."
     )
-    if exp.plan is not None:
-        section.notes.append(
-            "plan: " + json.dumps({k: v for k, v in exp.plan.items() if k != "jobs"}, default=str)
+    plans = _plan_entries(exp.plan)
+    if plans:
+        section.tables.append(
+            Table(
+                "plan",
+                list(PLAN_FIELDS),
+                [[_plan_field(p, k) for k in PLAN_FIELDS] for p in plans],
+                "from plan.json, written by python -m repro run; its jobs are the expected runs",
+            )
         )
+    elif exp.plan is not None:
+        section.notes.append(f"plan file unusable: {exp.plan.get('error', 'no plan in it')}")
     else:
         section.notes.append(
             "no plan file (plan.json) at the experiment root: expected runs are taken to be, for each arm, "
@@ -159,7 +205,9 @@ def _what_ran(exp: Experiment) -> Section:
         values = sorted({fmt(v) for v in meta[column]}) if column in meta else ["not recorded"]
         rows.append([label, ", ".join(values)])
     commands = [json.loads(a) for a in meta["argv"].dropna()] if "argv" in meta else []
-    profiles = sorted({c[c.index("--profile") + 1] for c in commands if "--profile" in c[:-1]})
+    profiles = sorted({str(p["profile"]) for p in plans if p.get("profile")}) or sorted(
+        {_profile_name(c[c.index("--profile") + 1]) for c in commands if "--profile" in c[:-1]}
+    )
     rows.append(
         [
             "profile",
@@ -240,7 +288,7 @@ def _curves_section(scores: Scores, colours: dict[str, str], reps: int) -> Secti
 def _aggregate_sections(
     scores: Scores, colours: dict[str, str], reps: int
 ) -> tuple[list[Section], pd.DataFrame]:
-    label = "human-normalised score" if scores.human_normalised else "normalised score"
+    label = scores.label
     matrices, games, left_out = aggregate.score_matrices(scores.final)
     agg = Section(
         "aggregates",
@@ -256,12 +304,11 @@ def _aggregate_sections(
         agg.notes.append(
             "one run per env and arm: the bootstrap has nothing to resample, intervals are points"
         )
-    scale = 100.0 if scores.human_normalised else 1.0
+    scale, unit = scores.scale, scores.unit
     metrics = aggregate.aggregate_metrics(matrices, reps=reps)
     shown = metrics.assign(
         value=metrics.value * scale, ci_low=metrics.ci_low * scale, ci_high=metrics.ci_high * scale
     )
-    unit = " (%)" if scores.human_normalised else ""
     table = shown.pivot(index="arm", columns="metric").swaplevel(axis=1)
     rows = [
         [arm]
@@ -343,6 +390,137 @@ def _aggregate_sections(
         efficiency.notes.append("the runs share fewer than two logged env-step points: no curve")
     sections.append(efficiency)
     return sections, left_out
+
+
+def _verdict_section(exp: Experiment, scores: Scores, reps: int, baseline: str | None) -> Section | None:
+    """The verdict and power statement of a two-arm experiment; None for any other number of arms
+    with an env in common."""
+    matrices, games, _ = aggregate.score_matrices(scores.final)
+    if len(matrices) != 2:
+        return None
+    a, b = verdict.order_arms(list(matrices), exp.plan, baseline)
+    scale, diff_unit = scores.scale, scores.difference_unit
+    in_units = f" ({diff_unit.strip()})" if diff_unit else ""
+    found = verdict.two_arm_verdict(
+        matrices, a, b, reps=reps, label=scores.label, scale=scale, unit=diff_unit
+    )
+    power = verdict.power_statement(found, label=scores.label, scale=scale, unit=diff_unit)
+    section = Section(
+        "verdict",
+        "Verdict",
+        f"Arm A (baseline) {a}, arm B {b}; final scores, {scores.normalisation}; {len(games)} envs common "
+        f"to both arms, {found.n_runs} runs per env and arm.",
+        statements=[found.sentence, power.sentence],
+    )
+    diff = found.iqm_difference
+    section.tables.append(
+        Table(
+            "verdict-table",
+            ["statistic", "estimate [95% CI]"],
+            [
+                [f"P({b} > {a})", _ci(found.poi["value"], found.poi["ci_low"], found.poi["ci_high"])],
+                [
+                    f"IQM difference {b} - {a}{in_units}",
+                    _ci(diff["value"], diff["ci_low"], diff["ci_high"], scale),
+                ],
+                [f"standard error of the IQM difference{in_units}", fmt(diff["se"] * scale)],
+                [
+                    f"smallest IQM difference detected with {power.power:.0%} power, two-sided alpha "
+                    f"{power.alpha:.2g}{in_units}",
+                    fmt(power.detectable * scale),
+                ],
+            ],
+        )
+    )
+    section.notes.append(f"Rule: {verdict.RULE} (analysis/verdict.py).")
+    section.notes.append(f"Power: {power.method}.")
+    section.notes.append(
+        "A is the --baseline arm when given, else the plan's first arm, else the arm named 'published'."
+    )
+    return section
+
+
+def _minatar_published_section(scores: Scores, reps: int) -> Section | None:
+    """Per MinAtar env and arm: our final return next to Young & Tian's DQN curve at our frame count."""
+    if not any(is_minatar(env) for env in scores.final.env.unique()):
+        return None
+    section = Section(
+        "published-minatar",
+        "Comparison with published MinAtar results (Young & Tian 2019, DQN)",
+        "Our final raw return (mean over seeds, 95% bootstrap CI) next to the published DQN learning curve "
+        "(Young & Tian 2019, arXiv:1903.03176) read at the frame count our runs reached (a MinAtar frame "
+        "is an env step), linearly interpolated between the points read off the paper's figure; the "
+        "range in brackets is the figure-reading uncertainty. Not extrapolated: '–' where our frame count "
+        "lies outside the read-off points.",
+    )
+    try:
+        curves = minatar_published_curves()
+    except FileNotFoundError as e:
+        section.notes.append(f"no published MinAtar curves: {e.filename} is absent")
+        return section
+    comparison = aggregate.compare_with_minatar_published(scores.final, curves, reps=reps)
+    scale, unit = scores.scale, scores.unit
+    rows = [
+        [
+            r.arm,
+            r.env,
+            fmt(r.n_runs),
+            fmt(r.frames),
+            _ci(r.score, r.ci_low, r.ci_high),
+            _ci(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale),
+            _ci(r.published, r.published_low, r.published_high),
+            fmt(r.published_in_ci),
+            fmt(r.overlap),
+            r.published_source,
+        ]
+        for r in comparison.itertuples()
+    ]
+    section.tables.append(
+        Table(
+            "minatar-published-table",
+            [
+                "arm",
+                "env",
+                "runs",
+                "frames",
+                "our return [95% CI]",
+                f"{scores.label}{unit} [95% CI]",
+                "published DQN at these frames [reading range]",
+                "published inside our CI",
+                "our CI overlaps the reading range",
+                "source of the published value",
+            ],
+            rows,
+        )  # fmt: skip
+    )
+    if scores.reference == "dqn":
+        reference = minatar_reference_table().scores
+        section.tables.append(
+            Table(
+                "minatar-reference-table",
+                [
+                    "env",
+                    "random",
+                    "random source",
+                    "DQN at 5M frames [reading range]",
+                    "frames",
+                    "DQN source",
+                ],
+                [
+                    [
+                        env,
+                        fmt(r.random),
+                        r.random_source,
+                        _ci(r.dqn_5m, r.dqn_5m_low, r.dqn_5m_high),
+                        fmt(r.frames),
+                        r.dqn_5m_source,
+                    ]
+                    for env, r in reference.loc[sorted(set(scores.final.env))].iterrows()
+                ],  # fmt: skip
+                "the normalisation: DQN-normalised score = (score - random) / (DQN at 5M - random)",
+            )
+        )
+    return section
 
 
 def _published_section(scores: Scores, colours: dict[str, str], reps: int) -> Section | None:
@@ -446,28 +624,41 @@ def _problems_section(exp: Experiment, left_out: pd.DataFrame) -> Section:
 
 # --- page ---------------------------------------------------------------------------------------
 def build_report(
-    experiment_dir: Path | str, out: Path | str | None = None, reps: int = 2000, table: str = "r2d2"
+    experiment_dir: Path | str,
+    out: Path | str | None = None,
+    reps: int = 2000,
+    table: str = "r2d2",
+    baseline: str | None = None,
 ) -> Path:
     """Write the experiment's report (default ``<experiment_dir>/report.html``) and return its path.
+    ``baseline``: arm A of a two-arm verdict (default: ``analysis.verdict.order_arms``).
 
     Raises ``FileNotFoundError`` when the directory holds no run at all; anything less (damaged runs,
     no complete run) still gives a page that says what it skipped."""
     exp = load_experiment(experiment_dir)
     colours = figures.arm_colours(exp.arms)
     scores = score_tables(exp, table)
-    sections = [_what_ran(exp), _config_section(exp)]
+    context = [_what_ran(exp), _config_section(exp)]
     left_out = pd.DataFrame(columns=KEYS)
     if scores.final.empty:
-        sections.append(
+        sections = context + [
             Section("results", "Results", notes=["no complete run with a score: nothing to aggregate"])
-        )
+        ]
     else:
-        sections.append(_curves_section(scores, colours, reps))
+        verdict_section = _verdict_section(exp, scores, reps, baseline)
         aggregate_sections, left_out = _aggregate_sections(scores, colours, reps)
-        sections.extend(aggregate_sections)
-        published = _published_section(scores, colours, reps)
-        if published is not None:
-            sections.append(published)
+        published = [_published_section(scores, colours, reps), _minatar_published_section(scores, reps)]
+        sections = [
+            section
+            for section in (
+                [verdict_section]
+                + aggregate_sections
+                + published
+                + [_curves_section(scores, colours, reps)]
+                + context
+            )
+            if section is not None
+        ]
     sections.append(_throughput_section(exp, colours))
     sections.append(_problems_section(exp, left_out))
     html = render(

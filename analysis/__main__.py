@@ -1,0 +1,65 @@
+"""``python -m analysis study runs/<experiment> --csv PATH --markdown PATH``: a study's tidy result table
+and markdown summary (``analysis.study``); without ``--csv`` or ``--markdown`` the summary is printed."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import shlex
+import sys
+from pathlib import Path
+
+from analysis.study import result_table, run_study, study_markdown
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    study = commands.add_parser("study", help="tidy result table and markdown summary of one experiment")
+    study.add_argument("experiment", type=Path, help="runs/<experiment>")
+    study.add_argument("--csv", type=Path, default=None, help="write the tidy result table here")
+    study.add_argument("--markdown", type=Path, default=None, help="write the markdown summary here")
+    study.add_argument(
+        "--baseline",
+        default=None,
+        help="arm A of the two-arm verdict (default: the plan's first arm, else the arm named 'published')",
+    )
+    study.add_argument(
+        "--reps", type=int, default=2000, help="bootstrap resamples per interval (default 2000)"
+    )
+    study.add_argument(
+        "--table",
+        choices=("r2d2", "dqn_zoo"),
+        default="r2d2",
+        help="Atari-57 human/random table (they differ in Video Pinball's random score)",
+    )
+    args = parser.parse_args(argv)
+    if args.reps < 100:
+        parser.error(f"--reps must be at least 100, got {args.reps}")
+    try:
+        found = run_study(args.experiment, baseline=args.baseline, reps=args.reps, table=args.table)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"analysis: {e}", file=sys.stderr)
+        return 2
+    markdown = study_markdown(
+        found,
+        command="python -m analysis " + shlex.join(argv),
+        date=dt.datetime.now(dt.UTC).date().isoformat() + " (UTC)",
+        csv_path=str(args.csv) if args.csv else None,
+    )
+    for path, write in (
+        (args.csv, lambda p: result_table(found.scores).to_csv(p, index=False)),
+        (args.markdown, lambda p: p.write_text(markdown, encoding="utf-8")),
+    ):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write(path)
+            print(path)
+    if args.csv is None and args.markdown is None:
+        print(markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

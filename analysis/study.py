@@ -1,0 +1,228 @@
+"""A study's results as data: the tidy result table (CSV) and a markdown summary for ``docs/results``.
+
+``python -m analysis study runs/<experiment> --csv docs/results/<experiment>.csv --markdown
+docs/results/<experiment>.md`` writes both. The markdown opens with the two-arm verdict and the
+power statement (``analysis.verdict``), then the aggregates with 95% stratified-bootstrap CIs
+(``analysis.aggregate``), then the per-game table (against Young & Tian's published DQN for MinAtar,
+R2D2's Table 4 for Atari), and it records the command and date that produced it: measured figures
+live in ``docs/results`` with their provenance, not as prose in code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis import aggregate, verdict
+from analysis.curves import Scores, score_tables
+from analysis.runs import Experiment, load_experiment
+from analysis.scores import is_minatar, minatar_published_curves
+
+RESULT_COLUMNS = ["arm", "env", "seed", "env_steps", "frames", "final_return", "normalised", "source"]
+
+
+def result_table(scores: Scores) -> pd.DataFrame:
+    """One row per complete run: ``RESULT_COLUMNS``; ``final_return`` is the mean return of the last
+    evaluation (``source`` says when a run had none and its last training returns stand in)."""
+    table = scores.final.rename(columns={"score": "final_return"})[RESULT_COLUMNS]
+    return table.sort_values(["arm", "env", "seed"]).reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class Study:
+    """Everything the summary shows; ``verdict`` and ``power`` are None unless exactly two arms share
+    an env; ``per_game`` is ``aggregate.compare_with_minatar_published`` for MinAtar envs,
+    ``aggregate.compare_with_published`` for Atari-57 games, else ``aggregate.per_game_summary``."""
+
+    experiment: Experiment
+    scores: Scores
+    reps: int
+    games: list[str]
+    runs_per_game: int
+    left_out: pd.DataFrame
+    aggregates: pd.DataFrame
+    verdict: verdict.Verdict | None
+    power: verdict.PowerStatement | None
+    per_game: pd.DataFrame
+    per_game_note: str
+
+
+def _per_game(scores: Scores, reps: int, seed: int) -> tuple[pd.DataFrame, str]:
+    envs = set(scores.final.env)
+    if any(is_minatar(e) for e in envs):
+        try:
+            curves = minatar_published_curves()
+        except FileNotFoundError as e:
+            return aggregate.per_game_summary(
+                scores.final, reps, seed
+            ), f"no published curves: {e.filename} is absent"
+        return aggregate.compare_with_minatar_published(scores.final, curves, reps=reps, seed=seed), ""
+    published = aggregate.compare_with_published(scores.final, reps=reps, seed=seed)
+    if len(published):
+        return published, ""
+    return aggregate.per_game_summary(scores.final, reps, seed), "no published scores for these envs"
+
+
+def run_study(
+    experiment_dir: Path | str,
+    baseline: str | None = None,
+    reps: int = 2000,
+    seed: int = 0,
+    table: str = "r2d2",
+) -> Study:
+    """Scores, aggregates, verdict, power and per-game table of the experiment's complete runs."""
+    exp = load_experiment(experiment_dir)
+    scores = score_tables(exp, table)
+    matrices, games, left_out = aggregate.score_matrices(scores.final)
+    found = power = None
+    if len(matrices) == 2:
+        a, b = verdict.order_arms(list(matrices), exp.plan, baseline)
+        units = {"label": scores.label, "scale": scores.scale, "unit": scores.difference_unit}
+        found = verdict.two_arm_verdict(matrices, a, b, reps, seed, **units)
+        power = verdict.power_statement(found, **units)
+    per_game, note = _per_game(scores, reps, seed)
+    return Study(
+        experiment=exp,
+        scores=scores,
+        reps=reps,
+        games=games,
+        runs_per_game=next(iter(matrices.values())).shape[0] if matrices else 0,
+        left_out=left_out,
+        aggregates=aggregate.aggregate_metrics(matrices, reps=reps, seed=seed)
+        if matrices
+        else pd.DataFrame(),
+        verdict=found,
+        power=power,
+        per_game=per_game,
+        per_game_note=note,
+    )
+
+
+def _fmt(value: object) -> str:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "–"
+    if isinstance(value, bool | np.bool_):
+        return "yes" if value else "no"
+    if isinstance(value, int | np.integer):
+        return f"{int(value):,}"
+    if isinstance(value, float | np.floating):
+        return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
+    return str(value)
+
+
+def _ci(value: float, lo: float, hi: float, scale: float = 1.0) -> str:
+    return f"{_fmt(value * scale)} [{_fmt(lo * scale)}, {_fmt(hi * scale)}]"
+
+
+def _md_table(columns: list[str], rows: list[list[str]]) -> list[str]:
+    cells = [[str(c).replace("|", "\\|") for c in row] for row in [columns, *rows]]
+    lines = ["| " + " | ".join(row) + " |" for row in cells]
+    return (
+        [lines[0], "|" + "---|" * len(columns), *lines[1:]]
+        if rows
+        else [lines[0], "|" + "---|" * len(columns)]
+    )
+
+
+def _per_game_lines(study: Study) -> list[str]:
+    table, scale = study.per_game, study.scores.scale
+    norm = f"{study.scores.label}{study.scores.unit} [95% CI]"
+    base = ["arm", "env", "runs", "frames", "final return [95% CI]"]
+    if "published_source" in table:
+        columns = base + [norm, "published DQN at these frames [reading range]", "published inside our CI",
+                          "our CI overlaps the reading range", "source of the published value"]  # fmt: skip
+        rows = [
+            [r.arm, r.env, _fmt(r.n_runs), _fmt(r.frames), _ci(r.score, r.ci_low, r.ci_high),
+             _ci(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale),
+             _ci(r.published, r.published_low, r.published_high), _fmt(r.published_in_ci), _fmt(r.overlap),
+             r.published_source]
+            for r in table.itertuples()
+        ]  # fmt: skip
+        intro = (
+            "Final raw return per arm and game (mean over seeds, 95% bootstrap CI) next to Young & Tian's "
+            "(2019) DQN learning curve read at the same frame count, interpolated between the points read "
+            "off the paper's figure; the bracket is the reading uncertainty; '–' where our frame count lies "
+            "outside the read-off points (never extrapolated)."
+        )
+    elif "game" in table:
+        columns = base + ["R2D2 (Table 4)", "ratio", "R2D2 inside our CI"]
+        rows = [
+            [r.arm, r.env, _fmt(r.n_runs), _fmt(r.frames), _ci(r.score, r.ci_low, r.ci_high),
+             _fmt(r.published), _fmt(r.ratio), _fmt(r.published_in_ci)]
+            for r in table.itertuples()
+        ]  # fmt: skip
+        intro = (
+            "Final raw score per arm and game next to R2D2's Table 4 (Kapturowski et al. 2019, ~10B frames)."
+        )
+    else:
+        columns = base + [norm]
+        rows = [
+            [r.arm, r.env, _fmt(r.n_runs), _fmt(r.frames), _ci(r.score, r.ci_low, r.ci_high),
+             _ci(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale)]
+            for r in table.itertuples()
+        ]  # fmt: skip
+        intro = "Final raw score per arm and env (mean over seeds, 95% bootstrap CI)."
+    notes = [f"Note: {study.per_game_note}.", ""] if study.per_game_note else []
+    return ["## Per game", "", intro, "", *notes, *_md_table(columns, rows), ""]
+
+
+def study_markdown(study: Study, command: str, date: str, csv_path: str | None = None) -> str:
+    """The summary page (module doc); ``command`` and ``date`` record how and when it was produced."""
+    exp, scores = study.experiment, study.scores
+    lines = [f"# Study {exp.name}", ""]
+    provenance = f"Produced by `{command}` on {date}, from {len(exp.complete)} complete runs of {exp.path}"
+    if "git_commit" in exp.metadata:
+        commits = ", ".join(sorted({str(c)[:12] for c in exp.metadata.git_commit.dropna()}))
+        dirty = "git_dirty" in exp.metadata and exp.metadata.git_dirty.eq(True).any()
+        provenance += (
+            f" (code: git commit {commits or 'not recorded'}{', with uncommitted changes' if dirty else ''})"
+        )
+    lines += [provenance + ".", ""]
+    if csv_path:
+        lines += [f"Tidy result table (one row per run): `{csv_path}`.", ""]
+    if study.verdict is not None and study.power is not None:
+        lines += [
+            f"**Verdict.** {study.verdict.sentence}",
+            "",
+            f"**Power.** {study.power.sentence} Method: {study.power.method}.",
+            "",
+            f"Rule: {verdict.RULE} (analysis/verdict.py).",
+            "",
+        ]
+    else:
+        lines += ["No verdict: a verdict compares exactly two arms with an env in common.", ""]
+    lines += [f"Scores: {scores.normalisation}.", "", "## Aggregates", ""]
+    if study.aggregates.empty:
+        lines += ["No env was run to completion by every arm: no aggregate.", ""]
+    else:
+        lines += [
+            f"Final {scores.label} over runs x games: {len(study.games)} games common to all arms, "
+            f"{study.runs_per_game} runs per game and arm; point estimate [95% stratified-bootstrap CI] "
+            f"(rliable, {study.reps} resamples); optimality gap: lower is better.",
+            "",
+        ]
+        table = study.aggregates.set_index(["arm", "metric"])
+        rows = [
+            [arm]
+            + [
+                _ci(*table.loc[(arm, m), ["value", "ci_low", "ci_high"]], scores.scale)
+                for m in aggregate.METRICS
+            ]
+            for arm in dict.fromkeys(study.aggregates.arm)
+        ]
+        lines += [*_md_table(["arm"] + [m + scores.unit for m in aggregate.METRICS], rows), ""]
+    if not scores.final.empty:
+        lines += _per_game_lines(study)
+    unused = (
+        [f"- {r.arm}/{r.env}/seed{r.seed}: {r.reason}" for r in exp.skipped.itertuples()]
+        + [f"- {r.arm}/{r.env}/seed{r.seed}: expected, no run directory" for r in exp.missing.itertuples()]
+        + [
+            f"- {r.arm}/{r.env}/seed{r.seed}: complete, left out of the aggregates (equal seeds per arm)"
+            for r in study.left_out.itertuples()
+        ]
+    )
+    lines += ["## Runs not used", "", *(unused or ["None."]), ""]
+    return "\n".join(lines)
