@@ -101,7 +101,9 @@ def run_study(
     )
 
 
-def _fmt(value: object) -> str:
+def fmt(value: object) -> str:
+    """Display string of a table cell (reports and markdown alike): 4 significant digits for floats,
+    thousands separators for big numbers, yes/no for booleans, '–' for missing values."""
     if value is None or (isinstance(value, float) and np.isnan(value)):
         return "–"
     if isinstance(value, bool | np.bool_):
@@ -109,12 +111,18 @@ def _fmt(value: object) -> str:
     if isinstance(value, int | np.integer):
         return f"{int(value):,}"
     if isinstance(value, float | np.floating):
-        return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
+        value = float(value)
+        if value.is_integer() and abs(value) < 1e15:
+            return f"{int(value):,}"
+        if abs(value) >= 1e4:
+            return f"{value:,.0f}"
+        return f"{value:.4g}"
     return str(value)
 
 
-def _ci(value: float, lo: float, hi: float, scale: float = 1.0) -> str:
-    return f"{_fmt(value * scale)} [{_fmt(lo * scale)}, {_fmt(hi * scale)}]"
+def ci_text(value: float, lo: float, hi: float, scale: float = 1.0) -> str:
+    """``value [lo, hi]``, each multiplied by ``scale`` and shown with ``fmt``."""
+    return f"{fmt(value * scale)} [{fmt(lo * scale)}, {fmt(hi * scale)}]"
 
 
 def _md_table(columns: list[str], rows: list[list[str]]) -> list[str]:
@@ -135,9 +143,9 @@ def _per_game_lines(study: Study) -> list[str]:
         columns = base + [norm, "published DQN at these frames [reading range]", "published inside our CI",
                           "our CI overlaps the reading range", "source of the published value"]  # fmt: skip
         rows = [
-            [r.arm, r.env, _fmt(r.n_runs), _fmt(r.frames), _ci(r.score, r.ci_low, r.ci_high),
-             _ci(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale),
-             _ci(r.published, r.published_low, r.published_high), _fmt(r.published_in_ci), _fmt(r.overlap),
+            [r.arm, r.env, fmt(r.n_runs), fmt(r.frames), ci_text(r.score, r.ci_low, r.ci_high),
+             ci_text(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale),
+             ci_text(r.published, r.published_low, r.published_high), fmt(r.published_in_ci), fmt(r.overlap),
              r.published_source]
             for r in table.itertuples()
         ]  # fmt: skip
@@ -150,8 +158,8 @@ def _per_game_lines(study: Study) -> list[str]:
     elif "game" in table:
         columns = base + ["R2D2 (Table 4)", "ratio", "R2D2 inside our CI"]
         rows = [
-            [r.arm, r.env, _fmt(r.n_runs), _fmt(r.frames), _ci(r.score, r.ci_low, r.ci_high),
-             _fmt(r.published), _fmt(r.ratio), _fmt(r.published_in_ci)]
+            [r.arm, r.env, fmt(r.n_runs), fmt(r.frames), ci_text(r.score, r.ci_low, r.ci_high),
+             fmt(r.published), fmt(r.ratio), fmt(r.published_in_ci)]
             for r in table.itertuples()
         ]  # fmt: skip
         intro = (
@@ -160,8 +168,8 @@ def _per_game_lines(study: Study) -> list[str]:
     else:
         columns = base + [norm]
         rows = [
-            [r.arm, r.env, _fmt(r.n_runs), _fmt(r.frames), _ci(r.score, r.ci_low, r.ci_high),
-             _ci(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale)]
+            [r.arm, r.env, fmt(r.n_runs), fmt(r.frames), ci_text(r.score, r.ci_low, r.ci_high),
+             ci_text(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale)]
             for r in table.itertuples()
         ]  # fmt: skip
         intro = "Final raw score per arm and env (mean over seeds, 95% bootstrap CI)."
@@ -208,7 +216,7 @@ def study_markdown(study: Study, command: str, date: str, csv_path: str | None =
         rows = [
             [arm]
             + [
-                _ci(*table.loc[(arm, m), ["value", "ci_low", "ci_high"]], scores.scale)
+                ci_text(*table.loc[(arm, m), ["value", "ci_low", "ci_high"]], scores.scale)
                 for m in aggregate.METRICS
             ]
             for arm in dict.fromkeys(study.aggregates.arm)

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
@@ -30,6 +29,7 @@ from analysis.configdiff import config_diff
 from analysis.curves import Scores, resample_curves, score_tables
 from analysis.runs import KEYS, Experiment, load_experiment
 from analysis.scores import is_minatar, minatar_published_curves, minatar_reference_table
+from analysis.study import ci_text, fmt
 from analysis.throughput import arm_throughput, run_throughput
 from reports import figures
 from repro.profiles import profile_label
@@ -96,28 +96,6 @@ class Section:
     figures: list[Figure] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
-
-def fmt(value: Any) -> str:
-    """Display string: 4 significant digits for floats, thousands separators for big numbers."""
-    if value is None or (isinstance(value, float) and np.isnan(value)):
-        return "–"
-    if isinstance(value, bool | np.bool_):
-        return "yes" if value else "no"
-    if isinstance(value, int | np.integer):
-        return f"{int(value):,}"
-    if isinstance(value, float | np.floating):
-        value = float(value)
-        if value.is_integer() and abs(value) < 1e15:
-            return f"{int(value):,}"
-        if abs(value) >= 1e4:
-            return f"{value:,.0f}"
-        return f"{value:.4g}"
-    return str(value)
-
-
-def _ci(value: float, lo: float, hi: float, scale: float = 1.0) -> str:
-    return f"{fmt(value * scale)} [{fmt(lo * scale)}, {fmt(hi * scale)}]"
 
 
 def _table(table_id: str, frame: pd.DataFrame, columns: list[tuple[str, str]], caption: str = "") -> Table:
@@ -270,7 +248,7 @@ def _curves_section(scores: Scores, colours: dict[str, str], reps: int) -> Secti
                 env,
                 fmt(len(g)),
                 fmt(int(g.env_steps.max())),
-                _ci(g.score.mean(), lo, hi),
+                ci_text(g.score.mean(), lo, hi),
                 fmt(norm.mean()),
             ]
         )
@@ -312,7 +290,10 @@ def _aggregate_sections(
     table = shown.pivot(index="arm", columns="metric").swaplevel(axis=1)
     rows = [
         [arm]
-        + [_ci(*(table.loc[arm, (m, k)] for k in ("value", "ci_low", "ci_high"))) for m in aggregate.METRICS]
+        + [
+            ci_text(*(table.loc[arm, (m, k)] for k in ("value", "ci_low", "ci_high")))
+            for m in aggregate.METRICS
+        ]
         for arm in table.index
     ]
     agg.tables.append(
@@ -360,7 +341,7 @@ def _aggregate_sections(
             Table(
                 "poi-table",
                 ["comparison", "P(X > Y) [95% CI]"],
-                [[f"P({r.x} > {r.y})", _ci(r.value, r.ci_low, r.ci_high)] for r in pois.itertuples()],
+                [[f"P({r.x} > {r.y})", ci_text(r.value, r.ci_low, r.ci_high)] for r in pois.itertuples()],
             )
         )
         poi.figures.append(
@@ -418,10 +399,10 @@ def _verdict_section(exp: Experiment, scores: Scores, reps: int, baseline: str |
             "verdict-table",
             ["statistic", "estimate [95% CI]"],
             [
-                [f"P({b} > {a})", _ci(found.poi["value"], found.poi["ci_low"], found.poi["ci_high"])],
+                [f"P({b} > {a})", ci_text(found.poi["value"], found.poi["ci_low"], found.poi["ci_high"])],
                 [
                     f"IQM difference {b} - {a}{in_units}",
-                    _ci(diff["value"], diff["ci_low"], diff["ci_high"], scale),
+                    ci_text(diff["value"], diff["ci_low"], diff["ci_high"], scale),
                 ],
                 [f"standard error of the IQM difference{in_units}", fmt(diff["se"] * scale)],
                 [
@@ -466,9 +447,9 @@ def _minatar_published_section(scores: Scores, reps: int) -> Section | None:
             r.env,
             fmt(r.n_runs),
             fmt(r.frames),
-            _ci(r.score, r.ci_low, r.ci_high),
-            _ci(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale),
-            _ci(r.published, r.published_low, r.published_high),
+            ci_text(r.score, r.ci_low, r.ci_high),
+            ci_text(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale),
+            ci_text(r.published, r.published_low, r.published_high),
             fmt(r.published_in_ci),
             fmt(r.overlap),
             r.published_source,
@@ -511,7 +492,7 @@ def _minatar_published_section(scores: Scores, reps: int) -> Section | None:
                         env,
                         fmt(r.random),
                         r.random_source,
-                        _ci(r.dqn_5m, r.dqn_5m_low, r.dqn_5m_high),
+                        ci_text(r.dqn_5m, r.dqn_5m_low, r.dqn_5m_high),
                         fmt(r.frames),
                         r.dqn_5m_source,
                     ]

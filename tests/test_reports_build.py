@@ -5,9 +5,10 @@ import re
 
 import pytest
 
+from analysis.study import fmt
 from analysis.synthetic import SyntheticArm, write_experiment
 from reports.__main__ import main
-from reports.build import build_report, fmt
+from reports.build import build_report
 
 ARMS = {
     "corrected": SyntheticArm(1.5, {"algo": "r2d1", "optim": {"clip_grad_norm": 80.0}}),

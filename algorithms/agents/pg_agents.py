@@ -22,6 +22,8 @@ Algorithms use three methods on a batch ``NamedArrays`` in Contract 3's layout:
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import torch
 
@@ -155,3 +157,23 @@ class RecurrentPgAgent(_PgAgentBase):
             boot.observation, boot.prev_action, boot.prev_reward, boot.agent_state
         )
         return next_state_values(value, bootstrap_value, done, final_value)
+
+
+def actor_critic_agent(config: Any, observation_space: gym.Space, action_space: gym.Space) -> PgAgent:
+    """The actor-critic agent of a policy-gradient config (A2C's and PPO's share the fields read here:
+    ``recurrent``, ``hidden_sizes``, ``lstm_size``, ``conv_torso``): recurrent (LSTM) when
+    ``config.recurrent``."""
+    if config.recurrent:
+        model = RecurrentActorCritic(
+            observation_space,
+            action_space,
+            config.hidden_sizes,
+            config.lstm_size,
+            conv_torso=config.conv_torso,
+        )
+        return RecurrentPgAgent(model, observation_space, action_space)
+    return PgAgent(
+        ActorCritic(observation_space, action_space, config.hidden_sizes, conv_torso=config.conv_torso),
+        observation_space,
+        action_space,
+    )

@@ -29,7 +29,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from algorithms.agents.pg_agents import PgAgent, RecurrentPgAgent
+from algorithms.agents.pg_agents import PgAgent, RecurrentPgAgent, actor_critic_agent
 from algorithms.algos.base import FieldCheck, OptInfo, adam, from_preset
 from algorithms.arrays import NamedArrays
 from algorithms.functional.advantages import (
@@ -38,7 +38,6 @@ from algorithms.functional.advantages import (
     standardize_advantage,
 )
 from algorithms.functional.policy_losses import approx_kl, entropy_bonus, ppo_clipped_surrogate, value_loss
-from algorithms.models.policies import ActorCritic, RecurrentActorCritic
 from algorithms.models.torsos import CONV_TORSOS
 
 
@@ -153,20 +152,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 
 def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space) -> PgAgent:
     """An actor-critic agent: recurrent (LSTM) when ``config.recurrent``."""
-    if config.recurrent:
-        model = RecurrentActorCritic(
-            observation_space,
-            action_space,
-            config.hidden_sizes,
-            config.lstm_size,
-            conv_torso=config.conv_torso,
-        )
-        return RecurrentPgAgent(model, observation_space, action_space)
-    return PgAgent(
-        ActorCritic(observation_space, action_space, config.hidden_sizes, conv_torso=config.conv_torso),
-        observation_space,
-        action_space,
-    )
+    return actor_critic_agent(config, observation_space, action_space)
 
 
 def minibatch_indices(n_items: int, n_minibatches: int) -> tuple[torch.Tensor, ...]:
