@@ -20,11 +20,11 @@ BACKEND ?= local
 JOBS ?=
 EXP ?=
 
-.PHONY: help venv test lint format bench-env bench-learn-dqn bench-dqn-speed bench-learn-pg bench-pg-speed bench-sampler bench-replay \
+.PHONY: help venv test lint format bench-env bench-minatar-dqn bench-learn-dqn bench-dqn-speed bench-learn-pg bench-pg-speed bench-sampler bench-replay \
 	reproduce-r2d1 repro-dry-run check-suite report regress regress-update clean
 
 help:
-	@echo "make test | lint | bench-env | bench-learn-dqn | bench-learn-pg | bench-sampler"
+	@echo "make test | lint | bench-env | bench-minatar-dqn | bench-learn-dqn | bench-learn-pg | bench-sampler"
 	@echo "make reproduce-r2d1 SEEDS=3 PROFILE=smoke|mini|paper [GAMES=pong,qbert] [BACKEND=local|ray] [JOBS=n]"
 	@echo "make reproduce-r2d1 SUITE=minatar SEEDS=5 [PROFILE=minatar_cpu|smoke]"
 	@echo "make report EXP=runs/<experiment> | regress | regress-update"
@@ -104,8 +104,15 @@ regress-update: $(STAMP)
 repro-dry-run: check-suite $(STAMP)
 	$(PY) -m repro run $(REPRO_RUN_ARGS) --exp $(R2D1_EXP) --dry-run
 
+# ENV_ARGS="--sections minatar" for the MinAtar rows only (in-process envs against worker processes).
 bench-env: $(STAMP)
-	$(PY) -m bench.bench_env --out runs/bench/env.csv
+	$(PY) -m bench.bench_env --out runs/bench/env.csv $(ENV_ARGS)
+
+# MinAtar DQN (setting dqn_minatar) against MinAtar's examples/dqn.py run unmodified from a scratch copy
+# (/tmp/minatar_ref/dqn.py, see bench/bench_minatar_dqn.py; without it only this code base is timed).
+# MINATAR_DQN_ARGS="--quick" for a smoke run.
+bench-minatar-dqn: $(STAMP)
+	$(PY) -m bench.bench_minatar_dqn --out runs/bench/minatar_dqn.csv $(MINATAR_DQN_ARGS)
 
 # SAMPLER_ARGS="--quick" for a short run; "--sections trivial,nature_cnn,runners" picks sections.
 bench-sampler: $(STAMP)
