@@ -16,12 +16,14 @@ t-test's approximation (AUCs of independent seeds roughly normal; averaging over
 ``tests/test_regress_check.py`` measures the rate on simulated unchanged suites.
 
 ``python -m analysis.regress check`` prints the table and exits 1 on a regression (or a task with
-no runs); ``update`` rewrites the reference CSV from a run directory, recording each run's commit.
+no runs); ``update`` rewrites the reference CSV from a run directory, recording each run's commit;
+``update --plans P [P ...]`` replaces only those plans' tasks and keeps every other line as it was.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime as dt
 import sys
 import tomllib
@@ -220,12 +222,49 @@ def format_table(table: pd.DataFrame, suite: Suite) -> str:
     return "\n".join(out)
 
 
-def write_reference(summaries: pd.DataFrame, path: Path) -> pd.DataFrame:
+def write_reference(
+    summaries: pd.DataFrame, path: Path, suite: Suite, plans: list[str] | None = None
+) -> pd.DataFrame:
+    """Write the reference rows of ``summaries``; returns the rows written.
+
+    ``plans`` None rewrites the file. Otherwise only the tasks run by those plans get new rows: they
+    replace the task's old rows where those were (else they are appended), and every other line of
+    the file is kept byte for byte, so a new task's references leave the others' untouched."""
+    if plans is not None:
+        unknown = sorted(set(plans) - {task.plan for task in suite.tasks})
+        if unknown:
+            raise ValueError(f"--plans: {unknown} run no task of the suite")
+        keys = {(task.arm, task.env) for task in suite.tasks if task.plan in plans}
+        summaries = summaries[[key in keys for key in zip(summaries.arm, summaries.env)]]
+        missing = sorted(keys - set(zip(summaries.arm, summaries.env)))
+        if missing:
+            raise ValueError(f"no complete runs of {missing} to make references from")
     if summaries.empty:
         raise ValueError("no complete suite runs to make references from")
     table = summaries.assign(created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))[REFERENCE_COLUMNS]
     path.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(path, index=False, float_format="%.6g")
+    if plans is None or not path.exists():
+        table.to_csv(path, index=False, float_format="%.6g")
+        return table
+    new_lines = table.to_csv(index=False, header=False, float_format="%.6g").splitlines(keepends=True)
+    by_task = {key: [] for key in keys}
+    for key, line in zip(zip(table.arm, table.env), new_lines):
+        by_task[key].append(line)
+    with open(path, newline="") as f:
+        header, *old_lines = f.readlines()
+    if next(csv.reader([header])) != REFERENCE_COLUMNS:
+        raise ValueError(f"{path}: header is not {','.join(REFERENCE_COLUMNS)}; rewrite it without --plans")
+    out = [header]
+    for line in old_lines:
+        row = dict(zip(REFERENCE_COLUMNS, next(csv.reader([line]))))
+        key = (row["arm"], row["env"])
+        if key in keys:
+            out += by_task.pop(key, [])  # the task's new rows, once, where its old rows began
+        else:
+            out.append(line)
+    for lines in by_task.values():
+        out += lines
+    path.write_text("".join(out), newline="")
     return table
 
 
@@ -237,6 +276,10 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--runs", type=Path, required=True, help="experiment directory of the suite's runs")
         p.add_argument("--reference", type=Path, default=REFERENCE_FILE)
         p.add_argument("--suite", type=Path, default=SUITE_FILE)
+        if name == "update":
+            p.add_argument(
+                "--plans", nargs="+", metavar="PLAN", help="only these plans' tasks (paths as `plans` prints)"
+            )
     commands.add_parser("plans", help="print the suite's plan files, one a line (for the Makefile)")
     args = parser.parse_args(argv)
     try:
@@ -246,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         summaries = run_summaries(args.runs, suite)
         if args.command == "update":
-            table = write_reference(summaries, args.reference)
+            table = write_reference(summaries, args.reference, suite, args.plans)
             commits = ", ".join(
                 sorted({f"{c}{' (dirty)' if d else ''}" for c, d in zip(table.commit, table.dirty)})
             )

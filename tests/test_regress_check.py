@@ -124,6 +124,35 @@ def test_cli_catches_a_broken_algorithm_and_passes_an_unchanged_one(tmp_path, ca
     assert "ppo_like / CartPole-v1" in out and "p Holm" in out
 
 
+def test_update_of_some_plans_keeps_the_other_rows_byte_for_byte(tmp_path, capsys):
+    """``update --plans`` replaces one task's rows where they were and leaves every other line as it
+    was (how a new task's references are added without regenerating the others)."""
+    suite_file = tmp_path / "suite.toml"
+    suite_file.write_text(
+        SUITE_TOML.replace('plan = "unused.toml"', 'plan = "a.toml"', 1).replace('"unused.toml"', '"b.toml"')
+    )
+    reference_file = tmp_path / "reference.csv"
+    kwargs = {"n_steps": 20_000, "n_logs": 8, "eval_episodes": 5, "frameskip": 1, "noise": 0.1}
+    arms = {"dqn_like": SyntheticArm(0.9, {"algo": "dqn"}), "ppo_like": SyntheticArm(0.7, {"algo": "ppo"})}
+    old_dir = write_experiment(tmp_path, "old", arms, ["CartPole-v1"], [0, 1, 2], **kwargs)
+    args = ["--reference", str(reference_file), "--suite", str(suite_file)]
+    assert main(["update", "--runs", str(old_dir), *args]) == 0
+    before = reference_file.read_text().splitlines(keepends=True)
+    # dqn_like (plan a.toml, the file's first rows) gets five new seeds; ppo_like's rows stay
+    new_dir = write_experiment(tmp_path, "new", arms, ["CartPole-v1"], [10, 11, 12, 13, 14], **kwargs)
+    capsys.readouterr()
+    assert main(["update", "--runs", str(new_dir), "--plans", "a.toml", *args]) == 0
+    assert "wrote 5 reference runs" in capsys.readouterr().out
+    after = reference_file.read_text().splitlines(keepends=True)
+    assert after[0] == before[0] and after[6:] == before[4:]
+    assert [line.split(",")[0] for line in after[1:]] == ["dqn_like"] * 5 + ["ppo_like"] * 3
+    assert [int(line.split(",")[2]) for line in after[1:6]] == [10, 11, 12, 13, 14]
+
+    assert main(["update", "--runs", str(new_dir), "--plans", "c.toml", *args]) == 2
+    assert "['c.toml'] run no task of the suite" in capsys.readouterr().err
+    assert reference_file.read_text().splitlines(keepends=True) == after
+
+
 def test_cli_errors(tmp_path, capsys):
     suite_file = tmp_path / "suite.toml"
     suite_file.write_text(SUITE_TOML)
@@ -138,6 +167,18 @@ def test_shipped_suite_loads():
     suite = load_suite()
     assert suite.tasks and 0 < suite.alpha < 1
     assert all(t.score_max > t.score_min for t in suite.tasks)
+
+
+def test_shipped_references_cover_every_task():
+    """Every task has committed references from at least ``make regress-update``'s 5 seeds (a task
+    without them fails every `make regress` with "no reference"), and no rows of tasks that left."""
+    from analysis.regress import REFERENCE_COLUMNS, REFERENCE_FILE
+
+    reference = pd.read_csv(REFERENCE_FILE)
+    assert list(reference.columns) == REFERENCE_COLUMNS
+    counts = reference.groupby(["arm", "env"]).seed.nunique()
+    assert set(counts.index) == {(t.arm, t.env) for t in load_suite().tasks}
+    assert (counts >= 5).all()
 
 
 def test_suite_plans_resolve_through_the_reproduction_layer(tmp_path, monkeypatch):
