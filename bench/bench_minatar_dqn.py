@@ -32,16 +32,24 @@ setting of this writing); both fall by under 0.01 per 1,000 steps. This code bas
 greedily, one forward pass on one observation (~0.16 ms on the 2-core dev machine, against ~6 ms
 per step), on about 4% more of the timed steps: under 0.2% of its time, and against it.
 
-The two are timed interleaved, the order alternating from repeat to repeat, so drifts of a shared
-machine's load hit both alike; the CPU-second figures are the steadier ones on a shared machine,
-where wall-clock time also counts the time other jobs hold the cores. Reported: every repeat in
-the CSV (env steps per wall-clock second and per CPU second of the process, all its threads), the
-medians, the ratio of the medians and the median of the repeats' ratios with its 95% bootstrap CI
-in a Markdown summary next to the CSV. Without the scratch copy (``--reference`` absent) only
-this code base is timed.
+Two more rows bound what any implementation could reach here (``plain_rate``): the same update
+written as plain PyTorch (Young & Tian's network, centered RMSprop, Huber loss, batches of 32 from
+observations of random play), with no env step, no action and no bookkeeping, eagerly
+(``plain``) and with a ``torch.compile``d optimizer step (``plain_compiled``); their rates are
+updates per second. ``plain / reference`` is the most that removing every cost outside the update's
+kernels could give, ``ours / plain`` this code base's share of that floor.
+
+The implementations are timed interleaved, the order alternating from repeat to repeat, so drifts
+of a shared machine's load hit all alike; the CPU-second figures are the steadier ones on a shared
+machine, where wall-clock time also counts the time other jobs hold the cores. Reported: every
+repeat in the CSV (steps per wall-clock second and per CPU second of the process, all its threads),
+the medians, and for each pair in ``RATIOS`` the median of the repeats' ratios with its 95%
+bootstrap CI, in a Markdown summary next to the CSV. Without the scratch copy (``--reference``
+absent) the reference is left out.
 
     python -m bench.bench_minatar_dqn --out runs/bench/minatar_dqn.csv [--game breakout]
-        [--steps 1000] [--repeats 5] [--reference /tmp/minatar_ref/dqn.py] [--quick]
+        [--steps 1000] [--repeats 5] [--reference /tmp/minatar_ref/dqn.py]
+        [--impls ours,reference,plain,plain_compiled] [--quick]
 """
 
 from __future__ import annotations
@@ -167,10 +175,106 @@ def reference_rate(dqn_py: str, game: str, steps: int, seed: int, threads: int) 
     return {"env_steps": steps, "updates": steps, "seconds": seconds, "cpu_seconds": cpu_seconds}
 
 
-def time_reference(dqn_py: Path, game: str, steps: int, seed: int, threads: int) -> dict[str, float]:
-    """``reference_rate`` in a child Python process (its own torch, fresh module state)."""
-    call = f"reference_rate({str(dqn_py)!r}, {game!r}, {steps}, {seed}, {threads})"
-    code = f"import json; from bench.bench_minatar_dqn import reference_rate; print(json.dumps({call}))"
+class PackedQNetwork(torch.nn.Module):
+    """``members`` copies of Young & Tian's network side by side: a grouped convolution and batched
+    matrix products over stacked weights, observations [members, batch, C, 10, 10] -> Q-values
+    [members, batch, actions]. Member k's outputs depend only on member k's weights and inputs."""
+
+    def __init__(self, members: int, channels: int, actions: int) -> None:
+        super().__init__()
+        self.members, self.channels = members, channels
+        self.conv = torch.nn.Conv2d(members * channels, members * 16, 3, groups=members)
+        scale_hidden, scale_out = (16 * 8 * 8) ** -0.5, 128**-0.5  # nn.Linear's default init bounds
+        self.w_hidden = torch.nn.Parameter(
+            torch.empty(members, 16 * 8 * 8, 128).uniform_(-1, 1) * scale_hidden
+        )
+        self.b_hidden = torch.nn.Parameter(torch.empty(members, 1, 128).uniform_(-1, 1) * scale_hidden)
+        self.w_out = torch.nn.Parameter(torch.empty(members, 128, actions).uniform_(-1, 1) * scale_out)
+        self.b_out = torch.nn.Parameter(torch.empty(members, 1, actions).uniform_(-1, 1) * scale_out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        k, b = x.shape[:2]
+        h = self.conv(x.transpose(0, 1).reshape(b, k * self.channels, 10, 10)).relu()
+        h = h.reshape(b, k, 16 * 8 * 8).transpose(0, 1)
+        h = torch.baddbmm(self.b_hidden, h, self.w_hidden).relu()
+        return torch.baddbmm(self.b_out, h, self.w_out)
+
+
+def plain_rate(
+    game: str, steps: int, seed: int, threads: int, compiled: bool, members: int = 1
+) -> dict[str, float]:
+    """In a fresh process: ``steps`` updates of the same DQN update written as plain PyTorch, the floor.
+
+    Young & Tian's network (a 16-filter 3x3 convolution, 128 units, one output per action), centered
+    RMSprop with their constants, the Huber loss against ``r + 0.99 max_a Q_target(s', a)``, batches of
+    32 drawn from 5,000 observations of random play: the kernels every implementation of this update
+    must run, with no env step, no action and no bookkeeping. ``compiled`` runs the optimizer step
+    through ``torch.compile`` (its first call, the compilation, not timed). ``members`` > 1 packs that
+    many independent networks into one (``PackedQNetwork``), each with its own batch and a loss that
+    is the sum of the members' losses (so each member's gradient is its own): one packed update is
+    ``members`` member updates, and the rate counts member updates."""
+    from torch import nn
+    from torch.nn import functional
+
+    from algorithms.envs.minatar import MinAtarEnv
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    env = MinAtarEnv(game)
+    obs, _ = env.reset(seed=seed)
+    frames = [obs]
+    for _ in range(4_999):
+        obs, _, terminated, _, _ = env.step(int(env.action_space.sample()))
+        frames.append(env.reset()[0] if terminated else obs)
+    replay = torch.as_tensor(np.stack(frames))
+    channels, actions = replay.shape[1], int(env.action_space.n)
+
+    def network() -> nn.Module:
+        if members > 1:
+            return PackedQNetwork(members, channels, actions)
+        return nn.Sequential(
+            nn.Conv2d(channels, 16, 3),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(16 * 8 * 8, 128),
+            nn.ReLU(),
+            nn.Linear(128, actions),
+        )
+
+    q, q_target = network(), network().requires_grad_(False)
+    optimizer = torch.optim.RMSprop(q.parameters(), lr=2.5e-4, alpha=0.95, eps=0.01, centered=True)
+    optimizer_step = torch.compile(optimizer.step) if compiled else optimizer.step
+    shape = (members, 32) if members > 1 else (32,)
+
+    def update() -> None:
+        index = torch.randint(len(replay) - 1, shape)
+        action, reward = torch.randint(actions, shape), torch.rand(shape)
+        q_sa = q(replay[index].float()).gather(-1, action[..., None]).squeeze(-1)
+        with torch.no_grad():
+            target = reward + 0.99 * q_target(replay[index + 1].float()).max(-1).values
+        loss = functional.smooth_l1_loss(q_sa, target, reduction="none").mean(-1).sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer_step()
+
+    for _ in range(100):  # compilation and warm-up, not timed
+        update()
+    start = clocks()
+    for _ in range(steps):
+        update()
+    seconds, cpu_seconds = clocks() - start
+    return {
+        "env_steps": steps * members,
+        "updates": steps * members,
+        "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
+    }
+
+
+def run_child(call: str) -> dict[str, float]:
+    """``call`` (an expression over this module's functions) in a child Python process (its own torch,
+    fresh module state); the dict it returns."""
+    code = f"import json; from bench.bench_minatar_dqn import *; print(json.dumps({call}))"
     out = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
@@ -178,16 +282,40 @@ def time_reference(dqn_py: Path, game: str, steps: int, seed: int, threads: int)
         cwd=Path(__file__).resolve().parent.parent,
     )
     if out.returncode != 0:
-        raise RuntimeError(f"reference run failed (exit {out.returncode}):\n{out.stderr[-2000:]}")
+        raise RuntimeError(f"{call} failed (exit {out.returncode}):\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def time_reference(dqn_py: Path, game: str, steps: int, seed: int, threads: int) -> dict[str, float]:
+    """``reference_rate`` in a child Python process."""
+    return run_child(f"reference_rate({str(dqn_py)!r}, {game!r}, {steps}, {seed}, {threads})")
+
+
+IMPLS = ("ours", "reference", "plain", "plain_compiled", "plain_packed")
+PACKED_MEMBERS = 5  # issue 20's five-seed study in one process
+NAMES = {
+    "ours": "this code base",
+    "reference": "MinAtar examples/dqn.py",
+    "plain": "plain PyTorch update, no env (the floor)",
+    "plain_compiled": "plain update, compiled optimizer step",
+    "plain_packed": f"plain update, {PACKED_MEMBERS} members packed (member updates)",
+}
+# (numerator, denominator) of the ratios the summary reports, where both were timed.
+RATIOS = (
+    ("ours", "reference"),
+    ("plain", "reference"),
+    ("plain_compiled", "reference"),
+    ("ours", "plain"),
+    ("plain_packed", "plain"),
+)
 
 
 def summarize(
     rows: list[dict], args: argparse.Namespace, config: TrainConfig, loads: tuple[float, float]
 ) -> str:
-    """The Markdown summary: medians per implementation and, with the reference, the ratios."""
+    """The Markdown summary: medians per implementation and the ratios between those timed."""
     columns = ("steps_per_second", "steps_per_cpu_second")
-    impls = [impl for impl in ("ours", "reference") if any(r["impl"] == impl for r in rows)]
+    impls = [impl for impl in IMPLS if any(r["impl"] == impl for r in rows)]
     runs = {impl: [r for r in rows if r["impl"] == impl] for impl in impls}  # in repeat order
     medians = {impl: [statistics.median(r[c] for r in runs[impl]) for c in columns] for impl in impls}
     algo = config.algo_config
@@ -197,31 +325,37 @@ def summarize(
         f"Machine: {cpu_model()}, {os.cpu_count()} logical CPUs, torch threads {args.threads}. "
         f"Setting {args.setting}: batch {algo.batch_size}, one update per {algo.train_every_steps} "
         f"env step(s), replay {algo.replay_size_steps}; {args.steps} timed steps after each side's "
-        f"replay start, median of {args.repeats}. 1-minute load average {loads[0]:.2f} at the start, "
-        f"{loads[1]:.2f} at the end.",
+        f"replay start, median of {args.repeats}. The plain rows are updates per second (no env step "
+        f"or action). 1-minute load average {loads[0]:.2f} at the start, {loads[1]:.2f} at the end.",
         "",
         "| quantity | per wall-clock second | per CPU second |",
         "|---|---:|---:|",
     ]
-    names = {"ours": "this code base (median)", "reference": "MinAtar examples/dqn.py (median)"}
-    lines += [f"| {names[impl]} | {medians[impl][0]:.1f} | {medians[impl][1]:.1f} |" for impl in impls]
-    if "reference" in runs:
-        ratio = [a / b for a, b in zip(medians["ours"], medians["reference"])]
-        paired = [
-            paired_ratio([r[c] for r in runs["ours"]], [r[c] for r in runs["reference"]]) for c in columns
-        ]
-        lines += [
-            f"| ours / reference (ratio of the medians) | {ratio[0]:.2f} | {ratio[1]:.2f} |",
-            f"| ours / reference (median of the repeats' ratios) | {paired[0][0]:.2f} | {paired[1][0]:.2f} |",
-            f"| that median's 95% bootstrap CI over the repeats | [{paired[0][1]:.2f}, {paired[0][2]:.2f}] "
-            f"| [{paired[1][1]:.2f}, {paired[1][2]:.2f}] |",
-        ]
-    else:
-        lines += [
-            "",
-            f"Reference not timed: no scratch copy at {args.reference} (see the bench's docstring).",
-        ]
+    for impl in impls:
+        lines.append(f"| {NAMES[impl]} (median) | {medians[impl][0]:.1f} | {medians[impl][1]:.1f} |")
+    for top, bottom in RATIOS:
+        if top not in runs or bottom not in runs:
+            continue
+        paired = [paired_ratio([r[c] for r in runs[top]], [r[c] for r in runs[bottom]]) for c in columns]
+        lines.append(
+            f"| {top} / {bottom}: median of the repeats' ratios [95% bootstrap CI] "
+            f"| {paired[0][0]:.2f} [{paired[0][1]:.2f}, {paired[0][2]:.2f}] "
+            f"| {paired[1][0]:.2f} [{paired[1][1]:.2f}, {paired[1][2]:.2f}] |"
+        )
+    if "reference" not in runs and "reference" in args.impls.split(","):
+        lines += ["", f"Reference not timed: no scratch copy at {args.reference} (see the module docstring)."]
     return "\n".join(lines) + "\n"
+
+
+def time_impl(impl: str, args: argparse.Namespace, repeat: int) -> dict[str, float]:
+    """One repeat of ``impl``, seeded by the repeat; each but ``ours`` in its own child process."""
+    if impl == "ours":
+        return time_ours(setting_config(args.game, repeat, args.setting), args.steps)
+    if impl == "reference":
+        return time_reference(args.reference, args.game, args.steps, repeat, args.threads)
+    compiled, members = impl == "plain_compiled", PACKED_MEMBERS if impl == "plain_packed" else 1
+    updates = max(1, args.steps // members)  # packed: about --steps member updates in all
+    return run_child(f"plain_rate({args.game!r}, {updates}, {repeat}, {args.threads}, {compiled}, {members})")
 
 
 def main() -> None:
@@ -237,37 +371,40 @@ def main() -> None:
     parser.add_argument(
         "--reference", type=Path, default=DEFAULT_REFERENCE, help="scratch copy of MinAtar's examples/dqn.py"
     )
+    parser.add_argument(
+        "--impls", default=",".join(IMPLS), help=f"comma-separated, from {', '.join(IMPLS)} (default: all)"
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run: 200 steps, one repeat")
     args = parser.parse_args()
     if args.quick:
         args.steps, args.repeats = 200, 1
     if min(args.steps, args.repeats, args.threads) < 1:
         parser.error("--steps, --repeats and --threads must be >= 1")
+    impls = [impl for impl in args.impls.split(",") if impl]
+    unknown = sorted(set(impls) - set(IMPLS))
+    if unknown or not impls:
+        parser.error(f"--impls: unknown {unknown or 'empty list'}; choose from {', '.join(IMPLS)}")
     torch.set_num_threads(args.threads)
     config = setting_config(args.game, 0, args.setting)
-    impls = ["ours", "reference"] if args.reference.is_file() else ["ours"]
-    if len(impls) == 1:
-        print(f"no reference at {args.reference}: timing this code base only", flush=True)
+    if "reference" in impls and not args.reference.is_file():
+        print(f"no reference at {args.reference}: not timing it", flush=True)
+        impls.remove("reference")
     loads = [os.getloadavg()[0]]
     rows = []
     for repeat in range(args.repeats):
         for impl in impls if repeat % 2 == 0 else impls[::-1]:
-            if impl == "ours":
-                result = time_ours(setting_config(args.game, repeat, args.setting), args.steps)
-            else:
-                result = time_reference(args.reference, args.game, args.steps, repeat, args.threads)
-            row = {"impl": impl, "game": args.game, "repeat": repeat, **result}
+            row = {"impl": impl, "game": args.game, "repeat": repeat, **time_impl(impl, args, repeat)}
             row["steps_per_second"] = round(row["env_steps"] / row["seconds"], 2)
             row["steps_per_cpu_second"] = round(row["env_steps"] / row["cpu_seconds"], 2)
             row["seconds"], row["cpu_seconds"] = round(row["seconds"], 4), round(row["cpu_seconds"], 4)
             rows.append(row)
             print(
-                f"{impl:>9} repeat {repeat}: {row['steps_per_second']:7.1f} steps/s, "
+                f"{impl:>14} repeat {repeat}: {row['steps_per_second']:7.1f} steps/s, "
                 f"{row['steps_per_cpu_second']:7.1f} steps/CPU-s",
                 flush=True,
             )
     loads.append(os.getloadavg()[0])
-    rows.sort(key=lambda r: (r["impl"], r["repeat"]))
+    rows.sort(key=lambda r: (IMPLS.index(r["impl"]), r["repeat"]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)

@@ -9,9 +9,11 @@ import subprocess
 import sys
 
 import pytest
+import torch
+from torch import nn
 
 from bench.bench_env import minatar_modes
-from bench.bench_minatar_dqn import COLUMNS, DEFAULT_REFERENCE
+from bench.bench_minatar_dqn import COLUMNS, DEFAULT_REFERENCE, PackedQNetwork
 
 
 def run_bench(module: str, *args: str) -> None:
@@ -36,16 +38,72 @@ def check_dqn_rows(rows: list[dict[str, str]], impls: set[str]) -> None:
 
 
 @pytest.mark.slow
-def test_dqn_bench_without_the_reference_times_this_code_base_only(tmp_path):
+def test_dqn_bench_without_the_reference_times_this_code_base_and_the_plain_floor(tmp_path):
     out = tmp_path / "minatar_dqn.csv"
+    absent = str(tmp_path / "absent.py")
     run_bench(
-        "bench.bench_minatar_dqn", "--out", str(out), "--quick", "--reference", str(tmp_path / "absent.py")
+        "bench.bench_minatar_dqn",
+        "--out",
+        str(out),
+        "--quick",
+        "--reference",
+        absent,
+        "--impls",
+        "ours,reference,plain",
     )
     columns, rows = read_rows(out)
     assert columns == list(COLUMNS)
-    check_dqn_rows(rows, {"ours"})
+    check_dqn_rows(rows, {"ours", "plain"})
     summary = out.with_suffix(".md").read_text()
     assert "Reference not timed" in summary and "this code base (median)" in summary
+    assert "ours / plain: median of the repeats' ratios" in summary and "ours / reference" not in summary
+
+
+def test_packed_network_member_equals_young_and_tian_network_with_its_weights():
+    torch.manual_seed(0)
+    members, channels, actions = 3, 4, 6
+    packed = PackedQNetwork(members, channels, actions)
+    x = (torch.rand(members, 5, channels, 10, 10) < 0.2).float()
+    out = packed(x)
+    k = 1
+    single = nn.Sequential(
+        nn.Conv2d(channels, 16, 3),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(1024, 128),
+        nn.ReLU(),
+        nn.Linear(128, actions),
+    )
+    with torch.no_grad():
+        single[0].weight.copy_(packed.conv.weight[16 * k : 16 * (k + 1)])
+        single[0].bias.copy_(packed.conv.bias[16 * k : 16 * (k + 1)])
+        single[3].weight.copy_(packed.w_hidden[k].t())
+        single[3].bias.copy_(packed.b_hidden[k, 0])
+        single[5].weight.copy_(packed.w_out[k].t())
+        single[5].bias.copy_(packed.b_out[k, 0])
+        torch.testing.assert_close(out[k], single(x[k]), rtol=1e-5, atol=1e-5)
+    # Member k's outputs do not depend on the other members' inputs.
+    x2 = x.clone()
+    x2[0] = 1.0
+    torch.testing.assert_close(packed(x2)[k], out[k])
+
+
+def test_dqn_bench_refuses_an_unknown_implementation(tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.bench_minatar_dqn",
+            "--out",
+            str(tmp_path / "x.csv"),
+            "--impls",
+            "ours,jax",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "--impls: unknown ['jax']" in done.stderr
+    assert not (tmp_path / "x.csv").exists()
 
 
 @pytest.mark.slow
@@ -54,11 +112,11 @@ def test_dqn_bench_without_the_reference_times_this_code_base_only(tmp_path):
 )
 def test_dqn_bench_times_the_reference_beside_this_code_base(tmp_path):
     out = tmp_path / "minatar_dqn.csv"
-    run_bench("bench.bench_minatar_dqn", "--out", str(out), "--quick")
+    run_bench("bench.bench_minatar_dqn", "--out", str(out), "--quick", "--impls", "ours,reference")
     columns, rows = read_rows(out)
     assert columns == list(COLUMNS)
     check_dqn_rows(rows, {"ours", "reference"})
-    assert "ours / reference (median of the repeats' ratios)" in out.with_suffix(".md").read_text()
+    assert "ours / reference: median of the repeats' ratios" in out.with_suffix(".md").read_text()
 
 
 @pytest.mark.slow
