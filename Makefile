@@ -17,6 +17,13 @@ SUITES := atari minatar
 PROFILE ?= $(if $(filter minatar,$(SUITE)),minatar_cpu,paper)
 GAMES ?=
 BACKEND ?= local
+# BACKEND=ray: ADDRESS of the cluster's head (host:port; empty starts a local Ray instance), and
+# SHARED_FS=1 when runs/ is at this path on every node (docs/ray_cluster.md). Both backends:
+# CPUS_PER_JOB (also the job's torch threads) and GPUS_PER_JOB (0.25 puts four jobs on a GPU).
+ADDRESS ?=
+SHARED_FS ?=
+CPUS_PER_JOB ?=
+GPUS_PER_JOB ?=
 JOBS ?=
 EXP ?=
 
@@ -26,6 +33,7 @@ EXP ?=
 help:
 	@echo "make test | lint | bench-env | bench-minatar-dqn | bench-learn-dqn | bench-learn-pg | bench-sampler"
 	@echo "make reproduce-r2d1 SEEDS=3 PROFILE=smoke|mini|paper [GAMES=pong,qbert] [BACKEND=local|ray] [JOBS=n]"
+	@echo "    [ADDRESS=head:6379] [SHARED_FS=1] [CPUS_PER_JOB=n] [GPUS_PER_JOB=0.25]   (docs/ray_cluster.md)"
 	@echo "make reproduce-r2d1 SUITE=minatar SEEDS=5 [PROFILE=minatar_cpu|smoke]"
 	@echo "make report EXP=runs/<experiment> | regress | regress-update"
 
@@ -61,7 +69,8 @@ format: $(STAMP)
 R2D1_PLAN = $(if $(filter minatar,$(SUITE)),r2d1_minatar,r2d1)
 R2D1_EXP = $(R2D1_PLAN)-$(PROFILE)
 REPRO_RUN_ARGS = $(R2D1_PLAN) --seeds "$(SEEDS)" --profile "$(PROFILE)" --games "$(GAMES)" --jobs "$(JOBS)" \
-	--backend "$(BACKEND)" $(if $(ADDRESS),--address "$(ADDRESS)")
+	--backend "$(BACKEND)" $(if $(ADDRESS),--address "$(ADDRESS)") $(if $(SHARED_FS),--shared-fs) \
+	--cpus-per-job "$(CPUS_PER_JOB)" --gpus-per-job "$(GPUS_PER_JOB)"
 
 check-suite:
 	@test -n "$(filter $(SUITES),$(SUITE))" || { echo "error: SUITE=$(SUITE) is not one of: $(SUITES)" >&2; exit 2; }
@@ -109,8 +118,9 @@ bench-env: $(STAMP)
 	$(PY) -m bench.bench_env --out runs/bench/env.csv $(ENV_ARGS)
 
 # MinAtar DQN (setting dqn_minatar) against MinAtar's examples/dqn.py run unmodified from a scratch copy
-# (/tmp/minatar_ref/dqn.py, see bench/bench_minatar_dqn.py; without it only this code base is timed).
-# MINATAR_DQN_ARGS="--quick" for a smoke run.
+# (/tmp/minatar_ref/dqn.py, see bench/bench_minatar_dqn.py; without it the reference is left out) and
+# the same update as plain PyTorch (eager, compiled optimizer step, 5 members packed): what any
+# implementation could reach here. MINATAR_DQN_ARGS="--quick" for a smoke run.
 bench-minatar-dqn: $(STAMP)
 	$(PY) -m bench.bench_minatar_dqn --out runs/bench/minatar_dqn.csv $(MINATAR_DQN_ARGS)
 

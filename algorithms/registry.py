@@ -58,6 +58,15 @@ def build_agent(name: str, config: Any, observation_space: gym.Space, action_spa
     return algo_module(name).build_agent(config, observation_space, action_space)
 
 
+def check_replay(name: str, config: Any, num_envs: int, observation_space: gym.Space) -> None:
+    """``ValueError`` when algorithm ``name``'s replay, built for ``num_envs`` envs of this observation
+    space, could not hold one training item. An algorithm with a replay whose size can be too small
+    says so with ``Algo.check_replay(config, num_envs, observation)``; one without has nothing to check."""
+    check = getattr(algo_module(name).Algo, "check_replay", None)
+    if check is not None:
+        check(config, num_envs, observation_space.sample())
+
+
 @dataclass(frozen=True)
 class AgentFactory:
     """Picklable recipe for an agent: call it in any process to build a fresh copy.

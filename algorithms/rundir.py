@@ -10,6 +10,21 @@ fsynced, then renamed over the target (``os.replace`` is atomic on POSIX), so a 
 or the new file, never half of one. Tables are appended one row at a time with flush + fsync; a
 kill can leave at most a torn last line, which ``read_table`` drops and reports.
 
+Integrity under faults (issue 19):
+
+* **One writer.** ``RunDir.open`` takes an exclusive ``flock`` on ``<run>/.lock`` and holds it until
+  ``close``; the kernel drops it when the process dies, so a kill never leaves a stale lock. A second
+  process finds it taken (``RunBusy``, ``lock_holder``) and writes nothing.
+* **Checkpoints.** A new checkpoint is written to a temporary file, verified (every zip member's
+  CRC, ``verify_checkpoint``), and only then renamed over ``latest.pt``, the old one kept as
+  ``previous.pt``.
+* **Recovery on every start** (``RunDir.recover``): stale temporary files are removed; a
+  ``latest.pt`` that does not load is replaced by ``previous.pt``, or dropped when that does not
+  load either; then ``progress.csv`` and ``eval.csv`` are cut back to the checkpoint's env steps, or
+  emptied without one, so the tables always agree with the state the run continues from.
+* **Reading.** ``read_run`` calls a run whose ``env_steps`` repeat or go backwards corrupt: two
+  writers or an unrepaired restart wrote it, and its counters cannot be trusted.
+
 This module imports torch only inside the checkpoint functions, so ``analysis`` can read runs
 without importing the training stack.
 """
@@ -18,6 +33,7 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
+import fcntl
 import io
 import json
 import os
@@ -27,6 +43,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import metadata as importlib_metadata
@@ -43,6 +60,8 @@ PROGRESS_FILE = "progress.csv"
 EVAL_FILE = "eval.csv"
 CHECKPOINT_DIR = "checkpoints"
 CHECKPOINT_FILE = "latest.pt"
+PREVIOUS_CHECKPOINT_FILE = "previous.pt"
+LOCK_FILE = ".lock"
 TENSORBOARD_DIR = "tb"
 LOG_FILE = "log.txt"
 
@@ -54,6 +73,7 @@ RECORDED_PACKAGES = (
 )  # fmt: skip
 
 RunStatus = Literal["complete", "incomplete", "corrupt"]
+RunState = Literal["running", "complete", "failed", "interrupted"]
 
 
 # --- atomic writes ------------------------------------------------------------------------------
@@ -89,6 +109,87 @@ def _json_default(obj: Any) -> Any:
 
 def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+# --- one writer per run directory --------------------------------------------------------------
+class RunBusy(Exception):
+    """Another process holds the run directory's lock: this one must not write there."""
+
+
+# Locks this process holds, by resolved run path: [fd, RunDir objects open on it]. Within one process
+# the RunDir objects share the lock (a test or a tool may open a run twice); between processes the
+# kernel's flock keeps one writer.
+_HELD: dict[str, list[int]] = {}
+
+
+def _lock_key(run_dir: Path) -> str:
+    return str(Path(run_dir).resolve())
+
+
+def acquire_lock(run_dir: Path) -> None:
+    """Take the exclusive lock of ``run_dir`` (created if needed) for this process, or raise ``RunBusy``
+    naming the process that holds it. Pair every call with ``release_lock``."""
+    key = _lock_key(run_dir)
+    if key in _HELD:
+        _HELD[key][1] += 1
+        return
+    fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        holder = lock_holder(run_dir)
+        who = f"pid {holder}" if holder else "another process"
+        raise RunBusy(f"{run_dir}: {who} is writing this run directory (it holds {LOCK_FILE})") from None
+    # The holder's pid, for the message above; informational only, the flock is the lock.
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _HELD[key] = [fd, 1]
+
+
+def release_lock(run_dir: Path) -> None:
+    key = _lock_key(run_dir)
+    held = _HELD.get(key)
+    if held is None:
+        return
+    held[1] -= 1
+    if held[1] == 0:
+        del _HELD[key]
+        os.close(held[0])  # closing the only descriptor releases the flock
+
+
+def lock_holder(run_dir: Path) -> int | None:
+    """``None`` when no process holds ``run_dir``'s lock, else the holder's pid (0 when not known yet).
+    Opens the lock file read-only and creates nothing, so probing a run never writes to it."""
+    try:
+        fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else 0
+        return None
+    finally:
+        os.close(fd)
+
+
+def set_status_if_free(path: Path, state: RunState, error: str | None = None) -> bool:
+    """Write ``status.json`` of a run no process holds (its job ended without writing it: killed, or
+    failed before it could); ``False``, writing nothing, when another process holds the run."""
+    if not Path(path).is_dir():
+        return False
+    try:
+        acquire_lock(path)
+    except RunBusy:
+        return False
+    try:
+        atomic_write_json(Path(path) / STATUS_FILE, {"state": state, "updated": _now(), "error": error})
+    finally:
+        release_lock(path)
+    return True
 
 
 # --- metadata -----------------------------------------------------------------------------------
@@ -202,7 +303,8 @@ class CsvTable:
 
     def __init__(self, path: Path, columns: Iterable[str] | None = None) -> None:
         self.path = Path(path)
-        self.columns: list[str] | None = list(columns) if columns is not None else None
+        self.default_columns: list[str] | None = list(columns) if columns is not None else None
+        self.columns = self.default_columns
         if self.path.exists() and self.path.stat().st_size > 0:
             self._repair_torn_tail()
             with self.path.open(newline="") as f:
@@ -248,17 +350,31 @@ class CsvTable:
             os.fsync(f.fileno())
 
     def truncate_after(self, column: str, max_value: float) -> int:
-        """Drop rows whose ``column`` exceeds ``max_value`` (atomically); returns rows kept."""
+        """Drop rows whose ``column`` exceeds ``max_value`` (atomically); returns rows kept.
+
+        A value that is not a number (a second header line a crashed writer left inside the table)
+        is dropped with them."""
         if not self.path.exists():
             return 0
         table, _ = read_table(self.path)
         if table.empty:
             return 0
-        kept = table[table[column] <= max_value]
+        kept = table[pd.to_numeric(table[column], errors="coerce") <= max_value]
+        if len(kept) == len(table):
+            return len(kept)
         buf = io.StringIO()
         kept.to_csv(buf, index=False, lineterminator="\n")
         atomic_write_bytes(self.path, buf.getvalue().encode())
         return len(kept)
+
+    def clear(self) -> int:
+        """Remove the table (its header too: the next row starts it afresh); returns rows removed."""
+        rows = 0
+        if self.path.exists():
+            rows = max(0, self.path.read_bytes().count(b"\n") - 1)  # lines after the header
+            self.path.unlink()
+        self.columns = self.default_columns
+        return rows
 
 
 def _csv_value(v: Any) -> Any:
@@ -298,31 +414,38 @@ class RunDir:
         self.progress = CsvTable(self.path / PROGRESS_FILE)
         self.eval = CsvTable(self.path / EVAL_FILE, EVAL_COLUMNS)
         self._tb_writer = None
+        self._closed = False
 
     @classmethod
     def open(cls, path: Path, config: dict[str, Any], seeds: dict[str, int], resume: bool = True) -> RunDir:
-        """Create (or, with ``resume``, reopen) a run directory for ``config``.
+        """Create (or, with ``resume``, reopen) a run directory for ``config``, holding its lock until
+        ``close`` (``RunBusy`` when another process holds it; nothing is written then).
 
         Reopening checks that the stored config equals ``config``: resuming a run under a different
         config would silently mix two experiments in one table.
         """
         path = Path(path)
-        config_file = path / CONFIG_FILE
-        if config_file.exists():
-            if not resume:
-                raise FileExistsError(f"{path}: run directory exists; pass resume=True to continue it")
-            stored = json.loads(config_file.read_text())
-            fresh = json.loads(json.dumps(config, default=_json_default))
-            diff = _first_difference(stored, fresh)
-            if diff is not None:
-                raise ValueError(f"{config_file}: cannot resume, config differs at {diff}")
-        else:
-            path.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(config_file, config)
-        if not (path / METADATA_FILE).exists():
-            atomic_write_json(path / METADATA_FILE, collect_metadata(seeds))
-        run = cls(path)
-        run.set_status("running")
+        path.mkdir(parents=True, exist_ok=True)
+        acquire_lock(path)
+        try:
+            config_file = path / CONFIG_FILE
+            if config_file.exists():
+                if not resume:
+                    raise FileExistsError(f"{path}: run directory exists; pass resume=True to continue it")
+                stored = json.loads(config_file.read_text())
+                fresh = json.loads(json.dumps(config, default=_json_default))
+                diff = _first_difference(stored, fresh)
+                if diff is not None:
+                    raise ValueError(f"{config_file}: cannot resume, config differs at {diff}")
+            else:
+                atomic_write_json(config_file, config)
+            if not (path / METADATA_FILE).exists():
+                atomic_write_json(path / METADATA_FILE, collect_metadata(seeds))
+            run = cls(path)
+            run.set_status("running")
+        except BaseException:
+            release_lock(path)
+            raise
         return run
 
     # tables
@@ -338,7 +461,7 @@ class RunDir:
         self.eval.truncate_after("env_steps", env_steps)
 
     # status
-    def set_status(self, state: Literal["running", "complete", "failed"], error: str | None = None) -> None:
+    def set_status(self, state: RunState, error: str | None = None) -> None:
         atomic_write_json(self.path / STATUS_FILE, {"state": state, "updated": _now(), "error": error})
 
     # checkpoints
@@ -346,19 +469,90 @@ class RunDir:
     def checkpoint_path(self) -> Path:
         return self.path / CHECKPOINT_DIR / CHECKPOINT_FILE
 
+    @property
+    def previous_checkpoint_path(self) -> Path:
+        return self.path / CHECKPOINT_DIR / PREVIOUS_CHECKPOINT_FILE
+
     def save_checkpoint(self, state: dict[str, Any]) -> None:
+        """Write ``state`` as the new ``latest.pt`` once it is complete on disk and verified; the one it
+        replaces stays as ``previous.pt``. A kill at any point leaves a loadable checkpoint (the new
+        one, or the old one as latest or previous) and at most a temporary file ``recover`` removes."""
         import torch
 
         buf = io.BytesIO()
         torch.save(state, buf)
-        atomic_write_bytes(self.checkpoint_path, buf.getvalue())
+        latest, previous = self.checkpoint_path, self.previous_checkpoint_path
+        latest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=latest.parent, prefix=f".{latest.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(buf.getbuffer())
+                f.flush()
+                os.fsync(f.fileno())
+            verify_checkpoint(Path(tmp))
+            if latest.exists():
+                os.replace(latest, previous)
+            os.replace(tmp, latest)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        _fsync_dir(latest.parent)
 
     def load_checkpoint(self) -> dict[str, Any] | None:
-        import torch
-
+        """``latest.pt`` (``None`` when there is none); ``recover`` has made sure it loads."""
         if not self.checkpoint_path.exists():
             return None
-        return torch.load(self.checkpoint_path, weights_only=True, map_location="cpu")
+        return _load_checkpoint(self.checkpoint_path)
+
+    def recover(self) -> tuple[dict[str, Any] | None, str | None]:
+        """Make the run agree with the newest checkpoint that loads, before the run writes anything.
+
+        Removes temporary files a kill left; replaces a ``latest.pt`` that does not load by
+        ``previous.pt`` (or drops both when neither loads); cuts ``progress.csv`` and ``eval.csv``
+        back to the checkpoint's env steps, or empties them without a checkpoint. Returns the
+        checkpoint and one line saying what was repaired (``None`` when nothing needed repair)."""
+        for directory in (self.path, self.path / CHECKPOINT_DIR):
+            for stale in directory.glob(".*.tmp"):
+                stale.unlink(missing_ok=True)
+        latest, previous = self.checkpoint_path, self.previous_checkpoint_path
+        checkpoint, why_not = None, []
+        for candidate in (latest, previous):
+            if not candidate.exists():
+                continue
+            try:
+                checkpoint = _load_checkpoint(candidate)
+                env_steps = int(checkpoint["counters"]["env_steps"])
+            except Exception as error:  # any way a damaged file fails to load or to make sense
+                checkpoint = None
+                detail = " ".join(str(error).split())[:160]
+                why_not.append(
+                    f"{candidate.relative_to(self.path)} does not load ({type(error).__name__}: {detail})"
+                )
+                continue
+            if candidate != latest:
+                if not why_not:  # killed between save_checkpoint's two renames
+                    why_not.append(f"{latest.relative_to(self.path)} missing")
+                os.replace(candidate, latest)
+            break
+        if checkpoint is None:
+            latest.unlink(missing_ok=True)
+            previous.unlink(missing_ok=True)
+            dropped = self.progress.clear() + self.eval.clear()
+            if why_not:
+                return None, f"{'; '.join(why_not)}: starting afresh, progress.csv and eval.csv emptied"
+            if dropped:
+                return (
+                    None,
+                    f"no checkpoint: starting afresh, {dropped} table row(s) of an earlier start removed",
+                )
+            return None, None
+        self.truncate_progress_after(env_steps)
+        if why_not:
+            return checkpoint, (
+                f"{'; '.join(why_not)}: resuming from {PREVIOUS_CHECKPOINT_FILE} at {env_steps:,} env steps, "
+                "tables cut back to it"
+            )
+        return checkpoint, None
 
     # tensorboard
     def tensorboard_writer(self) -> Any:
@@ -369,9 +563,41 @@ class RunDir:
         return self._tb_writer
 
     def close(self) -> None:
+        """Close the TensorBoard writer and release the run's lock (once per ``open``)."""
         if self._tb_writer is not None:
             self._tb_writer.close()
             self._tb_writer = None
+        if not self._closed:
+            self._closed = True
+            release_lock(self.path)
+
+
+def verify_checkpoint(path: Path) -> None:
+    """Raise unless ``path`` is a complete checkpoint: a zip (``torch.save``'s format) whose members
+    all match their CRCs, so a truncated or bit-flipped file is caught before it is trusted."""
+    with zipfile.ZipFile(path) as archive:
+        bad = archive.testzip()
+    if bad is not None:
+        raise ValueError(f"{path.name}: member {bad} fails its CRC check")
+
+
+def _load_checkpoint(path: Path) -> dict[str, Any]:
+    import torch
+
+    verify_checkpoint(path)
+    state = torch.load(path, weights_only=True, map_location="cpu")
+    if not isinstance(state, dict):
+        raise ValueError(f"{path.name}: expected a dict, got {type(state).__name__}")
+    return state
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make renames in ``path`` durable (POSIX: the directory entry is data of the directory)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
@@ -440,6 +666,10 @@ def read_run(path: Path) -> RunData:
             corrupt = True
         tables[name] = table
         problems.extend(p for p in table_problems if not p.endswith("missing") or name == PROGRESS_FILE)
+    for problem in (_progress_order(tables[PROGRESS_FILE]), _eval_order(tables[EVAL_FILE])):
+        if problem is not None:
+            problems.append(problem)
+            corrupt = True
     state = status_obj.get("state") if status_obj else None
     if corrupt:
         status: RunStatus = "corrupt"
@@ -450,6 +680,53 @@ def read_run(path: Path) -> RunData:
         if state == "failed" and status_obj and status_obj.get("error"):
             problems.append(f"failed: {status_obj['error']}")
     return RunData(path, config, metadata, tables[PROGRESS_FILE], tables[EVAL_FILE], state, status, problems)
+
+
+def _env_steps(table: pd.DataFrame, name: str) -> tuple[pd.Series | None, str | None]:
+    if table.empty or "env_steps" not in table:
+        return None, None
+    steps = pd.to_numeric(table["env_steps"], errors="coerce")
+    if steps.isna().any():
+        row = int(steps.isna().to_numpy().argmax()) + 2  # line in the file: header is line 1
+        return None, f"{name} damaged: line {row} is not a row of numbers (a second header?)"
+    return steps, None
+
+
+def _progress_order(table: pd.DataFrame) -> str | None:
+    """Why ``progress.csv`` is damaged (env steps that repeat or go backwards), or ``None``."""
+    steps, problem = _env_steps(table, PROGRESS_FILE)
+    if steps is None:
+        return problem
+    back = steps.diff().to_numpy()[1:] <= 0
+    if back.any():
+        i = int(back.argmax()) + 1
+        return (
+            f"{PROGRESS_FILE} damaged: env_steps {steps.iloc[i]:g} at line {i + 2} after "
+            f"{steps.iloc[i - 1]:g} (rows repeat or go backwards: two writers, or a restart that did "
+            "not cut the table)"
+        )
+    return None
+
+
+def _eval_order(table: pd.DataFrame) -> str | None:
+    """Why ``eval.csv`` is damaged (env steps going backwards, an evaluation's episode twice), or ``None``."""
+    steps, problem = _env_steps(table, EVAL_FILE)
+    if steps is None:
+        return problem
+    back = steps.diff().to_numpy()[1:] < 0
+    if back.any():
+        i = int(back.argmax()) + 1
+        return f"{EVAL_FILE} damaged: env_steps {steps.iloc[i]:g} at line {i + 2} after {steps.iloc[i - 1]:g}"
+    if "episode" not in table:
+        return None
+    repeated = table.assign(env_steps=steps).duplicated(["env_steps", "episode"]).to_numpy()
+    if repeated.any():
+        i = int(repeated.argmax())
+        episode = table["episode"].iloc[i]
+        return (
+            f"{EVAL_FILE} damaged: the evaluation at env_steps {steps.iloc[i]:g} has episode {episode} twice"
+        )
+    return None
 
 
 def find_runs(experiment_dir: Path) -> list[Path]:

@@ -20,7 +20,9 @@ Seeding rule (the same for every runner and sampler mode):
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
+import sys
 import types
 import typing
 from dataclasses import dataclass
@@ -66,16 +68,23 @@ def _check_types(obj: Any) -> None:
         elif expected is int:
             ok = isinstance(value, int) and not isinstance(value, bool)
         elif expected is float:
-            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            # inf or nan would pass every range check below and fail (or never end) inside the job.
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
         elif expected is str:
             ok = isinstance(value, str)
         else:
             continue
         if not ok:
             raise TypeError(
-                f"{type(obj).__name__}.{f.name} must be {expected.__name__}, "
+                f"{type(obj).__name__}.{f.name} must be {'a finite ' if expected is float else ''}"
+                f"{expected.__name__}, "
                 f"got {type(value).__name__} {value!r}"
             )
+
+
+# The largest env-step budget a run may ask for: four times Agent57's 22.5 B env steps (90 B frames,
+# Badia et al. 2020), the longest published Atari budget; a larger one is a typo, not an experiment.
+MAX_ENV_STEPS = 100_000_000_000
 
 
 def _require(condition: bool, cls: str, field: str, value: Any, what: str) -> None:
@@ -200,6 +209,10 @@ class RunnerConfig:
         name = "RunnerConfig"
         _require(self.kind in RUNNER_KINDS, name, "kind", self.kind, f"one of {RUNNER_KINDS}")
         _require(self.n_steps >= 1, name, "n_steps", self.n_steps, ">= 1")
+        _require(self.n_steps <= MAX_ENV_STEPS, name, "n_steps", self.n_steps, f"<= {MAX_ENV_STEPS:.0e}")
+        for field in ("log_interval_steps", "eval_interval_steps", "checkpoint_interval_steps"):
+            value = getattr(self, field)
+            _require(value <= MAX_ENV_STEPS, name, field, value, f"<= {MAX_ENV_STEPS:.0e}")
         _require(self.log_interval_steps >= 1, name, "log_interval_steps", self.log_interval_steps, ">= 1")
         _require(self.eval_interval_steps >= 0, name, "eval_interval_steps", self.eval_interval_steps, ">= 0")
         _require(
@@ -388,9 +401,12 @@ def train(config: TrainConfig, run_dir: Path | str, resume: bool = True) -> Coun
 
     With ``resume`` and an existing run directory, the stored config must equal ``config``
     (``RunDir.open`` names the first difference) and training continues from the latest
-    checkpoint; a run that already finished returns at once with its counters. Without
-    ``resume``, an existing run directory is an error. ``status.json`` ends as ``complete``, or
-    ``failed`` with the error (which is re-raised), also on Ctrl-C.
+    checkpoint that loads, the tables cut back to it (``RunDir.recover``, which prints one line
+    to stderr when it had to repair something); a run that already finished returns at once with
+    its counters. Without ``resume``, an existing run directory is an error. The run directory is
+    locked for the whole call (``RunBusy`` when another process writes it). ``status.json`` ends
+    as ``complete``, ``interrupted`` on Ctrl-C (``KeyboardInterrupt``, re-raised), or ``failed``
+    with the error (re-raised).
     """
     import importlib
 
@@ -404,11 +420,17 @@ def train(config: TrainConfig, run_dir: Path | str, resume: bool = True) -> Coun
     run = RunDir.open(Path(run_dir), config_to_dict(config), {"seed": config.runner.seed}, resume=resume)
     module, function = RUNNERS[config.runner.kind].split(":")
     try:
+        _, repaired = run.recover()
+        if repaired is not None:
+            print(f"{run.path}: {repaired}", file=sys.stderr, flush=True)
         counters = getattr(importlib.import_module(module), function)(config, run, resume)
+        run.set_status("complete")
+        return counters
+    except KeyboardInterrupt:
+        run.set_status("interrupted", "stopped by Ctrl-C or a stop signal; rerun to continue")
+        raise
     except BaseException as error:
         run.set_status("failed", f"{type(error).__name__}: {error}")
         raise
     finally:
         run.close()
-    run.set_status("complete")
-    return counters

@@ -6,7 +6,9 @@ anything not usable ends up in ``Experiment.skipped`` with the reason, so a repo
 
 Tidy tables (one observation per row, identified by ``arm, env, seed``):
 
-* ``runs``: one row per run directory found (``status`` complete / incomplete / corrupt);
+* ``runs``: one row per run directory found (``status`` complete / incomplete / corrupt; corrupt
+  includes a run whose rows repeat or go backwards in env steps, whatever its ``status.json`` says,
+  so an old damaged run cannot pass as complete);
 * ``config``: ``arm, env, seed, key, value`` with nested config keys flattened to dotted names;
 * ``metadata``: one row per run, nested keys flattened (``packages.torch``);
 * ``progress`` / ``eval``: the run's tables with ``arm, env, seed`` prepended.

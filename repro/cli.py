@@ -8,14 +8,17 @@
                                   # estimated duration first (repro/probe.py), plan record, then the jobs
     python -m repro summary runs/r2d1-smoke
 
-Bad input (unknown setting, game, profile or plan, SEEDS < 1, a malformed config file) prints one
-line ``error: ...`` and exits 2 before any run directory is created. ``run`` exits 1 when a job
-failed for good and 130 when interrupted (rerun the same command to continue).
+Bad input (unknown setting, game, profile or plan, SEEDS outside 1..1000, a malformed config file, a
+value a job could not run with) prints one line ``error: ...`` and exits 2 before any run directory
+is created; ``python -m repro`` alone prints the usage and exits 2. ``run`` exits 1 when a job
+failed for good or its run was busy (written by another process), and 130 when interrupted (Ctrl-C,
+SIGTERM or SIGHUP; rerun the same command to continue).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -31,7 +34,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports a usage error as one line and exit code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"error: {message} (see python -m repro {self.prog.split()[-1]} --help)", file=sys.stderr)
+        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(2)
 
 
@@ -77,16 +80,17 @@ def _plan_jobs(args: argparse.Namespace):
     )
 
 
-def _jobs_arg(text: str | None) -> int | None:
+def _positive_int_arg(text: str | None, name: str) -> int | None:
+    """``JOBS`` or ``CPUS_PER_JOB``: empty (the default: ``None``) or a positive integer."""
     if text is None or not str(text).strip():
         return None
     try:
-        jobs = int(text)
+        value = int(text)
     except ValueError:
-        raise ConfigError(f"JOBS must be a positive integer, got {text!r}") from None
-    if jobs < 1:
-        raise ConfigError(f"JOBS must be a positive integer, got {jobs}")
-    return jobs
+        raise ConfigError(f"{name} must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value}")
+    return value
 
 
 def _profile_arg(path: Path) -> str:
@@ -97,7 +101,7 @@ def _profile_arg(path: Path) -> str:
     return path.stem if is_shipped(path) else str(Path(path).resolve())
 
 
-def _tasks(jobs):
+def _tasks(jobs, cpus_per_job: int | None = None):
     from repro.scheduler import Task
 
     tasks = []
@@ -113,8 +117,43 @@ def _tasks(jobs):
             _profile_arg(j.profile_path),
         ]
         argv += ["--env", j.env, "--seed", str(j.seed), "--run-dir", str(j.run_dir)]
-        tasks.append(Task(j.key, j.run_dir, tuple(argv), j.n_steps, j.config.runner.torch_threads))
+        if cpus_per_job is not None:  # the job's torch threads follow its CPUs
+            argv += ["--threads", str(cpus_per_job)]
+        threads = cpus_per_job or j.config.runner.torch_threads
+        tasks.append(Task(j.key, j.run_dir, tuple(argv), j.n_steps, threads))
     return tasks
+
+
+def _gpus_arg(text: str | None) -> float | None:
+    """``GPUS_PER_JOB``: 0, a fraction of one GPU (0.25 puts four jobs on a GPU) or whole GPUs."""
+    if text is None or not str(text).strip():
+        return None
+    try:
+        gpus = float(text)
+    except ValueError:
+        gpus = math.nan
+    if not (math.isfinite(gpus) and gpus >= 0 and (gpus <= 1 or gpus.is_integer())):
+        raise ConfigError(f"GPUS_PER_JOB must be 0, a fraction up to 1 or a whole number, got {text!r}")
+    return gpus
+
+
+def _connect_ray(args, jobs, tasks) -> int | None:
+    """Check the run directories can be written, connect to the Ray cluster and check it can take the
+    jobs, before anything is written; an exit code when not (130: Ctrl-C while connecting; bad input
+    is a ``ConfigError``)."""
+    from repro import ray_backend
+
+    ray_backend.check_storage([j.run_dir for j in jobs])
+    try:
+        ray_backend.connect(args.address)
+        gpus = _gpus_arg(args.gpus_per_job)
+        if gpus is None:
+            gpus = ray_backend.gpus_per_job_default()
+        ray_backend.check_fits(max(t.threads for t in tasks), gpus)
+    except KeyboardInterrupt:
+        print(ray_backend.INTERRUPTED_CONNECTING, file=sys.stderr)
+        return 130
+    return None
 
 
 def _dry_run(plan, jobs, n_slots: int, slot_kind: str) -> None:
@@ -206,21 +245,24 @@ def _estimate(plan, jobs, slots, fresh: bool, may_probe: bool) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from repro.scheduler import detect_slots
+    from repro.scheduler import detect_slots, stop_on_signals
 
+    stop_on_signals()  # SIGTERM and SIGHUP stop the run as Ctrl-C does, from planning on
     plan, jobs = _plan_jobs(args)
-    n_jobs = _jobs_arg(args.jobs)
+    n_jobs = _positive_int_arg(args.jobs, "JOBS")
     if args.retries < 0:
         raise ConfigError(f"--retries must be >= 0, got {args.retries}")
     if args.backend not in ("local", "ray"):
         raise ConfigError(f"BACKEND must be 'local' or 'ray', got {args.backend!r}")
-    threads = max(j.config.runner.torch_threads for j in jobs)
+    cpus_per_job = _positive_int_arg(args.cpus_per_job, "CPUS_PER_JOB")
+    gpus_per_job = _gpus_arg(args.gpus_per_job)
+    threads = cpus_per_job or max(j.config.runner.torch_threads for j in jobs)
     if args.backend == "ray":
         try:
             import ray  # noqa: F401
         except ImportError:
             raise ConfigError("BACKEND=ray needs the ray extra: pip install -e '.[ray]'") from None
-    slots = detect_slots(n_jobs, threads)
+    slots = detect_slots(n_jobs, threads, gpus_per_job=gpus_per_job if args.backend == "local" else None)
     if args.dry_run:
         _dry_run(plan, jobs, len(slots), slots[0].device if args.backend == "local" else "ray")
         if args.estimate:
@@ -235,13 +277,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from repro.plans import check_seeds
     from repro.record import write_plan_record
 
-    write_plan_record(jobs[0].run_dir.parents[2], plan, jobs, check_seeds(args.seeds))
-    tasks = _tasks(jobs)
+    tasks = _tasks(jobs, cpus_per_job)
+    if args.backend == "ray" and (code := _connect_ray(args, jobs, tasks)) is not None:
+        return code
+    try:
+        write_plan_record(jobs[0].run_dir.parents[2], plan, jobs, check_seeds(args.seeds))
+    except OSError as e:  # a full disk or a read-only root: nothing can run, say so in one line
+        where = jobs[0].run_dir.parents[2]
+        print(f"error: cannot write the plan record in {where}: {e.strerror or e}", file=sys.stderr)
+        return 1
     start = time.perf_counter()
     if args.backend == "ray":
         from repro.ray_backend import run_ray
 
-        outcomes = run_ray(tasks, address=args.address, retries=args.retries, progress=not args.no_progress)
+        outcomes = run_ray(
+            tasks, address=args.address, retries=args.retries, progress=not args.no_progress,
+            gpus_per_job=gpus_per_job, shared_fs=args.shared_fs,
+        )  # fmt: skip
     else:
         from repro.scheduler import run_local
 
@@ -249,17 +301,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
         outcomes = run_local(tasks, slots, retries=args.retries, progress=not args.no_progress)
     wall = time.perf_counter() - start
     counts = {
-        s: sum(o.state == s for o in outcomes) for s in ("complete", "skipped", "failed", "interrupted")
+        s: sum(o.state == s for o in outcomes)
+        for s in ("complete", "skipped", "failed", "interrupted", "busy")
     }
     ran_steps = sum(t.steps for t, o in zip(tasks, outcomes) if o.state == "complete")
+    busy = f", {counts['busy']} busy (written by another process)" if counts["busy"] else ""
     print(
         f"{plan.name}: {counts['complete']} complete, {counts['skipped']} skipped (already complete), "
-        f"{counts['failed']} failed, {counts['interrupted']} interrupted in {wall:.0f} s wall "
+        f"{counts['failed']} failed, {counts['interrupted']} interrupted{busy} in {wall:.0f} s wall "
         f"({ran_steps / wall if wall else 0:,.0f} env steps/s over the machine)"
     )
     for o in outcomes:
-        if o.state == "failed":
-            print(f"  failed: {o.key}: {o.error}")
+        if o.state in ("failed", "busy"):
+            print(f"  {o.state}: {o.key}: {o.error}")
     experiment_dir = jobs[0].run_dir.parents[2]
     if experiment_dir.is_dir():
         from repro.summary import summary_text
@@ -268,20 +322,30 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if counts["interrupted"]:
         print("interrupted: rerun the same command to continue from the checkpoints")
         return 130
-    return 1 if counts["failed"] else 0
+    return 1 if counts["failed"] or counts["busy"] else 0
 
 
 def _cmd_run_job(args: argparse.Namespace) -> int:
+    from algorithms.rundir import RunBusy
     from algorithms.train import train
     from repro.plans import resolve_job_setting
     from repro.profiles import load_profile
+    from repro.scheduler import BUSY_EXIT_CODE, follow_scheduler
     from repro.settings import train_config
 
-    setting, classes = resolve_job_setting(
-        args.arm, load_profile(args.profile), args.env, args.seed, args.device
-    )
-    config = train_config(setting, classes)
-    train(config, Path(args.run_dir), resume=True)
+    try:
+        follow_scheduler()
+        setting, classes = resolve_job_setting(
+            args.arm, load_profile(args.profile), args.env, args.seed, args.device, threads=args.threads
+        )
+        config = train_config(setting, classes)
+        train(config, Path(args.run_dir), resume=True)
+    except RunBusy as e:
+        print(f"error: {e}; this job did not start and wrote nothing", file=sys.stderr)
+        return BUSY_EXIT_CODE
+    except KeyboardInterrupt:
+        print("interrupted: stopped; status.json says interrupted (rerun to continue)", file=sys.stderr)
+        return 130
     return 0
 
 
@@ -323,6 +387,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="local")
     p.add_argument("--address", default=None, help="Ray cluster address (BACKEND=ray)")
     p.add_argument("--jobs", default=None, help="slots (default: GPUs, else cores / torch threads)")
+    p.add_argument("--cpus-per-job", default=None, help="CPUs per job, also its torch threads")
+    p.add_argument(
+        "--gpus-per-job",
+        default=None,
+        help="GPUs per job: 0.25 puts four jobs on a GPU (default 1 with GPUs)",
+    )
+    p.add_argument(
+        "--shared-fs",
+        action="store_true",
+        help="BACKEND=ray: runs/ is at this path on every node; jobs write there (default: streamed here)",
+    )
     p.add_argument(
         "--retries", type=int, default=2, help="retries of a failed job before it is marked failed"
     )
@@ -349,6 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--run-dir", required=True)
     p.add_argument("--device", default=None)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (the scheduler's CPUs per job)")
     p.set_defaults(func=_cmd_run_job)
 
     p = sub.add_parser("summary", help="throughput summary of runs/<experiment>")
@@ -358,12 +434,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:
+        parser.print_help(sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     try:
         return args.func(args)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C (or SIGTERM/SIGHUP in `run`) before or after the jobs ran
+        print("interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # output piped into `head`: stop quietly (Python docs, signal, SIGPIPE note)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -16,6 +16,7 @@ is created: an unknown arm, game, profile or a bad seed count is a ``ConfigError
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,9 @@ from repro.settings import (
 PLANS_DIR = CONFIG_DIR / "plans"
 PLAN_KEYS = {"title": str, "description": str, "arms": list, "envs": list, "envs_source": str}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+# Seeds per (arm, env): rliable's own studies use up to 100 runs per task (Agarwal et al. 2021); a
+# thousand is far past any study, and more is a typo that would plan (and record) a huge grid.
+MAX_SEEDS = 1000
 
 
 @dataclass(frozen=True)
@@ -109,10 +113,25 @@ def load_plan(name: str, plans_dir: Path = PLANS_DIR) -> Plan:
     for key in ("arms", "envs"):
         if not meta[key] or not all(isinstance(v, str) for v in meta[key]):
             raise ConfigError(f"{path} [plan] '{key}': expected a non-empty list of strings")
+    for env in meta["envs"]:
+        if not _NAME.match(env):
+            raise ConfigError(f"{path} [plan] 'envs': {env!r} is not a valid name (it names a directory)")
+    for arm in meta["arms"]:
+        check_arm_name(arm, f"{path} [plan] 'arms'")
     return Plan(
         path.stem, path, meta["title"], meta.get("description", ""), tuple(meta["arms"]), tuple(meta["envs"]),
         meta["envs_source"],
     )  # fmt: skip
+
+
+def check_arm_name(arm: str, where: str) -> None:
+    """An arm is a setting's name or a path to its ``.toml`` file; the name (the file's stem) names
+    the arm's directory, so it must be a plain name: ``...toml`` would make the arm ``..``."""
+    name = Path(arm).stem if arm.endswith(".toml") else arm
+    if not _NAME.match(name):
+        raise ConfigError(
+            f"{where}: {arm!r} gives the arm name {name!r}, which is not a valid directory name"
+        )
 
 
 def parse_list(text: str | None, what: str) -> tuple[str, ...] | None:
@@ -136,6 +155,8 @@ def check_seeds(seeds: Any) -> int:
             raise ConfigError(f"SEEDS must be a positive integer, got {seeds!r}") from None
     if seeds < 1:
         raise ConfigError(f"SEEDS must be a positive integer, got {seeds}")
+    if seeds > MAX_SEEDS:
+        raise ConfigError(f"SEEDS must be at most {MAX_SEEDS}, got {seeds}")
     return seeds
 
 
@@ -147,8 +168,11 @@ def resolve_job_setting(
     device: str | None = None,
     settings_dir: Path = SETTINGS_DIR,
     schema: Schema = default_schema,
+    *,
+    threads: int | None = None,
 ) -> tuple[Setting, dict[str, type]]:
-    """The setting ``arm`` scaled by ``profile`` with the plan's env id and seed (and the slot's device)."""
+    """The setting ``arm`` scaled by ``profile`` with the plan's env id and seed (and the slot's device,
+    and the job's CPUs as its torch threads when the scheduler was given them)."""
     setting = load_setting(arm, settings_dir, schema)
     classes = schema(setting.algo)
     setting = apply_profile(setting, profile, classes)
@@ -159,6 +183,8 @@ def resolve_job_setting(
         per_job["runner.seed"] = Entry(seed, "experiment plan: seed index", "plan", "plan")
     if device is not None:
         per_job["runner.device"] = Entry(device, "scheduler slot", "plan", "scheduler")
+    if threads is not None:
+        per_job["runner.torch_threads"] = Entry(threads, "scheduler: CPUs per job", "plan", "scheduler")
     try:
         return override(setting, per_job, classes), classes
     except ConfigError as e:
@@ -176,10 +202,11 @@ def _env_spaces(env_config: Any) -> tuple[Any, Any]:
     return env_spaces(env_config)
 
 
-def check_model_fits(arm: str, config: Any) -> None:
-    """Build the arm's model for one env of the job's env config: an observation shape the model
-    cannot take (e.g. the Nature torso on MinAtar's 10x10 maps) is a ``ConfigError`` naming both,
-    raised while planning instead of inside every job."""
+def check_model_fits(arm: str, config: Any, setting: Setting | None = None) -> None:
+    """Build the arm's model for one env of the job's env config, and check that its replay holds
+    one training item: an observation shape the model cannot take (e.g. the Nature torso on
+    MinAtar's 10x10 maps) or a replay too small for one R2D1 sequence is a ``ConfigError`` naming
+    the file that set the replay size, raised while planning instead of inside every job."""
     from algorithms import registry
 
     observation_space, action_space = _env_spaces(config.env)
@@ -189,6 +216,15 @@ def check_model_fits(arm: str, config: Any) -> None:
         raise ConfigError(
             f"setting '{arm}' cannot run on env '{config.env.id}' (observations "
             f"{tuple(observation_space.shape)}): {str(e).splitlines()[0]}"
+        ) from e
+    try:
+        registry.check_replay(config.algo, config.algo_config, config.sampler.batch_B, observation_space)
+    except ValueError as e:
+        entry = setting.entries.get("algo.replay_size_steps") if setting is not None else None
+        where = f"{entry.file} 'algo.replay_size_steps'" if entry and entry.file else f"setting '{arm}'"
+        raise ConfigError(
+            f"{where}: the replay cannot hold one training item with sampler.batch_B="
+            f"{config.sampler.batch_B} on env '{config.env.id}': {str(e).splitlines()[0]}"
         ) from e
 
 
@@ -211,12 +247,15 @@ def expand(
         raise ConfigError(f"experiment name {experiment!r} is not a valid directory name")
     jobs = []
     for arm in arms or plan.arms:
+        check_arm_name(arm, "ARMS" if arms else f"{plan.path} [plan] 'arms'")
         for env in envs or plan.envs:
+            setting, classes = resolve_job_setting(arm, profile, env, 0, None, settings_dir, schema)
+            config = train_config(setting, classes)
+            check_model_fits(arm, config, setting)
             for seed in range(seeds):
-                setting, classes = resolve_job_setting(arm, profile, env, seed, None, settings_dir, schema)
-                config = train_config(setting, classes)
-                if seed == 0:
-                    check_model_fits(arm, config)
+                # The seed is the only per-seed value: replacing it re-validates just RunnerConfig,
+                # which keeps a large seed count quick to plan (the job resolves the same config).
+                runner = dataclasses.replace(config.runner, seed=seed)
                 jobs.append(
                     Job(
                         experiment=experiment,
@@ -227,7 +266,7 @@ def expand(
                         profile=profile.name,
                         profile_path=profile.path,
                         run_dir=run_path(Path(root), experiment, setting.name, env, seed),
-                        config=config,
+                        config=dataclasses.replace(config, runner=runner),
                     )
                 )
     return jobs

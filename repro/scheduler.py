@@ -11,8 +11,17 @@
   that exits non-zero, or exits 0 without status complete, is retried up to ``retries`` more times,
   then marked failed in its ``status.json``; the other jobs go on.
 * **Ctrl-C.** Children run in their own sessions so the terminal's SIGINT reaches only this process,
-  which forwards SIGINT to every child, waits ``grace_s`` for them to stop, kills what is left, and
-  returns 130. Rerunning the same command continues where it stopped.
+  which forwards SIGINT to every child, waits ``grace_s`` for them to stop (a second Ctrl-C: at
+  once), kills what is left, and returns 130. SIGTERM and SIGHUP are handled the same way. Rerunning
+  the same command continues where it stopped.
+* **Jobs die with their scheduler.** A job learns its scheduler's pid (``SCHEDULER_PID_ENV``) and
+  calls ``follow_scheduler``: the kernel sends it SIGINT when the scheduler dies (Linux
+  ``PR_SET_PDEATHSIG``; elsewhere a thread watches the parent pid), and it stops as on Ctrl-C, so a
+  ``kill -9`` of the scheduler leaves no job running on.
+* **One writer per run.** A job holds its run directory's lock (``algorithms.rundir``) for its whole
+  life. A run whose lock is taken (a job of a scheduler killed a moment ago, still stopping, or of
+  another scheduler) is not started: the scheduler waits up to ``busy_wait_s`` for the lock, then
+  skips the run with one line (state ``busy``), having written nothing into it.
 
 Progress is one tqdm bar in env steps over all jobs (finished ones included), read from the last
 row of each running job's ``progress.csv``; its ETA is what is left at the rate seen so far.
@@ -28,13 +37,24 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from algorithms.rundir import LOG_FILE, PROGRESS_FILE, RunDir, is_complete
+from algorithms.rundir import LOG_FILE, PROGRESS_FILE, is_complete, lock_holder, set_status_if_free
+from repro.schema import ConfigError
+
+# The scheduler's pid, in every job's environment: the job stops when that process dies.
+SCHEDULER_PID_ENV = "REPRO_SCHEDULER_PID"
+# Exit code of a job that found its run directory locked by another process (sysexits EX_TEMPFAIL).
+BUSY_EXIT_CODE = 75
+# How long a run whose lock is taken is waited for before it is skipped: a job whose scheduler was
+# killed gets SIGINT at once and stops like on Ctrl-C, well within the scheduler's 30 s grace.
+BUSY_WAIT_S = 60.0
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass(frozen=True)
@@ -58,7 +78,7 @@ class Slot:
 @dataclass
 class Outcome:
     key: str
-    state: str  # complete | skipped | failed | interrupted
+    state: str  # complete | skipped | failed | interrupted | busy
     attempts: int
     wall_s: float
     error: str | None = None
@@ -80,19 +100,34 @@ def gpu_count() -> int:
 
 
 def detect_slots(
-    jobs: int | None, threads: int, n_gpus: int | None = None, cores: int | None = None
+    jobs: int | None,
+    threads: int,
+    n_gpus: int | None = None,
+    cores: int | None = None,
+    gpus_per_job: float | None = None,
 ) -> list[Slot]:
-    """Slots for this machine: one per GPU (or ``jobs`` spread over the GPUs), else CPU slots."""
+    """Slots for this machine: one per GPU (or ``jobs`` spread over the GPUs), else CPU slots.
+
+    ``gpus_per_job`` (``GPUS_PER_JOB``): 0 gives CPU slots on a GPU machine; a fraction ``f`` puts
+    ``1 // f`` jobs on each GPU (0.25: four); a whole number ``k`` gives each job ``k`` GPUs."""
     n_gpus = gpu_count() if n_gpus is None else n_gpus
     cores = cpu_cores() if cores is None else cores
     thread_env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    if n_gpus > 0:
-        count = jobs or n_gpus
+    if gpus_per_job is not None and gpus_per_job > n_gpus:
+        raise ConfigError(f"GPUS_PER_JOB={gpus_per_job:g} but this machine has {n_gpus} GPU(s)")
+    if n_gpus > 0 and gpus_per_job != 0:
+        per_job = gpus_per_job or 1.0
+        if per_job >= 1:  # groups of whole GPUs
+            k = int(per_job)
+            groups = [",".join(str(g) for g in range(i * k, i * k + k)) for i in range(n_gpus // k)]
+        else:  # each GPU shared by 1 // per_job jobs
+            groups = [str(g) for g in range(n_gpus)] * int(1 / per_job + 1e-9)
+        count = jobs or len(groups)
         return [
             Slot(
-                f"gpu{i % n_gpus}.{i // n_gpus}",
+                f"gpu{groups[i % len(groups)]}.{i // len(set(groups))}",
                 "cuda",
-                {"CUDA_VISIBLE_DEVICES": str(i % n_gpus), **thread_env},
+                {"CUDA_VISIBLE_DEVICES": groups[i % len(groups)], **thread_env},
             )
             for i in range(count)
         ]
@@ -123,8 +158,57 @@ def last_env_steps(run_dir: Path) -> int:
 
 
 def mark_failed(task: Task, error: str) -> None:
+    """Status failed, unless another process holds the run (then it is that process's to write)."""
     if task.run_dir.exists():
-        RunDir(task.run_dir).set_status("failed", error)
+        set_status_if_free(task.run_dir, "failed", error)
+
+
+# --- the job's side: stop with the scheduler -------------------------------------------------------
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def stop_on_signals() -> None:
+    """SIGINT, SIGTERM and SIGHUP raise ``KeyboardInterrupt`` in the main thread, also where the
+    process was started with SIGINT ignored (a shell's background job): every stop is a Ctrl-C."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.default_int_handler)
+
+
+def _parent_death_signal(sig: int) -> bool:
+    """Ask the kernel to send ``sig`` when the parent dies (Linux); whether it was armed."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent: int, poll_s: float) -> None:
+    while os.getppid() == parent:
+        time.sleep(poll_s)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def follow_scheduler(use_prctl: bool = True, poll_s: float = 1.0) -> None:
+    """In a job started by ``run_local``: stop as on Ctrl-C (``KeyboardInterrupt``) when the
+    scheduler dies, by the kernel's parent-death signal or, where there is none, a thread that
+    polls the parent pid every ``poll_s``. Raises ``KeyboardInterrupt`` at once when the scheduler
+    is already gone. Does nothing in a process the scheduler did not start."""
+    text = os.environ.get(SCHEDULER_PID_ENV, "")
+    if not text.isdigit():
+        return
+    parent = int(text)
+    stop_on_signals()
+    if not (use_prctl and _parent_death_signal(signal.SIGINT)):
+        threading.Thread(
+            target=_watch_parent, args=(parent, poll_s), name="watch-scheduler", daemon=True
+        ).start()
+    if os.getppid() != parent:  # it died before the signal was armed
+        raise KeyboardInterrupt
 
 
 def _now() -> str:
@@ -170,6 +254,10 @@ class Attempts:
         self.started.setdefault(task.key, time.monotonic())
         return self.count[task.key]
 
+    def cancel(self, task: Task) -> None:
+        """The attempt just started did not run (its run directory was locked): it does not count."""
+        self.count[task.key] -= 1
+
     def finished(self, task: Task, returncode: int) -> Outcome | None:
         """Outcome when the task is done for good; ``None`` when it should be retried."""
         wall = time.monotonic() - self.started[task.key]
@@ -200,6 +288,7 @@ def run_local(
     grace_s: float = 30.0,
     poll_s: float = 0.5,
     on_event: Callable[[str], None] | None = None,
+    busy_wait_s: float = BUSY_WAIT_S,
 ) -> list[Outcome]:
     """Run ``tasks`` on ``slots``; returns one outcome per task (see the module docstring)."""
     say = on_event or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -217,18 +306,58 @@ def run_local(
     attempts = Attempts(retries)
     free = list(slots)
     running: dict[str, tuple[Task, Slot, subprocess.Popen, IO[bytes]]] = {}
+    busy_since: dict[str, float] = {}
+    child_env = {**os.environ, SCHEDULER_PID_ENV: str(os.getpid())}
+    previous_handlers = {sig: signal.signal(sig, signal.default_int_handler) for sig in STOP_SIGNALS}
+
+    def done(task: Task, outcome: Outcome) -> None:
+        outcomes[task.key] = outcome
+        bar.done_steps += task.steps
+
+    def ready(task: Task) -> bool:
+        """Whether ``task`` can start now; settles it (skipped or busy) when it never will."""
+        if is_complete(task.run_dir):  # finished meanwhile by another scheduler
+            done(task, Outcome(task.key, "skipped", 0, 0.0))
+            return False
+        holder = lock_holder(task.run_dir)
+        if holder is None:
+            busy_since.pop(task.key, None)
+            return True
+        who = f"pid {holder}" if holder else "another process"
+        if task.key not in busy_since:
+            busy_since[task.key] = time.monotonic()
+            say(f"{task.key}: {who} is writing {task.run_dir}; waiting up to {busy_wait_s:.0f} s for it")
+        if time.monotonic() - busy_since[task.key] >= busy_wait_s:
+            error = f"{who} was still writing {task.run_dir} after {busy_wait_s:.0f} s; not run"
+            say(f"{task.key}: BUSY ({error})")
+            done(task, Outcome(task.key, "busy", attempts.count.get(task.key, 0), 0.0, error))
+        return False
+
     try:
         while pending or running:
-            while pending and free:
-                task, slot = pending.pop(0), free.pop(0)
+            for task in list(pending):
+                if not free:
+                    break
+                if not ready(task):
+                    continue
+                pending.remove(task)
+                slot = free.pop(0)
                 attempt = attempts.start(task)
                 argv = [*task.argv, "--device", slot.device]
-                log = open_log(task, attempt, slot.name, argv)
-                proc = subprocess.Popen(
-                    argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env={**os.environ, **slot.env}, start_new_session=True,
-                )  # fmt: skip
+                try:
+                    log = open_log(task, attempt, slot.name, argv)
+                    proc = subprocess.Popen(
+                        argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                        env={**child_env, **slot.env}, start_new_session=True,
+                    )  # fmt: skip
+                except OSError as e:  # disk full at the log, no memory to fork: this job cannot start
+                    free.append(slot)
+                    error = f"cannot start: {e.strerror or e} ({e.filename or task.argv[0]})"
+                    say(f"{task.key}: FAILED ({error})")
+                    done(task, Outcome(task.key, "failed", attempt, 0.0, error))
+                    continue
                 running[task.key] = (task, slot, proc, log)
+            pending = [t for t in pending if t.key not in outcomes]
             time.sleep(poll_s)
             for key, (task, slot, proc, log) in list(running.items()):
                 code = proc.poll()
@@ -237,6 +366,10 @@ def run_local(
                 log.close()
                 del running[key]
                 free.append(slot)
+                if code == BUSY_EXIT_CODE:  # another process took the run's lock first: wait for it
+                    attempts.cancel(task)
+                    pending.append(task)
+                    continue
                 outcome = attempts.finished(task, code)
                 if outcome is None:
                     say(
@@ -245,8 +378,7 @@ def run_local(
                     )
                     pending.append(task)
                 else:
-                    outcomes[key] = outcome
-                    bar.done_steps += task.steps
+                    done(task, outcome)
                     if outcome.state == "failed":
                         say(f"{task.key}: FAILED ({outcome.error})")
             n_failed = sum(o.state == "failed" for o in outcomes.values())
@@ -256,23 +388,41 @@ def run_local(
             )
     except KeyboardInterrupt:
         say(f"interrupted: stopping {len(running)} job(s) (SIGINT, then SIGKILL after {grace_s:.0f} s)")
-        for _, _, proc, _ in running.values():
-            _signal_group(proc, signal.SIGINT)
-        deadline = time.monotonic() + grace_s
-        for _, _, proc, _ in running.values():
+        _stop_jobs([proc for _, _, proc, _ in running.values()], grace_s, say)
+        for task, _, _, log in running.values():
+            log.close()
+            # A job that stopped by itself said so in status.json; one that had to be killed did not.
+            if not is_complete(task.run_dir):
+                set_status_if_free(task.run_dir, "interrupted", "the scheduler was interrupted")
+            outcomes[task.key] = Outcome(task.key, "interrupted", attempts.count[task.key], 0.0)
+        for task in pending:
+            if task.key not in outcomes:
+                outcomes[task.key] = Outcome(task.key, "interrupted", attempts.count.get(task.key, 0), 0.0)
+    finally:
+        bar.close()
+        for sig, handler in previous_handlers.items():
+            signal.signal(sig, handler)
+    return [outcomes[t.key] for t in tasks]
+
+
+def _stop_jobs(procs: list[subprocess.Popen], grace_s: float, say: Callable[[str], None]) -> None:
+    """SIGINT to every job's process group, SIGKILL to what is left after ``grace_s`` or at once on a
+    second interrupt; returns when all have exited."""
+    for proc in procs:
+        _signal_group(proc, signal.SIGINT)
+    deadline = time.monotonic() + grace_s
+    try:
+        for proc in procs:
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 _signal_group(proc, signal.SIGKILL)
-                proc.wait()
-        for task, _, _, log in running.values():
-            log.close()
-            outcomes[task.key] = Outcome(task.key, "interrupted", attempts.count[task.key], 0.0)
-        for task in pending:
-            outcomes[task.key] = Outcome(task.key, "interrupted", attempts.count.get(task.key, 0), 0.0)
-    finally:
-        bar.close()
-    return [outcomes[t.key] for t in tasks]
+    except KeyboardInterrupt:
+        say("interrupted again: killing the jobs now")
+    for proc in procs:
+        if proc.poll() is None:
+            _signal_group(proc, signal.SIGKILL)
+        proc.wait()
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from collections.abc import Mapping
 from typing import Any
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 class ConfigError(Exception):
@@ -64,7 +67,8 @@ def convert(value: Any, hint: Any, where: str) -> Any:
     """``value`` checked against type ``hint`` and converted where TOML has no exact form.
 
     Conversions: an int where a float is expected, a list where a tuple is expected, a table where
-    a dataclass is expected. A bool is never accepted as a number. ``where`` names the key for the
+    a dataclass is expected. A bool is never accepted as a number, a float must be finite (TOML
+    has ``inf`` and ``nan``), an integer must fit in 64 bits. ``where`` names the key for the
     error message.
     """
     origin = typing.get_origin(hint)
@@ -109,10 +113,14 @@ def convert(value: Any, hint: Any, where: str) -> Any:
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{where}: expected an integer, got {type(value).__name__} {value!r}")
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise ConfigError(f"{where}: {value} does not fit in 64 bits (counters and arrays hold int64)")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{where}: expected a number, got {type(value).__name__} {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
         return float(value)
     if hint is str:
         if not isinstance(value, str):

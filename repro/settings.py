@@ -23,6 +23,7 @@ looked up next to it first).
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -245,11 +246,29 @@ def load_setting(
 
 
 def build_sections(setting: Setting, classes: Mapping[str, type]) -> dict[str, Any]:
-    """Instances of the section dataclasses (their own validation runs); errors name the setting file."""
+    """Instances of the section dataclasses (their own validation runs). An error names the file
+    that set the value the class rejected (a profile's, or the plan's), else the setting file."""
     built = {}
     for section in SECTIONS:
-        built[section] = build(classes[section], setting.section(section), f"{setting.path} [{section}]")
+        cls = classes[section]
+        try:
+            built[section] = build(cls, setting.section(section), f"{setting.path} [{section}]")
+        except ConfigError as e:
+            raise ConfigError(_blame(setting, section, cls, e)) from e
     return built
+
+
+def _blame(setting: Setting, section: str, cls: type, error: ConfigError) -> str:
+    """``error``'s message, naming the file of the entry whose field the class's check names
+    (``RunnerConfig.n_steps must be ...``) when that entry did not come from the setting file."""
+    cause = error.__cause__
+    if not isinstance(cause, ValueError | TypeError):
+        return str(error)
+    found = re.search(rf"{cls.__name__}\.(\w+)", str(cause))
+    entry = setting.entries.get(f"{section}.{found.group(1)}") if found else None
+    if entry is None or entry.file in ("", str(setting.path)):
+        return str(error)
+    return f"{entry.file} '{section}.{found.group(1)}': {str(cause).splitlines()[0]}"
 
 
 def with_defaults(setting: Setting, classes: Mapping[str, type]) -> dict[str, Entry]:

@@ -4,13 +4,17 @@ Per job and in total (per arm and overall): env steps, frames, updates, env step
 (sampling + optimizing time only, as ``algorithms.counters`` defines throughput: evaluation and
 logging excluded), and the achieved replay ratio under both countings, ``trained`` (samples in
 the loss per env step, R2D2's) and ``with_burnin`` (burn-in steps included, rlpyt's). Totals are
-ratios of sums (steps over summed train time), not means of ratios.
+ratios of sums (steps over summed train time), not means of ratios. A run whose files are damaged
+(``algorithms.rundir.read_run``: rows that repeat or go backwards, a table that does not parse)
+shows state ``corrupt`` and is listed under the tables with what is wrong.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+import pandas as pd
 
 from algorithms.rundir import find_runs, read_run
 from repro.tables import human_count, render
@@ -32,8 +36,9 @@ class RunThroughput:
     arm: str
     env: str
     seed: str
-    state: str
+    state: str  # status.json's state, or "corrupt" when the run's files are damaged (``problems``)
     values: dict[str, float]
+    problems: list[str]
 
 
 def collect(experiment_dir: Path) -> list[RunThroughput]:
@@ -42,11 +47,12 @@ def collect(experiment_dir: Path) -> list[RunThroughput]:
         run = read_run(path)
         values = {c: 0.0 for c in COLUMNS}
         if not run.progress.empty:
-            last = run.progress.iloc[-1]
-            values = {c: float(last[c]) if c in last else 0.0 for c in COLUMNS}
+            last = pd.to_numeric(run.progress.iloc[-1], errors="coerce")  # damaged rows may hold text
+            values = {c: float(last[c]) if c in last and pd.notna(last[c]) else 0.0 for c in COLUMNS}
         rel = path.relative_to(experiment_dir).parts
         arm, env, seed = (rel + ("?", "?", "?"))[:3] if len(rel) < 3 else rel[-3:]
-        out.append(RunThroughput(arm, env, seed, run.state or run.status, values))
+        state = "corrupt" if run.status == "corrupt" else run.state or run.status
+        out.append(RunThroughput(arm, env, seed, state, values, run.problems))
     return out
 
 
@@ -80,10 +86,18 @@ def summary_text(experiment_dir: Path) -> str:
         complete = sum(r.state == "complete" for r in chosen)
         totals.append((arm, f"{len(chosen)} runs", f"{complete} complete", "", *_derived(summed)))
     right = tuple(range(4, 12))
+    corrupt = [f"  {r.arm}/{r.env}/{r.seed}: {'; '.join(r.problems)}" for r in runs if r.state == "corrupt"]
+    damaged = (
+        "\n\ncorrupt runs (their numbers above cannot be trusted; not used for results):\n"
+        + "\n".join(corrupt)
+        if corrupt
+        else ""
+    )
     return (
         f"throughput of {experiment_dir} (steps/s and updates/s over sampling + optimizing time; "
         "RR = replay ratio: trained steps per env step, and with burn-in steps included)\n\n"
         + render(["arm", "env", "seed", "state", *HEADER], rows, right)
         + "\n\ntotals (sums; wall s is summed over runs)\n\n"
         + render(["arm", "runs", "complete", "", *HEADER], totals, right)
+        + damaged
     )

@@ -56,11 +56,15 @@ def test_damaged_runs_are_listed_and_the_report_still_builds(tmp_path, capsys):
     (exp / "corrected/CartPole-v1/seed2/status.json").write_text(
         json.dumps({"state": "failed", "updated": "now", "error": "CUDA out of memory"})
     )
+    # A run "complete" by its status whose last row was written twice (two writers, issue 19).
+    repeated = exp / "published/CartPole-v1/seed1/progress.csv"
+    repeated.write_text(repeated.read_text() + repeated.read_text().splitlines()[-1] + "\n")
     assert main(["build", str(exp), "--reps", "100"]) == 0
     path = capsys.readouterr().out.strip()
     html = open(path).read()
-    assert _table_rows(html, "skipped-table") == 2
+    assert _table_rows(html, "skipped-table") == 3
     assert "config.json missing" in html and "CUDA out of memory" in html
+    assert "progress.csv damaged: env_steps" in html and "rows repeat or go backwards" in html
     assert "dropped a torn last line" in html  # the truncated run is still used, with a note
     assert '<section id="published">' not in html  # CartPole has no published R2D2 score
     assert "min-max per env" in html

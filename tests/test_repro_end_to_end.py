@@ -14,35 +14,14 @@ from pathlib import Path
 
 import pytest
 from interrupts import sigint_default
+from tiny_setting import a2c_cartpole_setting
 
 from algorithms.rundir import LOG_FILE, read_run
 from repro.scheduler import last_env_steps
 
 REPO = Path(__file__).resolve().parents[1]
 
-SETTING = """
-[setting]
-title = "A2C on CartPole (test)"
-citation = "test"
-base = "a2c_atari"
-
-[algo]
-entropy_coef = { value = 0.0, source = "test" }
-anneal_env_steps = { value = 0, source = "test" }
-[env]
-id = { value = "CartPole-v1", source = "test" }
-kind = { value = "gym", source = "test" }
-fire_reset = { value = false, source = "test" }
-clip_rewards = { value = false, source = "test" }
-episodic_life = { value = false, source = "test" }
-[sampler]
-batch_B = { value = 4, source = "test" }
-eval_episodes = { value = 1, source = "test" }
-eval_max_steps = { value = 50, source = "test" }
-[runner]
-n_steps = { value = 400, source = "test" }
-log_interval_steps = { value = 100, source = "test" }
-"""
+SETTING = a2c_cartpole_setting()
 # Long enough that the interrupt lands mid-run: at about 2,200 env steps/s (A2C on CartPole, the
 # 2-core dev machine, alone) 6,000 steps left a window of about 2.5 s after the test saw 1,000,
 # which a loaded machine overran (the run completed before the SIGINT reached it).

@@ -8,6 +8,7 @@ to fail its first N attempts. The end-to-end tests with real training are in
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -195,16 +196,29 @@ def test_ctrl_c_stops_children_and_rerun_resumes(tmp_path, toy):
 @pytest.mark.slow
 def test_ray_backend_on_local_instance(toy):
     ray = pytest.importorskip("ray")
-    from repro.ray_backend import run_ray
+    from repro.ray_backend import run_ray, runtime_env
 
     tasks = [toy("a", fail_attempts=1), toy("b")]
-    ray.init(num_cpus=2, include_dashboard=False, address="local", log_to_driver=False)
+    ray.init(
+        num_cpus=2, address="local", runtime_env=runtime_env(), include_dashboard=False, log_to_driver=False
+    )
     try:
         outcomes = run_ray(tasks, retries=1, progress=False, poll_s=0.2)
         assert [(o.state, o.attempts) for o in outcomes] == [("complete", 2), ("complete", 1)]
         assert all(read_run(t.run_dir).state == "complete" for t in tasks)
         assert "=== attempt 2 on ray node" in (tasks[0].run_dir / LOG_FILE).read_text()
         assert [o.state for o in run_ray(tasks, retries=0, progress=False)] == ["skipped", "skipped"]
+        # On a shared file system the job writes the driver's run directory itself.
+        shared = toy("shared", steps=2)
+        assert [o.state for o in run_ray([shared], shared_fs=True, progress=False, poll_s=0.2)] == [
+            "complete"
+        ]
+        assert f" in {shared.run_dir}, code " in (shared.run_dir / LOG_FILE).read_text()
+        # A job no node can hold fails after the queue timeout, with a message; nothing is written.
+        big = dataclasses.replace(toy("big"), threads=3)
+        [outcome] = run_ray([big], progress=False, poll_s=0.2, queue_timeout_s=2, on_event=lambda msg: None)
+        assert outcome.state == "failed" and "in the Ray queue for a node with 3 CPU(s)" in outcome.error
+        assert not big.run_dir.exists()
     finally:
         ray.shutdown()
     assert os.path.isdir(tasks[1].run_dir)

@@ -128,7 +128,7 @@ def test_resume_continues_without_duplicated_or_missing_rows(
         with pytest.raises(Interrupt):
             train(config, tmp_path / "resumed")
     interrupted = read_run(tmp_path / "resumed")
-    assert json.loads((tmp_path / "resumed" / "status.json").read_text())["state"] == "failed"
+    assert json.loads((tmp_path / "resumed" / "status.json").read_text())["state"] == "interrupted"
     assert interrupted.status == "incomplete"
     assert interrupted.progress["env_steps"].tolist() == [100, 200, 300]
     assert interrupted.eval["env_steps"].tolist() == [200] * 3

@@ -66,7 +66,7 @@ from algorithms.models.torsos import CONV_TORSOS
 from algorithms.replay.buffer import ReplayBuffer
 from algorithms.replay.observations import observations_for
 from algorithms.replay.samplers import PrioritizedSampler
-from algorithms.replay.sequences import SequenceStorage
+from algorithms.replay.sequences import SequenceStorage, sequence_rows
 from algorithms.samplers.base import BatchSpec
 
 
@@ -300,6 +300,18 @@ class Algo(QReplayLearner):
         self._td_first_row = 0
 
     # --- replay -------------------------------------------------------------------------------------
+    @staticmethod
+    def check_replay(config: Config, num_envs: int, observation: np.ndarray) -> None:
+        """``ValueError`` when ``build_replay`` would find the replay too small for one sequence
+        (``registry.check_replay``: planning asks before any job runs)."""
+        sequence_rows(
+            config.replay_size_steps,
+            num_envs,
+            observations_for(observation),
+            config.sequence_steps,
+            config.sequence_period_steps,
+        )
+
     def build_replay(self, example: NamedArrays) -> ReplayBuffer:
         c = self.config
         storage = SequenceStorage(

@@ -37,6 +37,26 @@ from algorithms.arrays import NamedArrays, buffer_from_example, to_numpy
 from algorithms.replay.ring import Observations, StepRing
 
 
+def sequence_rows(
+    capacity_steps: int, num_envs: int, observations: Observations, sequence_length: int, stride: int
+) -> int:
+    """Rows per env a ``SequenceStorage`` of these arguments holds; ``ValueError`` when that is too few
+    to draw a sequence. Allocates nothing, so a plan can check a replay before any job runs."""
+    if sequence_length < 1 or stride < 1:
+        raise ValueError(
+            f"SequenceStorage: sequence_length={sequence_length} and stride={stride} must be positive"
+        )
+    if num_envs < 1:
+        raise ValueError(f"SequenceStorage: num_envs={num_envs} must be positive")
+    rows = (capacity_steps // num_envs) // stride * stride
+    if rows < 2 * (sequence_length + stride + observations.lookback):
+        raise ValueError(
+            f"SequenceStorage: capacity_steps={capacity_steps} gives {rows} rows per env, too few for "
+            f"sequences of {sequence_length} with stride {stride}"
+        )
+    return rows
+
+
 class SequenceStorage:
     """Sequences of ``sequence_length`` steps starting every ``stride`` steps, with stored states.
 
@@ -61,18 +81,7 @@ class SequenceStorage:
         stride: int,
         shared: bool = False,
     ) -> None:
-        if sequence_length < 1 or stride < 1:
-            raise ValueError(
-                f"SequenceStorage: sequence_length={sequence_length} and stride={stride} must be positive"
-            )
-        if num_envs < 1:
-            raise ValueError(f"SequenceStorage: num_envs={num_envs} must be positive")
-        rows = (capacity_steps // num_envs) // stride * stride
-        if rows < 2 * (sequence_length + stride + observations.lookback):
-            raise ValueError(
-                f"SequenceStorage: capacity_steps={capacity_steps} gives {rows} rows per env, too few for "
-                f"sequences of {sequence_length} with stride {stride}"
-            )
+        rows = sequence_rows(capacity_steps, num_envs, observations, sequence_length, stride)
         for name in ("prev_action", "prev_reward"):
             if name not in example or example[name] is None:
                 raise ValueError(f"SequenceStorage: example step lacks {name!r}; it has {example.fields}")
