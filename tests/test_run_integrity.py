@@ -519,6 +519,28 @@ def test_bad_values_are_refused_in_one_line_before_anything_runs(case, tmp_path,
         assert elapsed < 1.0
 
 
+def test_a_dqn_replay_too_small_for_one_transition_is_refused_at_planning(tmp_path, capsys):
+    (tmp_path / "dqn.toml").write_text('[setting]\ntitle = "t"\ncitation = "c"\nbase = "dqn_minatar"\n')
+    plan = tmp_path / "plan.toml"
+    plan.write_text(f'[plan]\ntitle = "t"\narms = ["{tmp_path / "dqn.toml"}"]\nenvs = ["minatar_breakout"]\n'
+                    'envs_source = "s"\n')  # fmt: skip
+    profile = tmp_path / "prof.toml"
+    profile.write_text(
+        '[profile]\ndescription = "d"\n[dqn.algo]\nreplay_size_steps = { value = 3, source = "x" }\n'
+    )
+    root = tmp_path / "runs"
+    code = main(
+        ["run", str(plan), "--seeds", "1", "--profile", str(profile), "--root", str(root), "--no-estimate"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert (
+        "prof.toml 'algo.replay_size_steps': the replay cannot hold one training item with sampler.batch_B=1 "
+        "on env 'minatar_breakout': TransitionStorage: capacity_steps=3 gives 3 rows per env" in err
+    )
+    assert not root.exists()
+
+
 def test_repro_alone_prints_usage(capsys):
     assert main([]) == 2
     err = capsys.readouterr().err

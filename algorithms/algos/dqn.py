@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import gymnasium as gym
+import numpy as np
 import torch
 from torch import nn
 
@@ -42,7 +43,7 @@ from algorithms.models.torsos import CONV_TORSOS
 from algorithms.replay.buffer import ReplayBuffer
 from algorithms.replay.observations import observations_for
 from algorithms.replay.samplers import PrioritizedSampler, UniformSampler
-from algorithms.replay.transitions import TransitionStorage
+from algorithms.replay.transitions import TransitionStorage, transition_rows
 from algorithms.samplers.base import BatchSpec
 
 OPTIMIZERS = ("rmsprop", "adam")
@@ -180,6 +181,12 @@ class Algo(QReplayLearner):
         self.updates = 0
         self._update_credit = 0  # env steps not yet matched by an update
         self.max_grad_norm = config.clip_grad_norm if config.clip_grad_norm > 0 else math.inf
+
+    @staticmethod
+    def check_replay(config: Config, num_envs: int, observation: np.ndarray) -> None:
+        """``ValueError`` when ``build_replay`` would find the replay too small for one transition
+        (``registry.check_replay``: planning asks before any job runs)."""
+        transition_rows(config.replay_size_steps, num_envs, observations_for(observation), config.n_step)
 
     def build_replay(self, example: NamedArrays) -> ReplayBuffer:
         """n-step transition storage (single frames for Atari stacks) x uniform or prioritized sampling."""

@@ -43,6 +43,22 @@ from algorithms.functional.returns import nstep_returns
 from algorithms.replay.ring import Observations, StepRing
 
 
+def transition_rows(capacity_steps: int, num_envs: int, observations: Observations, n_step: int) -> int:
+    """Rows per env a ``TransitionStorage`` of these arguments holds; ``ValueError`` when that is too
+    few for one n-step transition. Allocates nothing, so a plan can check a replay before any job runs."""
+    if num_envs < 1:
+        raise ValueError(f"TransitionStorage: num_envs={num_envs} must be positive")
+    if n_step < 1:
+        raise ValueError(f"TransitionStorage: n_step={n_step} must be positive")
+    rows = capacity_steps // num_envs
+    if rows < 2 * (n_step + observations.lookback + 1):
+        raise ValueError(
+            f"TransitionStorage: capacity_steps={capacity_steps} gives {rows} rows per env, too few for "
+            f"n_step={n_step} and a frame lookback of {observations.lookback}"
+        )
+    return rows
+
+
 class TransitionStorage:
     """n-step transitions of B envs in a ring of ``capacity_steps // B`` rows.
 
@@ -68,16 +84,7 @@ class TransitionStorage:
         nstep_done_bug: bool = False,
         shared: bool = False,
     ) -> None:
-        if num_envs < 1:
-            raise ValueError(f"TransitionStorage: num_envs={num_envs} must be positive")
-        if n_step < 1:
-            raise ValueError(f"TransitionStorage: n_step={n_step} must be positive")
-        rows = capacity_steps // num_envs
-        if rows < 2 * (n_step + observations.lookback + 1):
-            raise ValueError(
-                f"TransitionStorage: capacity_steps={capacity_steps} gives {rows} rows per env, too few for "
-                f"n_step={n_step} and a frame lookback of {observations.lookback}"
-            )
+        rows = transition_rows(capacity_steps, num_envs, observations, n_step)
         self.n_step = int(n_step)
         self.gamma = float(gamma)
         self.nstep_done_bug = bool(nstep_done_bug)
