@@ -1,4 +1,4 @@
-"""Children that a test interrupts with SIGINT, as a terminal's Ctrl-C would.
+"""Children that a test interrupts with SIGINT, as a terminal's Ctrl-C would, and waiting on them.
 
 A shell without job control starts a background command with SIGINT ignored (POSIX; e.g.
 ``nohup make test &``, or ``make test &`` in a script), and every process below inherits that: a
@@ -10,9 +10,23 @@ default action, whatever the test run inherited.
 from __future__ import annotations
 
 import signal
+import subprocess
+import time
 
 
 def sigint_default() -> None:
     """``preexec_fn`` for ``subprocess.Popen``: SIGINT back to its default action in the child, so
     that Python there installs its ``KeyboardInterrupt`` handler."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def wait_for(condition, timeout_s: float, what: str, proc: subprocess.Popen | None = None) -> None:
+    """Poll ``condition`` until it holds; fail the test after ``timeout_s`` or as soon as ``proc`` (the
+    child that should bring it about) has ended, with that child's output when it was piped."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if proc is not None and proc.poll() is not None:
+            output = proc.stdout.read() if proc.stdout is not None else ""
+            raise AssertionError(f"the process ended before {what}: {output}")
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)

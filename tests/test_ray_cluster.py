@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 import pytest
-from interrupts import sigint_default
-from tiny_setting import a2c_cartpole_setting
+from interrupts import sigint_default, wait_for
+from tiny_setting import a2c_cartpole_setting, a2c_long_profile
 
 from algorithms.rundir import LOG_FILE, read_run
 from repro.scheduler import last_env_steps
@@ -48,13 +48,7 @@ SETTING = a2c_cartpole_setting()
 # test acts on the first row it sees; a row and a checkpoint every 500 steps (a quarter of a second).
 LONG_STEPS = 10_000
 INTERVAL = 500
-PROFILE = f"""
-[profile]
-description = "test: a job long enough to lose its node mid-run"
-[a2c.runner]
-n_steps = {{ value = {LONG_STEPS}, source = "test" }}
-log_interval_steps = {{ value = {INTERVAL}, source = "test" }}
-"""
+PROFILE = a2c_long_profile(LONG_STEPS, INTERVAL, "test: a job long enough to lose its node mid-run")
 
 
 BLOCKER = """
@@ -194,14 +188,6 @@ def repro_cmd(files: Path, root: Path, address: str, *extra: str) -> list[str]:
     cmd = [sys.executable, "-m", "repro", "run", str(files / "cartpole.toml"), "--seeds", "1"]
     cmd += ["--profile", str(files / "long.toml"), "--root", str(root), "--backend", "ray"]
     return [*cmd, "--address", address, "--no-progress", "--no-estimate", *extra]
-
-
-def wait_for(condition, timeout_s: float, what: str, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert proc is None or proc.poll() is None, f"the driver ended before {what}: {proc.stdout.read()}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def checkpoint_env_steps(data: bytes) -> int:

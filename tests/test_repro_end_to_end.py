@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from interrupts import sigint_default
-from tiny_setting import a2c_cartpole_setting
+from tiny_setting import a2c_cartpole_setting, a2c_long_profile
 
 from algorithms.rundir import LOG_FILE, read_run
 from repro.scheduler import last_env_steps
@@ -26,13 +26,7 @@ SETTING = a2c_cartpole_setting()
 # 2-core dev machine, alone) 6,000 steps left a window of about 2.5 s after the test saw 1,000,
 # which a loaded machine overran (the run completed before the SIGINT reached it).
 LONG_STEPS = 20_000
-PROFILE = f"""
-[profile]
-description = "test: long enough to interrupt"
-[a2c.runner]
-n_steps = {{ value = {LONG_STEPS}, source = "test" }}
-log_interval_steps = {{ value = 200, source = "test" }}
-"""
+PROFILE = a2c_long_profile(LONG_STEPS, 200, "test: long enough to interrupt")
 
 
 @pytest.fixture

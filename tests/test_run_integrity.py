@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from interrupts import sigint_default
+from interrupts import sigint_default, wait_for
 from tiny_setting import a2c_cartpole_setting
 
 from algorithms.algos import a2c
@@ -61,14 +61,6 @@ def check_rows(run_dir: Path, n_steps: int, log_every: int) -> None:
     assert data.status == "complete", data.problems
     assert data.progress["env_steps"].astype(int).tolist() == list(range(log_every, n_steps + 1, log_every))
     assert data.eval["env_steps"].tolist() == [n_steps] * len(data.eval) and len(data.eval) >= 1
-
-
-def wait_for(condition, timeout_s: float, what: str, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert proc is None or proc.poll() is None, f"the process ended before {what}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def alive(pid: int) -> bool:

@@ -1,6 +1,6 @@
 """The smallest setting the end-to-end tests run through ``python -m repro``: A2C on CartPole-v1,
 4 envs, no reward clipping or life loss, one short evaluation. A test writes it next to its plan and
-sets the budget (``n_steps``, ``log_interval_steps``) here or from a profile."""
+sets the budget (``n_steps``, ``log_interval_steps``) here or from a profile (``a2c_long_profile``)."""
 
 from __future__ import annotations
 
@@ -28,5 +28,16 @@ eval_episodes = {{ value = 1, source = "test" }}
 eval_max_steps = {{ value = 50, source = "test" }}
 [runner]
 n_steps = {{ value = {n_steps}, source = "{why}" }}
+log_interval_steps = {{ value = {log_interval_steps}, source = "test" }}
+"""
+
+
+def a2c_long_profile(n_steps: int, log_interval_steps: int, description: str) -> str:
+    """A profile giving the setting's A2C a longer budget: long enough for a test to act mid-run."""
+    return f"""
+[profile]
+description = "{description}"
+[a2c.runner]
+n_steps = {{ value = {n_steps}, source = "test" }}
 log_interval_steps = {{ value = {log_interval_steps}, source = "test" }}
 """
