@@ -53,7 +53,6 @@ import contextlib
 import logging
 import os
 import select
-import shlex
 import shutil
 import signal
 import socket
@@ -67,7 +66,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from algorithms.rundir import (
     CHECKPOINT_DIR,
@@ -86,6 +85,7 @@ from repro.scheduler import (
     Progress,
     Task,
     last_env_steps,
+    open_log,
 )
 from repro.schema import ConfigError
 
@@ -440,17 +440,6 @@ def _job_env(spec: JobSpec) -> dict[str, str]:
     return env
 
 
-def _open_log(run_dir: Path, spec: JobSpec, where: str, argv: Sequence[str]) -> IO[bytes]:
-    log = open(run_dir / LOG_FILE, "ab")
-    gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    log.write(
-        f"=== attempt {spec.attempt} on ray node {where} (CUDA_VISIBLE_DEVICES={gpus!r}) in {run_dir}, "
-        f"code {os.getcwd()}: {shlex.join(argv)}\n".encode()
-    )
-    log.flush()
-    return log
-
-
 def _stop(proc: subprocess.Popen, grace_s: float) -> int:
     proc.send_signal(signal.SIGINT)
     try:
@@ -484,7 +473,9 @@ def run_job_task(
             (attempt_dir / "inputs" / rel).write_bytes(data)
         argv = [*_resolve_argv(spec.argv, run_dir, attempt_dir / "inputs"), "--device", spec.device]
         yield Changes(node=f"{where} in {run_dir}")
-        with _open_log(run_dir, spec, where, argv) as log:
+        gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        on = f"ray node {where} (CUDA_VISIBLE_DEVICES={gpus!r}) in {run_dir}, code {os.getcwd()}"
+        with open_log(run_dir, spec.attempt, on, argv) as log:
             proc = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_job_env(spec)
             )

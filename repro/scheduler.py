@@ -272,9 +272,10 @@ class Attempts:
         return Outcome(task.key, "failed", attempts, wall, error)
 
 
-def open_log(task: Task, attempt: int, where: str, argv: Sequence[str]) -> IO[bytes]:
-    task.run_dir.mkdir(parents=True, exist_ok=True)
-    log = open(task.run_dir / LOG_FILE, "ab")
+def open_log(run_dir: Path, attempt: int, where: str, argv: Sequence[str]) -> IO[bytes]:
+    """The run's ``log.txt`` for appending, opened with the attempt's header line (both backends)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = open(run_dir / LOG_FILE, "ab")
     log.write(f"=== attempt {attempt} on {where} at {_now()}: {shlex.join(argv)}\n".encode())
     log.flush()
     return log
@@ -345,7 +346,7 @@ def run_local(
                 attempt = attempts.start(task)
                 argv = [*task.argv, "--device", slot.device]
                 try:
-                    log = open_log(task, attempt, slot.name, argv)
+                    log = open_log(task.run_dir, attempt, slot.name, argv)
                     proc = subprocess.Popen(
                         argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                         env={**child_env, **slot.env}, start_new_session=True,
