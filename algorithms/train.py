@@ -20,16 +20,14 @@ Seeding rule (the same for every runner and sampler mode):
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 import sys
-import types
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from algorithms import registry
+from algorithms.configs import ConfigError, build, check_field, check_types, migrate_renamed
 from algorithms.cpus import parse_cpus
 
 if TYPE_CHECKING:
@@ -53,51 +51,17 @@ def env_config_class() -> type:
     return importlib.import_module(ENV_CONFIG_MODULE).EnvConfig
 
 
-def _check_types(obj: Any) -> None:
-    """Raise ``TypeError`` naming the first field whose value does not match its annotation.
-
-    Only the plain scalar annotations used by these configs are checked (int, float, str, bool);
-    an int is accepted where a float is expected, a bool never where an int is.
-    """
-    hints = typing.get_type_hints(type(obj))
-    for f in dataclasses.fields(obj):
-        expected = hints[f.name]
-        value = getattr(obj, f.name)
-        if expected is bool:
-            ok = isinstance(value, bool)
-        elif expected is int:
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        elif expected is float:
-            # inf or nan would pass every range check below and fail (or never end) inside the job.
-            ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-        elif expected is str:
-            ok = isinstance(value, str)
-        else:
-            continue
-        if not ok:
-            raise TypeError(
-                f"{type(obj).__name__}.{f.name} must be {'a finite ' if expected is float else ''}"
-                f"{expected.__name__}, "
-                f"got {type(value).__name__} {value!r}"
-            )
-
-
 # The largest env-step budget a run may ask for: four times Agent57's 22.5 B env steps (90 B frames,
 # Badia et al. 2020), the longest published Atari budget; a larger one is a typo, not an experiment.
 MAX_ENV_STEPS = 100_000_000_000
 
 
-def _require(condition: bool, cls: str, field: str, value: Any, what: str) -> None:
-    if not condition:
-        raise ValueError(f"{cls}.{field} must be {what}, got {value!r}")
-
-
-def _check_cpu_list(cls: str, field: str, value: str) -> None:
+def _check_cpu_list(config: Any, field: str) -> None:
     """A ``"0,2-3"`` CPU list field: a malformed one is a ``ValueError`` naming the field."""
     try:
-        parse_cpus(value)
+        parse_cpus(getattr(config, field))
     except ValueError as error:
-        raise ValueError(f"{cls}.{field}: {error}") from None
+        raise ValueError(f"{type(config).__name__}.{field}: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -138,36 +102,31 @@ class SamplerConfig:
     eval_max_steps: int = 27_000
 
     def __post_init__(self) -> None:
-        _check_types(self)
-        name = "SamplerConfig"
-        _require(self.mode in SAMPLER_MODES, name, "mode", self.mode, f"one of {SAMPLER_MODES}")
-        _require(self.batch_T >= 1, name, "batch_T", self.batch_T, ">= 1")
-        _require(self.batch_B >= 1, name, "batch_B", self.batch_B, ">= 1")
-        _require(self.n_workers >= 1, name, "n_workers", self.n_workers, ">= 1")
-        _require(
-            self.n_workers <= self.batch_B, name, "n_workers", self.n_workers, f"<= batch_B ({self.batch_B})"
-        )
+        check_types(self)
+        check_field(self, self.mode in SAMPLER_MODES, "mode", f"one of {SAMPLER_MODES}")
+        check_field(self, self.batch_T >= 1, "batch_T", ">= 1")
+        check_field(self, self.batch_B >= 1, "batch_B", ">= 1")
+        check_field(self, self.n_workers >= 1, "n_workers", ">= 1")
+        check_field(self, self.n_workers <= self.batch_B, "n_workers", f"<= batch_B ({self.batch_B})")
         kinds = ENV_WORKER_KINDS
-        _require(self.env_workers in kinds, name, "env_workers", self.env_workers, f"one of {kinds}")
-        _require(
+        check_field(self, self.env_workers in kinds, "env_workers", f"one of {kinds}")
+        check_field(
+            self,
             self.env_workers == "processes" or self.mode in ("gpu", "alternating"),
-            name,
             "env_workers",
-            self.env_workers,
             f"'processes' with mode {self.mode!r} (threads serve only the env-only workers of "
             "'gpu' and 'alternating')",
         )
-        _check_cpu_list(name, "worker_cpus", self.worker_cpus)
-        _require(
+        _check_cpu_list(self, "worker_cpus")
+        check_field(
+            self,
             not self.worker_cpus or self.mode != "serial",
-            name,
             "worker_cpus",
-            self.worker_cpus,
             "empty in mode 'serial' (it has no workers)",
         )
-        _require(self.eval_n_envs >= 1, name, "eval_n_envs", self.eval_n_envs, ">= 1")
-        _require(self.eval_episodes >= 0, name, "eval_episodes", self.eval_episodes, ">= 0")
-        _require(self.eval_max_steps >= 1, name, "eval_max_steps", self.eval_max_steps, ">= 1")
+        check_field(self, self.eval_n_envs >= 1, "eval_n_envs", ">= 1")
+        check_field(self, self.eval_episodes >= 0, "eval_episodes", ">= 0")
+        check_field(self, self.eval_max_steps >= 1, "eval_max_steps", ">= 1")
 
     @property
     def batch_size(self) -> int:
@@ -205,46 +164,32 @@ class RunnerConfig:
     tensorboard: bool = False
 
     def __post_init__(self) -> None:
-        _check_types(self)
-        name = "RunnerConfig"
-        _require(self.kind in RUNNER_KINDS, name, "kind", self.kind, f"one of {RUNNER_KINDS}")
-        _require(self.n_steps >= 1, name, "n_steps", self.n_steps, ">= 1")
-        _require(self.n_steps <= MAX_ENV_STEPS, name, "n_steps", self.n_steps, f"<= {MAX_ENV_STEPS:.0e}")
+        check_types(self)
+        check_field(self, self.kind in RUNNER_KINDS, "kind", f"one of {RUNNER_KINDS}")
+        check_field(self, self.n_steps >= 1, "n_steps", ">= 1")
+        check_field(self, self.n_steps <= MAX_ENV_STEPS, "n_steps", f"<= {MAX_ENV_STEPS:.0e}")
         for field in ("log_interval_steps", "eval_interval_steps", "checkpoint_interval_steps"):
             value = getattr(self, field)
-            _require(value <= MAX_ENV_STEPS, name, field, value, f"<= {MAX_ENV_STEPS:.0e}")
-        _require(self.log_interval_steps >= 1, name, "log_interval_steps", self.log_interval_steps, ">= 1")
-        _require(self.eval_interval_steps >= 0, name, "eval_interval_steps", self.eval_interval_steps, ">= 0")
-        _require(
-            self.checkpoint_interval_steps >= 0,
-            name,
-            "checkpoint_interval_steps",
-            self.checkpoint_interval_steps,
-            ">= 0",
-        )
-        _require(self.seed >= 0, name, "seed", self.seed, ">= 0")
-        _require(self.torch_threads >= 1, name, "torch_threads", self.torch_threads, ">= 1")
-        _require(bool(_DEVICE.match(self.device)), name, "device", self.device, "'cpu', 'cuda' or 'cuda:<k>'")
-        _require(self.n_gpus >= 1, name, "n_gpus", self.n_gpus, ">= 1")
-        _require(
-            self.async_param_sync_steps >= 1,
-            name,
-            "async_param_sync_steps",
-            self.async_param_sync_steps,
-            ">= 1",
-        )
-        _require(self.replay_ratio_target >= 0, name, "replay_ratio_target", self.replay_ratio_target, ">= 0")
-        _require(
+            check_field(self, value <= MAX_ENV_STEPS, field, f"<= {MAX_ENV_STEPS:.0e}")
+        check_field(self, self.log_interval_steps >= 1, "log_interval_steps", ">= 1")
+        check_field(self, self.eval_interval_steps >= 0, "eval_interval_steps", ">= 0")
+        check_field(self, self.checkpoint_interval_steps >= 0, "checkpoint_interval_steps", ">= 0")
+        check_field(self, self.seed >= 0, "seed", ">= 0")
+        check_field(self, self.torch_threads >= 1, "torch_threads", ">= 1")
+        check_field(self, bool(_DEVICE.match(self.device)), "device", "'cpu', 'cuda' or 'cuda:<k>'")
+        check_field(self, self.n_gpus >= 1, "n_gpus", ">= 1")
+        check_field(self, self.async_param_sync_steps >= 1, "async_param_sync_steps", ">= 1")
+        check_field(self, self.replay_ratio_target >= 0, "replay_ratio_target", ">= 0")
+        check_field(
+            self,
             self.replay_ratio_counting in REPLAY_RATIO_COUNTINGS,
-            name,
             "replay_ratio_counting",
-            self.replay_ratio_counting,
             f"one of {REPLAY_RATIO_COUNTINGS}",
         )
         for field in ("async_sampler_cpus", "async_optimizer_cpus"):
             value = getattr(self, field)
-            _check_cpu_list(name, field, value)
-            _require(self.kind == "async" or not value, name, field, value, "empty unless kind is 'async'")
+            _check_cpu_list(self, field)
+            check_field(self, self.kind == "async" or not value, field, "empty unless kind is 'async'")
 
     @property
     def checkpoint_every_steps(self) -> int:
@@ -313,77 +258,38 @@ def config_to_dict(config: TrainConfig) -> dict[str, Any]:
 
 
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:
-    """Inverse of ``config_to_dict``: ``config_from_dict(config_to_dict(c)) == c``, also through JSON."""
+    """Inverse of ``config_to_dict``: ``config_from_dict(config_to_dict(c)) == c``, also through JSON.
+
+    Built by ``algorithms.configs.build`` (strict: unknown keys and wrong types are one-line
+    ``ConfigError``s naming the key); keys renamed since the file was written are read under their
+    new names (``migrate_renamed``), so a run directory from before a rename still loads.
+    """
     if not isinstance(data, dict):
-        raise TypeError(f"train config must be a dict, got {type(data).__name__}")
+        raise ConfigError(f"config.json: expected an object, got {type(data).__name__}")
     known = {"algo", "algo_config", "env", "sampler", "runner"}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ValueError(f"unknown train config key {unknown[0]!r}; known: {sorted(known)}")
+        raise ConfigError(f"config.json: unknown key {unknown[0]!r}; known: {sorted(known)}")
     for key in ("algo", "algo_config", "env"):
         if key not in data:
-            raise ValueError(f"train config is missing key {key!r}")
+            raise ConfigError(f"config.json: missing key {key!r}")
     algo = data["algo"]
     if not isinstance(algo, str):
-        raise TypeError(f"train config key 'algo' must be str, got {type(algo).__name__}")
+        raise ConfigError(f"config.json 'algo': expected a string, got {type(algo).__name__}")
+
+    def part(cls: type, key: str) -> Any:
+        values = data.get(key, {})
+        if not isinstance(values, dict):
+            raise ConfigError(f"config.json '{key}': expected an object, got {type(values).__name__}")
+        return build(cls, migrate_renamed(cls, values), f"config.json [{key}]")
+
     return TrainConfig(
         algo=algo,
-        algo_config=dataclass_from_dict(registry.config_class(algo), data["algo_config"], "algo_config"),
-        env=dataclass_from_dict(env_config_class(), data["env"], "env"),
-        sampler=dataclass_from_dict(SamplerConfig, data.get("sampler", {}), "sampler"),
-        runner=dataclass_from_dict(RunnerConfig, data.get("runner", {}), "runner"),
+        algo_config=part(registry.config_class(algo), "algo_config"),
+        env=part(env_config_class(), "env"),
+        sampler=part(SamplerConfig, "sampler"),
+        runner=part(RunnerConfig, "runner"),
     )
-
-
-def dataclass_from_dict(cls: type, data: Any, where: str) -> Any:
-    """Build dataclass ``cls`` from a JSON-like dict, recursing into nested dataclass fields.
-
-    Lists become tuples where the field is annotated as a tuple (JSON has no tuples). Unknown keys
-    are a ``ValueError`` naming ``where.key``; value checks are left to ``cls.__post_init__``.
-    """
-    if not isinstance(data, dict):
-        raise TypeError(f"{where} must be a dict for {cls.__name__}, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ValueError(f"unknown key {where}.{unknown[0]!r} for {cls.__name__}; known: {sorted(names)}")
-    kwargs = {k: _from_json(hints[k], v, f"{where}.{k}") for k, v in data.items()}
-    return cls(**kwargs)
-
-
-def _from_json(annotation: Any, value: Any, where: str) -> Any:
-    if value is None:
-        return None
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        candidates = [a for a in typing.get_args(annotation) if a is not type(None)]
-        for candidate in candidates:
-            if dataclasses.is_dataclass(candidate) and isinstance(value, dict):
-                return dataclass_from_dict(candidate, value, where)
-            if typing.get_origin(candidate) is tuple and isinstance(value, list):
-                return _from_json(candidate, value, where)
-        return value
-    if dataclasses.is_dataclass(annotation) and isinstance(value, dict):
-        return dataclass_from_dict(annotation, value, where)
-    if origin is tuple and isinstance(value, list | tuple):
-        args = typing.get_args(annotation)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_from_json(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
-        if args and len(args) != len(value):
-            raise ValueError(f"{where} must have {len(args)} items, got {len(value)}")
-        return tuple(_from_json(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
-    if origin is list and isinstance(value, list):
-        (arg,) = typing.get_args(annotation) or (Any,)
-        return [_from_json(arg, v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict and isinstance(value, dict):
-        args = typing.get_args(annotation)
-        arg = args[1] if len(args) == 2 else Any
-        return {k: _from_json(arg, v, f"{where}.{k}") for k, v in value.items()}
-    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
-        # JSON writes 1.0 as 1.0, but hand-written configs often say 1; a float field gets a float.
-        return float(value)
-    return value
 
 
 # --- the entry point -----------------------------------------------------------------------------

@@ -64,7 +64,7 @@ def ours_config(replay_size: int, learning_starts: int, total_steps: int) -> dqn
         batch_size=BATCH_SIZE,
         train_every_steps=TRAIN_FREQ,
         replay_size_steps=replay_size,
-        min_steps_learn=learning_starts,
+        learning_starts_steps=learning_starts,
         clip_grad_norm=10.0,  # SB3's default max_grad_norm, so both compute the gradient norm
         optimizer="adam",  # SB3 DQN's default optimizer, learning rate and eps
         learning_rate=1e-4,
@@ -227,7 +227,7 @@ def machine_limit(replay_size: int, learning_starts: int, seed: int, n: int = 20
         loss, _, _ = algo.loss(data.replace(is_weights=weights))
         algo.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), algo.max_grad_norm)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), algo.clip_grad_norm)
         algo.optimizer.step()
     t_update = (clocks() - start) / n
     agent.set_mode("train", 10**9)  # epsilon 0: every call runs the net, as a greedy action does

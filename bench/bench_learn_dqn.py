@@ -49,7 +49,7 @@ def zoo_cartpole(budget: int, full_budget: int) -> dict[str, Any]:
         discount=0.99,
         batch_size=64,
         replay_size_steps=100_000,
-        min_steps_learn=max(1_000 * budget // full_budget, 256),
+        learning_starts_steps=max(1_000 * budget // full_budget, 256),
         train_every_steps=2,  # 128 updates per 256 steps
         # SB3 syncs the target every 10 env steps while collecting, not between the 128 gradient steps
         # that follow a collection: once per 128 updates.
@@ -105,7 +105,7 @@ def _r2d1_masked(b: int) -> r2d1.Config:
         sequence_period_steps=10,
         batch_size_sequences=32,
         replay_size_steps=100_000,
-        min_steps_learn=max(5_000 * b // 300_000, 500),
+        learning_starts_steps=max(5_000 * b // 300_000, 500),
         replay_ratio=16.0,  # trained steps per env step: 4 updates of 32 x 20 per sampler batch of 160
         target_update_period_updates=250,
         learning_rate=1e-3,
@@ -127,7 +127,7 @@ def _dqn_pong(b: int) -> dqn.Config:
     # (random: -20.7).
     return dqn.Config(
         replay_size_steps=100_000,
-        min_steps_learn=10_000,
+        learning_starts_steps=10_000,
         target_update_period_updates=1_000,
         optimizer="adam",
         learning_rate=1e-4,

@@ -23,7 +23,7 @@ Python call per frame (well under 1 us) to the reference.
 What is timed, for both, is ``--steps`` env steps (frames: MinAtar has no frame skip) right after
 the replay start, every step one env step, one epsilon-greedy action and one update of a batch of
 32 (each side's own replay start: ``REPLAY_START_SIZE`` frames for the reference, which trains
-from frame ``REPLAY_START_SIZE + 1``; the setting's ``min_steps_learn`` for this code base, timed
+from frame ``REPLAY_START_SIZE + 1``; the setting's ``learning_starts_steps`` for this code base, timed
 from its first update on). Both run on the CPU with ``--threads`` torch threads (1). Exploration:
 the reference anneals epsilon over the ``FIRST_N_FRAMES`` after its replay start, this code base
 from step 0 (the setting's ``eps_decay_steps`` keep the reference's end point), so the reference

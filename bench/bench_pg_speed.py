@@ -130,7 +130,7 @@ def time_sb3_ppo(iterations: int, seed: int) -> np.ndarray:
         clip_range=c.clip_epsilon,
         vf_coef=c.value_coef,
         ent_coef=c.entropy_coef,
-        max_grad_norm=c.max_grad_norm,
+        clip_grad_norm=c.clip_grad_norm,
         gamma=c.discount,
         gae_lambda=c.gae_lambda,
         seed=seed,

@@ -4,7 +4,7 @@
    of a 4-dim float32 observation (obs, action, reward, next obs, done, as cpprb's example), filled
    before timing; one cycle is ``sample(batch)`` (data, indices, IS weights) followed by a priority
    update of the sampled items with fresh random priorities. Ours is
-   ``ReplayBuffer(TransitionStorage(FullObservations, n_step=1), PrioritizedSampler)``; cpprb's is
+   ``ReplayBuffer(TransitionStorage(FullObservations, n_step=1), PrioritizedSelector)``; cpprb's is
    ``PrioritizedReplayBuffer`` (C++), both at alpha 0.6, beta 0.4. The figure is cycles per second,
    ``--cycles`` per repeat, median of ``--repeats``.
 2. Frame replay memory: bytes per step of ``TransitionStorage(FrameObservations(4))`` at
@@ -30,7 +30,7 @@ import torch
 from algorithms.arrays import NamedArrays
 from algorithms.replay.buffer import ReplayBuffer
 from algorithms.replay.observations import FrameObservations, FullObservations
-from algorithms.replay.samplers import PrioritizedSampler
+from algorithms.replay.selectors import PrioritizedSelector
 from algorithms.replay.transitions import TransitionStorage
 
 OBS_DIM = 4
@@ -48,7 +48,7 @@ def ours(capacity: int, seed: int) -> tuple[object, object]:
         reward=np.zeros((), np.float32),
     )
     storage = TransitionStorage(capacity + 2 * FILL_CHUNK, 1, example, FullObservations(), n_step=1)
-    replay = ReplayBuffer(storage, PrioritizedSampler(storage.num_items, alpha=ALPHA, beta=BETA, seed=seed))
+    replay = ReplayBuffer(storage, PrioritizedSelector(storage.num_items, alpha=ALPHA, beta=BETA, seed=seed))
     written = 0
     while written < capacity + FILL_CHUNK:  # past capacity: the ring has wrapped, all slots hold data
         obs = rng.random((FILL_CHUNK, 1, OBS_DIM), dtype=np.float32)

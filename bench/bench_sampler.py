@@ -550,13 +550,16 @@ def runner_config(algo: str, game: str, n_steps: int, kind: str) -> Any:
 
     if algo == "dqn":
         algo_config = dqn.Config(
-            min_steps_learn=n_steps // 4, replay_size_steps=n_steps, eps_decay_steps=n_steps
+            learning_starts_steps=n_steps // 4, replay_size_steps=n_steps, eps_decay_steps=n_steps
         )
         sampler = SamplerConfig(batch_T=4, batch_B=8, eval_episodes=0)
         ratio = algo_config.batch_size / algo_config.train_every_steps
     else:
         algo_config = r2d1.Config(
-            batch_size_sequences=4, min_steps_learn=n_steps // 4, replay_size_steps=n_steps, eps_decay_steps=0
+            batch_size_sequences=4,
+            learning_starts_steps=n_steps // 4,
+            replay_size_steps=n_steps,
+            eps_decay_steps=0,
         )
         sampler = SamplerConfig(batch_T=algo_config.sequence_period_steps, batch_B=8, eval_episodes=0)
         ratio = algo_config.replay_ratio

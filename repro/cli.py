@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from repro.schema import ConfigError
+from algorithms.configs import ConfigError
 
 DEFAULT_ROOT = Path("runs")
 

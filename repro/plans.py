@@ -24,9 +24,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from algorithms.configs import ConfigError, unknown_key_message
 from algorithms.rundir import run_path
 from repro.profiles import Profile, apply_profile, load_profile
-from repro.schema import ConfigError, unknown_key_message
 from repro.settings import (
     CONFIG_DIR,
     SETTINGS_DIR,

@@ -57,7 +57,7 @@ CACHE_FILE = "probe_cache.json"
 MAX_PROBE_SHARE = 0.01
 PROBE_BATCHES = 16
 
-LEARN_START_FIELDS = ("min_steps_learn", "learning_starts_steps")
+LEARN_START_FIELDS = ("learning_starts_steps", "learning_starts_steps")
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from repro.schema import ConfigError, unknown_key_message
+from algorithms.configs import ConfigError, unknown_key_message
 from repro.settings import CONFIG_DIR, SECTIONS, Entry, Setting, override, parse_entry, read_toml
 
 PROFILES_DIR = CONFIG_DIR / "profiles"
@@ -40,7 +40,6 @@ BUDGET_KEYS: frozenset[str] = frozenset(
         "sampler.eval_max_steps",
         # Algorithm fields (names as the algorithm Configs spell them).
         "algo.replay_size_steps",
-        "algo.min_steps_learn",
         "algo.learning_starts_steps",
         "algo.random_steps",  # uniform-random warm-up before learning (TD3 Sec. 6.1), a learning start
         # Schedules the papers define over the whole run ("annealed from 1 to 0 over training",

@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from algorithms.configs import ConfigError
 from algorithms.rundir import (
     CHECKPOINT_DIR,
     LOG_FILE,
@@ -87,7 +88,6 @@ from repro.scheduler import (
     last_env_steps,
     open_log,
 )
-from repro.schema import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 # Issue 19: an unreachable address is one line of ours within 30 s of the command, not minutes of Ray's

@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from algorithms.configs import ConfigError
 from algorithms.rundir import LOG_FILE, PROGRESS_FILE, is_complete, lock_holder, set_status_if_free
-from repro.schema import ConfigError
 
 # The scheduler's pid, in every job's environment: the job stops when that process dies.
 SCHEDULER_PID_ENV = "REPRO_SCHEDULER_PID"

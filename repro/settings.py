@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from repro.schema import (
+from algorithms.configs import (
     ConfigError,
     build,
     check_keys,
@@ -300,6 +300,22 @@ def override(setting: Setting, changes: Mapping[str, Entry], classes: Mapping[st
     changed = dataclasses.replace(setting, entries=entries)
     build_sections(changed, classes)
     return changed
+
+
+def setting_configs(
+    name_or_path: str, overrides: Mapping[str, Any] | None = None, settings_dir: Path = SETTINGS_DIR
+) -> dict[str, Any]:
+    """The typed configs (section -> ``algo`` Config, ``env``, ``sampler``, ``runner``) of setting
+    ``name_or_path`` with ``{"section.key": value}`` overrides applied and validated: how benches,
+    tests and regression tasks take a published setting without restating its values."""
+    setting = load_setting(name_or_path, settings_dir)
+    classes = default_schema(setting.algo)
+    if overrides:
+        changes = {
+            key: Entry(value, "caller override", "harness", "<caller>") for key, value in overrides.items()
+        }
+        setting = override(setting, changes, classes)
+    return build_sections(setting, classes)
 
 
 def train_config(setting: Setting, classes: Mapping[str, type]) -> Any:

@@ -2,7 +2,7 @@
 
 It follows Contract 4 and its async extension: ``append_samples`` stores each step's (observation,
 action, reward) in a ring, ``train(itr, n)`` runs ``n`` Adam steps regressing a linear Q(s, a) on
-the reward of ``batch_size`` replayed steps (once ``min_steps_learn`` steps are stored), and
+the reward of ``batch_size`` replayed steps (once ``learning_starts_steps`` steps are stored), and
 ``optimize`` is both for the synchronous runner. Each update reports ``burnin_steps`` extra
 replayed steps per sample, as a recurrent algorithm's burn-in would, so both replay-ratio
 countings differ and can each be targeted.
@@ -39,7 +39,7 @@ class Config:
     registry_name: ClassVar[str] = "probe_replay"
     learning_rate: float = 0.01
     batch_size: int = 16
-    min_steps_learn: int = 64
+    learning_starts_steps: int = 64
     capacity_steps: int = 4096
     burnin_steps: int = 1  # extra replayed (not trained) steps per sample
     updates_per_batch: int = 1  # synchronous optimize only
@@ -91,7 +91,7 @@ class Algo:
         self.env_steps += n
 
     def train(self, itr: int, n_updates: int) -> OptInfo:
-        if self.env_steps < self.config.min_steps_learn:
+        if self.env_steps < self.config.learning_starts_steps:
             return OptInfo(diagnostics={"loss": float("nan")})  # same keys on every call (Contract 4)
         stored = min(self.env_steps, self.config.capacity_steps)
         losses = []

@@ -109,7 +109,7 @@ def test_algorithm_with_optimize_only_runs_unthrottled(tmp_path) -> None:
     )
     counters = build(config, tmp_path / "run").run()
     assert counters.env_steps == 400
-    # One update per batch (updates_per_batch) once min_steps_learn (64) steps are stored: batches 2..10.
+    # One update per batch (updates_per_batch) once learning_starts_steps (64) are stored: batches 2..10.
     assert counters.updates == 400 // 40 - 1
     with pytest.raises(TypeError, match="replay_ratio_target 1.0 needs .*'probe_optimize_only' lacks"):
         build(dataclasses.replace(config, runner=make_config(400, 1.0).runner), tmp_path / "run2").run()

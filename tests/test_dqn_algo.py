@@ -17,7 +17,7 @@ def small_config(**kw) -> dqn.Config:
         discount=0.9,
         batch_size=32,
         replay_size_steps=2_000,
-        min_steps_learn=64,
+        learning_starts_steps=64,
         train_every_steps=1,
         target_update_period_updates=50,
         optimizer="adam",
@@ -92,10 +92,12 @@ def test_dqn_loss_matches_hand_computed_target():
 
 
 def test_dqn_target_update_period_and_update_rate():
-    algo = make_algo(small_config(target_update_period_updates=10, train_every_steps=3, min_steps_learn=32))
+    algo = make_algo(
+        small_config(target_update_period_updates=10, train_every_steps=3, learning_starts_steps=32)
+    )
     initial_target = [p.clone() for p in algo.target_model.parameters()]
     rng = np.random.default_rng(0)
-    assert algo.optimize(0, chain_samples(4, 4, rng)).updates == 0  # 16 steps < min_steps_learn
+    assert algo.optimize(0, chain_samples(4, 4, rng)).updates == 0  # 16 steps < learning_starts_steps
     assert algo.optimize(1, chain_samples(4, 4, rng)).updates == 5  # 16 steps: 5 updates, 1 step of credit
     assert algo.optimize(2, chain_samples(2, 4, rng)).updates == 3  # 1 + 8 = 9 steps: 3 updates
     assert algo.optimize(3, chain_samples(1, 4, rng)).updates == 1  # 4 steps: 1 update, credit 1
@@ -140,7 +142,7 @@ def test_dqn_config_errors_name_the_field(field, value, match):
 
 
 def test_dqn_async_extension_appends_without_training_and_trains_on_demand():
-    algo = make_algo(small_config(min_steps_learn=32))
+    algo = make_algo(small_config(learning_starts_steps=32))
     rng = np.random.default_rng(0)
     algo.append_samples(chain_samples(4, 4, rng))
     assert algo.updates == 0 and not algo.warm

@@ -20,7 +20,7 @@ def small(cls, **kw):
         discount=0.9,
         batch_size=32,
         replay_size_steps=2_000,
-        min_steps_learn=64,
+        learning_starts_steps=64,
         train_every_steps=1,
         target_update_period_updates=50,
         learning_rate=5e-3,

@@ -11,7 +11,7 @@ from algorithms.rundir import read_run
 from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
 
 torch.set_num_threads(1)
-REPLAY = dict(replay_size_steps=2_000, min_steps_learn=200, mlp_hidden_sizes=(16,), eps_decay_steps=300)
+REPLAY = dict(replay_size_steps=2_000, learning_starts_steps=200, mlp_hidden_sizes=(16,), eps_decay_steps=300)
 CONFIGS = {
     "dqn": (dqn.Config(**REPLAY, batch_size=16, train_every_steps=8, double=True, dueling=True), 8, 1),
     "c51": (c51.Config(**REPLAY, batch_size=16, train_every_steps=8, n_atoms=11, v_max=20.0), 8, 1),
@@ -19,7 +19,7 @@ CONFIGS = {
     "r2d1": (
         r2d1.Config(
             replay_size_steps=4_000,
-            min_steps_learn=200,
+            learning_starts_steps=200,
             sequence_length_steps=8,
             burn_in_steps=4,
             sequence_period_steps=4,
@@ -65,7 +65,9 @@ def test_pong_trains_with_thread_env_workers(kind, tmp_path):
     sampler (and ``config.json``), and the run trains on real frames."""
     config = TrainConfig(
         algo="dqn",
-        algo_config=dqn.Config(replay_size_steps=256, min_steps_learn=32, batch_size=8, eps_decay_steps=64),
+        algo_config=dqn.Config(
+            replay_size_steps=256, learning_starts_steps=32, batch_size=8, eps_decay_steps=64
+        ),
         env=EnvConfig(id="pong", num_threads=1),
         sampler=SamplerConfig(
             mode="alternating", batch_T=4, batch_B=2, env_workers="threads", eval_episodes=0

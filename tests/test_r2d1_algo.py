@@ -24,7 +24,7 @@ SMALL = r2d1.Config(
     sequence_period_steps=3,
     batch_size_sequences=8,
     replay_size_steps=1024,
-    min_steps_learn=64,
+    learning_starts_steps=64,
     replay_ratio=2.0,
     target_update_period_updates=50,
     learning_rate=1e-2,
@@ -96,7 +96,7 @@ def test_new_sequences_get_whole_sequence_sampler_priorities():
     td = torch.cat([r2d1.sampler_td_errors(SMALL, b, bootstrap_q(agent, b)) for b in batches])  # [32, 4]
     for b in batches:
         algo.append_samples(b)
-    storage, sampler = algo.replay.storage, algo.replay.sampler
+    storage, selector = algo.replay.storage, algo.replay.selector
     items = np.flatnonzero(storage.valid(np.arange(storage.num_items)))
     # Complete sequences start every 3 steps with 2 + 6 + 2 = 10 steps each: starts 0, 3, ..., 21.
     assert len(items) == 8 * 4
@@ -105,7 +105,7 @@ def test_new_sequences_get_whole_sequence_sampler_priorities():
         start, env = (item // 4) * c.sequence_period_steps, item % 4
         trained = td[start + c.burn_in_steps : start + c.burn_in_steps + c.sequence_length_steps, env]
         expected = sequence_priority(trained[:, None], c.priority_eta) ** c.priority_alpha
-        assert sampler.tree.get(np.array([item]))[0] == pytest.approx(float(expected), rel=1e-5)
+        assert selector.tree.get(np.array([item]))[0] == pytest.approx(float(expected), rel=1e-5)
 
 
 def quantities(config: r2d1.Config) -> dict[str, np.ndarray]:
@@ -116,10 +116,10 @@ def quantities(config: r2d1.Config) -> dict[str, np.ndarray]:
     out = {"td_sampler": r2d1.sampler_td_errors(config, batches[0], bootstrap_q(agent, batches[0])).numpy()}
     for b in batches:
         algo.append_samples(b)
-    storage, sampler = algo.replay.storage, algo.replay.sampler
+    storage, selector = algo.replay.storage, algo.replay.selector
     items = np.flatnonzero(storage.valid(np.arange(storage.num_items)))
-    out["alpha_beta"] = np.array([sampler.alpha, sampler.beta])
-    out["tree_priorities"] = sampler.tree.get(items)
+    out["alpha_beta"] = np.array([selector.alpha, selector.beta])
+    out["tree_priorities"] = selector.tree.get(items)
     fixed = storage.extract(items[:8]).replace(is_weights=torch.ones(8))
     loss, priorities, _ = algo.loss(fixed)
     out["loss"], out["priorities"] = np.array([float(loss.detach())]), priorities.detach().numpy()
@@ -168,7 +168,7 @@ def test_switch_values_by_hand(baseline):
     assert np.allclose(raw["tree_priorities"], p)
     # Counting burn-in: 8 sequences x (6 + 2) steps per update instead of 8 x 6, at replay ratio 2.
     burnin = quantities(dataclasses.replace(SMALL, replay_ratio_counts_burnin=True))
-    steps_learning = 32 * 3  # the first batch only fills the replay (min_steps_learn = 64)
+    steps_learning = 32 * 3  # the first batch only fills the replay (learning_starts_steps = 64)
     assert baseline["updates"].sum() == int(2 * steps_learning // (8 * 6))
     assert burnin["updates"].sum() == int(2 * steps_learning // (8 * 8))
     for q in (baseline, burnin):  # both countings are reported either way
@@ -210,7 +210,7 @@ def test_r2d2_defaults():
     c = r2d1.Config()
     assert (c.discount, c.n_step, c.sequence_length_steps, c.burn_in_steps) == (0.997, 5, 80, 40)
     assert (c.priority_alpha, c.priority_beta, c.priority_eta) == (0.9, 0.6, 0.9)
-    assert (c.learning_rate, c.adam_eps, c.target_update_period_updates, c.clip_grad_norm) == (
+    assert (c.learning_rate, c.optimizer_eps, c.target_update_period_updates, c.clip_grad_norm) == (
         1e-4,
         1e-3,
         2500,
@@ -273,7 +273,7 @@ def test_time_limits_bootstrap_from_final_observations(frames):
     import gymnasium as gym
 
     space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8) if frames else OBS
-    config = dataclasses.replace(SMALL, min_steps_learn=16, batch_size_sequences=2)
+    config = dataclasses.replace(SMALL, learning_starts_steps=16, batch_size_sequences=2)
     torch.manual_seed(0)
     agent = r2d1.build_agent(config, space, ACT)
     algo = r2d1.Algo(config, agent, 1, BatchSpec(8, 2))

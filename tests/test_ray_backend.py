@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from algorithms.configs import ConfigError
 from repro.ray_backend import (
     _PYTHON,
     _RUN_DIR,
@@ -27,7 +28,6 @@ from repro.ray_backend import (
     read_dir,
 )
 from repro.scheduler import detect_slots
-from repro.schema import ConfigError
 
 
 def sync(mirror: Mirror, dst: Path) -> tuple[list[tuple[str, int]], list[str]]:

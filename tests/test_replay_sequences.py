@@ -8,7 +8,7 @@ from replay_streams import make_stream
 from algorithms.arrays import NamedArrays
 from algorithms.replay.buffer import ReplayBuffer
 from algorithms.replay.observations import FrameObservations, FullObservations
-from algorithms.replay.samplers import PrioritizedSampler
+from algorithms.replay.selectors import PrioritizedSelector
 from algorithms.replay.sequences import SequenceStorage
 
 torch.set_num_threads(1)
@@ -82,13 +82,13 @@ def test_sequence_priorities_set_before_completion_apply_when_valid():
     B, L, stride, alpha = 2, 8, 4, 0.9
     stream = recurrent_stream(40, B, seed=2)
     storage = SequenceStorage(40 * B, B, stream[0, 0], FullObservations(), sequence_length=L, stride=stride)
-    replay = ReplayBuffer(storage, PrioritizedSampler(storage.num_items, alpha=alpha, seed=0))
+    replay = ReplayBuffer(storage, PrioritizedSelector(storage.num_items, alpha=alpha, seed=0))
     new = replay.append(stream[:4])  # one start per env, not complete yet
     assert new.size == B and len(replay) == 0
     replay.update_priorities(new, np.array([2.0, 3.0]))
     replay.append(stream[4:8])
     assert len(replay) == B
-    np.testing.assert_allclose(replay.sampler.tree.get(new), np.array([2.0, 3.0]) ** alpha)
+    np.testing.assert_allclose(replay.selector.tree.get(new), np.array([2.0, 3.0]) ** alpha)
     batch, indices, weights = replay.sample(4)
     assert batch.observation.shape[:2] == (L, 4) and set(indices) <= set(new)
 

@@ -10,7 +10,7 @@ from algorithms.arrays import NamedArrays
 from algorithms.functional.returns import nstep_returns
 from algorithms.replay.buffer import ReplayBuffer
 from algorithms.replay.observations import FrameObservations, FullObservations
-from algorithms.replay.samplers import PrioritizedSampler, UniformSampler
+from algorithms.replay.selectors import PrioritizedSelector, UniformSelector
 from algorithms.replay.transitions import TransitionStorage
 
 torch.set_num_threads(1)
@@ -157,7 +157,7 @@ def test_frame_replay_memory_per_step():
     assert 84 * 84 <= per_step <= 1.05 * 84 * 84, per_step
 
 
-@pytest.mark.parametrize("sampler_cls", [UniformSampler, PrioritizedSampler])
+@pytest.mark.parametrize("sampler_cls", [UniformSelector, PrioritizedSelector])
 def test_replay_buffer_composes_storage_and_sampler(sampler_cls):
     B, T = 2, 80
     stream = make_stream(T, B, seed=3).map(torch.as_tensor)  # torch leaves, as samplers produce

@@ -10,11 +10,11 @@ import textwrap
 
 import pytest
 
+from algorithms.configs import ConfigError
 from repro.cli import main
 from repro.inspect_settings import diff_rows, resolve_label
 from repro.plans import check_seeds, expand, load_plan
 from repro.profiles import ALLOWED_KEYS, BUDGET_KEYS, EXECUTION_KEYS, available_profiles, load_profile
-from repro.schema import ConfigError
 from repro.settings import available_settings, default_schema, load_setting, train_config
 
 SETTINGS = available_settings()

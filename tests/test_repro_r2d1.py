@@ -42,7 +42,7 @@ R2D2_KEYS = {
     "lstm_size": "algo.lstm_size",
     "dueling_head_hidden": "algo.head_hidden_size",
     "learning_rate": "algo.learning_rate",
-    "adam_epsilon": "algo.adam_eps",
+    "adam_epsilon": "algo.optimizer_eps",
     "minibatch_size": "algo.batch_size_sequences",
     "target_update_period": "algo.target_update_period_updates",
     "replay_capacity": "algo.replay_size_steps",
@@ -59,7 +59,7 @@ RLPYT_KEYS = {
     "store_rnn_state_interval": "algo.sequence_period_steps",
     "learning_rate": "algo.learning_rate",
     "clip_grad_norm": "algo.clip_grad_norm",
-    "min_steps_learn": "algo.min_steps_learn",
+    "min_steps_learn": "algo.learning_starts_steps",
     "n_step_return": "algo.n_step",
     "pri_eta": "algo.priority_eta",
     "value_scale_eps": "algo.value_rescaling_eps",
@@ -161,6 +161,6 @@ def test_smoke_profile_changes_only_budget(capsys):
     out = capsys.readouterr().out
     changed = set(re.findall(r"^((?:algo|env|sampler|runner)\.[a-z_A-Z]+)\s", out, flags=re.M))
     assert changed == {
-        "algo.replay_size_steps", "algo.min_steps_learn", "sampler.batch_B", "sampler.eval_episodes",
+        "algo.replay_size_steps", "algo.learning_starts_steps", "sampler.batch_B", "sampler.eval_episodes",
         "sampler.eval_max_steps", "runner.n_steps", "runner.log_interval_steps",
     }  # fmt: skip

@@ -14,9 +14,9 @@ from typing import Literal
 
 import pytest
 
+from algorithms.configs import ConfigError
 from repro.inspect_settings import diff_rows
-from repro.schema import ConfigError
-from repro.settings import Entry, load_setting, override, with_defaults
+from repro.settings import Entry, load_setting, override, setting_configs, with_defaults
 
 
 @dataclass(frozen=True)
@@ -243,3 +243,14 @@ def test_not_utf8(tmp_path):
     (tmp_path / "bad.toml").write_bytes(b'[setting]\ntitle = "\xff\xfe"\n')
     with pytest.raises(ConfigError, match="bad.toml"):
         load(tmp_path, "bad")
+
+
+def test_setting_configs_by_name_with_overrides():
+    from algorithms.algos import dqn
+
+    configs = setting_configs("dqn_minatar", {"algo.batch_size": 64, "env.id": "minatar_asterix"})
+    assert isinstance(configs["algo"], dqn.Config)
+    assert (configs["algo"].batch_size, configs["algo"].optimizer_eps) == (64, 0.01)
+    assert configs["env"].id == "minatar_asterix" and configs["runner"].n_steps == 5_000_000
+    with pytest.raises(ConfigError, match="<caller> 'algo.batch_sise': unknown key 'batch_sise'"):
+        setting_configs("dqn_minatar", {"algo.batch_sise": 64})

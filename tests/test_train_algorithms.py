@@ -18,7 +18,7 @@ MASKED_CARTPOLE = EnvConfig(id="CartPole-v1", kind="gym", mask_velocity=True)
 PENDULUM = EnvConfig(id="Pendulum-v1", kind="gym")
 # Small replays that start learning within the budget, and small networks.
 REPLAY = dict(
-    replay_size_steps=1_000, min_steps_learn=64, target_update_period_updates=5, eps_decay_steps=100
+    replay_size_steps=1_000, learning_starts_steps=64, target_update_period_updates=5, eps_decay_steps=100
 )
 Q_NET = dict(mlp_hidden_sizes=(16,), hidden_size=16)
 QPG = dict(
@@ -110,7 +110,7 @@ CASES = {
             sequence_period_steps=4,
             batch_size_sequences=4,
             replay_size_steps=1_000,
-            min_steps_learn=64,
+            learning_starts_steps=64,
             target_update_period_updates=5,
             lstm_size=16,
             fc_size=16,
@@ -173,7 +173,7 @@ def test_tiny_run_with_parallel_cpu_sampler_through_the_agent_factory(tmp_path):
 
 def test_replay_algorithm_resumes_with_an_empty_replay_that_it_refills(tmp_path, monkeypatch):
     """Replay contents are not checkpointed (algorithms.runners.sync): after a resume DQN stores
-    ``min_steps_learn`` new steps before it updates again, and the counters say so."""
+    ``learning_starts_steps`` new steps before it updates again, and the counters say so."""
     from algorithms.algos import dqn
 
     config = tiny("dqn", 160, 4, 2, batch_size=16, train_every_steps=8, **REPLAY, **Q_NET)

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from algorithms import registry
-from algorithms.algos import ppo
+from algorithms.algos import a2c, dqn, ppo
+from algorithms.configs import ConfigError, build, migrate_renamed
 from algorithms.envs.config import EnvConfig
 from algorithms.samplers.base import SAMPLERS
 from algorithms.train import (
@@ -18,7 +19,6 @@ from algorithms.train import (
     RunnerConfig,
     SamplerConfig,
     TrainConfig,
-    dataclass_from_dict,
 )
 
 
@@ -82,15 +82,28 @@ def test_sampler_and_runner_configs_round_trip_through_json():
         RunnerConfig(replay_ratio_target=1),
     ):
         data = json.loads(json.dumps(dataclasses.asdict(config)))
-        assert dataclass_from_dict(type(config), data, "x") == config
+        assert build(type(config), data, "x") == config
     # An int in a float field is read as a float (hand-written JSON often says 1).
-    restored = dataclass_from_dict(RunnerConfig, {"replay_ratio_target": 1}, "runner")
+    restored = build(RunnerConfig, {"replay_ratio_target": 1}, "runner")
     assert isinstance(restored.replay_ratio_target, float)
 
 
-def test_dataclass_from_dict_names_unknown_keys():
-    with pytest.raises(ValueError, match=r"unknown key runner\.'n_step'"):
-        dataclass_from_dict(RunnerConfig, {"n_step": 10}, "runner")
+def test_build_names_unknown_and_renamed_keys():
+    with pytest.raises(ConfigError, match=r"runner: unknown key 'n_step' for algorithms.train.RunnerConfig"):
+        build(RunnerConfig, {"n_step": 10}, "runner")
+    with pytest.raises(
+        ConfigError, match=r"^x.toml \[algo\]: key 'min_steps_learn' was renamed to 'learning_starts_steps'$"
+    ):
+        build(dqn.Config, {"min_steps_learn": 10}, "x.toml [algo]")
+
+
+def test_config_json_from_before_the_renames_still_loads():
+    old = {"max_grad_norm": 0.25, "rmsprop_epsilon": 1e-4}
+    assert migrate_renamed(a2c.Config, old) == {"clip_grad_norm": 0.25, "optimizer_eps": 1e-4}
+    config = build(a2c.Config, migrate_renamed(a2c.Config, old), "config.json [algo_config]")
+    assert (config.clip_grad_norm, config.optimizer_eps) == (0.25, 1e-4)
+    # A renamed key the class does not have stays an unknown key.
+    assert migrate_renamed(a2c.Config, {"min_steps_learn": 5}) == {"min_steps_learn": 5}
 
 
 def test_registry_lists_every_algorithm_and_rejects_unknown_names():

@@ -226,7 +226,7 @@ def test_config_round_trips_through_json():
     data["env"]["max_episode_steps"] = 50
     assert config_from_dict(data).env.max_episode_steps == 50
     data["algo_config"]["learning_rte"] = 0.1
-    with pytest.raises(ValueError, match=r"unknown key algo_config\.'learning_rte'"):
+    with pytest.raises(ValueError, match=r"config.json \[algo_config\]: unknown key 'learning_rte'"):
         config_from_dict(data)
 
 

@@ -30,7 +30,8 @@ import torch
 from torch import nn
 
 from algorithms.agents.pg_agents import PgAgent, RecurrentPgAgent, actor_critic_agent
-from algorithms.algos.base import FieldCheck, OptInfo, from_preset
+from algorithms.algos.base import OptInfo, from_preset
+from algorithms.configs import check_field
 from algorithms.functional.advantages import (
     discounted_returns,
     explained_variance,
@@ -55,12 +56,12 @@ class Config:
     discount: float = 0.99
     learning_rate: float = 7e-4
     rmsprop_alpha: float = 0.99
-    rmsprop_epsilon: float = 1e-5
+    optimizer_eps: float = 1e-5
     # Baselines' vf_coef 0.5 (and SB3's) multiplies mean((R - V)^2); ``a2c_loss`` takes half the
     # square, so the same weight is value_coef 1.
     value_coef: float = 1.0
     entropy_coef: float = 0.01
-    max_grad_norm: float = 0.5  # 0: no clipping
+    clip_grad_norm: float = 0.5  # 0: no clipping
     # Options of SB3's A2C, off here as in A3C: lambda 1 is the n-step return of Algorithm S3.
     gae_lambda: float = 1.0
     normalize_advantage: bool = False
@@ -75,19 +76,19 @@ class Config:
 
     def __post_init__(self) -> None:
         for name in ("discount", "gae_lambda"):
-            _require(0.0 <= getattr(self, name) <= 1.0, name, getattr(self, name), "in [0, 1]")
-        _require(0.0 <= self.rmsprop_alpha < 1.0, "rmsprop_alpha", self.rmsprop_alpha, "in [0, 1)")
-        for name in ("learning_rate", "rmsprop_epsilon"):
-            _require(getattr(self, name) > 0, name, getattr(self, name), "> 0")
-        for name in ("value_coef", "entropy_coef", "max_grad_norm"):
-            _require(getattr(self, name) >= 0, name, getattr(self, name), ">= 0")
-        _require(self.anneal_env_steps >= 0, "anneal_env_steps", self.anneal_env_steps, ">= 0")
-        _require(self.conv_torso in CONV_TORSOS, "conv_torso", self.conv_torso, f"one of {CONV_TORSOS}")
-        _require(self.lstm_size >= 1, "lstm_size", self.lstm_size, ">= 1")
-        _require(
+            check_field(self, 0.0 <= getattr(self, name) <= 1.0, name, "in [0, 1]")
+        check_field(self, 0.0 <= self.rmsprop_alpha < 1.0, "rmsprop_alpha", "in [0, 1)")
+        for name in ("learning_rate", "optimizer_eps"):
+            check_field(self, getattr(self, name) > 0, name, "> 0")
+        for name in ("value_coef", "entropy_coef", "clip_grad_norm"):
+            check_field(self, getattr(self, name) >= 0, name, ">= 0")
+        check_field(self, self.anneal_env_steps >= 0, "anneal_env_steps", ">= 0")
+        check_field(self, self.conv_torso in CONV_TORSOS, "conv_torso", f"one of {CONV_TORSOS}")
+        check_field(self, self.lstm_size >= 1, "lstm_size", ">= 1")
+        check_field(
+            self,
             isinstance(self.hidden_sizes, tuple) and all(h >= 1 for h in self.hidden_sizes),
             "hidden_sizes",
-            self.hidden_sizes,
             "a tuple of positive ints",
         )
 
@@ -95,9 +96,6 @@ class Config:
     def preset(cls, name: str, **overrides: Any) -> Config:
         """The setting ``name`` (a key of ``PRESETS``) with ``overrides`` applied."""
         return from_preset(cls, "A2C", PRESETS, name, overrides, key="algo")
-
-
-_require = FieldCheck("a2c.Config")
 
 
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
@@ -112,7 +110,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     },
     # CartPole-v1 (not in a paper): rl-baselines3-zoo hyperparams/a2c.yml, "CartPole-v1": 8 envs,
     # ent_coef 0, the rest SB3's A2C defaults (n_steps 5, constant lr 7e-4, RMSprop alpha 0.99 eps
-    # 1e-5, gae_lambda 1 = these n-step returns, max_grad_norm 0.5, no advantage or observation
+    # 1e-5, gae_lambda 1 = these n-step returns, clip_grad_norm 0.5, no advantage or observation
     # normalization, vf_coef 0.5 = value_coef 1 here).
     "cartpole": {
         "algo": {"entropy_coef": 0.0, "anneal_env_steps": 0},
@@ -139,7 +137,7 @@ class Algo:
             agent.model.parameters(),
             lr=config.learning_rate,
             alpha=config.rmsprop_alpha,
-            eps=config.rmsprop_epsilon,
+            eps=config.optimizer_eps,
         )
 
     def anneal_fraction(self, env_steps: int) -> float:
@@ -185,7 +183,7 @@ class Algo:
         loss, parts = a2c_loss(log_prob, advantage, value, target, entropy, c.value_coef, c.entropy_coef)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(agent.model.parameters(), c.max_grad_norm or float("inf"))
+        grad_norm = nn.utils.clip_grad_norm_(agent.model.parameters(), c.clip_grad_norm or float("inf"))
         self.optimizer.step()
 
         diagnostics = {key: float(val) for key, val in parts.items()}

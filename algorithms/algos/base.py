@@ -1,5 +1,5 @@
 """What an algorithm's ``optimize`` returns to the runner (docs/ARCHITECTURE.md, Contract 4), the
-one-line config errors (``FieldCheck``) and fused Adam every algorithm uses, the update loop DQN
+fused Adam every algorithm uses, the update loop DQN
 (C51, Rainbow) and R2D1 share (``QReplayLearner``), and the pieces the three Q-value policy
 gradients (DDPG, TD3, SAC) share: their replay schedule, critics and learner state. Each
 algorithm's loss stays in its own file.
@@ -18,11 +18,12 @@ import torch
 
 from algorithms.agents.base import Agent
 from algorithms.arrays import NamedArrays
+from algorithms.configs import check_field
 from algorithms.functional.policy_losses import polyak_update_
 from algorithms.models.ensemble import QEnsemble
 from algorithms.replay.buffer import ReplayBuffer
 from algorithms.replay.observations import FullObservations
-from algorithms.replay.samplers import UniformSampler
+from algorithms.replay.selectors import UniformSelector
 from algorithms.replay.transitions import TransitionStorage
 
 
@@ -41,18 +42,6 @@ def from_preset(
         raise ValueError(f"unknown {label} preset {name!r}; known: {sorted(presets)}")
     values = presets[name] if key is None else presets[name][key]
     return cls(**{**values, **overrides})
-
-
-class FieldCheck:
-    """``check(condition, field, value, what)`` raises ``ValueError`` naming ``<owner>.<field>`` and
-    its value unless ``condition``: the one-line config errors of every algorithm's ``Config``."""
-
-    def __init__(self, owner: str) -> None:
-        self.owner = owner
-
-    def __call__(self, condition: bool, field: str, value: Any, what: str) -> None:
-        if not condition:
-            raise ValueError(f"{self.owner}.{field} must be {what}, got {value!r}")
 
 
 @dataclass
@@ -78,8 +67,8 @@ class QReplayLearner:
     minibatch steps, each a replay draw, ``loss(batch) -> (loss, priorities, info)``, one clipped
     optimizer step, new priorities for the drawn items and the periodic hard target sync.
 
-    Subclasses set ``config`` (with ``min_steps_learn`` and ``target_update_period_updates``),
-    ``agent``, ``model``, ``target_model``, ``optimizer``, ``max_grad_norm``, ``replay``,
+    Subclasses set ``config`` (with ``learning_starts_steps`` and ``target_update_period_updates``),
+    ``agent``, ``model``, ``target_model``, ``optimizer``, ``clip_grad_norm``, ``replay``,
     ``replay_steps``, ``updates``, ``diagnostic_keys`` and ``loss``.
     """
 
@@ -88,7 +77,7 @@ class QReplayLearner:
         """Enough steps to learn from. Counted per process: a resumed run refills its replay first."""
         return (
             self.replay is not None
-            and self.replay_steps >= self.config.min_steps_learn
+            and self.replay_steps >= self.config.learning_starts_steps
             and len(self.replay) > 0
         )
 
@@ -103,7 +92,7 @@ class QReplayLearner:
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             info["grad_norm"] = float(
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
             )
             self.optimizer.step()
             if update_priorities:
@@ -122,29 +111,26 @@ class QReplayLearner:
 
 def validate_qpg_config(
     config: Any,
-    name: str,
     positive: tuple[str, ...] = (),
     positive_ints: tuple[str, ...] = (),
     non_negative: tuple[str, ...] = (),
 ) -> None:
     """The field checks of the DDPG, TD3 and SAC configs: the fields all three have, plus the named
-    extra ones. Raises ``ValueError`` naming ``<name>.Config.<field>`` and its value."""
+    extra ones. Raises ``ValueError`` naming ``<algo>.Config.<field>`` and its value."""
 
-    check = FieldCheck(f"{name}.Config")
-
-    def require(condition: bool, field: str, what: str) -> None:
-        check(condition, field, getattr(config, field), what)
-
-    require(0.0 <= config.discount <= 1.0, "discount", "in [0, 1]")
-    require(0.0 < config.tau <= 1.0, "tau", "in (0, 1]")
+    check_field(config, 0.0 <= config.discount <= 1.0, "discount", "in [0, 1]")
+    check_field(config, 0.0 < config.tau <= 1.0, "tau", "in (0, 1]")
     for f in ("actor_learning_rate", "critic_learning_rate", "updates_per_step", *positive):
-        require(getattr(config, f) > 0, f, "> 0")
+        check_field(config, getattr(config, f) > 0, f, "> 0")
     for f in ("batch_size", "replay_size_steps", *positive_ints):
-        require(isinstance(getattr(config, f), int) and getattr(config, f) >= 1, f, "an int >= 1")
+        check_field(config, isinstance(getattr(config, f), int) and getattr(config, f) >= 1, f, "an int >= 1")
     for f in ("random_steps", *non_negative):
-        require(getattr(config, f) >= 0, f, ">= 0")
-    require(config.learning_starts_steps >= config.batch_size, "learning_starts_steps", ">= batch_size")
-    require(
+        check_field(config, getattr(config, f) >= 0, f, ">= 0")
+    check_field(
+        config, config.learning_starts_steps >= config.batch_size, "learning_starts_steps", ">= batch_size"
+    )
+    check_field(
+        config,
         isinstance(config.hidden_sizes, tuple) and all(h >= 1 for h in config.hidden_sizes),
         "hidden_sizes",
         "a tuple of positive ints",
@@ -233,7 +219,7 @@ class ReplayFeed:
                 gamma=self.discount,
             )
             # Seeded from torch's global RNG, which train() seeds: same seed, same minibatches.
-            sampler = UniformSampler(storage.num_items, seed=int(torch.randint(2**31 - 1, ()).item()))
+            sampler = UniformSelector(storage.num_items, seed=int(torch.randint(2**31 - 1, ()).item()))
             self.replay = ReplayBuffer(storage, sampler)
         self.replay.append(samples)
         if len(self.replay) < self.learning_starts_steps:

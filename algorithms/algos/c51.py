@@ -18,69 +18,39 @@ and the defaults differ. Rainbow minus noisy nets is a configuration of this alg
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import gymnasium as gym
 import torch
 
 from algorithms.agents.dqn_agents import EpsilonGreedyAgent
-from algorithms.agents.epsilon import EpsilonSchedule
 from algorithms.algos import dqn
 from algorithms.arrays import NamedArrays
+from algorithms.configs import check_field
 from algorithms.functional.td import categorical_cross_entropy, categorical_target
 from algorithms.models.dqn_model import QNetwork
 from algorithms.models.heads import expected_q
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(dqn.Config):
     """C51 settings: Bellemare et al. 2017, Sec. 5 and Appendix, on top of Nature DQN's schedule
-    (Mnih et al. 2015, Extended Data Table 1); field meanings as in ``dqn.Config``."""
+    (``dqn.Config``, Mnih et al. 2015, Extended Data Table 1): the distribution's support and the
+    values C51 changes. ``loss`` is DQN's TD loss; C51's loss is the categorical cross-entropy, so
+    the field must keep its default."""
 
     n_atoms: int = 51
     v_min: float = -10.0
     v_max: float = 10.0
-    discount: float = 0.99
-    batch_size: int = 32
-    replay_size_steps: int = 1_000_000
-    min_steps_learn: int = 50_000
-    train_every_steps: int = 4
-    target_update_period_updates: int = 2_500
     optimizer: str = "adam"  # Bellemare et al. 2017: Adam, lr 0.00025, eps 0.01 / 32
-    learning_rate: float = 2.5e-4
-    rmsprop_alpha: float = 0.95
     optimizer_eps: float = 0.01 / 32
-    clip_grad_norm: float = 0.0
-    double: bool = False
-    dueling: bool = False
-    n_step: int = 1
-    prioritized: bool = False
-    priority_alpha: float = 0.6
-    priority_beta_start: float = 0.4
-    priority_beta_anneal_updates: int = 3_125_000
-    eps_start: float = 1.0
     eps_final: float = 0.01  # Bellemare et al. 2017, Sec. 5: epsilon 0.01 (training and evaluation)
-    eps_decay_steps: int = 250_000
-    eps_per_env: Literal["same", "apex"] = "same"
     eps_eval: float = 0.001
-    conv_torso: str = "nature"
-    mlp_hidden_sizes: tuple[int, ...] = (64, 64)
-    hidden_size: int = 512
 
     def __post_init__(self) -> None:
-        dqn.check_common_fields(self)
-        dqn.check_field(self.n_atoms >= 2, "n_atoms", self.n_atoms, ">= 2")
-        dqn.check_field(self.v_min < self.v_max, "v_min", self.v_min, f"< v_max ({self.v_max})")
-
-    @property
-    def epsilon_schedule(self) -> EpsilonSchedule:
-        return EpsilonSchedule(
-            start=self.eps_start,
-            final=self.eps_final,
-            decay_steps=self.eps_decay_steps,
-            per_env=self.eps_per_env,
-            eval=self.eps_eval,
-        )
+        super().__post_init__()
+        check_field(self, self.n_atoms >= 2, "n_atoms", ">= 2")
+        check_field(self, self.v_min < self.v_max, "v_min", f"< v_max ({self.v_max})")
+        check_field(self, self.loss == "huber", "loss", "'huber' (unused: C51 minimizes a cross-entropy)")
 
     def support(self) -> torch.Tensor:
         """The atoms z_0 .. z_{N-1}, evenly spaced in [v_min, v_max]."""

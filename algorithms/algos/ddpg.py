@@ -53,7 +53,7 @@ class Config:
     updates_per_step: float = 1.0
 
     def __post_init__(self) -> None:
-        validate_qpg_config(self, "ddpg", non_negative=("exploration_std",))
+        validate_qpg_config(self, non_negative=("exploration_std",))
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> Config:

@@ -11,7 +11,7 @@ One update::
     priorities <- |Q(s, a) - y|                  # prioritized only
     every target_update_period_updates: Q_target <- Q
 
-``optimize`` appends each sampler batch to the replay and, once ``min_steps_learn`` env steps have
+``optimize`` appends each sampler batch to the replay and, once ``learning_starts_steps`` env steps have
 been collected, runs one update per ``train_every_steps`` env steps (Nature: 4).
 """
 
@@ -29,8 +29,9 @@ from torch import nn
 
 from algorithms.agents.dqn_agents import EpsilonGreedyAgent
 from algorithms.agents.epsilon import EpsilonSchedule
-from algorithms.algos.base import FieldCheck, OptInfo, QReplayLearner, adam
+from algorithms.algos.base import OptInfo, QReplayLearner, adam
 from algorithms.arrays import NamedArrays
+from algorithms.configs import check_field
 from algorithms.functional.td import (
     double_q_learning_target,
     huber_loss,
@@ -42,7 +43,7 @@ from algorithms.models.dqn_model import QNetwork
 from algorithms.models.torsos import CONV_TORSOS
 from algorithms.replay.buffer import ReplayBuffer
 from algorithms.replay.observations import observations_for
-from algorithms.replay.samplers import PrioritizedSampler, UniformSampler
+from algorithms.replay.selectors import PrioritizedSelector, UniformSelector
 from algorithms.replay.transitions import TransitionStorage, transition_rows
 from algorithms.samplers.base import BatchSpec
 
@@ -61,7 +62,7 @@ class Config:
     discount: float = 0.99
     batch_size: int = 32
     replay_size_steps: int = 1_000_000
-    min_steps_learn: int = 50_000  # "replay start size"
+    learning_starts_steps: int = 50_000  # "replay start size"
     train_every_steps: int = 4  # "update frequency": env steps (summed over envs) per update
     # The table says 10,000 "parameter updates", but DeepMind's code counted agent steps (target_q =
     # 10000 in run_gpu), i.e. 2,500 updates at one update per 4 steps; Dopamine and SB3 do the same.
@@ -96,8 +97,33 @@ class Config:
     hidden_size: int = 512  # the fully connected layer after the convolutions; each dueling stream; 0 = none
 
     def __post_init__(self) -> None:
-        check_common_fields(self)
-        check_field(self.loss in LOSSES, "loss", self.loss, f"one of {LOSSES}")
+        check_field(self, 0.0 <= self.discount <= 1.0, "discount", "in [0, 1]")
+        for name in (
+            "batch_size",
+            "replay_size_steps",
+            "train_every_steps",
+            "target_update_period_updates",
+            "n_step",
+        ):
+            check_field(self, getattr(self, name) >= 1, name, ">= 1")
+        non_negative = (
+            "learning_starts_steps",
+            "priority_beta_anneal_updates",
+            "priority_alpha",
+            "clip_grad_norm",
+        )
+        for name in non_negative:
+            check_field(self, getattr(self, name) >= 0, name, ">= 0")
+        check_field(self, self.optimizer in OPTIMIZERS, "optimizer", f"one of {OPTIMIZERS}")
+        check_field(self, self.learning_rate > 0, "learning_rate", "> 0")
+        check_field(self, self.optimizer_eps > 0, "optimizer_eps", "> 0")
+        check_field(self, 0.0 <= self.rmsprop_alpha < 1.0, "rmsprop_alpha", "in [0, 1)")
+        check_field(self, 0.0 <= self.priority_beta_start <= 1.0, "priority_beta_start", "in [0, 1]")
+        check_field(self, all(h >= 1 for h in self.mlp_hidden_sizes), "mlp_hidden_sizes", "positive")
+        check_field(self, self.hidden_size >= 0, "hidden_size", ">= 0 (0: no hidden layer)")
+        check_field(self, self.conv_torso in CONV_TORSOS, "conv_torso", f"one of {CONV_TORSOS}")
+        self.epsilon_schedule  # validates the eps_* fields  # noqa: B018
+        check_field(self, self.loss in LOSSES, "loss", f"one of {LOSSES}")
 
     @property
     def epsilon_schedule(self) -> EpsilonSchedule:
@@ -108,35 +134,6 @@ class Config:
             per_env=self.eps_per_env,
             eval=self.eps_eval,
         )
-
-
-check_field = FieldCheck("Config")  # also C51's and Rainbow's: their configs extend DQN's
-
-
-def check_common_fields(c: Any) -> None:
-    """Validate the fields DQN shares with C51 and Rainbow (``ValueError`` naming the field)."""
-    check_field(0.0 <= c.discount <= 1.0, "discount", c.discount, "in [0, 1]")
-    for name in (
-        "batch_size",
-        "replay_size_steps",
-        "train_every_steps",
-        "target_update_period_updates",
-        "n_step",
-    ):
-        check_field(getattr(c, name) >= 1, name, getattr(c, name), ">= 1")
-    for name in ("min_steps_learn", "priority_beta_anneal_updates", "priority_alpha", "clip_grad_norm"):
-        check_field(getattr(c, name) >= 0, name, getattr(c, name), ">= 0")
-    check_field(c.optimizer in OPTIMIZERS, "optimizer", c.optimizer, f"one of {OPTIMIZERS}")
-    check_field(c.learning_rate > 0, "learning_rate", c.learning_rate, "> 0")
-    check_field(c.optimizer_eps > 0, "optimizer_eps", c.optimizer_eps, "> 0")
-    check_field(0.0 <= c.rmsprop_alpha < 1.0, "rmsprop_alpha", c.rmsprop_alpha, "in [0, 1)")
-    check_field(
-        0.0 <= c.priority_beta_start <= 1.0, "priority_beta_start", c.priority_beta_start, "in [0, 1]"
-    )
-    check_field(all(h >= 1 for h in c.mlp_hidden_sizes), "mlp_hidden_sizes", c.mlp_hidden_sizes, "positive")
-    check_field(c.hidden_size >= 0, "hidden_size", c.hidden_size, ">= 0 (0: no hidden layer)")
-    check_field(c.conv_torso in CONV_TORSOS, "conv_torso", c.conv_torso, f"one of {CONV_TORSOS}")
-    c.epsilon_schedule  # validates the eps_* fields  # noqa: B018
 
 
 def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space) -> EpsilonGreedyAgent:
@@ -180,7 +177,7 @@ class Algo(QReplayLearner):
         self.replay_steps = 0  # steps in the replay since this process started (not checkpointed)
         self.updates = 0
         self._update_credit = 0  # env steps not yet matched by an update
-        self.max_grad_norm = config.clip_grad_norm if config.clip_grad_norm > 0 else math.inf
+        self.clip_grad_norm = config.clip_grad_norm if config.clip_grad_norm > 0 else math.inf
 
     @staticmethod
     def check_replay(config: Config, num_envs: int, observation: np.ndarray) -> None:
@@ -203,7 +200,7 @@ class Algo(QReplayLearner):
         # train()) makes runs repeatable.
         seed = int(torch.randint(2**31 - 1, ()))
         if c.prioritized:
-            sampler: UniformSampler | PrioritizedSampler = PrioritizedSampler(
+            sampler: UniformSelector | PrioritizedSelector = PrioritizedSelector(
                 storage.num_items,
                 alpha=c.priority_alpha,
                 beta=c.priority_beta_start,
@@ -212,7 +209,7 @@ class Algo(QReplayLearner):
                 seed=seed,
             )
         else:
-            sampler = UniformSampler(storage.num_items, seed=seed)
+            sampler = UniformSelector(storage.num_items, seed=seed)
         return ReplayBuffer(storage, sampler)
 
     # --- the loss -----------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ One ``optimize`` call per sampler batch of T steps x B envs:
    for a recurrent agent, so its LSTM runs over the sequences it sampled;
 3. per minibatch: clipped surrogate (eq. 7) + ``value_coef`` x value loss (clipped as in Baselines
    ``ppo2`` when ``clip_value_loss``) - ``entropy_coef`` x entropy (eq. 9), advantages normalised
-   per minibatch, gradients clipped to ``max_grad_norm``, one Adam step; optionally stop the
+   per minibatch, gradients clipped to ``clip_grad_norm``, one Adam step; optionally stop the
    update early once the approximate KL to the sampling policy exceeds 1.5 x ``target_kl``
    (Spinning Up's PPO; Stable-Baselines3's ``target_kl``);
 4. learning rate (and, for Atari, the clip range) annealed linearly to 0 over
@@ -30,8 +30,9 @@ import torch
 from torch import nn
 
 from algorithms.agents.pg_agents import PgAgent, RecurrentPgAgent, actor_critic_agent
-from algorithms.algos.base import FieldCheck, OptInfo, adam, from_preset
+from algorithms.algos.base import OptInfo, adam, from_preset
 from algorithms.arrays import NamedArrays
+from algorithms.configs import check_field
 from algorithms.functional.advantages import (
     explained_variance,
     generalized_advantage_estimation,
@@ -56,7 +57,7 @@ class Config:
     discount: float = 0.99
     gae_lambda: float = 0.95
     learning_rate: float = 3e-4
-    adam_epsilon: float = 1e-5
+    optimizer_eps: float = 1e-5
     epochs: int = 10
     minibatch_size_steps: int = 64
     clip_epsilon: float = 0.2
@@ -64,7 +65,7 @@ class Config:
     value_coef: float = 0.5
     entropy_coef: float = 0.0
     normalize_advantage: bool = True
-    max_grad_norm: float = 0.5  # 0: no clipping
+    clip_grad_norm: float = 0.5  # 0: no clipping
     # Linear annealing of the learning rate (and of the clip range with anneal_clip) from 1 at env
     # step 0 to 0 at this env step; 0 keeps them constant.
     anneal_env_steps: int = 0
@@ -79,25 +80,25 @@ class Config:
 
     def __post_init__(self) -> None:
         for name in ("discount", "gae_lambda"):
-            _require(0.0 <= getattr(self, name) <= 1.0, name, getattr(self, name), "in [0, 1]")
-        for name in ("learning_rate", "adam_epsilon", "clip_epsilon"):
-            _require(getattr(self, name) > 0, name, getattr(self, name), "> 0")
-        for name in ("value_coef", "entropy_coef", "max_grad_norm", "target_kl"):
-            _require(getattr(self, name) >= 0, name, getattr(self, name), ">= 0")
+            check_field(self, 0.0 <= getattr(self, name) <= 1.0, name, "in [0, 1]")
+        for name in ("learning_rate", "optimizer_eps", "clip_epsilon"):
+            check_field(self, getattr(self, name) > 0, name, "> 0")
+        for name in ("value_coef", "entropy_coef", "clip_grad_norm", "target_kl"):
+            check_field(self, getattr(self, name) >= 0, name, ">= 0")
         for name in ("epochs", "minibatch_size_steps", "lstm_size"):
             value = getattr(self, name)
-            _require(
+            check_field(
+                self,
                 isinstance(value, int) and not isinstance(value, bool) and value >= 1,
                 name,
-                value,
                 "an int >= 1",
             )
-        _require(self.anneal_env_steps >= 0, "anneal_env_steps", self.anneal_env_steps, ">= 0")
-        _require(self.conv_torso in CONV_TORSOS, "conv_torso", self.conv_torso, f"one of {CONV_TORSOS}")
-        _require(
+        check_field(self, self.anneal_env_steps >= 0, "anneal_env_steps", ">= 0")
+        check_field(self, self.conv_torso in CONV_TORSOS, "conv_torso", f"one of {CONV_TORSOS}")
+        check_field(
+            self,
             isinstance(self.hidden_sizes, tuple) and all(h >= 1 for h in self.hidden_sizes),
             "hidden_sizes",
-            self.hidden_sizes,
             "a tuple of positive ints",
         )
 
@@ -105,9 +106,6 @@ class Config:
     def preset(cls, name: str, **overrides: Any) -> Config:
         """The published setting ``name`` (a key of ``PRESETS``) with ``overrides`` applied."""
         return from_preset(cls, "PPO", PRESETS, name, overrides, key="algo")
-
-
-_require = FieldCheck("ppo.Config")
 
 
 # Published settings as overrides of Config, with the sampler shape they were run with; the
@@ -185,7 +183,7 @@ class Algo:
                 f"ppo.Config.minibatch_size_steps={config.minibatch_size_steps}: a recurrent minibatch is "
                 f"whole env columns, so it must be a multiple of T={self.T} that splits B={self.B} evenly"
             )
-        self.optimizer = adam(agent.model.parameters(), config.learning_rate, config.adam_epsilon)
+        self.optimizer = adam(agent.model.parameters(), config.learning_rate, config.optimizer_eps)
 
     def anneal_fraction(self, env_steps: int) -> float:
         """1 at the start of training, falling linearly to 0 at ``anneal_env_steps`` (1 if disabled).
@@ -262,7 +260,7 @@ class Algo:
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 grad_norm = nn.utils.clip_grad_norm_(
-                    agent.model.parameters(), c.max_grad_norm or float("inf")
+                    agent.model.parameters(), c.clip_grad_norm or float("inf")
                 )
                 self.optimizer.step()
                 updates += 1

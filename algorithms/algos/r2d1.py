@@ -55,8 +55,9 @@ from torch import nn
 
 from algorithms.agents.dqn_agents import R2D1Agent
 from algorithms.agents.epsilon import EpsilonSchedule
-from algorithms.algos.base import FieldCheck, OptInfo, QReplayLearner, adam
+from algorithms.algos.base import OptInfo, QReplayLearner, adam
 from algorithms.arrays import NamedArrays
+from algorithms.configs import check_field
 from algorithms.functional.priorities import sequence_priority
 from algorithms.functional.returns import nstep_returns
 from algorithms.functional.td import select_action_values
@@ -65,7 +66,7 @@ from algorithms.models.r2d1_model import R2D1Model
 from algorithms.models.torsos import CONV_TORSOS
 from algorithms.replay.buffer import ReplayBuffer
 from algorithms.replay.observations import observations_for
-from algorithms.replay.samplers import PrioritizedSampler
+from algorithms.replay.selectors import PrioritizedSelector
 from algorithms.replay.sequences import SequenceStorage, sequence_rows
 from algorithms.samplers.base import BatchSpec
 
@@ -81,13 +82,13 @@ class Config:
     sequence_period_steps: int = 40  # a sequence starts every 40 steps: adjacent ones overlap by 40
     batch_size_sequences: int = 64
     replay_size_steps: int = 4_000_000
-    min_steps_learn: int = 100_000  # not in R2D2; rlpyt's atari_r2d1 config (min_steps_learn=1e5)
+    learning_starts_steps: int = 100_000  # not in R2D2; rlpyt's atari_r2d1 config (min_steps_learn=1e5)
     # Trained steps replayed per env step ("about 0.8", R2D2 Appendix; what it counted is open, see
     # docs/step_accounting.md); ``replay_ratio_counts_burnin`` switches to rlpyt's counting.
     replay_ratio: float = 0.8
     target_update_period_updates: int = 2_500
     learning_rate: float = 1e-4
-    adam_eps: float = 1e-3
+    optimizer_eps: float = 1e-3
     clip_grad_norm: float = 80.0  # inherited: rlpyt's default, not in the R2D2 paper; 0 = off
     priority_alpha: float = 0.9
     priority_beta: float = 0.6  # camera-ready Table 2 (the under-review version used no IS weights)
@@ -118,7 +119,7 @@ class Config:
     nstep_done_bug: bool = False
 
     def __post_init__(self) -> None:
-        _check(0.0 <= self.discount <= 1.0, "discount", self.discount, "in [0, 1]")
+        check_field(self, 0.0 <= self.discount <= 1.0, "discount", "in [0, 1]")
         for name in (
             "n_step",
             "sequence_length_steps",
@@ -129,39 +130,37 @@ class Config:
             "lstm_size",
             "head_hidden_size",
         ):
-            _check(getattr(self, name) >= 1, name, getattr(self, name), ">= 1")
-        for name in ("burn_in_steps", "min_steps_learn", "eps_decay_steps", "fc_size"):
-            _check(getattr(self, name) >= 0, name, getattr(self, name), ">= 0")
-        _check(self.replay_ratio > 0, "replay_ratio", self.replay_ratio, "> 0")
-        _check(self.learning_rate > 0, "learning_rate", self.learning_rate, "> 0")
-        _check(self.adam_eps > 0, "adam_eps", self.adam_eps, "> 0")
-        _check(self.clip_grad_norm >= 0, "clip_grad_norm", self.clip_grad_norm, ">= 0 (0 = off)")
-        _check(self.priority_alpha >= 0, "priority_alpha", self.priority_alpha, ">= 0")
-        _check(0.0 <= self.priority_beta <= 1.0, "priority_beta", self.priority_beta, "in [0, 1]")
-        _check(
+            check_field(self, getattr(self, name) >= 1, name, ">= 1")
+        for name in ("burn_in_steps", "learning_starts_steps", "eps_decay_steps", "fc_size"):
+            check_field(self, getattr(self, name) >= 0, name, ">= 0")
+        check_field(self, self.replay_ratio > 0, "replay_ratio", "> 0")
+        check_field(self, self.learning_rate > 0, "learning_rate", "> 0")
+        check_field(self, self.optimizer_eps > 0, "optimizer_eps", "> 0")
+        check_field(self, self.clip_grad_norm >= 0, "clip_grad_norm", ">= 0 (0 = off)")
+        check_field(self, self.priority_alpha >= 0, "priority_alpha", ">= 0")
+        check_field(self, 0.0 <= self.priority_beta <= 1.0, "priority_beta", "in [0, 1]")
+        check_field(
+            self,
             not self.initial_priority_no_alpha or self.alpha_beta[0] > 0,
             "initial_priority_no_alpha",
-            self.initial_priority_no_alpha,
             "False when the priority exponent in effect is 0",
         )
-        _check(0.0 <= self.priority_eta <= 1.0, "priority_eta", self.priority_eta, "in [0, 1]")
-        _check(
+        check_field(self, 0.0 <= self.priority_eta <= 1.0, "priority_eta", "in [0, 1]")
+        check_field(
+            self,
             self.value_rescaling in VALUE_TRANSFORMS,
             "value_rescaling",
-            self.value_rescaling,
             f"one of {sorted(VALUE_TRANSFORMS)}",
         )
-        _check(self.value_rescaling_eps > 0, "value_rescaling_eps", self.value_rescaling_eps, "> 0")
-        _check(
+        check_field(self, self.value_rescaling_eps > 0, "value_rescaling_eps", "> 0")
+        check_field(
+            self,
             self.initial_priority_half_segment in (0, 1, 2),
             "initial_priority_half_segment",
-            self.initial_priority_half_segment,
             "0 (whole sequence), 1 (first half) or 2 (second half)",
         )
-        _check(
-            all(h >= 1 for h in self.mlp_hidden_sizes), "mlp_hidden_sizes", self.mlp_hidden_sizes, "positive"
-        )
-        _check(self.conv_torso in CONV_TORSOS, "conv_torso", self.conv_torso, f"one of {CONV_TORSOS}")
+        check_field(self, all(h >= 1 for h in self.mlp_hidden_sizes), "mlp_hidden_sizes", "positive")
+        check_field(self, self.conv_torso in CONV_TORSOS, "conv_torso", f"one of {CONV_TORSOS}")
         self.epsilon_schedule  # validates the eps_* fields  # noqa: B018
 
     @property
@@ -191,9 +190,6 @@ class Config:
     def sequence_steps(self) -> int:
         """Steps stored per sampled sequence: burn-in, trained steps, and n more for the last targets."""
         return self.burn_in_steps + self.sequence_length_steps + self.n_step
-
-
-_check = FieldCheck("Config")
 
 
 def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space) -> R2D1Agent:
@@ -287,12 +283,12 @@ class Algo(QReplayLearner):
         self.agent = agent
         self.model: R2D1Model = agent.model
         self.target_model = copy.deepcopy(self.model).requires_grad_(False)
-        self.optimizer = adam(self.model.parameters(), config.learning_rate, config.adam_eps)
+        self.optimizer = adam(self.model.parameters(), config.learning_rate, config.optimizer_eps)
         self.batch_spec = BatchSpec(*batch_spec)
         self.replay: ReplayBuffer | None = None  # built from the first batch's example step
         self.replay_steps = 0  # steps appended by this process (the replay is not checkpointed)
         self.updates = 0
-        self.max_grad_norm = config.clip_grad_norm if config.clip_grad_norm > 0 else math.inf
+        self.clip_grad_norm = config.clip_grad_norm if config.clip_grad_norm > 0 else math.inf
         self._replay_credit = 0.0  # replayed steps owed to the replay-ratio target
         # Sampler |TD errors| of the newest rows, [rows, B], from absolute row _td_first_row on: the
         # initial priority of a sequence needs its trained steps, which span several sampler batches.
@@ -324,7 +320,7 @@ class Algo(QReplayLearner):
         )
         alpha, beta = c.alpha_beta
         # Seeded from torch's global RNG (seeded by train()) so runs repeat.
-        sampler = PrioritizedSampler(
+        sampler = PrioritizedSelector(
             storage.num_items, alpha=alpha, beta=beta, seed=int(torch.randint(2**31 - 1, ()))
         )
         return ReplayBuffer(storage, sampler)
@@ -362,7 +358,7 @@ class Algo(QReplayLearner):
             if c.initial_priority_no_alpha:
                 # rlpyt stored input priorities without the exponent; update_priorities applies it, so
                 # hand it p^(1/alpha), which the replay raises back to exactly p.
-                priorities = priorities ** (1.0 / self.replay.sampler.alpha)
+                priorities = priorities ** (1.0 / self.replay.selector.alpha)
             B = self.batch_spec.B
             slots = (starts % storage.ring.rows) // c.sequence_period_steps
             items = (slots[:, None] * B + np.arange(B)).ravel()

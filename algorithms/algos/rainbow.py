@@ -28,7 +28,7 @@ class Config(c51.Config):
     prioritized: bool = True
     priority_alpha: float = 0.5
     priority_beta_start: float = 0.4  # annealed to 1 over the run
-    min_steps_learn: int = 20_000  # 80k frames
+    learning_starts_steps: int = 20_000  # 80k frames
     target_update_period_updates: int = 2_000  # 32k frames = 8k steps = 2k updates
     learning_rate: float = 6.25e-5
     optimizer_eps: float = 1.5e-4

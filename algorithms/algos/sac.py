@@ -57,7 +57,7 @@ class Config:
     updates_per_step: float = 1.0
 
     def __post_init__(self) -> None:
-        validate_qpg_config(self, "sac", positive=("alpha_learning_rate", "initial_alpha"))
+        validate_qpg_config(self, positive=("alpha_learning_rate", "initial_alpha"))
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> Config:

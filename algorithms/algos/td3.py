@@ -56,7 +56,6 @@ class Config:
     def __post_init__(self) -> None:
         validate_qpg_config(
             self,
-            "td3",
             positive_ints=("policy_delay_updates",),
             non_negative=("exploration_std", "target_noise_std", "target_noise_clip"),
         )

@@ -1,19 +1,19 @@
-"""A replay buffer is a storage composed with a sampler; no class hierarchy of replay kinds.
+"""A replay buffer is a storage composed with a selector; no class hierarchy of replay kinds.
 
 The storage (``TransitionStorage`` or ``SequenceStorage``, each with ``FullObservations`` or
-``FrameObservations``) owns the data; the sampler (``UniformSampler`` or ``PrioritizedSampler``)
+``FrameObservations``) owns the data; the selector (``UniformSelector`` or ``PrioritizedSelector``)
 owns which item is drawn. rlpyt built every combination as a class
 (``AsyncPrioritizedSequenceReplayFrameBuffer``); here each is a constructor call::
 
     from algorithms.replay.buffer import ReplayBuffer
     from algorithms.replay.observations import FrameObservations
-    from algorithms.replay.samplers import PrioritizedSampler
+    from algorithms.replay.selectors import PrioritizedSelector
     from algorithms.replay.transitions import TransitionStorage
 
     example = samples.replace(bootstrap=None)[0, 0]  # one step ([B]-shaped ``bootstrap`` dropped)
     storage = TransitionStorage(1_000_000, num_envs=B, example=example,
                                 observations=FrameObservations(4), n_step=3, gamma=0.99)
-    replay = ReplayBuffer(storage, PrioritizedSampler(storage.num_items, alpha=0.5, beta=0.4,
+    replay = ReplayBuffer(storage, PrioritizedSelector(storage.num_items, alpha=0.5, beta=0.4,
                                                       beta_anneal_draws=total_updates))
 
     replay.append(samples)                        # [T, B] batch of Contract 3 (docs/ARCHITECTURE.md)
@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from algorithms.arrays import NamedArrays, to_numpy
-from algorithms.replay.samplers import PrioritizedSampler, UniformSampler
+from algorithms.replay.selectors import PrioritizedSelector, UniformSelector
 
 
 class Storage(Protocol):
@@ -52,19 +52,19 @@ class Storage(Protocol):
 
 
 class ReplayBuffer:
-    """``storage`` x ``sampler``: append [T, B] batches, sample items, update their priorities."""
+    """``storage`` x ``selector``: append [T, B] batches, sample items, update their priorities."""
 
-    def __init__(self, storage: Storage, sampler: UniformSampler | PrioritizedSampler) -> None:
-        if sampler.num_items != storage.num_items:
+    def __init__(self, storage: Storage, selector: UniformSelector | PrioritizedSelector) -> None:
+        if selector.num_items != storage.num_items:
             raise ValueError(
-                f"ReplayBuffer: sampler has {sampler.num_items} items but the storage has {storage.num_items}"
+                f"ReplayBuffer: selector has {selector.num_items} items, the storage {storage.num_items}"
             )
         self.storage = storage
-        self.sampler = sampler
+        self.selector = selector
 
     def __len__(self) -> int:
         """Items that can be sampled now."""
-        return self.sampler.num_valid
+        return self.selector.num_valid
 
     def append(self, samples: NamedArrays, priorities: np.ndarray | torch.Tensor | None = None) -> np.ndarray:
         written, changed = self.storage.append(samples)
@@ -72,16 +72,16 @@ class ReplayBuffer:
             priorities = np.asarray(to_numpy(priorities), dtype=np.float64).reshape(-1)
             if priorities.size != written.size:
                 raise ValueError(f"replay append: {priorities.size} priorities for {written.size} new items")
-        self.sampler.on_write(written, priorities)
-        self.sampler.set_valid(changed, self.storage.valid(changed))
+        self.selector.on_write(written, priorities)
+        self.selector.set_valid(changed, self.storage.valid(changed))
         return written
 
     def sample(self, batch_size: int) -> tuple[NamedArrays, np.ndarray, torch.Tensor]:
         if batch_size < 1:
             raise ValueError(f"replay sample: batch_size={batch_size} must be positive")
-        items, weights = self.sampler.sample(batch_size)
+        items, weights = self.selector.sample(batch_size)
         return self.storage.extract(items), items, torch.from_numpy(weights)
 
     def update_priorities(self, indices: np.ndarray, priorities: np.ndarray | torch.Tensor) -> None:
         priorities = np.asarray(to_numpy(priorities), dtype=np.float64).reshape(-1)
-        self.sampler.update_priorities(np.asarray(indices, dtype=np.int64), priorities)
+        self.selector.update_priorities(np.asarray(indices, dtype=np.int64), priorities)

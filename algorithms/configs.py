@@ -1,10 +1,16 @@
-"""Strict conversion of plain data (parsed TOML) into the typed configs of ``algorithms``.
+"""Typed configs from plain data, strictly, and the one-line checks every config class uses.
 
-The target classes are frozen dataclasses owned by ``algorithms`` (``EnvConfig``, ``SamplerConfig``,
-``RunnerConfig``, each algorithm's ``Config``). Their fields and types are read by introspection,
-so a field added there is picked up here without a change. Anything that does not fit is a
-``ConfigError`` whose message is one line naming the file and the key: an unknown key, a missing
-required key, a value of the wrong type, or a value the class's own ``__post_init__`` rejects.
+The target classes are frozen dataclasses (``EnvConfig``, ``SamplerConfig``, ``RunnerConfig``, each
+algorithm's ``Config``). Their fields and types are read by introspection, so a field added there
+is picked up here without a change. ``build`` is the one converter from plain data (parsed TOML,
+a run's ``config.json``) to a config: anything that does not fit is a ``ConfigError`` whose message
+is one line naming the file and the key: an unknown or renamed key, a missing required key, a value
+of the wrong type, or a value the class's own ``__post_init__`` rejects (``check_field``).
+
+Names: one per idea, listed in docs/ARCHITECTURE.md (Glossary). ``RENAMED`` maps the names earlier
+versions used to the current ones: a settings file that still says an old name gets a one-line
+error naming the new one; a run directory's ``config.json`` written before the rename is read
+through ``migrate_renamed``.
 """
 
 from __future__ import annotations
@@ -20,8 +26,67 @@ from typing import Any
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-class ConfigError(Exception):
-    """A bad setting, profile, plan or command-line value. ``str(err)`` is one line; the CLI exits 2."""
+class ConfigError(ValueError):
+    """A bad setting, profile, plan, command-line or ``config.json`` value. ``str(err)`` is one line;
+    the CLI exits 2."""
+
+
+# Old key -> current key (docs/ARCHITECTURE.md, Glossary). The old names came from the sources each
+# algorithm was first written after: rlpyt (min_steps_learn), SB3 / Baselines (max_grad_norm) and
+# the optimizers' own argument names.
+RENAMED: dict[str, str] = {
+    "min_steps_learn": "learning_starts_steps",
+    "max_grad_norm": "clip_grad_norm",
+    "adam_eps": "optimizer_eps",
+    "adam_epsilon": "optimizer_eps",
+    "rmsprop_epsilon": "optimizer_eps",
+}
+
+
+def migrate_renamed(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with every old key (``RENAMED``) that names a field of ``cls`` under its new name:
+    how a ``config.json`` written before a rename is read."""
+    known = set(field_types(cls))
+    return {RENAMED.get(k, k) if RENAMED.get(k) in known else k: v for k, v in values.items()}
+
+
+def check_field(config: Any, condition: bool, field: str, what: str) -> None:
+    """``ValueError`` naming ``<module>.<Class>.<field>`` and its value unless ``condition``: the
+    one-line value checks of every config's ``__post_init__``."""
+    if not condition:
+        cls = type(config)
+        raise ValueError(f"{config_label(cls)}.{field} must be {what}, got {getattr(config, field)!r}")
+
+
+def config_label(cls: type) -> str:
+    """``dqn.Config`` for an algorithm's ``Config`` (they share the class name), else the class name."""
+    if cls.__qualname__ == "Config":
+        return f"{cls.__module__.rsplit('.', 1)[-1]}.Config"
+    return cls.__qualname__
+
+
+def check_types(config: Any) -> None:
+    """``TypeError`` naming the first field of ``config`` whose value does not match its scalar
+    annotation (int, float, str, bool): a config built in Python gets the checks ``convert`` gives
+    one built from a file. An int passes where a float is expected, a bool never where a number is,
+    and a float must be finite (inf or nan would pass every range check and fail inside the job)."""
+    for name, expected in field_types(type(config)).items():
+        value = getattr(config, name)
+        if expected is bool:
+            ok = isinstance(value, bool)
+        elif expected is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif expected is float:
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        elif expected is str:
+            ok = isinstance(value, str)
+        else:
+            continue
+        if not ok:
+            raise TypeError(
+                f"{config_label(type(config))}.{name} must be {'a finite ' if expected is float else ''}"
+                f"{expected.__name__}, got {type(value).__name__} {value!r}"
+            )
 
 
 def field_types(cls: type) -> dict[str, Any]:
@@ -133,6 +198,8 @@ def check_keys(cls: type, values: Mapping[str, Any], where: str) -> None:
     """Unknown keys of ``values`` for dataclass ``cls`` are an error naming the first one."""
     known = list(field_types(cls))
     for key in values:
+        if key in RENAMED and RENAMED[key] in known:
+            raise ConfigError(f"{where}: key '{key}' was renamed to '{RENAMED[key]}'")
         if key not in known:
             raise ConfigError(
                 f"{where}: unknown key '{key}' for {cls.__module__}.{cls.__qualname__}; "

@@ -1,13 +1,14 @@
-"""Which stored items a replay draws: uniform or prioritized. Samplers know item indices, not data.
+"""Replay selection: which stored items a replay draws, uniformly or by priority. Selectors know
+item indices, not data (collecting experience is ``algorithms/samplers``, a different word).
 
 A storage (``transitions.py``, ``sequences.py``) owns the data and numbers its items 0 .. N-1;
-``ReplayBuffer`` (``buffer.py``) tells the sampler which items were written and which are valid
-(complete and not partly overwritten). Both samplers share one interface::
+``ReplayBuffer`` (``buffer.py``) tells the selector which items were written and which are valid
+(complete and not partly overwritten). Both selectors share one interface::
 
-    sampler.on_write(items, priorities=None)     # items [n] were (re)written
-    sampler.set_valid(items, valid)              # items [n] may / may not be drawn
-    items, is_weights = sampler.sample(batch_size)
-    sampler.update_priorities(items, priorities)
+    selector.on_write(items, priorities=None)     # items [n] were (re)written
+    selector.set_valid(items, valid)              # items [n] may / may not be drawn
+    items, is_weights = selector.sample(batch_size)
+    selector.update_priorities(items, priorities)
 
 Prioritized replay (Schaul et al. 2016, "Prioritized Experience Replay", Sec. 3.3-3.4): item i is
 drawn with probability P(i) = p_i^alpha / sum_k p_k^alpha; new items enter at the largest priority
@@ -17,7 +18,7 @@ to ``beta_final`` over ``beta_anneal_draws`` calls to ``sample``. Draws are stra
 mass is cut into ``batch_size`` equal segments and one item is drawn from each (Appendix B.2.1).
 
 Arrays (the sum tree, priorities, validity flags, counters) can be allocated in shared memory
-(``shared=True``) so another process can use the same sampler state.
+(``shared=True``) so another process can use the same selector state.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def _alloc(example: np.ndarray, n: int, shared: bool) -> np.ndarray:
     return buf.numpy() if shared else buf
 
 
-class UniformSampler:
+class UniformSelector:
     """Every valid item equally likely; importance weights are all ones.
 
     Draws uniformly below the highest item ever written and redraws the few that are not valid
@@ -46,7 +47,7 @@ class UniformSampler:
 
     def __init__(self, num_items: int, seed: int | None = None, shared: bool = False) -> None:
         if num_items < 1:
-            raise ValueError(f"UniformSampler: num_items={num_items} must be positive")
+            raise ValueError(f"UniformSelector: num_items={num_items} must be positive")
         self.num_items = int(num_items)
         self._valid = _alloc(np.zeros((), dtype=bool), self.num_items, shared)
         # [highest item written + 1, number of valid items]
@@ -59,7 +60,7 @@ class UniformSampler:
 
     def on_write(self, items: np.ndarray, priorities: np.ndarray | None = None) -> None:
         if priorities is not None:
-            raise ValueError("UniformSampler: priorities given on write, but this sampler is uniform")
+            raise ValueError("UniformSelector: priorities given on write, but this selector is uniform")
         if len(items):
             self._counts[0] = max(int(self._counts[0]), int(items.max()) + 1)
 
@@ -71,7 +72,7 @@ class UniformSampler:
 
     def sample(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         if self.num_valid == 0:
-            raise ValueError("UniformSampler.sample: no valid items stored yet")
+            raise ValueError("UniformSelector.sample: no valid items stored yet")
         high = int(self._counts[0])
         items = self._rng.integers(0, high, size=batch_size)
         invalid = ~self._valid[items]
@@ -88,7 +89,7 @@ class UniformSampler:
         """Uniform sampling has no priorities; accepted and ignored so algorithms need no branch."""
 
 
-class PrioritizedSampler:
+class PrioritizedSelector:
     """Proportional prioritization over a :class:`SumTree` (Schaul et al. 2016, Sec. 3.3).
 
     Args:
@@ -116,16 +117,16 @@ class PrioritizedSampler:
         shared: bool = False,
     ) -> None:
         if num_items < 1:
-            raise ValueError(f"PrioritizedSampler: num_items={num_items} must be positive")
+            raise ValueError(f"PrioritizedSelector: num_items={num_items} must be positive")
         if alpha < 0:
-            raise ValueError(f"PrioritizedSampler: alpha={alpha} must be >= 0")
+            raise ValueError(f"PrioritizedSelector: alpha={alpha} must be >= 0")
         for name, value in (("beta", beta), ("beta_final", beta_final)):
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"PrioritizedSampler: {name}={value} must be in [0, 1]")
+                raise ValueError(f"PrioritizedSelector: {name}={value} must be in [0, 1]")
         if beta_anneal_draws < 0:
-            raise ValueError(f"PrioritizedSampler: beta_anneal_draws={beta_anneal_draws} must be >= 0")
+            raise ValueError(f"PrioritizedSelector: beta_anneal_draws={beta_anneal_draws} must be >= 0")
         if default_priority <= 0:
-            raise ValueError(f"PrioritizedSampler: default_priority={default_priority} must be positive")
+            raise ValueError(f"PrioritizedSelector: default_priority={default_priority} must be positive")
         self.num_items = int(num_items)
         self.alpha = float(alpha)
         self.beta_initial = float(beta)
@@ -191,14 +192,14 @@ class PrioritizedSampler:
 
     def _set(self, items: np.ndarray, values: np.ndarray) -> None:
         if not np.all(values >= 0):
-            raise ValueError("PrioritizedSampler: priorities must be non-negative numbers")
+            raise ValueError("PrioritizedSelector: priorities must be non-negative numbers")
         self._priority[items] = values
         self.tree.set(items, values * self._valid[items])
 
     def sample(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         """``batch_size`` items by stratified proportional sampling, and their IS weights (float32)."""
         if self.num_valid == 0:
-            raise ValueError("PrioritizedSampler.sample: no valid items stored yet")
+            raise ValueError("PrioritizedSelector.sample: no valid items stored yet")
         fractions = (np.arange(batch_size) + self._rng.random(batch_size)) / batch_size
         items, values, total = self.tree.find(fractions)
         weights = importance_weights(values / total, self.beta).astype(np.float32)
