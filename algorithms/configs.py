@@ -58,6 +58,35 @@ def check_field(config: Any, condition: bool, field: str, what: str) -> None:
         raise ValueError(f"{config_label(cls)}.{field} must be {what}, got {getattr(config, field)!r}")
 
 
+def check_ranges(
+    config: Any,
+    *,
+    unit: tuple[str, ...] = (),
+    positive: tuple[str, ...] = (),
+    positive_ints: tuple[str, ...] = (),
+    non_negative: tuple[str, ...] = (),
+    sizes: tuple[str, ...] = (),
+) -> None:
+    """The range checks most config fields need, by kind (``check_field`` errors): ``unit`` in
+    [0, 1], ``positive`` > 0, ``positive_ints`` integers >= 1, ``non_negative`` >= 0, ``sizes``
+    tuples of positive integers (layer widths)."""
+    for name in unit:
+        check_field(config, 0.0 <= getattr(config, name) <= 1.0, name, "in [0, 1]")
+    for name in positive:
+        check_field(config, getattr(config, name) > 0, name, "> 0")
+    for name in positive_ints:
+        value = getattr(config, name)
+        check_field(
+            config, isinstance(value, int) and not isinstance(value, bool) and value >= 1, name, "an int >= 1"
+        )
+    for name in non_negative:
+        check_field(config, getattr(config, name) >= 0, name, ">= 0")
+    for name in sizes:
+        value = getattr(config, name)
+        ok = isinstance(value, tuple) and all(isinstance(h, int) and h >= 1 for h in value)
+        check_field(config, ok, name, "a tuple of positive ints")
+
+
 def config_label(cls: type) -> str:
     """``dqn.Config`` for an algorithm's ``Config`` (they share the class name), else the class name."""
     if cls.__qualname__ == "Config":

@@ -5,21 +5,23 @@ Arms (issue 4, item 5), each over several seeds, scored by the mean return of th
 (``SamplerConfig.eval_episodes`` eval-mode episodes after the last training step: the most likely
 action for PPO/A2C, the policy mean for SAC, mu(s) for DDPG/TD3):
 
-| arm | env | budget (env steps) | pass |
+| arm | setting (task, where not the setting's own) | budget (env steps) | pass |
 |---|---|---|---|
-| ``ppo_cartpole`` | CartPole-v1 | 100k | median seed >= 475 |
-| ``a2c_cartpole`` | CartPole-v1 | 100k | median seed >= 475 |
-| ``ppo_masked`` (feed-forward) | CartPole-v1, velocities masked | 100k | reported |
-| ``rppo_masked`` (LSTM) | CartPole-v1, velocities masked | 100k | median above ``ppo_masked``'s CI |
-| ``sac_pendulum``, ``td3_pendulum``, ``ddpg_pendulum`` | Pendulum-v1 | 20k | median seed >= -200 |
-| ``sac_halfcheetah``, ``td3_halfcheetah`` | HalfCheetah-v5 | 100k | reported |
+| ``ppo_cartpole`` | ``ppo_cartpole_bench`` (CartPole-v1) | 100k | median seed >= 475 |
+| ``a2c_cartpole`` | ``a2c_cartpole_a3c`` (CartPole-v1) | 100k | median seed >= 475 |
+| ``ppo_masked`` (feed-forward) | ``ppo_cartpole_bench``, velocities masked | 100k | reported |
+| ``rppo_masked`` (LSTM) | ``ppo_lstm_masked_cartpole_bench`` | 100k | above ``ppo_masked``'s CI |
+| ``sac_pendulum`` | ``sac_1k_start`` on Pendulum-v1 | 20k | median seed >= -200 |
+| ``td3_pendulum`` | ``td3_1k_start`` on Pendulum-v1 | 20k | median seed >= -200 |
+| ``ddpg_pendulum`` | ``ddpg_1k_start`` on Pendulum-v1 | 20k | median seed >= -200 |
+| ``sac_halfcheetah``, ``td3_halfcheetah`` | ``sac``, ``td3`` (HalfCheetah-v5) | 100k | reported |
 
-Settings: the ``PRESETS`` of each algorithm module (``cartpole`` from rl-baselines3-zoo,
-``pendulum``, and the published MuJoCo settings), with PPO's learning-rate annealing stretched over
-the arm's budget; A2C on CartPole runs A3C's 16 actors, entropy bonus and annealing (see
-``_a2c_cartpole``). ``--budget-scale`` shrinks every budget to fit a machine; the summary says
-which scale ran. Results: one CSV row per (arm, seed) and a Markdown summary with the median, the
-mean and a 95% bootstrap CI over seeds (scipy).
+Every value comes from the arm's setting (``repro/configs/settings/``; each file says where its values
+come from and what its CartPole variants change from rl-baselines3-zoo's). The bench sets only
+budget-type values: PPO's and A2C's annealing stretched over the arm's budget, and the QPG warm-ups
+cut to a tenth of a short budget. ``--budget-scale`` shrinks every budget to fit a machine; the
+summary says which scale ran. Results: one CSV row per (arm, seed) and a Markdown summary with the
+median, the mean and a 95% bootstrap CI over seeds (scipy).
 
     python -m bench.bench_learn_pg --out runs/bench/learn_pg.csv [--arms ppo_cartpole,sac_pendulum]
         [--seeds 5] [--budget-scale 1.0] [--jobs 1]
@@ -27,79 +29,40 @@ mean and a 95% bootstrap CI over seeds (scipy).
 
 from __future__ import annotations
 
-from algorithms.algos import a2c, ddpg, ppo, sac, td3
-from algorithms.envs.config import EnvConfig
+from typing import Any
+
 from bench import learning
 from bench.learning import Arm
 
-CARTPOLE = EnvConfig(id="CartPole-v1", kind="gym")
-MASKED = EnvConfig(id="CartPole-v1", kind="gym", mask_velocity=True)
-PENDULUM = EnvConfig(id="Pendulum-v1", kind="gym")
-HALFCHEETAH = EnvConfig(id="HalfCheetah-v5", kind="gym")
+# The tasks where an arm runs its setting on another env than the setting's own.
+MASKED = {"env.mask_velocity": True}
+PENDULUM = {"env.id": "Pendulum-v1"}
 
 
-def _ppo_cartpole(budget: int) -> ppo.Config:
-    return ppo.Config.preset("cartpole", anneal_env_steps=budget)
+def _anneal(configs: dict[str, Any], budget: int) -> dict[str, Any]:
+    # Learning rate (and PPO's clip range) annealed to 0 over the run (Schulman et al. 2017, Table 5;
+    # Mnih et al. 2016, Sec. 8), whatever budget the run is given.
+    return {"algo.anneal_env_steps": budget}
 
 
-def _a2c_cartpole(budget: int) -> a2c.Config:
-    # The zoo's CartPole setting (preset "cartpole": 8 envs x 5 steps, constant lr 7e-4, no entropy
-    # bonus) is tuned for 500k steps; at this arm's 100k, seeds 0-9 finished at >= 475 on 5 of 10
-    # (median 480.8; SB3's own A2C with it: 3 of 5). This arm runs A3C's own shape instead (Mnih et
-    # al. 2016, Sec. 8: 16 actors, t_max 5, entropy 0.01, learning rate annealed to 0) at a rate of
-    # 1.5e-3: 7 of 10 at >= 475, median 493 (2026-11-30; docs/results/a2c_cartpole_sweep.md lists
-    # every setting tried, several of which passed on seeds 0-4 and failed on 5-9).
-    return a2c.Config.preset("cartpole", entropy_coef=0.01, anneal_env_steps=budget, learning_rate=1.5e-3)
-
-
-def _ppo_masked(budget: int) -> ppo.Config:
-    return ppo.Config.preset("cartpole", anneal_env_steps=budget)
-
-
-def _rppo_masked(budget: int) -> ppo.Config:
-    # rl-baselines3-zoo's RecurrentPPO CartPoleNoVel-v1 (hyperparams/ppo_lstm.yml): the PPO CartPole
-    # settings with a 64-unit LSTM on a 64-unit layer; minibatches of 2 whole env columns of 32 steps.
-    return ppo.Config.preset(
-        "cartpole",
-        anneal_env_steps=budget,
-        recurrent=True,
-        lstm_size=64,
-        hidden_sizes=(64,),
-        minibatch_size_steps=64,
-    )
-
-
-def _warmup(budget: int, steps: int) -> dict[str, int]:
-    n = max(min(steps, budget // 10), 256)
-    return {"random_steps": n, "learning_starts_steps": n}
+def _warmup(configs: dict[str, Any], budget: int) -> dict[str, Any]:
+    # The setting's uniform-random start (TD3's rule, Fujimoto et al. 2018, Sec. 6.1), cut to a tenth
+    # of a shorter budget so that most of the run learns, and at least 256 steps: SAC's minibatch (the
+    # stored steps a first update needs), above TD3's and DDPG's 100.
+    n = max(min(configs["algo"].random_steps, budget // 10), 256)
+    return {"algo.random_steps": n, "algo.learning_starts_steps": n}
 
 
 ARMS: dict[str, Arm] = {
-    "ppo_cartpole": Arm("ppo", CARTPOLE, 100_000, ">= 475", _ppo_cartpole, 32, 8),
-    "a2c_cartpole": Arm("a2c", CARTPOLE, 100_000, ">= 475", _a2c_cartpole, 5, 16),
-    "ppo_masked": Arm("ppo", MASKED, 100_000, "reported", _ppo_masked, 32, 8),
-    "rppo_masked": Arm("ppo", MASKED, 100_000, "above ppo_masked", _rppo_masked, 32, 8),
-    "sac_pendulum": Arm(
-        "sac", PENDULUM, 20_000, ">= -200", lambda b: sac.Config.preset("pendulum", **_warmup(b, 1_000)), 1, 1
-    ),
-    "td3_pendulum": Arm(
-        "td3", PENDULUM, 20_000, ">= -200", lambda b: td3.Config.preset("pendulum", **_warmup(b, 1_000)), 1, 1
-    ),
-    "ddpg_pendulum": Arm(
-        "ddpg",
-        PENDULUM,
-        20_000,
-        ">= -200",
-        lambda b: ddpg.Config.preset("pendulum", **_warmup(b, 1_000)),
-        1,
-        1,
-    ),
-    "sac_halfcheetah": Arm(
-        "sac", HALFCHEETAH, 100_000, "reported", lambda b: sac.Config(**_warmup(b, 10_000)), 1, 1, 5
-    ),
-    "td3_halfcheetah": Arm(
-        "td3", HALFCHEETAH, 100_000, "reported", lambda b: td3.Config(**_warmup(b, 10_000)), 1, 1, 5
-    ),
+    "ppo_cartpole": Arm("ppo_cartpole_bench", 100_000, ">= 475", _anneal),
+    "a2c_cartpole": Arm("a2c_cartpole_a3c", 100_000, ">= 475", _anneal),
+    "ppo_masked": Arm("ppo_cartpole_bench", 100_000, "reported", _anneal, task=MASKED),
+    "rppo_masked": Arm("ppo_lstm_masked_cartpole_bench", 100_000, "above ppo_masked", _anneal),
+    "sac_pendulum": Arm("sac_1k_start", 20_000, ">= -200", _warmup, task=PENDULUM),
+    "td3_pendulum": Arm("td3_1k_start", 20_000, ">= -200", _warmup, task=PENDULUM),
+    "ddpg_pendulum": Arm("ddpg_1k_start", 20_000, ">= -200", _warmup, task=PENDULUM),
+    "sac_halfcheetah": Arm("sac", 100_000, "reported", _warmup, eval_episodes=5),
+    "td3_halfcheetah": Arm("td3", 100_000, "reported", _warmup, eval_episodes=5),
 }
 
 

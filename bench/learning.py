@@ -1,7 +1,12 @@
 """The machinery shared by the learning-check benchmarks (``bench_learn_dqn``, ``bench_learn_pg``).
 
-A benchmark module defines ``ARMS`` (name -> ``Arm``) and calls ``main(module_name, title, doc)``:
-every (arm, seed) trains through ``algorithms.train.train`` into ``<out stem>_runs/<arm>/seed<k>``,
+A benchmark module defines ``ARMS`` (name -> ``Arm``) and calls ``main(module_name, title, doc)``.
+An arm names a shipped setting (``repro/configs/settings/<name>.toml``): its algorithm, algorithm
+config, env and sampler shape come from there (``repro.settings.setting_configs``), and the bench
+adds only its budget, the values it scales with that budget and, where it runs the setting on
+another task, the env (as a plan sets a job's env id).
+
+Every (arm, seed) trains through ``algorithms.train.train`` into ``<out stem>_runs/<arm>/seed<k>``,
 one row per run goes to the CSV, and a Markdown summary (median final return, mean with a 95%
 percentile-bootstrap CI over seeds, pass or fail against the arm's mark) goes next to it.
 
@@ -18,35 +23,57 @@ import csv
 import importlib
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from algorithms.envs.config import EnvConfig
 from algorithms.rundir import read_run
 from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
+from repro.settings import load_setting, setting_configs
 
 
 @dataclass(frozen=True)
 class Arm:
-    algo: str
-    env: EnvConfig
+    setting: str  # a shipped setting's name
     budget_steps: int
     # What the median seed's final return must satisfy: ">= x", "> x", "reported", or
     # "above <arm>": above the upper end of that arm's 95% CI.
     pass_mark: str
-    make_config: Callable[[int], Any]
-    batch_T: int
-    batch_B: int
+    # (the setting's own configs, budget) -> {"section.key": value}: the budget-type values the bench
+    # scales to its budget (learning start, exploration and annealing lengths), as a profile would.
+    budget_values: Callable[[dict[str, Any], int], dict[str, Any]]
+    # {"env.key": value} where the bench runs the setting on another task than the setting's own.
+    task: Mapping[str, Any] = field(default_factory=dict)
     eval_episodes: int = 10
 
 
+@cache
+def setting_algo(name: str) -> str:
+    return load_setting(name).algo
+
+
+def arm_configs(arm: Arm, budget: int) -> dict[str, Any]:
+    """The setting's configs (``algo``, ``env``, ``sampler``, ``runner``) on the arm's task with the
+    arm's budget values for ``budget`` env steps."""
+    own = setting_configs(arm.setting, arm.task)
+    return setting_configs(arm.setting, {**arm.task, **arm.budget_values(own, budget)})
+
+
+def batch_shape(arm: Arm, overrides: Overrides) -> tuple[int, int]:
+    """(T, B): the sweep's ``--batch``, else the setting's sampler shape."""
+    if overrides.batch is not None:
+        return overrides.batch
+    sampler = setting_configs(arm.setting)["sampler"]
+    return sampler.batch_T, sampler.batch_B
+
+
 def _arms(module_name: str) -> dict[str, Arm]:
-    # Arms hold lambdas, which do not pickle: worker processes look them up by module name.
+    # Worker processes look the arms up by module name rather than receive them pickled.
     return importlib.import_module(module_name).ARMS
 
 
@@ -66,11 +93,12 @@ class Overrides:
 
 def train_config(arm: Arm, budget: int, seed: int, overrides: Overrides = Overrides()) -> TrainConfig:
     """The arm's run at ``budget`` env steps with ``overrides`` applied (raises on a bad override)."""
-    batch_T, batch_B = overrides.batch or (arm.batch_T, arm.batch_B)
+    configs = arm_configs(arm, budget)
+    batch_T, batch_B = batch_shape(arm, overrides)
     return TrainConfig(
-        algo=arm.algo,
-        algo_config=replace(arm.make_config(budget), **dict(overrides.fields)),
-        env=arm.env,
+        algo=setting_algo(arm.setting),
+        algo_config=replace(configs["algo"], **dict(overrides.fields)),
+        env=configs["env"],
         sampler=SamplerConfig(batch_T=batch_T, batch_B=batch_B, eval_episodes=arm.eval_episodes),
         runner=RunnerConfig(
             n_steps=budget, log_interval_steps=max(budget // 10, 1), seed=seed, torch_threads=1
@@ -80,7 +108,7 @@ def train_config(arm: Arm, budget: int, seed: int, overrides: Overrides = Overri
 
 def arm_budget(arm: Arm, budget_scale: float, overrides: Overrides = Overrides()) -> int:
     """The arm's env-step budget at ``budget_scale``, at least one sampler batch."""
-    batch_T, batch_B = overrides.batch or (arm.batch_T, arm.batch_B)
+    batch_T, batch_B = batch_shape(arm, overrides)
     return max(int(arm.budget_steps * budget_scale), batch_T * batch_B)
 
 
@@ -104,8 +132,8 @@ def run_one(
     returns = data.progress.return_mean.dropna() if "return_mean" in data.progress else []
     return {
         "arm": arm_name,
-        "algo": arm.algo,
-        "env": arm.env.id + ("-masked" if arm.env.mask_velocity else ""),
+        "algo": config.algo,
+        "env": config.env.id + ("-masked" if config.env.mask_velocity else ""),
         "seed": seed,
         "overrides": overrides.label(),
         "budget_steps": budget,
@@ -239,10 +267,12 @@ def main(module_name: str, title: str, description: str) -> None:
     overrides = _overrides(parser, args.set, args.batch)
     for arm in chosen:
         budget = arm_budget(arms[arm], args.budget_scale, overrides)
-        known = {f.name for f in fields(arms[arm].make_config(budget))}
+        known = {f.name for f in fields(arm_configs(arms[arm], budget)["algo"])}
         for name, _ in overrides.fields:
             if name not in known:
-                parser.error(f"--set {name}: arm {arm}'s {arms[arm].algo} config has no such field")
+                parser.error(
+                    f"--set {name}: arm {arm}'s {setting_algo(arms[arm].setting)} config has no such field"
+                )
         try:
             train_config(arms[arm], budget, 0, overrides)
         except (TypeError, ValueError) as error:

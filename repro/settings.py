@@ -6,7 +6,7 @@ File format (``repro/configs/settings/<name>.toml``; the scheme is documented in
     [setting]
     title = "R2D2 as published"
     citation = "Kapturowski et al. 2019, ICLR (camera-ready)"
-    algo = "r2d1"                 # algorithms.registry name; inherited from the base if omitted
+    algo = "r2d1"                 # registry name or dotted module path; inherited from the base if omitted
     base = "r2d2_paper"           # optional, one level: the base may not have a base itself
 
     [algo]                        # -> the algorithm's Config      [env] -> EnvConfig
@@ -97,7 +97,7 @@ def default_schema(algo: str) -> dict[str, type]:
     except ValueError as e:
         raise ConfigError(str(e)) from e
     except ImportError as e:
-        raise ConfigError(f"algorithm {algo!r} is registered but its module does not import: {e}") from e
+        raise ConfigError(f"algorithm {algo!r}: its module does not import: {e}") from e
     return {
         "algo": algo_cls,
         "env": train.env_config_class(),
@@ -205,6 +205,9 @@ def load_setting(
     base_name = meta.get("base")
     if base_name is not None:
         base_path = _find(base_name, settings_dir, near=path.parent)
+        if base_path.resolve() == path.resolve() and not base_name.endswith(".toml"):
+            # A variant file named like the shipped setting it changes (a copy elsewhere) means that one.
+            base_path = _find(base_name, settings_dir)
         if base_path.resolve() == path.resolve():
             raise ConfigError(f"{path} [setting] 'base': a setting cannot be its own base")
         base_meta, base_sections = _read_file(base_path)

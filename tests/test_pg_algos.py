@@ -6,8 +6,11 @@ import pytest
 import torch
 
 from algorithms.algos import a2c, ppo
+from algorithms.algos.base import anneal_fraction
 from algorithms.arrays import NamedArrays
+from algorithms.configs import ConfigError
 from algorithms.samplers.base import BatchSpec
+from repro.settings import setting_configs
 
 torch.set_num_threads(1)
 
@@ -59,18 +62,26 @@ def _batch(agent, T, B, seed=0):
     )
 
 
-def test_configs_validate_and_presets_load():
+def test_configs_validate_and_published_settings_load():
     with pytest.raises(ValueError, match="ppo.Config.discount"):
         ppo.Config(discount=1.5)
     with pytest.raises(ValueError, match="a2c.Config.learning_rate"):
         a2c.Config(learning_rate=0.0)
-    with pytest.raises(ValueError, match="unknown PPO preset 'pong'"):
-        ppo.Config.preset("pong")
-    for module in (a2c, ppo):
-        for name, preset in module.PRESETS.items():
-            assert isinstance(module.Config.preset(name), module.Config)
-            assert set(preset) == {"algo", "sampler"}
-    assert ppo.Config.preset("atari").clip_epsilon == 0.1  # Schulman et al. 2017, Table 5
+    with pytest.raises(ConfigError, match="unknown setting 'ppo_pong'"):
+        setting_configs("ppo_pong")
+    # Each published setting gives its sampler shape: horizon T x actors B.
+    shapes = {
+        "ppo_mujoco": (ppo, 2048, 1),  # Schulman et al. 2017, Table 3 (one actor, Sec. 6.1)
+        "ppo_atari": (ppo, 128, 8),  # Schulman et al. 2017, Table 5
+        "a2c_atari": (a2c, 5, 16),  # Mnih et al. 2016, Sec. 8: t_max 5, 16 actor-learners
+        "a2c_mujoco": (a2c, 5, 16),
+        "a2c_cartpole": (a2c, 5, 8),  # rl-baselines3-zoo a2c.yml CartPole-v1: n_envs 8, SB3 n_steps 5
+    }
+    for name, (module, batch_T, batch_B) in shapes.items():
+        configs = setting_configs(name)
+        assert isinstance(configs["algo"], module.Config), name
+        assert (configs["sampler"].batch_T, configs["sampler"].batch_B) == (batch_T, batch_B), name
+    assert setting_configs("ppo_atari")["algo"].clip_epsilon == 0.1  # Schulman et al. 2017, Table 5
 
 
 def test_ppo_minibatch_size_must_fit_the_batch():
@@ -118,9 +129,8 @@ def test_ppo_target_kl_stops_early():
 
 
 def test_learning_rate_anneals_linearly():
-    config = ppo.Config(anneal_env_steps=640, minibatch_size_steps=32)
-    algo = ppo.Algo(config, ppo.build_agent(config, OBS, ACT), 1, BatchSpec(16, 4))
-    assert [algo.anneal_fraction(s) for s in (0, 320, 640, 1280)] == pytest.approx([1.0, 0.5, 0.0, 0.0])
+    assert [anneal_fraction(s, 640) for s in (0, 320, 640, 1280)] == pytest.approx([1.0, 0.5, 0.0, 0.0])
+    assert anneal_fraction(10**9, 0) == 1.0  # 0: no annealing
 
 
 @pytest.mark.parametrize("recurrent", [False, True])

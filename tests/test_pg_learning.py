@@ -9,14 +9,28 @@ import numpy as np
 import pytest
 import torch
 
-from algorithms.algos import a2c, ppo
+from algorithms.algos import ppo
 from algorithms.envs.config import EnvConfig
 from algorithms.rundir import read_run
 from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
+from repro.settings import setting_configs
 
 torch.set_num_threads(1)
 
 CARTPOLE = EnvConfig(id="CartPole-v1", kind="gym")
+
+
+def _setting_run(setting: str, algo: str, runner: RunnerConfig) -> TrainConfig:
+    """The setting's algorithm config, env and sampler shape at this test's budget, no evaluation."""
+    configs = setting_configs(setting)
+    sampler = configs["sampler"]
+    return TrainConfig(
+        algo=algo,
+        algo_config=configs["algo"],
+        env=configs["env"],
+        sampler=SamplerConfig(batch_T=sampler.batch_T, batch_B=sampler.batch_B, eval_episodes=0),
+        runner=runner,
+    )
 
 
 def _last_return(run_dir) -> float:
@@ -25,12 +39,9 @@ def _last_return(run_dir) -> float:
 
 @pytest.mark.slow
 def test_ppo_cartpole_beats_random_at_a_tiny_budget(tmp_path):
-    config = TrainConfig(
-        algo="ppo",
-        algo_config=ppo.Config.preset("cartpole"),
-        env=CARTPOLE,
-        sampler=SamplerConfig(**ppo.PRESETS["cartpole"]["sampler"], eval_episodes=0),
-        runner=RunnerConfig(n_steps=16_384, log_interval_steps=4096, seed=1),
+    # rl-baselines3-zoo's CartPole PPO as bench/bench_learn_pg.py's ppo_cartpole arm runs it.
+    config = _setting_run(
+        "ppo_cartpole_bench", "ppo", RunnerConfig(n_steps=16_384, log_interval_steps=4096, seed=1)
     )
     train(config, tmp_path / "ppo", resume=False)
     assert _last_return(tmp_path / "ppo") > 100
@@ -38,12 +49,8 @@ def test_ppo_cartpole_beats_random_at_a_tiny_budget(tmp_path):
 
 @pytest.mark.slow
 def test_a2c_cartpole_beats_random_at_a_tiny_budget(tmp_path):
-    config = TrainConfig(
-        algo="a2c",
-        algo_config=a2c.Config.preset("cartpole"),
-        env=CARTPOLE,
-        sampler=SamplerConfig(**a2c.PRESETS["cartpole"]["sampler"], eval_episodes=0),
-        runner=RunnerConfig(n_steps=20_000, log_interval_steps=5000, seed=1),
+    config = _setting_run(
+        "a2c_cartpole", "a2c", RunnerConfig(n_steps=20_000, log_interval_steps=5000, seed=1)
     )
     train(config, tmp_path / "a2c", resume=False)
     assert _last_return(tmp_path / "a2c") > 80

@@ -254,3 +254,48 @@ def test_setting_configs_by_name_with_overrides():
     assert configs["env"].id == "minatar_asterix" and configs["runner"].n_steps == 5_000_000
     with pytest.raises(ConfigError, match="<caller> 'algo.batch_sise': unknown key 'batch_sise'"):
         setting_configs("dqn_minatar", {"algo.batch_sise": 64})
+
+
+def test_every_shipped_setting_names_its_env():
+    """Every shipped setting gives env.id (itself or through its base), so that its four configs build
+    by name without a plan (``setting_configs``, ``python -m repro show``); the build itself is
+    tests/test_repro_cli.py's test_every_shipped_setting_loads_and_builds."""
+    from repro.settings import available_settings
+
+    assert [name for name in available_settings() if "env.id" not in load_setting(name).entries] == []
+
+
+def test_zoo_settings_are_in_this_harness_units():
+    """rl-baselines3-zoo's values (hyperparams/*.yml @ 22e3ff2, SB3 2.9 defaults) converted by hand."""
+    ppo = setting_configs("ppo_cartpole_zoo")
+    # n_envs 8 x n_steps 32; lin_0.001 and lin_0.2 reach 0 at n_timesteps 1e5; SB3's vf_coef 0.5
+    # weights mean((R - V)^2), this harness's value loss is half of it; SB3 clips no value loss.
+    assert (ppo["sampler"].batch_T, ppo["sampler"].batch_B) == (32, 8)
+    assert ppo["algo"].anneal_env_steps == ppo["runner"].n_steps == 100_000 and ppo["algo"].anneal_clip
+    assert (ppo["algo"].value_coef, ppo["algo"].clip_value_loss) == (1.0, False)
+    assert setting_configs("ppo_halfcheetah")["algo"].value_coef == pytest.approx(2 * 0.58096)
+    dqn = setting_configs("dqn_cartpole_zoo")
+    # train_freq 256, gradient_steps 128: 128 updates per 256-step batch, the target copied once per
+    # block; exploration_fraction 0.16 of 5e4 steps.
+    assert (dqn["sampler"].batch_T, dqn["algo"].train_every_steps) == (256, 2)
+    assert (dqn["algo"].target_update_period_updates, dqn["algo"].eps_decay_steps) == (128, 8_000)
+    # MountainCar-v0: target_update_interval 600 env steps at 8 updates per 16 steps; 0.2 x 1.2e5.
+    car = setting_configs("dqn_mountaincar")["algo"]
+    assert (car.target_update_period_updates, car.eps_decay_steps) == (300, 24_000)
+    # LunarLander-v3: lin_0.00083 over n_timesteps 2e5.
+    lander = setting_configs("a2c_lunarlander")["algo"]
+    assert (lander.learning_rate, lander.anneal_env_steps) == (8.3e-4, 200_000)
+
+
+def test_a_variant_named_like_its_shipped_base_inherits_from_it(tmp_path):
+    variant = tmp_path / "dqn_minatar.toml"
+    variant.write_text(
+        '[setting]\ntitle = "variant"\ncitation = "x"\nbase = "dqn_minatar"\n'
+        '[algo]\nbatch_size = { value = 64, source = "x", origin = "harness" }\n'
+    )
+    setting = load_setting(str(variant))
+    assert setting.base == "dqn_minatar" and setting.entries["algo.batch_size"].value == 64
+    assert setting.entries["algo.optimizer_eps"].value == 0.01  # from the shipped file
+    variant.write_text(f'[setting]\ntitle = "x"\ncitation = "x"\nbase = "{variant}"\n')
+    with pytest.raises(ConfigError, match="cannot be its own base"):
+        load_setting(str(variant))

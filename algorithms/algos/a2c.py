@@ -15,13 +15,15 @@ One ``optimize`` call per sampler batch of T steps x B envs, one gradient step:
    ``anneal_env_steps`` (Mnih et al. 2016, Sec. 8: "learning rates ... annealed to 0 over the
    course of training").
 
-Published settings: ``Config()`` is Atari (Mnih et al. 2016 with the synchronous-A2C choices of
-OpenAI Baselines ``a2c``, which the PPO paper's A2C baseline used); ``PRESETS`` lists the sampler
-shape and the MuJoCo and CartPole variants.
+``Config()`` is the Atari setting (Mnih et al. 2016 with the synchronous-A2C choices of OpenAI
+Baselines ``a2c``, which the PPO paper's A2C baseline used). Published settings, with their sampler
+shapes, are data: ``repro/configs/settings/a2c_*.toml`` (``a2c_atari``, ``a2c_mujoco``, and
+rl-baselines3-zoo's tuned ones such as ``a2c_cartpole``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +31,8 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from algorithms.agents.pg_agents import PgAgent, RecurrentPgAgent, actor_critic_agent
-from algorithms.algos.base import OptInfo, from_preset
+from algorithms.agents.pg_agents import PgAgent, actor_critic_agent
+from algorithms.algos.base import OptInfo, PgLearner, anneal_fraction, validate_pg_config
 from algorithms.configs import check_field
 from algorithms.functional.advantages import (
     discounted_returns,
@@ -39,7 +41,6 @@ from algorithms.functional.advantages import (
     standardize_advantage,
 )
 from algorithms.functional.policy_losses import a2c_loss
-from algorithms.models.torsos import CONV_TORSOS
 
 
 @dataclass(frozen=True)
@@ -75,48 +76,8 @@ class Config:
     lstm_size: int = 128
 
     def __post_init__(self) -> None:
-        for name in ("discount", "gae_lambda"):
-            check_field(self, 0.0 <= getattr(self, name) <= 1.0, name, "in [0, 1]")
+        validate_pg_config(self)
         check_field(self, 0.0 <= self.rmsprop_alpha < 1.0, "rmsprop_alpha", "in [0, 1)")
-        for name in ("learning_rate", "optimizer_eps"):
-            check_field(self, getattr(self, name) > 0, name, "> 0")
-        for name in ("value_coef", "entropy_coef", "clip_grad_norm"):
-            check_field(self, getattr(self, name) >= 0, name, ">= 0")
-        check_field(self, self.anneal_env_steps >= 0, "anneal_env_steps", ">= 0")
-        check_field(self, self.conv_torso in CONV_TORSOS, "conv_torso", f"one of {CONV_TORSOS}")
-        check_field(self, self.lstm_size >= 1, "lstm_size", ">= 1")
-        check_field(
-            self,
-            isinstance(self.hidden_sizes, tuple) and all(h >= 1 for h in self.hidden_sizes),
-            "hidden_sizes",
-            "a tuple of positive ints",
-        )
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> Config:
-        """The setting ``name`` (a key of ``PRESETS``) with ``overrides`` applied."""
-        return from_preset(cls, "A2C", PRESETS, name, overrides, key="algo")
-
-
-PRESETS: dict[str, dict[str, dict[str, Any]]] = {
-    # Mnih et al. 2016: 16 actor-learners, t_max = 5, annealed over 40M frames (10M env steps).
-    "atari": {"algo": {}, "sampler": {"batch_T": 5, "batch_B": 16}},
-    # MuJoCo: neither paper tabulates A2C here (Schulman et al. 2017, Fig. 3, compares against an
-    # A2C without listing its settings). Ours: the Baselines a2c defaults above on PPO's 64-64 tanh
-    # networks, no entropy bonus for the Gaussian policy, constant learning rate.
-    "mujoco": {
-        "algo": {"entropy_coef": 0.0, "anneal_env_steps": 0},
-        "sampler": {"batch_T": 5, "batch_B": 16},
-    },
-    # CartPole-v1 (not in a paper): rl-baselines3-zoo hyperparams/a2c.yml, "CartPole-v1": 8 envs,
-    # ent_coef 0, the rest SB3's A2C defaults (n_steps 5, constant lr 7e-4, RMSprop alpha 0.99 eps
-    # 1e-5, gae_lambda 1 = these n-step returns, clip_grad_norm 0.5, no advantage or observation
-    # normalization, vf_coef 0.5 = value_coef 1 here).
-    "cartpole": {
-        "algo": {"entropy_coef": 0.0, "anneal_env_steps": 0},
-        "sampler": {"batch_T": 5, "batch_B": 8},
-    },
-}
 
 
 def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space) -> PgAgent:
@@ -124,32 +85,12 @@ def build_agent(config: Config, observation_space: gym.Space, action_space: gym.
     return actor_critic_agent(config, observation_space, action_space)
 
 
-class Algo:
+class Algo(PgLearner):
     """A2C on [T, B] batches from the synchronous runner (Contract 4)."""
 
-    def __init__(
-        self, config: Config, agent: PgAgent | RecurrentPgAgent, counters_frameskip: int, batch_spec
-    ) -> None:
-        self.config = config
-        self.agent = agent
-        self.batch_size = int(batch_spec.T) * int(batch_spec.B)
-        self.optimizer = torch.optim.RMSprop(
-            agent.model.parameters(),
-            lr=config.learning_rate,
-            alpha=config.rmsprop_alpha,
-            eps=config.optimizer_eps,
-        )
-
-    def anneal_fraction(self, env_steps: int) -> float:
-        """1 at the start of training, falling linearly to 0 at ``anneal_env_steps`` (1 if disabled).
-
-        ``env_steps`` is the run's count (``agent.env_steps``, set by the runner before ``optimize``),
-        not this process's iterations x batch: under data-parallel training every rank then anneals
-        on the global count.
-        """
-        if self.config.anneal_env_steps == 0:
-            return 1.0
-        return max(0.0, 1.0 - env_steps / self.config.anneal_env_steps)
+    def make_optimizer(self, params: Iterable[Any]) -> torch.optim.Optimizer:
+        c = self.config
+        return torch.optim.RMSprop(params, lr=c.learning_rate, alpha=c.rmsprop_alpha, eps=c.optimizer_eps)
 
     def optimize(self, itr: int, samples) -> OptInfo:
         c, agent = self.config, self.agent
@@ -175,7 +116,7 @@ class Algo:
                 )
             if c.normalize_advantage:
                 advantage = standardize_advantage(advantage)
-        learning_rate = c.learning_rate * self.anneal_fraction(agent.env_steps)
+        learning_rate = c.learning_rate * anneal_fraction(agent.env_steps, c.anneal_env_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
 
@@ -194,13 +135,7 @@ class Algo:
         )
         return OptInfo(
             updates=1,
-            samples_trained=self.batch_size,
-            samples_replayed=self.batch_size,
+            samples_trained=self.T * self.B,
+            samples_replayed=self.T * self.B,
             diagnostics=diagnostics,
         )
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])

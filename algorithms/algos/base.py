@@ -12,36 +12,20 @@ import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from algorithms.agents.base import Agent
 from algorithms.arrays import NamedArrays
-from algorithms.configs import check_field
+from algorithms.configs import check_field, check_ranges
 from algorithms.functional.policy_losses import polyak_update_
 from algorithms.models.ensemble import QEnsemble
+from algorithms.models.torsos import CONV_TORSOS
 from algorithms.replay.buffer import ReplayBuffer
-from algorithms.replay.observations import FullObservations
+from algorithms.replay.observations import FullObservations, observations_for
 from algorithms.replay.selectors import UniformSelector
 from algorithms.replay.transitions import TransitionStorage
-
-
-def from_preset(
-    cls: type,
-    label: str,
-    presets: dict[str, Any],
-    name: str,
-    overrides: dict[str, Any],
-    key: str | None = None,
-) -> Any:
-    """``cls`` built from the preset ``name`` of ``presets`` (its ``key`` entry when the presets also
-    hold a sampler shape) with ``overrides`` applied; an unknown name is a ValueError listing the
-    known ones (``label`` names the algorithm in it)."""
-    if name not in presets:
-        raise ValueError(f"unknown {label} preset {name!r}; known: {sorted(presets)}")
-    values = presets[name] if key is None else presets[name][key]
-    return cls(**{**values, **overrides})
 
 
 @dataclass
@@ -59,6 +43,60 @@ class OptInfo:
     diagnostics: dict[str, float] = field(default_factory=dict)
 
 
+# --- actor-critic policy gradients: A2C, PPO -----------------------------------------------------
+
+
+def anneal_fraction(env_steps: int, anneal_env_steps: int) -> float:
+    """1 at the start of training, falling linearly to 0 at ``anneal_env_steps`` (1 if that is 0).
+
+    ``env_steps`` is the run's count (``agent.env_steps``, set by the runner before ``optimize``),
+    not one process's iterations x batch: under data-parallel training every rank then anneals on
+    the global count.
+    """
+    if anneal_env_steps == 0:
+        return 1.0
+    return max(0.0, 1.0 - env_steps / anneal_env_steps)
+
+
+def validate_pg_config(
+    config: Any,
+    positive: tuple[str, ...] = (),
+    positive_ints: tuple[str, ...] = (),
+    non_negative: tuple[str, ...] = (),
+) -> None:
+    """The field checks of the A2C and PPO configs: the fields both have, plus the named extra ones.
+    Raises ``ValueError`` naming ``<algo>.Config.<field>`` and its value."""
+    check_ranges(
+        config,
+        unit=("discount", "gae_lambda"),
+        positive=("learning_rate", "optimizer_eps", *positive),
+        positive_ints=("lstm_size", *positive_ints),
+        non_negative=("value_coef", "entropy_coef", "clip_grad_norm", "anneal_env_steps", *non_negative),
+        sizes=("hidden_sizes",),
+    )
+    check_field(config, config.conv_torso in CONV_TORSOS, "conv_torso", f"one of {CONV_TORSOS}")
+
+
+class PgLearner:
+    """What the A2C and PPO learners share: the config, the agent, the [T, B] batch shape and one
+    optimizer over the model (``make_optimizer``), checkpointed with ``state_dict``."""
+
+    def __init__(self, config: Any, agent: Agent, counters_frameskip: int, batch_spec: Any) -> None:
+        self.config = config
+        self.agent = agent
+        self.T, self.B = int(batch_spec.T), int(batch_spec.B)
+        self.optimizer = self.make_optimizer(agent.model.parameters())
+
+    def make_optimizer(self, params: Iterable[Any]) -> torch.optim.Optimizer:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
 # --- Q-learning from replay: DQN (C51, Rainbow) and R2D1 ------------------------------------------
 
 
@@ -66,6 +104,10 @@ class QReplayLearner:
     """The update loop DQN (with C51 and Rainbow) and R2D1 share: the warm-up test and ``updates``
     minibatch steps, each a replay draw, ``loss(batch) -> (loss, priorities, info)``, one clipped
     optimizer step, new priorities for the drawn items and the periodic hard target sync.
+
+    Checkpointed state (``state_dict``): target network, optimizer, update count and ``credit``, the
+    update schedule carried between calls (DQN: env steps not yet matched by an update; R2D1:
+    replayed steps owed to the replay ratio), stored under the subclass's ``credit_key``.
 
     Subclasses set ``config`` (with ``learning_starts_steps`` and ``target_update_period_updates``),
     ``agent``, ``model``, ``target_model``, ``optimizer``, ``clip_grad_norm``, ``replay``,
@@ -80,6 +122,34 @@ class QReplayLearner:
             and self.replay_steps >= self.config.learning_starts_steps
             and len(self.replay) > 0
         )
+
+    credit_key: str
+
+    def new_storage(self, storage_cls: type, example: NamedArrays, **kwargs: Any) -> Any:
+        """``storage_cls`` (transitions or sequences) holding ``replay_size_steps`` env steps of this
+        run's B envs, each frame stored once when observations are frame stacks (``observations_for``)."""
+        observations = observations_for(example.observation)
+        return storage_cls(self.config.replay_size_steps, self.batch_spec.B, example, observations, **kwargs)
+
+    @staticmethod
+    def selector_seed() -> int:
+        """The replay selector's numpy seed, drawn from torch's global RNG (seeded by ``train()``) so
+        that runs repeat."""
+        return int(torch.randint(2**31 - 1, ()))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "target_model": self.target_model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "updates": self.updates,
+            self.credit_key: self.credit,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.target_model.load_state_dict(state["target_model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = int(state["updates"])
+        self.credit = type(self.credit)(state[self.credit_key])
 
     def run_updates(self, n_updates: int, batch_size: int, update_priorities: bool) -> dict[str, float]:
         """``n_updates`` minibatch steps of ``batch_size`` items; the diagnostics averaged over them."""
@@ -109,39 +179,47 @@ class QReplayLearner:
 # --- Q-value policy gradients: DDPG, TD3, SAC -----------------------------------------------------
 
 
-def validate_qpg_config(
-    config: Any,
-    positive: tuple[str, ...] = (),
-    positive_ints: tuple[str, ...] = (),
-    non_negative: tuple[str, ...] = (),
-) -> None:
-    """The field checks of the DDPG, TD3 and SAC configs: the fields all three have, plus the named
-    extra ones. Raises ``ValueError`` naming ``<algo>.Config.<field>`` and its value."""
+@dataclass(frozen=True)
+class QpgConfig:
+    """The fields DDPG, TD3 and SAC share; the defaults are Fujimoto et al. 2018's (Sec. 6.1), which
+    DDPG's and TD3's Configs keep and SAC's replaces with its own."""
 
-    check_field(config, 0.0 <= config.discount <= 1.0, "discount", "in [0, 1]")
-    check_field(config, 0.0 < config.tau <= 1.0, "tau", "in (0, 1]")
-    for f in ("actor_learning_rate", "critic_learning_rate", "updates_per_step", *positive):
-        check_field(config, getattr(config, f) > 0, f, "> 0")
-    for f in ("batch_size", "replay_size_steps", *positive_ints):
-        check_field(config, isinstance(getattr(config, f), int) and getattr(config, f) >= 1, f, "an int >= 1")
-    for f in ("random_steps", *non_negative):
-        check_field(config, getattr(config, f) >= 0, f, ">= 0")
-    check_field(
-        config, config.learning_starts_steps >= config.batch_size, "learning_starts_steps", ">= batch_size"
-    )
-    check_field(
-        config,
-        isinstance(config.hidden_sizes, tuple) and all(h >= 1 for h in config.hidden_sizes),
-        "hidden_sizes",
-        "a tuple of positive ints",
-    )
+    discount: float = 0.99
+    tau: float = 0.005
+    batch_size: int = 100
+    actor_learning_rate: float = 1e-3
+    critic_learning_rate: float = 1e-3
+    hidden_sizes: tuple[int, ...] = (400, 300)
+    replay_size_steps: int = 1_000_000
+    random_steps: int = 10_000  # uniform-random actions for this many env steps
+    learning_starts_steps: int = 10_000  # transitions in replay before the first update
+    updates_per_step: float = 1.0
+
+    # A subclass's own fields, checked by kind (``check_ranges``).
+    POSITIVE: ClassVar[tuple[str, ...]] = ()
+    POSITIVE_INTS: ClassVar[tuple[str, ...]] = ()
+    NON_NEGATIVE: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        check_ranges(
+            self,
+            unit=("discount",),
+            positive=("actor_learning_rate", "critic_learning_rate", "updates_per_step", *self.POSITIVE),
+            positive_ints=("batch_size", "replay_size_steps", *self.POSITIVE_INTS),
+            non_negative=("random_steps", *self.NON_NEGATIVE),
+            sizes=("hidden_sizes",),
+        )
+        check_field(self, 0.0 < self.tau <= 1.0, "tau", "in (0, 1]")
+        check_field(
+            self, self.learning_starts_steps >= self.batch_size, "learning_starts_steps", ">= batch_size"
+        )
 
 
 def adam(params: Iterable[Any], learning_rate: float, eps: float = 1e-8) -> torch.optim.Adam:
     """Adam with the fused kernel: one pass over all tensors of the group per step instead of the CPU
     default's per-tensor loop, same update rule up to float rounding (tests/test_qpg_algos.py,
-    tests/test_algos_fused_adam.py). Measured, one thread: SAC critics on HalfCheetah 0.12 ms per
-    step against 0.47 ms; the Nature network (1.7M parameters) 1.5 ms against 7.7 ms."""
+    tests/test_algos_fused_adam.py); about 4-5x faster per step on CPU
+    (docs/results/core_measurements.md, "algorithms/algos/base.py")."""
     return torch.optim.Adam(params, lr=learning_rate, eps=eps, fused=True)
 
 
@@ -238,19 +316,29 @@ class ReplayFeed:
 class QpgAlgo:
     """The learner state DDPG, TD3 and SAC share, and their ``optimize``: the actor (``agent.model``)
     with its Adam and, for the deterministic actors of DDPG and TD3, its target copy; the critics; the
-    replay. A subclass sets ``DIAGNOSTICS`` (the progress columns its ``update`` reports) and defines
+    replay. A subclass is declared with ``diagnostics`` (the progress columns its ``update``
+    reports), ``critics`` (how many) and ``actor_target`` (whether the actor has a target copy) as
+    class keywords, ``class Algo(QpgAlgo, diagnostics=..., critics=2, actor_target=True)``, and defines
     ``update(batch) -> {key: scalar tensor}``, one gradient update on a replay minibatch.
     """
 
-    DIAGNOSTICS: tuple[str, ...] = ()
+    DIAGNOSTICS: tuple[str, ...]
+    N_CRITICS: int
+    ACTOR_TARGET: bool
 
-    def __init__(self, config: Any, agent: Agent, n_critics: int, actor_target: bool) -> None:
+    def __init_subclass__(
+        cls, *, diagnostics: tuple[str, ...], critics: int, actor_target: bool, **kwargs: Any
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.DIAGNOSTICS, cls.N_CRITICS, cls.ACTOR_TARGET = diagnostics, critics, actor_target
+
+    def __init__(self, config: Any, agent: Agent, counters_frameskip: int, batch_spec: Any) -> None:
         self.config = config
         self.agent = agent
         self.actor = agent.model
-        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False) if actor_target else None
+        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False) if self.ACTOR_TARGET else None
         self.actor_optimizer = adam(self.actor.parameters(), config.actor_learning_rate)
-        self.critic = Critics(agent, config.hidden_sizes, n_critics, config.critic_learning_rate)
+        self.critic = Critics(agent, config.hidden_sizes, self.N_CRITICS, config.critic_learning_rate)
         self.replay = ReplayFeed(
             config.replay_size_steps, config.discount, config.learning_starts_steps, config.updates_per_step
         )

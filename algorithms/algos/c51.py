@@ -27,7 +27,6 @@ from algorithms.algos import dqn
 from algorithms.arrays import NamedArrays
 from algorithms.configs import check_field
 from algorithms.functional.td import categorical_cross_entropy, categorical_target
-from algorithms.models.dqn_model import QNetwork
 from algorithms.models.heads import expected_q
 
 
@@ -59,18 +58,7 @@ class Config(dqn.Config):
 
 def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space) -> EpsilonGreedyAgent:
     """A distributional (optionally dueling) Q-network, acting epsilon-greedily on the expected return."""
-    model = QNetwork(
-        observation_space.shape,
-        action_space.n,
-        dueling=config.dueling,
-        n_atoms=config.n_atoms,
-        hidden_size=config.hidden_size,
-        mlp_hidden_sizes=config.mlp_hidden_sizes,
-        conv_torso=config.conv_torso,
-    )
-    return EpsilonGreedyAgent(
-        model, observation_space, action_space, config.epsilon_schedule, config.support()
-    )
+    return dqn.q_agent(config, observation_space, action_space, config.n_atoms, config.support())
 
 
 class Algo(dqn.Algo):

@@ -17,21 +17,20 @@ still bootstraps from its true final observation.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import gymnasium as gym
 import torch
 from torch.nn import functional as F
 
 from algorithms.agents.qpg_agents import DeterministicAgent
-from algorithms.algos.base import QpgAlgo, from_preset, minimize, validate_qpg_config
+from algorithms.algos.base import QpgAlgo, QpgConfig, minimize
 from algorithms.arrays import NamedArrays
 from algorithms.functional.policy_losses import q_target
 from algorithms.models.policies import DeterministicPolicy
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(QpgConfig):
     """ "Our DDPG" of Fujimoto et al. 2018 (Sec. 6.1, Table 3): 400-300 ReLU actor and critic (the
     action enters the critic's first layer, unlike Lillicrap et al.'s second), Adam 1e-3 for both
     (Lillicrap: 1e-4 actor, 1e-3 critic with 1e-2 L2), tau 0.005 (Lillicrap: 0.001), batch 100
@@ -40,34 +39,9 @@ class Config:
     the same uniform-random warm-up as TD3 (10,000 steps for HalfCheetah and Ant, 1,000 otherwise).
     """
 
-    discount: float = 0.99
-    tau: float = 0.005
-    batch_size: int = 100
-    actor_learning_rate: float = 1e-3
-    critic_learning_rate: float = 1e-3
-    hidden_sizes: tuple[int, ...] = (400, 300)
     exploration_std: float = 0.1
-    replay_size_steps: int = 1_000_000
-    random_steps: int = 10_000
-    learning_starts_steps: int = 10_000
-    updates_per_step: float = 1.0
 
-    def __post_init__(self) -> None:
-        validate_qpg_config(self, non_negative=("exploration_std",))
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> Config:
-        return from_preset(cls, "DDPG", PRESETS, name, overrides)
-
-
-PRESETS: dict[str, dict[str, Any]] = {
-    "mujoco_halfcheetah_ant": {},
-    "mujoco": {"random_steps": 1_000, "learning_starts_steps": 1_000},
-    "pendulum": {"random_steps": 1_000, "learning_starts_steps": 1_000},
-}
-
-
-DIAGNOSTICS = ("critic_loss", "actor_loss", "q_mean")
+    NON_NEGATIVE = ("exploration_std",)
 
 
 def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space) -> DeterministicAgent:
@@ -77,15 +51,8 @@ def build_agent(config: Config, observation_space: gym.Space, action_space: gym.
     )
 
 
-class Algo(QpgAlgo):
+class Algo(QpgAlgo, diagnostics=("critic_loss", "actor_loss", "q_mean"), critics=1, actor_target=True):
     """DDPG learner: one critic, target networks, replay (see the module docstring)."""
-
-    DIAGNOSTICS = DIAGNOSTICS
-
-    def __init__(
-        self, config: Config, agent: DeterministicAgent, counters_frameskip: int, batch_spec
-    ) -> None:
-        super().__init__(config, agent, n_critics=1, actor_target=True)
 
     def update(self, batch: NamedArrays) -> dict[str, torch.Tensor]:
         with torch.no_grad():

@@ -31,7 +31,7 @@ from algorithms.agents.dqn_agents import EpsilonGreedyAgent
 from algorithms.agents.epsilon import EpsilonSchedule
 from algorithms.algos.base import OptInfo, QReplayLearner, adam
 from algorithms.arrays import NamedArrays
-from algorithms.configs import check_field
+from algorithms.configs import check_field, check_ranges
 from algorithms.functional.td import (
     double_q_learning_target,
     huber_loss,
@@ -97,29 +97,27 @@ class Config:
     hidden_size: int = 512  # the fully connected layer after the convolutions; each dueling stream; 0 = none
 
     def __post_init__(self) -> None:
-        check_field(self, 0.0 <= self.discount <= 1.0, "discount", "in [0, 1]")
-        for name in (
-            "batch_size",
-            "replay_size_steps",
-            "train_every_steps",
-            "target_update_period_updates",
-            "n_step",
-        ):
-            check_field(self, getattr(self, name) >= 1, name, ">= 1")
-        non_negative = (
-            "learning_starts_steps",
-            "priority_beta_anneal_updates",
-            "priority_alpha",
-            "clip_grad_norm",
+        check_ranges(
+            self,
+            unit=("discount", "priority_beta_start"),
+            positive=("learning_rate", "optimizer_eps"),
+            positive_ints=(
+                "batch_size",
+                "replay_size_steps",
+                "train_every_steps",
+                "target_update_period_updates",
+                "n_step",
+            ),
+            non_negative=(
+                "learning_starts_steps",
+                "priority_beta_anneal_updates",
+                "priority_alpha",
+                "clip_grad_norm",
+            ),
+            sizes=("mlp_hidden_sizes",),
         )
-        for name in non_negative:
-            check_field(self, getattr(self, name) >= 0, name, ">= 0")
         check_field(self, self.optimizer in OPTIMIZERS, "optimizer", f"one of {OPTIMIZERS}")
-        check_field(self, self.learning_rate > 0, "learning_rate", "> 0")
-        check_field(self, self.optimizer_eps > 0, "optimizer_eps", "> 0")
         check_field(self, 0.0 <= self.rmsprop_alpha < 1.0, "rmsprop_alpha", "in [0, 1)")
-        check_field(self, 0.0 <= self.priority_beta_start <= 1.0, "priority_beta_start", "in [0, 1]")
-        check_field(self, all(h >= 1 for h in self.mlp_hidden_sizes), "mlp_hidden_sizes", "positive")
         check_field(self, self.hidden_size >= 0, "hidden_size", ">= 0 (0: no hidden layer)")
         check_field(self, self.conv_torso in CONV_TORSOS, "conv_torso", f"one of {CONV_TORSOS}")
         self.epsilon_schedule  # validates the eps_* fields  # noqa: B018
@@ -127,26 +125,33 @@ class Config:
 
     @property
     def epsilon_schedule(self) -> EpsilonSchedule:
-        return EpsilonSchedule(
-            start=self.eps_start,
-            final=self.eps_final,
-            decay_steps=self.eps_decay_steps,
-            per_env=self.eps_per_env,
-            eval=self.eps_eval,
-        )
+        return EpsilonSchedule.from_config(self)
 
 
 def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space) -> EpsilonGreedyAgent:
     """Nature Q-network (conv torso for frames, MLP for vectors), optionally dueling, epsilon-greedy."""
+    return q_agent(config, observation_space, action_space)
+
+
+def q_agent(
+    config: Config,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    n_atoms: int = 1,
+    support: torch.Tensor | None = None,
+) -> EpsilonGreedyAgent:
+    """The epsilon-greedy agent of ``config``'s Q-network; distributional (C51, Rainbow) with
+    ``n_atoms`` logits over ``support`` per action, acting on the expected return."""
     model = QNetwork(
         observation_space.shape,
         action_space.n,
         dueling=config.dueling,
+        n_atoms=n_atoms,
         hidden_size=config.hidden_size,
         mlp_hidden_sizes=config.mlp_hidden_sizes,
         conv_torso=config.conv_torso,
     )
-    return EpsilonGreedyAgent(model, observation_space, action_space, config.epsilon_schedule)
+    return EpsilonGreedyAgent(model, observation_space, action_space, config.epsilon_schedule, support)
 
 
 def make_optimizer(config: Config, params: Any) -> torch.optim.Optimizer:
@@ -159,6 +164,8 @@ def make_optimizer(config: Config, params: Any) -> torch.optim.Optimizer:
 
 class Algo(QReplayLearner):
     """DQN learner: replay, target network, optimizer (see the module docstring)."""
+
+    credit_key = "update_credit"
 
     # Reported on every optimize call (NaN before learning starts): loss, mean Q(s, a) of the
     # minibatch, mean |TD error|, gradient norm before clipping.
@@ -176,7 +183,7 @@ class Algo(QReplayLearner):
         self.replay: ReplayBuffer | None = None  # built from the first batch's example step
         self.replay_steps = 0  # steps in the replay since this process started (not checkpointed)
         self.updates = 0
-        self._update_credit = 0  # env steps not yet matched by an update
+        self.credit = 0  # env steps not yet matched by an update
         self.clip_grad_norm = config.clip_grad_norm if config.clip_grad_norm > 0 else math.inf
 
     @staticmethod
@@ -188,29 +195,19 @@ class Algo(QReplayLearner):
     def build_replay(self, example: NamedArrays) -> ReplayBuffer:
         """n-step transition storage (single frames for Atari stacks) x uniform or prioritized sampling."""
         c = self.config
-        storage = TransitionStorage(
-            c.replay_size_steps,
-            self.batch_spec.B,
-            example,
-            observations_for(example.observation),
-            n_step=c.n_step,
-            gamma=c.discount,
-        )
-        # The replay draws from numpy's generator; seeding it from torch's global RNG (seeded by
-        # train()) makes runs repeatable.
-        seed = int(torch.randint(2**31 - 1, ()))
+        storage = self.new_storage(TransitionStorage, example, n_step=c.n_step, gamma=c.discount)
         if c.prioritized:
-            sampler: UniformSelector | PrioritizedSelector = PrioritizedSelector(
+            selector: UniformSelector | PrioritizedSelector = PrioritizedSelector(
                 storage.num_items,
                 alpha=c.priority_alpha,
                 beta=c.priority_beta_start,
                 beta_final=1.0,
                 beta_anneal_draws=c.priority_beta_anneal_updates,
-                seed=seed,
+                seed=self.selector_seed(),
             )
         else:
-            sampler = UniformSelector(storage.num_items, seed=seed)
-        return ReplayBuffer(storage, sampler)
+            selector = UniformSelector(storage.num_items, seed=self.selector_seed())
+        return ReplayBuffer(storage, selector)
 
     # --- the loss -----------------------------------------------------------------------------------
     def loss(self, batch: NamedArrays) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
@@ -235,8 +232,8 @@ class Algo(QReplayLearner):
         self.append_samples(samples)
         n_updates = 0
         if self.warm:
-            self._update_credit += samples.reward.numel()
-            n_updates, self._update_credit = divmod(self._update_credit, self.config.train_every_steps)
+            self.credit += samples.reward.numel()
+            n_updates, self.credit = divmod(self.credit, self.config.train_every_steps)
         return self.train(itr, n_updates)
 
     def append_samples(self, samples: NamedArrays) -> None:
@@ -258,17 +255,3 @@ class Algo(QReplayLearner):
             samples_replayed=trained,
             diagnostics=diagnostics,
         )
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "target_model": self.target_model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "updates": self.updates,
-            "update_credit": self._update_credit,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.target_model.load_state_dict(state["target_model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.updates = int(state["updates"])
-        self._update_credit = int(state["update_credit"])

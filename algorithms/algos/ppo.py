@@ -16,12 +16,14 @@ One ``optimize`` call per sampler batch of T steps x B envs:
 4. learning rate (and, for Atari, the clip range) annealed linearly to 0 over
    ``anneal_env_steps`` (Schulman et al. 2017, Table 5, "alpha linearly annealed from 1 to 0").
 
-Published settings: ``Config()`` is the MuJoCo setting (Table 3); ``PRESETS["atari"]`` the Atari
-setting (Table 5); sampler settings (horizon T, actors B) are listed with them.
+Published settings, with their sampler shapes (horizon T, actors B), are data:
+``repro/configs/settings/ppo_*.toml`` (``ppo_mujoco``: Table 3, which ``Config()``'s defaults follow;
+``ppo_atari``: Table 5).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,16 +32,14 @@ import torch
 from torch import nn
 
 from algorithms.agents.pg_agents import PgAgent, RecurrentPgAgent, actor_critic_agent
-from algorithms.algos.base import OptInfo, adam, from_preset
+from algorithms.algos.base import OptInfo, PgLearner, adam, anneal_fraction, validate_pg_config
 from algorithms.arrays import NamedArrays
-from algorithms.configs import check_field
 from algorithms.functional.advantages import (
     explained_variance,
     generalized_advantage_estimation,
     standardize_advantage,
 )
 from algorithms.functional.policy_losses import approx_kl, entropy_bonus, ppo_clipped_surrogate, value_loss
-from algorithms.models.torsos import CONV_TORSOS
 
 
 @dataclass(frozen=True)
@@ -79,73 +79,12 @@ class Config:
     lstm_size: int = 128
 
     def __post_init__(self) -> None:
-        for name in ("discount", "gae_lambda"):
-            check_field(self, 0.0 <= getattr(self, name) <= 1.0, name, "in [0, 1]")
-        for name in ("learning_rate", "optimizer_eps", "clip_epsilon"):
-            check_field(self, getattr(self, name) > 0, name, "> 0")
-        for name in ("value_coef", "entropy_coef", "clip_grad_norm", "target_kl"):
-            check_field(self, getattr(self, name) >= 0, name, ">= 0")
-        for name in ("epochs", "minibatch_size_steps", "lstm_size"):
-            value = getattr(self, name)
-            check_field(
-                self,
-                isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-                name,
-                "an int >= 1",
-            )
-        check_field(self, self.anneal_env_steps >= 0, "anneal_env_steps", ">= 0")
-        check_field(self, self.conv_torso in CONV_TORSOS, "conv_torso", f"one of {CONV_TORSOS}")
-        check_field(
+        validate_pg_config(
             self,
-            isinstance(self.hidden_sizes, tuple) and all(h >= 1 for h in self.hidden_sizes),
-            "hidden_sizes",
-            "a tuple of positive ints",
+            positive=("clip_epsilon",),
+            positive_ints=("epochs", "minibatch_size_steps"),
+            non_negative=("target_kl",),
         )
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> Config:
-        """The published setting ``name`` (a key of ``PRESETS``) with ``overrides`` applied."""
-        return from_preset(cls, "PPO", PRESETS, name, overrides, key="algo")
-
-
-# Published settings as overrides of Config, with the sampler shape they were run with; the
-# reproduction layer moves these into data files.
-PRESETS: dict[str, dict[str, dict[str, Any]]] = {
-    # Schulman et al. 2017, Table 3 (MuJoCo, 1M timesteps).
-    "mujoco": {"algo": {}, "sampler": {"batch_T": 2048, "batch_B": 1}},
-    # Schulman et al. 2017, Table 5 (Atari, 40M frames = 10M env steps): horizon 128, 8 actors,
-    # Adam 2.5e-4 x alpha, 3 epochs, minibatch 32 x 8, clip 0.1 x alpha, c1 = 1, c2 = 0.01, alpha
-    # annealed 1 -> 0 over training; the same network as Mnih et al. 2016 (shared Nature torso).
-    "atari": {
-        "algo": {
-            "learning_rate": 2.5e-4,
-            "epochs": 3,
-            "minibatch_size_steps": 256,
-            "clip_epsilon": 0.1,
-            "value_coef": 1.0,
-            "entropy_coef": 0.01,
-            "anneal_env_steps": 10_000_000,
-            "anneal_clip": True,
-        },
-        "sampler": {"batch_T": 128, "batch_B": 8},
-    },
-    # CartPole-v1 (not in the paper): rl-baselines3-zoo hyperparams/ppo.yml, "CartPole-v1"
-    # (8 envs x 32 steps, minibatch 256, 20 epochs, gamma 0.98, lambda 0.8, lr and clip annealed
-    # from 1e-3 and 0.2 over the 100k-step budget, no entropy bonus).
-    "cartpole": {
-        "algo": {
-            "discount": 0.98,
-            "gae_lambda": 0.8,
-            "learning_rate": 1e-3,
-            "epochs": 20,
-            "minibatch_size_steps": 256,
-            "entropy_coef": 0.0,
-            "anneal_env_steps": 100_000,
-            "anneal_clip": True,
-        },
-        "sampler": {"batch_T": 32, "batch_B": 8},
-    },
-}
 
 
 def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space) -> PgAgent:
@@ -162,15 +101,13 @@ def minibatch_indices(n_items: int, n_minibatches: int) -> tuple[torch.Tensor, .
 MINIBATCH_DIAGNOSTICS = ("pi_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm")
 
 
-class Algo:
+class Algo(PgLearner):
     """PPO on [T, B] batches from the synchronous runner (Contract 4)."""
 
     def __init__(
         self, config: Config, agent: PgAgent | RecurrentPgAgent, counters_frameskip: int, batch_spec
     ) -> None:
-        self.config = config
-        self.agent = agent
-        self.T, self.B = int(batch_spec.T), int(batch_spec.B)
+        super().__init__(config, agent, counters_frameskip, batch_spec)
         batch_size = self.T * self.B
         if batch_size % config.minibatch_size_steps:
             raise ValueError(
@@ -183,18 +120,9 @@ class Algo:
                 f"ppo.Config.minibatch_size_steps={config.minibatch_size_steps}: a recurrent minibatch is "
                 f"whole env columns, so it must be a multiple of T={self.T} that splits B={self.B} evenly"
             )
-        self.optimizer = adam(agent.model.parameters(), config.learning_rate, config.optimizer_eps)
 
-    def anneal_fraction(self, env_steps: int) -> float:
-        """1 at the start of training, falling linearly to 0 at ``anneal_env_steps`` (1 if disabled).
-
-        ``env_steps`` is the run's count (``agent.env_steps``, set by the runner before ``optimize``),
-        not this process's iterations x batch: under data-parallel training every rank then anneals
-        on the global count.
-        """
-        if self.config.anneal_env_steps == 0:
-            return 1.0
-        return max(0.0, 1.0 - env_steps / self.config.anneal_env_steps)
+    def make_optimizer(self, params: Iterable[Any]) -> torch.optim.Optimizer:
+        return adam(params, self.config.learning_rate, self.config.optimizer_eps)
 
     def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
         c, agent = self.config, self.agent
@@ -211,22 +139,24 @@ class Algo:
                 c.discount,
                 c.gae_lambda,
             )
+        # What the minibatch losses read, so minibatch indexing copies nothing else.
+        kept = (
+            "observation",
+            "action",
+            "prev_action",
+            "prev_reward",
+            "terminated",
+            "truncated",
+            "agent_info",
+        )
         batch = NamedArrays(
-            observation=samples.observation,
-            action=samples.action,
-            prev_action=samples.prev_action,
-            prev_reward=samples.prev_reward,
-            terminated=samples.terminated,
-            truncated=samples.truncated,
-            agent_info=samples.agent_info,
-            advantage=advantage,
-            value_target=value_target,
+            {name: samples[name] for name in kept}, advantage=advantage, value_target=value_target
         )
         if not agent.recurrent:  # minibatches of random steps; recurrent ones take whole env columns
             batch = batch.map(lambda x: x.reshape(self.T * self.B, *x.shape[2:]))
         n_items = self.B if agent.recurrent else self.T * self.B
 
-        fraction = self.anneal_fraction(agent.env_steps)
+        fraction = anneal_fraction(agent.env_steps, c.anneal_env_steps)
         learning_rate = c.learning_rate * fraction
         clip_epsilon = c.clip_epsilon * (fraction if c.anneal_clip else 1.0)
         for group in self.optimizer.param_groups:
@@ -283,9 +213,3 @@ class Algo:
         return OptInfo(
             updates=updates, samples_trained=trained, samples_replayed=trained, diagnostics=diagnostics
         )
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])

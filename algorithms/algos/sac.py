@@ -25,14 +25,14 @@ import torch
 from torch.nn import functional as F
 
 from algorithms.agents.qpg_agents import SquashedGaussianAgent
-from algorithms.algos.base import QpgAlgo, from_preset, minimize, validate_qpg_config
+from algorithms.algos.base import QpgAlgo, QpgConfig, minimize
 from algorithms.arrays import NamedArrays
 from algorithms.functional.policy_losses import sac_temperature_loss, soft_q_target
 from algorithms.models.policies import TanhGaussianPolicy
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(QpgConfig):
     """SAC hyperparameters: Haarnoja et al. 2018b, Table 1 (the same as 2018, Table 1): Adam 3e-4 for
     actor, critics and temperature, gamma 0.99, replay 1M, two hidden layers of 256 ReLU units,
     batch 256, tau 0.005, one gradient step per env step, target update every step, target entropy
@@ -41,8 +41,6 @@ class Config:
     (Fujimoto et al. 2018, Sec. 6.1) so the two methods start from the same data.
     """
 
-    discount: float = 0.99
-    tau: float = 0.005
     batch_size: int = 256
     actor_learning_rate: float = 3e-4
     critic_learning_rate: float = 3e-4
@@ -51,26 +49,8 @@ class Config:
     initial_alpha: float = 1.0
     autotune_alpha: bool = True  # False: alpha stays at initial_alpha (the 2018 paper's fixed temperature)
     target_entropy: float | None = None  # None: -dim(A)
-    replay_size_steps: int = 1_000_000
-    random_steps: int = 10_000
-    learning_starts_steps: int = 10_000
-    updates_per_step: float = 1.0
 
-    def __post_init__(self) -> None:
-        validate_qpg_config(self, positive=("alpha_learning_rate", "initial_alpha"))
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> Config:
-        return from_preset(cls, "SAC", PRESETS, name, overrides)
-
-
-PRESETS: dict[str, dict[str, Any]] = {
-    "mujoco": {},
-    # Pendulum-v1 (not in the paper): a 1,000-step warm-up (TD3's rule for short tasks).
-    "pendulum": {"random_steps": 1_000, "learning_starts_steps": 1_000},
-}
-
-DIAGNOSTICS = ("critic_loss", "actor_loss", "q_mean", "entropy", "alpha", "alpha_loss")
+    POSITIVE = ("alpha_learning_rate", "initial_alpha")
 
 
 def build_agent(
@@ -80,15 +60,18 @@ def build_agent(
     return SquashedGaussianAgent(model, observation_space, action_space, config.random_steps)
 
 
-class Algo(QpgAlgo):
+class Algo(
+    QpgAlgo,
+    diagnostics=("critic_loss", "actor_loss", "q_mean", "entropy", "alpha", "alpha_loss"),
+    critics=2,
+    actor_target=False,
+):
     """SAC learner: twin critics and their targets, temperature, replay (see the module docstring)."""
-
-    DIAGNOSTICS = DIAGNOSTICS
 
     def __init__(
         self, config: Config, agent: SquashedGaussianAgent, counters_frameskip: int, batch_spec
     ) -> None:
-        super().__init__(config, agent, n_critics=2, actor_target=False)
+        super().__init__(config, agent, counters_frameskip, batch_spec)
         action_dim = int(agent.action_space.shape[0])
         self.log_alpha = torch.tensor(float(config.initial_alpha), device=agent.device).log().requires_grad_()
         self.target_entropy = (

@@ -24,70 +24,41 @@ from torch.nn import functional as F
 
 from algorithms.agents.qpg_agents import DeterministicAgent
 from algorithms.algos import ddpg
-from algorithms.algos.base import QpgAlgo, from_preset, minimize, validate_qpg_config
+from algorithms.algos.base import QpgAlgo, minimize
 from algorithms.arrays import NamedArrays
 from algorithms.functional.policy_losses import clipped_double_q_target, smoothed_target_action
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ddpg.Config):
     """TD3 hyperparameters: Fujimoto et al. 2018, Table 3 ("Ours") and Sec. 6.1: Adam 1e-3 for actor
     and critics, tau 0.005, batch 100, one update per env step, gamma 0.99, exploration N(0, 0.1),
     target smoothing N(0, 0.2) clipped to 0.5, policy delay 2, 400-300 ReLU networks, replay 1M,
-    10,000 uniform-random steps for HalfCheetah and Ant (1,000 for the other tasks: ``PRESETS``).
-    Noise scales are in units of the action box's half-width (the paper's actions are in [-1, 1]).
+    10,000 uniform-random steps for HalfCheetah and Ant (1,000 for the other tasks: the setting
+    ``td3_1k_start``). Noise scales are in units of the action box's half-width (the paper's actions
+    are in [-1, 1]).
     """
 
-    discount: float = 0.99
-    tau: float = 0.005
-    batch_size: int = 100
-    actor_learning_rate: float = 1e-3
-    critic_learning_rate: float = 1e-3
-    hidden_sizes: tuple[int, ...] = (400, 300)
-    exploration_std: float = 0.1
     target_noise_std: float = 0.2
     target_noise_clip: float = 0.5
     policy_delay_updates: int = 2
-    replay_size_steps: int = 1_000_000
-    random_steps: int = 10_000  # uniform-random actions for this many env steps
-    learning_starts_steps: int = 10_000  # transitions in replay before the first update
-    updates_per_step: float = 1.0
 
-    def __post_init__(self) -> None:
-        validate_qpg_config(
-            self,
-            positive_ints=("policy_delay_updates",),
-            non_negative=("exploration_std", "target_noise_std", "target_noise_clip"),
-        )
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> Config:
-        return from_preset(cls, "TD3", PRESETS, name, overrides)
-
-
-PRESETS: dict[str, dict[str, Any]] = {
-    "mujoco_halfcheetah_ant": {},  # Sec. 6.1: 10,000 exploratory steps for HalfCheetah and Ant
-    "mujoco": {"random_steps": 1_000, "learning_starts_steps": 1_000},  # Sec. 6.1: 1,000 for the rest
-    # Pendulum-v1 (not in the paper): the paper's settings with the 1,000-step start.
-    "pendulum": {"random_steps": 1_000, "learning_starts_steps": 1_000},
-}
+    POSITIVE_INTS = ("policy_delay_updates",)
+    NON_NEGATIVE = ("exploration_std", "target_noise_std", "target_noise_clip")
 
 
 # TD3 acts as DDPG does (Fujimoto et al. 2018, Algorithm 1: a deterministic policy plus Gaussian
 # exploration noise) and logs the same diagnostics.
-DIAGNOSTICS = ddpg.DIAGNOSTICS
 build_agent = ddpg.build_agent
 
 
-class Algo(QpgAlgo):
+class Algo(QpgAlgo, diagnostics=ddpg.Algo.DIAGNOSTICS, critics=2, actor_target=True):
     """TD3 learner: twin critics, target networks, replay (see the module docstring)."""
-
-    DIAGNOSTICS = DIAGNOSTICS
 
     def __init__(
         self, config: Config, agent: DeterministicAgent, counters_frameskip: int, batch_spec
     ) -> None:
-        super().__init__(config, agent, n_critics=2, actor_target=True)
+        super().__init__(config, agent, counters_frameskip, batch_spec)
         self.updates = 0
         self.low, self.high = agent.low.to(agent.device), agent.high.to(agent.device)
         self.half_width = (self.high - self.low) / 2
