@@ -1,11 +1,22 @@
-"""Algorithm name -> module: the one explicit table every layer looks algorithms up in.
+"""Algorithm name -> module: algorithms are found by a rule, not listed by hand.
 
-Each module named here follows docs/ARCHITECTURE.md, Contract 4: it exports ``Config`` (a frozen,
-validated dataclass), ``build_agent(config, observation_space, action_space) -> Agent`` and
-``Algo(config, agent, counters_frameskip, batch_spec)``. Adding an algorithm is one line in
-``ALGORITHMS``; nothing else dispatches on algorithm names (STYLE.md 8: a registry, not if/elif).
+An algorithm is a module that follows docs/ARCHITECTURE.md, Contract 4: it exports ``Config`` (a
+frozen, validated dataclass), ``build_agent(config, observation_space, action_space) -> Agent`` and
+``Algo(config, agent, counters_frameskip, batch_spec)`` (``CONTRACT``). Its name is either
 
-Modules are imported on first use, so importing this table does not import torch models.
+* ``<name>``, for the module ``algorithms/algos/<name>.py``: every module of that package whose top
+  level binds at least one contract name (by ``def``, ``class``, assignment or import: ``rainbow.py``
+  imports C51's ``Algo`` and ``build_agent``) is an algorithm named after its file, and a module
+  binding none (``base.py``: pieces the algorithms share) is not. Adding an algorithm is adding its
+  file; ``ALGORITHMS`` maps the names found to module paths. Or
+* a dotted module path (``mypkg.toy``) for an algorithm outside this package, imported as such: its
+  package must be importable (on ``PYTHONPATH`` for ``python -m repro`` and its jobs).
+
+The package directory is listed with ``pkgutil`` and each module's top level read with ``ast`` when
+``ALGORITHMS`` is first needed; a module is imported only when its algorithm is used, so importing
+this module, or listing the algorithms, does not import torch models. A module that lacks a contract
+name is a ``ValueError`` naming the module and what it lacks; an unknown name is a ``ValueError``
+listing the known names.
 
 ``AgentFactory`` is the picklable recipe parallel samplers send to ``spawn`` workers so that each
 worker builds its own copy of the agent (Contract 2).
@@ -13,34 +24,86 @@ worker builds its own copy of the agent (Contract 2).
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
+import pkgutil
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
+
+import algorithms.algos
 
 if TYPE_CHECKING:
     import gymnasium as gym
 
     from algorithms.agents.base import Agent
 
-ALGORITHMS: dict[str, str] = {
-    "dqn": "algorithms.algos.dqn",
-    "c51": "algorithms.algos.c51",
-    "rainbow": "algorithms.algos.rainbow",
-    "r2d1": "algorithms.algos.r2d1",
-    "a2c": "algorithms.algos.a2c",
-    "ppo": "algorithms.algos.ppo",
-    "ddpg": "algorithms.algos.ddpg",
-    "td3": "algorithms.algos.td3",
-    "sac": "algorithms.algos.sac",
-}
+CONTRACT = ("Config", "build_agent", "Algo")
+PACKAGE = algorithms.algos.__name__
+
+
+def top_level_names(path: Path) -> set[str]:
+    """The names the top level of the module at ``path`` binds, read from its source (not imported)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_bytes(), filename=str(path)).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(target.id for target in node.targets if isinstance(target, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    return names
+
+
+@functools.cache
+def _algorithms() -> dict[str, str]:
+    found = {}
+    for info in pkgutil.iter_modules(algorithms.algos.__path__):
+        path = Path(info.module_finder.path) / f"{info.name}.py"
+        if not info.ispkg and top_level_names(path) & set(CONTRACT):
+            found[info.name] = f"{PACKAGE}.{info.name}"
+    return found
+
+
+def __getattr__(name: str) -> Any:
+    # ALGORITHMS is built on first access (PEP 562), so importing this module reads no source file.
+    # The dict is the one every lookup uses: a test may add a module of its own to it.
+    if name == "ALGORITHMS":
+        return _algorithms()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _unknown(name: str, why: str = "") -> ValueError:
+    return ValueError(f"unknown algorithm {name!r}{why}; known: {', '.join(sorted(_algorithms()))}")
 
 
 def algo_module(name: str) -> ModuleType:
-    """The module implementing algorithm ``name``; ``ValueError`` for a name not in ``ALGORITHMS``."""
-    if name not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {name!r}; known: {', '.join(sorted(ALGORITHMS))}")
-    return importlib.import_module(ALGORITHMS[name])
+    """The module implementing algorithm ``name`` (a name in ``ALGORITHMS`` or a dotted module path),
+    checked to export every ``CONTRACT`` name; ``ValueError`` otherwise."""
+    if "." not in name:
+        if name not in _algorithms():
+            raise _unknown(name)
+        path = _algorithms()[name]
+    elif all(part.isidentifier() for part in name.split(".")):
+        path = name
+    else:
+        raise _unknown(name, " (not a dotted module path)")
+    try:
+        module = importlib.import_module(path)
+    except ModuleNotFoundError as e:
+        # Only the named module (or a package above it) missing makes the name unknown; a module
+        # that exists but fails to import one of its own dependencies raises as it is.
+        if e.name is None or not (path == e.name or path.startswith(e.name + ".")):
+            raise
+        raise _unknown(name, f" (no module named {e.name!r})") from None
+    missing = [attr for attr in CONTRACT if not hasattr(module, attr)]
+    if missing:
+        raise ValueError(f"{path} lacks {', '.join(missing)} (docs/ARCHITECTURE.md, Contract 4)")
+    return module
 
 
 def config_class(name: str) -> type:

@@ -1,17 +1,28 @@
 """Profiles: scale an experiment to a machine without touching the algorithm.
 
-A profile (``repro/configs/profiles/<name>.toml``) overrides, per algorithm (``[r2d1.runner]``) and
-optionally per setting (``[ppo_atari.algo]``, applied after its algorithm's), only keys in
-``BUDGET_KEYS`` (how much to run: steps, replay size, learning start, environments, evaluation)
-and ``EXECUTION_KEYS`` (how to run it: threads, sampler processes, logging). Anything else is
-refused when the profile is loaded, so a profile cannot change a hyperparameter of the algorithm;
-``python -m repro diff A A@smoke`` lists exactly what a profile changed. Format::
+A profile (``repro/configs/profiles/<name>.toml``) overrides budget keys (how much to run: steps,
+replay size, learning start, environments, evaluation; ``is_budget_key``) and execution keys (how to
+run it: threads, sampler processes, logging; ``EXECUTION_KEYS``). Anything else is refused when the
+profile is loaded, so a profile cannot change a hyperparameter of the algorithm; ``python -m repro
+diff A A@smoke`` lists exactly what a profile changed. Its tables apply in this order, a later one
+replacing an earlier one key by key:
+
+1. ``[default.<section>]``: every algorithm, each key only where the section's dataclass has that
+   field (a ``default.algo`` key an algorithm's Config lacks is skipped), so an algorithm the profile
+   does not name still gets its budget;
+2. ``[<algorithm>.<section>]`` (``[r2d1.runner]``): that algorithm, strictly (a key its Config lacks
+   is an error);
+3. ``[<setting>.<section>]`` (``[ppo_atari.algo]``): that setting, for schedules defined over the
+   whole run.
+
+A profile with algorithm tables and no default table must name the algorithm of every setting it
+scales. Format::
 
     [profile]
     description = "..."
 
-    [r2d1.runner]
-    n_steps = { value = 4_000, source = "why this budget" }
+    [default.runner]
+    n_steps = { value = 2_000, source = "why this budget" }
 """
 
 from __future__ import annotations
@@ -20,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from algorithms.configs import ConfigError, unknown_key_message
+from algorithms.configs import RENAMED, ConfigError, field_types, unknown_key_message
 from repro.settings import CONFIG_DIR, SECTIONS, Entry, Setting, override, parse_entry, read_toml
 
 PROFILES_DIR = CONFIG_DIR / "profiles"
@@ -29,7 +40,8 @@ REPO_ROOT = CONFIG_DIR.resolve().parents[1]
 # Budget: the amount of experience and evaluation, and the memory that holds it. Replay size and
 # learning start are budget-type because a shorter run cannot fill a paper-sized replay; the
 # number of environments and the sampler batch shape set how the same steps are collected.
-BUDGET_KEYS: frozenset[str] = frozenset(
+# These are the budget keys of the sections every algorithm shares (algorithms/train.py).
+RUN_BUDGET_KEYS: frozenset[str] = frozenset(
     {
         "runner.n_steps",
         "runner.eval_interval_steps",
@@ -38,17 +50,18 @@ BUDGET_KEYS: frozenset[str] = frozenset(
         "sampler.eval_n_envs",
         "sampler.eval_episodes",
         "sampler.eval_max_steps",
-        # Algorithm fields (names as the algorithm Configs spell them).
-        "algo.replay_size_steps",
-        "algo.learning_starts_steps",
-        "algo.random_steps",  # uniform-random warm-up before learning (TD3 Sec. 6.1), a learning start
-        # Schedules the papers define over the whole run ("annealed from 1 to 0 over training",
-        # Schulman et al. 2017 Table 5; IS exponent "to 1 by the end of learning", Schaul et al. 2016).
-        "algo.anneal_env_steps",
-        "algo.priority_beta_steps",
-        "algo.priority_beta_anneal_updates",
     }
 )
+# An algorithm's own budget fields are recognised by name, so a new algorithm's Config needs no entry
+# here. A budget field counts env steps or updates (Contract 4's units in names) and is one of:
+# a replay's capacity (``replay_size_*``); a learning start (``learning_starts_*``, or ``random_steps``,
+# the uniform-random warm-up before learning, TD3 Sec. 6.1); a schedule the papers define over the
+# whole run, named with the word ``anneal`` ("annealed from 1 to 0 over training", Schulman et al.
+# 2017 Table 5; IS exponent "to 1 by the end of learning", Schaul et al. 2016).
+BUDGET_UNITS = ("_steps", "_updates")
+ALGO_BUDGET_PREFIXES = ("replay_size_", "learning_starts_")
+ALGO_BUDGET_NAMES = frozenset({"random_steps"})
+ALGO_BUDGET_WORD = "anneal"
 # Execution: where and how the same computation runs, and how often it is written down.
 EXECUTION_KEYS: frozenset[str] = frozenset(
     {
@@ -64,7 +77,27 @@ EXECUTION_KEYS: frozenset[str] = frozenset(
         "env.num_threads",
     }
 )
-ALLOWED_KEYS = BUDGET_KEYS | EXECUTION_KEYS
+# The table name of the rule for every algorithm (``[default.runner]``); no algorithm or setting
+# can be named "default" in a profile.
+DEFAULT = "default"
+
+
+def is_budget_key(name: str) -> bool:
+    """Whether ``"section.key"`` is budget-type: ``RUN_BUDGET_KEYS``, or an ``algo`` field named by
+    the rule above."""
+    section, _, key = name.partition(".")
+    if section != "algo":
+        return name in RUN_BUDGET_KEYS
+    if not key.endswith(BUDGET_UNITS):
+        return False
+    return (
+        key in ALGO_BUDGET_NAMES or key.startswith(ALGO_BUDGET_PREFIXES) or ALGO_BUDGET_WORD in key.split("_")
+    )
+
+
+def is_allowed_key(name: str) -> bool:
+    """Whether a profile may change ``"section.key"``: a budget or an execution key."""
+    return is_budget_key(name) or name in EXECUTION_KEYS
 
 
 @dataclass(frozen=True)
@@ -73,15 +106,22 @@ class Profile:
     path: Path
     description: str
     changes: dict[str, dict[str, Entry]]  # algorithm or setting name -> {"section.key": Entry}
+    default: dict[str, Entry]  # the [default.*] tables: {"section.key": Entry}
 
-    def changes_for(self, setting: Setting) -> dict[str, Entry]:
-        """The profile's changes for ``setting``: its algorithm's tables, then the setting's own."""
-        if self.changes and setting.algo not in self.changes:
+    def changes_for(self, setting: Setting, classes: Mapping[str, type]) -> dict[str, Entry]:
+        """The profile's changes for ``setting`` (whose section dataclasses are ``classes``): the
+        default tables' keys those dataclasses have, then its algorithm's tables, then its own."""
+        if self.changes and not self.default and setting.algo not in self.changes:
             raise ConfigError(
-                f"{self.path}: profile '{self.name}' has no [{setting.algo}.*] tables, "
-                f"so it does not say how to scale algorithm '{setting.algo}'"
+                f"{self.path}: profile '{self.name}' has no [{setting.algo}.*] tables and no "
+                f"[{DEFAULT}.*] tables, so it does not say how to scale algorithm '{setting.algo}'"
             )
-        return {**self.changes.get(setting.algo, {}), **self.changes.get(setting.name, {})}
+        default = {}
+        for name, entry in self.default.items():
+            section, _, key = name.partition(".")
+            if key in field_types(classes[section]):
+                default[name] = entry
+        return {**default, **self.changes.get(setting.algo, {}), **self.changes.get(setting.name, {})}
 
 
 def available_profiles(profiles_dir: Path = PROFILES_DIR) -> list[str]:
@@ -104,7 +144,7 @@ def profile_label(path: Path | str) -> str:
 
 
 def load_profile(name_or_path: str, profiles_dir: Path = PROFILES_DIR) -> Profile:
-    """Load a profile; a key outside ``ALLOWED_KEYS`` is a ``ConfigError`` naming the file and key."""
+    """Load a profile; a key ``is_allowed_key`` refuses is a ``ConfigError`` naming the file and key."""
     if name_or_path.endswith(".toml"):
         path = Path(name_or_path)
         if not path.is_file():
@@ -128,34 +168,37 @@ def load_profile(name_or_path: str, profiles_dir: Path = PROFILES_DIR) -> Profil
 
     known = sorted(ALGORITHMS) + available_settings()
     changes: dict[str, dict[str, Entry]] = {}
-    for algo, tables in data.items():
-        if algo not in known:
+    for target, tables in data.items():
+        if target != DEFAULT and target not in known:
             raise ConfigError(
-                f"{path}: [{algo}.*] names neither an algorithm nor a setting; "
-                + unknown_key_message(algo, known)
+                f"{path}: [{target}.*] names neither an algorithm nor a setting nor [{DEFAULT}.*]; "
+                + unknown_key_message(target, known)
             )
         if not isinstance(tables, Mapping):
-            raise ConfigError(f"{path}: '{algo}' must be a table of [{algo}.<section>] tables")
-        algo_changes: dict[str, Entry] = {}
+            raise ConfigError(f"{path}: '{target}' must be a table of [{target}.<section>] tables")
+        target_changes: dict[str, Entry] = {}
         for section, table in tables.items():
             if section not in SECTIONS or not isinstance(table, Mapping):
                 raise ConfigError(
-                    f"{path}: [{algo}.{section}] is not one of {[f'{algo}.{s}' for s in SECTIONS]}"
+                    f"{path}: [{target}.{section}] is not one of {[f'{target}.{s}' for s in SECTIONS]}"
                 )
             for key, raw in table.items():
                 name = f"{section}.{key}"
-                where = f"{path} [{algo}.{section}] '{key}'"
-                if name not in ALLOWED_KEYS:
+                where = f"{path} [{target}.{section}] '{key}'"
+                if key in RENAMED:
+                    raise ConfigError(f"{where}: key '{key}' was renamed to '{RENAMED[key]}'")
+                if not is_allowed_key(name):
                     raise ConfigError(
                         f"{where}: a profile may change only budget or execution keys, not '{name}' "
-                        "(see repro.profiles.BUDGET_KEYS / EXECUTION_KEYS)"
+                        "(see repro.profiles.is_budget_key / EXECUTION_KEYS)"
                     )
                 value, source, _ = parse_entry(raw, where, origins=("published",))
-                algo_changes[name] = Entry(value, f"profile {path.stem}: {source}", "profile", str(path))
-        changes[algo] = algo_changes
-    return Profile(path.stem, path, meta["description"], changes)
+                target_changes[name] = Entry(value, f"profile {path.stem}: {source}", "profile", str(path))
+        changes[target] = target_changes
+    default = changes.pop(DEFAULT, {})
+    return Profile(path.stem, path, meta["description"], changes, default)
 
 
 def apply_profile(setting: Setting, profile: Profile, classes: Mapping[str, type]) -> Setting:
     """``setting`` scaled by ``profile`` (validated again by the dataclasses)."""
-    return override(setting, profile.changes_for(setting), classes)
+    return override(setting, profile.changes_for(setting, classes), classes)
