@@ -72,6 +72,9 @@ RECORDED_PACKAGES = (
     "stable-baselines3",
 )  # fmt: skip
 
+# metadata.json key of the values in effect that other config fields set (``declared_effective_values``).
+EFFECTIVE_VALUES_KEY = "effective_values"
+
 RunStatus = Literal["complete", "incomplete", "corrupt"]
 RunState = Literal["running", "complete", "failed", "interrupted"]
 
@@ -252,6 +255,18 @@ def collect_metadata(seeds: dict[str, int], code_dir: Path | None = None) -> dic
     }
 
 
+def declared_effective_values(section: str, config: Any) -> dict[str, dict[str, Any]]:
+    """The values in effect that ``config`` declares (an optional ``effective_values()`` method of a
+    Config class returning ``{field: (value, why)}``), as metadata.json records them:
+    ``{"<section>.<field>": {"value": ..., "reason": ...}}``, keyed like the flattened config.json
+    (``section`` is the config's key there, e.g. ``"algo_config"``). Called by duck typing so this
+    module imports no algorithm; a class without the method declares none (``{}``)."""
+    declare = getattr(config, "effective_values", None)
+    if declare is None:
+        return {}
+    return {f"{section}.{name}": {"value": value, "reason": why} for name, (value, why) in declare().items()}
+
+
 # --- RNG state ----------------------------------------------------------------------------------
 def rng_state() -> dict[str, Any]:
     """Python, numpy and torch (and CUDA) global RNG states as tensors/ints (safe for weights_only load)."""
@@ -417,9 +432,19 @@ class RunDir:
         self._closed = False
 
     @classmethod
-    def open(cls, path: Path, config: dict[str, Any], seeds: dict[str, int], resume: bool = True) -> RunDir:
+    def open(
+        cls,
+        path: Path,
+        config: dict[str, Any],
+        seeds: dict[str, int],
+        resume: bool = True,
+        effective_values: dict[str, dict[str, Any]] | None = None,
+    ) -> RunDir:
         """Create (or, with ``resume``, reopen) a run directory for ``config``, holding its lock until
         ``close`` (``RunBusy`` when another process holds it; nothing is written then).
+
+        ``effective_values`` (``declared_effective_values``'s form) goes into a new run's metadata.json
+        under ``EFFECTIVE_VALUES_KEY``, so readers that import no Config class see what ran.
 
         Reopening checks that the stored config equals ``config``: resuming a run under a different
         config would silently mix two experiments in one table.
@@ -440,7 +465,10 @@ class RunDir:
             else:
                 atomic_write_json(config_file, config)
             if not (path / METADATA_FILE).exists():
-                atomic_write_json(path / METADATA_FILE, collect_metadata(seeds))
+                metadata = collect_metadata(seeds)
+                if effective_values is not None:
+                    metadata[EFFECTIVE_VALUES_KEY] = effective_values
+                atomic_write_json(path / METADATA_FILE, metadata)
             run = cls(path)
             run.set_status("running")
         except BaseException:

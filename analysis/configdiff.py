@@ -3,30 +3,86 @@
 A key belongs to an arm's configuration when every run of the arm agrees on its value; keys that
 vary inside an arm (the seed, the env id) describe runs, not arms, and are left out. The diff lists
 the arm-level keys whose values differ between arms (a key one arm lacks shows as ``None``).
+
+Values in effect: a Config class may declare that one field sets the value another field has in
+effect (R2D1's ``swap_priority_exponents`` runs ``priority_alpha = 0.9`` as 0.6). A run records
+those at its start in metadata.json (``algorithms.rundir.declared_effective_values``), since this
+layer imports no Config class. ``run_effective_values`` reads them back from the experiment's
+metadata table; given to ``config_diff``, such a key's value is an ``InEffect`` (stated and used),
+so two arms that state the same value but run different ones differ in the diff.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
+from algorithms.rundir import EFFECTIVE_VALUES_KEY
 from analysis.runs import flatten
 
 ABSENT = "(absent)"
+RunKey = tuple[str, str, int]
+# Per run, flattened config key -> (value in effect, why).
+Effective = dict[RunKey, dict[str, tuple[Any, str]]]
 
 
-def _arm_flats(configs: dict[tuple[str, str, int], dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+@dataclass(frozen=True)
+class InEffect:
+    """A config value as the run used it: ``stated`` in config.json, ``value`` in effect, and why."""
+
+    stated: Any
+    value: Any
+    reason: str
+
+
+def run_effective_values(metadata: pd.DataFrame) -> Effective:
+    """Per run (``arm, env, seed``), the values in effect recorded in its metadata.json, from the
+    flattened metadata table (columns ``effective_values.<key>.value`` / ``.reason``); runs that
+    recorded none are left out."""
+    prefix, value_end, reason_end = EFFECTIVE_VALUES_KEY + ".", ".value", ".reason"
+    keys = sorted(
+        c[len(prefix) : -len(value_end)]
+        for c in metadata.columns
+        if c.startswith(prefix) and c.endswith(value_end) and c[: -len(value_end)] + reason_end in metadata
+    )
+    out: Effective = {}
+    for row in metadata.to_dict("records"):
+        recorded = {
+            key: (row[prefix + key + value_end], row[prefix + key + reason_end])
+            for key in keys
+            if isinstance(row[prefix + key + reason_end], str)  # NaN where this run recorded no such key
+        }
+        if recorded:
+            out[(row["arm"], row["env"], int(row["seed"]))] = recorded
+    return out
+
+
+def _run_flat(config: dict[str, Any], effective: dict[str, tuple[Any, str]]) -> dict[str, Any]:
+    flat = flatten(config)
+    for key, (value, reason) in effective.items():
+        flat[key] = InEffect(flat.get(key, ABSENT), value, reason)
+    return flat
+
+
+def _arm_flats(
+    configs: dict[RunKey, dict[str, Any]], effective: Effective | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    effective = effective or {}
     by_arm: dict[str, list[dict[str, Any]]] = {}
-    for (arm, _, _), config in sorted(configs.items()):
-        by_arm.setdefault(arm, []).append(flatten(config))
+    for run, config in sorted(configs.items()):
+        by_arm.setdefault(run[0], []).append(_run_flat(config, effective.get(run, {})))
     return by_arm
 
 
-def arm_configs(configs: dict[tuple[str, str, int], dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per arm, the flattened keys on which all of the arm's runs agree (absent counts as a value)."""
+def arm_configs(
+    configs: dict[RunKey, dict[str, Any]], effective: Effective | None = None
+) -> dict[str, dict[str, Any]]:
+    """Per arm, the flattened keys on which all of the arm's runs agree (absent counts as a value;
+    a value in effect that differs from the stated one is an ``InEffect``)."""
     out = {}
-    for arm, flats in _arm_flats(configs).items():
+    for arm, flats in _arm_flats(configs, effective).items():
         keys = sorted(set().union(*flats))
         out[arm] = {
             k: flats[0].get(k, ABSENT) for k in keys if len({repr(f.get(k, ABSENT)) for f in flats}) == 1
@@ -34,10 +90,11 @@ def arm_configs(configs: dict[tuple[str, str, int], dict[str, Any]]) -> dict[str
     return out
 
 
-def config_diff(configs: dict[tuple[str, str, int], dict[str, Any]]) -> pd.DataFrame:
-    """Rows ``key, <arm 1>, <arm 2>, ...`` for the arm-level keys whose values differ between arms."""
-    flats = _arm_flats(configs)
-    per_arm = arm_configs(configs)
+def config_diff(configs: dict[RunKey, dict[str, Any]], effective: Effective | None = None) -> pd.DataFrame:
+    """Rows ``key, <arm 1>, <arm 2>, ...`` for the arm-level keys whose values differ between arms;
+    with ``effective`` (``run_effective_values``), keys are compared as the runs used them."""
+    flats = _arm_flats(configs, effective)
+    per_arm = arm_configs(configs, effective)
     arms = sorted(per_arm)
     all_keys = set().union(*(set().union(*f) for f in flats.values())) if flats else set()
     run_level = {k for arm in arms for k in set().union(*flats[arm]) if k not in per_arm[arm]}
@@ -47,3 +104,22 @@ def config_diff(configs: dict[tuple[str, str, int], dict[str, Any]]) -> pd.DataF
         if len({repr(v) for v in values}) > 1:
             rows.append({"key": key, **dict(zip(arms, values))})
     return pd.DataFrame(rows, columns=["key", *arms])
+
+
+def effective_table(configs: dict[RunKey, dict[str, Any]], effective: Effective) -> pd.DataFrame:
+    """Rows ``arm, key, stated, in_effect, reason, runs``: each distinct value in effect per arm and
+    key, with the number of runs that recorded it (runs of an arm that disagree give several rows)."""
+    counts: dict[tuple[str, str, str, str, str], int] = {}
+    cells: dict[tuple[str, str, str, str, str], InEffect] = {}
+    for run, config in sorted(configs.items()):
+        for key, cell in _run_flat(config, effective.get(run, {})).items():
+            if isinstance(cell, InEffect):
+                ident = (run[0], key, repr(cell.stated), repr(cell.value), cell.reason)
+                counts[ident] = counts.get(ident, 0) + 1
+                cells[ident] = cell
+    rows = [
+        {"arm": ident[0], "key": ident[1], "stated": cell.stated, "in_effect": cell.value,
+         "reason": cell.reason, "runs": counts[ident]}
+        for ident, cell in cells.items()
+    ]  # fmt: skip
+    return pd.DataFrame(rows, columns=["arm", "key", "stated", "in_effect", "reason", "runs"])

@@ -25,7 +25,7 @@ import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from analysis import aggregate, verdict
-from analysis.configdiff import config_diff
+from analysis.configdiff import InEffect, config_diff, effective_table, run_effective_values
 from analysis.curves import Scores, resample_curves, score_tables
 from analysis.runs import KEYS, Experiment, load_experiment
 from analysis.scores import is_minatar, minatar_published_curves, minatar_reference_table
@@ -200,20 +200,48 @@ def _what_ran(exp: Experiment) -> Section:
     return section
 
 
+# (label, column) of the table of values in effect (``analysis.configdiff.effective_table``).
+EFFECTIVE_COLUMNS = (
+    ("arm", "arm"), ("key", "key"), ("stated", "stated"), ("in effect", "in_effect"), ("why", "reason"),
+    ("runs", "runs"),
+)  # fmt: skip
+
+
+def _config_cell(value: Any) -> str:
+    """A config-diff cell: a value a run used in place of the stated one shows both, marked."""
+    if isinstance(value, InEffect):
+        return f"{fmt(value.value)} in effect (stated {fmt(value.stated)})"
+    return fmt(value)
+
+
 def _config_section(exp: Experiment) -> Section:
-    diff = config_diff(exp.configs)
+    effective = run_effective_values(exp.metadata)
+    diff = config_diff(exp.configs, effective)
     section = Section(
         "config-diff",
         "Config differences between arms",
         "Keys (flattened, from each run's config.json) on which the runs of every arm agree and the arms "
-        "differ; keys that vary inside an arm (seed, env id) are omitted.",
+        "differ; keys that vary inside an arm (seed, env id) are omitted. A value another key overrides "
+        "(recorded in metadata.json when the run started) is compared as it ran and shows as "
+        "'X in effect (stated Y)'.",
     )
     if len(exp.arms) < 2:
         section.notes.append("one arm only: nothing to compare")
     elif diff.empty:
         section.notes.append("the arms' configs are identical")
     else:
-        section.tables.append(_table("config-diff-table", diff, [(c, c) for c in diff.columns]))
+        cells = diff.assign(**{arm: diff[arm].map(_config_cell) for arm in diff.columns[1:]})
+        section.tables.append(_table("config-diff-table", cells, [(c, c) for c in diff.columns]))
+    overridden = effective_table(exp.configs, effective)
+    if not overridden.empty:
+        section.tables.append(
+            _table(
+                "effective-values-table",
+                overridden,
+                list(EFFECTIVE_COLUMNS),
+                "values the runs used in place of the stated ones, and the key that made it so",
+            )
+        )
     return section
 
 

@@ -3,16 +3,33 @@
 A setting is named ``NAME`` or ``NAME@PROFILE`` (``r2d1_corrected@smoke``): the profile's budget
 changes are applied, so ``diff r2d1_corrected r2d1_corrected@smoke`` lists exactly what the smoke
 profile changes.
+
+``show`` also prints the value in effect next to a stated one that another key overrides, as the
+algorithm's Config declares it (an optional ``effective_values()`` method: R2D1's
+``swap_priority_exponents`` runs ``priority_alpha`` with ``priority_beta``'s value).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from algorithms.rundir import declared_effective_values
 from repro.profiles import apply_profile, load_profile
-from repro.settings import SETTINGS_DIR, Entry, Schema, Setting, default_schema, load_setting, with_defaults
+from repro.settings import (
+    SETTINGS_DIR,
+    Entry,
+    Schema,
+    Setting,
+    build_sections,
+    default_schema,
+    load_setting,
+    with_defaults,
+)
 from repro.tables import fmt, render
+
+IN_EFFECT_MARK = "(*)"  # marks a stated value another key overrides, explained under the table
 
 
 @dataclass(frozen=True)
@@ -21,6 +38,8 @@ class Resolved:
     setting: Setting
     profile: str | None
     entries: dict[str, Entry]  # every field, defaults included
+    # "algo.<field>" -> {"value": in effect, "reason": why}, as the algorithm's Config declares them
+    effective: dict[str, dict[str, Any]]
 
 
 def resolve_label(label: str, settings_dir: Path = SETTINGS_DIR, schema: Schema = default_schema) -> Resolved:
@@ -29,7 +48,8 @@ def resolve_label(label: str, settings_dir: Path = SETTINGS_DIR, schema: Schema 
     classes = schema(setting.algo)
     if profile_name:
         setting = apply_profile(setting, load_profile(profile_name), classes)
-    return Resolved(label, setting, profile_name or None, with_defaults(setting, classes))
+    effective = declared_effective_values("algo", build_sections(setting, classes)["algo"])
+    return Resolved(label, setting, profile_name or None, with_defaults(setting, classes), effective)
 
 
 def show_text(resolved: Resolved) -> str:
@@ -44,9 +64,19 @@ def show_text(resolved: Resolved) -> str:
     ]
     if s.description:
         lines.append(f"about:    {s.description}")
-    rows = [(key, fmt(e.value), e.origin, e.source) for key, e in resolved.entries.items()]
+    rows = [(key, _value_cell(key, e, resolved), e.origin, e.source) for key, e in resolved.entries.items()]
     lines += ["", render(["key", "value", "origin", "source"], rows)]
+    if resolved.effective:
+        lines += ["", f"{IN_EFFECT_MARK} in effect: set by another key, not the value stated"]
+        lines += [f"  {key} = {fmt(e['value'])}: {e['reason']}" for key, e in resolved.effective.items()]
     return "\n".join(lines)
+
+
+def _value_cell(key: str, entry: Entry, resolved: Resolved) -> str:
+    """The stated value, followed by the value in effect where another key overrides it."""
+    if key not in resolved.effective:
+        return fmt(entry.value)
+    return f"{fmt(entry.value)} -> {fmt(resolved.effective[key]['value'])} in effect {IN_EFFECT_MARK}"
 
 
 def diff_rows(a: Resolved, b: Resolved) -> list[tuple[str, Entry | None, Entry | None]]:

@@ -229,6 +229,16 @@ def test_r2d2_defaults():
     )
 
 
+def test_effective_values_name_the_swap():
+    assert r2d1.Config().effective_values() == {}
+    swapped = r2d1.Config(priority_alpha=0.9, priority_beta=0.6, swap_priority_exponents=True)
+    effective = swapped.effective_values()
+    assert {k: v for k, (v, _) in effective.items()} == {"priority_alpha": 0.6, "priority_beta": 0.9}
+    assert all(why.startswith("swap_priority_exponents = true") for _, why in effective.values())
+    # What is declared is what the replay runs with.
+    assert (effective["priority_alpha"][0], effective["priority_beta"][0]) == swapped.alpha_beta
+
+
 def _truncating_batches(frames: bool, n: int, T: int = 8, B: int = 2, seed: int = 0) -> list[NamedArrays]:
     """Random Contract 3 batches whose episodes end by a time limit every 5 steps."""
     g = torch.Generator().manual_seed(seed)

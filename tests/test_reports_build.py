@@ -100,3 +100,33 @@ def test_arms_without_a_common_env_get_no_aggregate(tmp_path):
     html = build_report(exp, reps=100).read_text()
     assert "no env was run to completion by every arm" in html
     assert _table_rows(html, "final-table") == 2
+
+
+def test_values_in_effect_show_next_to_the_stated_ones(tmp_path):
+    def arm(skill: float, swap: bool) -> SyntheticArm:
+        algo_config = {"priority_alpha": 0.9, "priority_beta": 0.6, "swap_priority_exponents": swap}
+        return SyntheticArm(skill, {"algo": "r2d1", "algo_config": algo_config})
+
+    arms = {"corrected": arm(1.5, False), "published": arm(0.8, True)}
+    exp = write_experiment(tmp_path, "exp", arms, ["pong"], [0], n_logs=2)
+    # What a run of the published arm records in metadata.json when it starts (RunDir.open's
+    # effective_values, from r2d1.Config.effective_values).
+    why = "swap_priority_exponents = true: the exponents trade values"
+    metadata_file = exp / "published/pong/seed0/metadata.json"
+    metadata = json.loads(metadata_file.read_text())
+    metadata["effective_values"] = {
+        "algo_config.priority_alpha": {"value": 0.6, "reason": why},
+        "algo_config.priority_beta": {"value": 0.9, "reason": why},
+    }
+    metadata_file.write_text(json.dumps(metadata))
+    html = build_report(exp, reps=100).read_text()
+    diff = re.search(r'<table id="config-diff-table">.*?</table>', html, re.S).group(0)
+    cells = [re.sub(r"\s+", " ", c).strip() for c in re.findall(r"<td>(.*?)</td>", diff, re.S)]
+    # Columns: key, corrected, published (arms sorted).
+    assert cells == [
+        "algo_config.priority_alpha", "0.9", "0.6 in effect (stated 0.9)",
+        "algo_config.priority_beta", "0.6", "0.9 in effect (stated 0.6)",
+        "algo_config.swap_priority_exponents", "no", "yes",
+    ]  # fmt: skip
+    assert _table_rows(html, "effective-values-table") == 2
+    assert why in html

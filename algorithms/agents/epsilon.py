@@ -7,7 +7,8 @@ Two published rules, combinable:
 * per-environment final values ``eps_i = base ** (1 + alpha * i / (N - 1))`` for env ``i`` of ``N``
   (Horgan et al. 2018, "Distributed Prioritized Experience Replay" (Ape-X), Sec. 4.1: base 0.4,
   alpha 7). R2D2 inherits it from Ape-X through its Table 2 caption; the R2D2 paper itself does not
-  state it (see docs/ and the reference SOURCES).
+  state it (repro/configs/reference/r2d2_hyperparameters.csv, other_params; repro/configs/README.md,
+  The R2D1 arms).
 * per-environment final values log-spaced from ``final_min`` (env 0) to ``final`` (env N - 1):
   rlpyt's vector epsilon (``eps_final_min``, rlpyt/agents/dqn/epsilon_greedy.py ``make_vec_eps``,
   ``torch.logspace(log10(eps_final_min), log10(eps_final), global_B)[env_ranks]``), which its R2D1
@@ -18,8 +19,9 @@ Two published rules, combinable:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -78,6 +80,13 @@ class EpsilonSchedule:
     apex_alpha: float = 7.0
     final_min: float = 0.0005
     eval: float = 0.05
+
+    @classmethod
+    def from_config(cls, config: Any) -> EpsilonSchedule:
+        """The schedule an algorithm Config states in its ``eps_<field>`` fields (DQN's, R2D1's);
+        fields it does not have keep this class's defaults."""
+        names = [f.name for f in dataclasses.fields(cls) if hasattr(config, f"eps_{f.name}")]
+        return cls(**{name: getattr(config, f"eps_{name}") for name in names})
 
     def __post_init__(self) -> None:
         for name in ("start", "final", "apex_base", "eval"):

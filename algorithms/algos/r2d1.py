@@ -57,9 +57,9 @@ from algorithms.agents.dqn_agents import R2D1Agent
 from algorithms.agents.epsilon import EpsilonSchedule
 from algorithms.algos.base import OptInfo, QReplayLearner, adam
 from algorithms.arrays import NamedArrays
-from algorithms.configs import check_field
+from algorithms.configs import check_field, check_ranges
 from algorithms.functional.priorities import sequence_priority
-from algorithms.functional.returns import nstep_returns
+from algorithms.functional.returns import rescaled_nstep_targets
 from algorithms.functional.td import select_action_values
 from algorithms.functional.value_rescaling import VALUE_TRANSFORMS, value_transform
 from algorithms.models.r2d1_model import R2D1Model
@@ -119,60 +119,48 @@ class Config:
     nstep_done_bug: bool = False
 
     def __post_init__(self) -> None:
-        check_field(self, 0.0 <= self.discount <= 1.0, "discount", "in [0, 1]")
-        for name in (
-            "n_step",
-            "sequence_length_steps",
-            "sequence_period_steps",
-            "batch_size_sequences",
-            "replay_size_steps",
-            "target_update_period_updates",
-            "lstm_size",
-            "head_hidden_size",
-        ):
-            check_field(self, getattr(self, name) >= 1, name, ">= 1")
-        for name in ("burn_in_steps", "learning_starts_steps", "eps_decay_steps", "fc_size"):
-            check_field(self, getattr(self, name) >= 0, name, ">= 0")
-        check_field(self, self.replay_ratio > 0, "replay_ratio", "> 0")
-        check_field(self, self.learning_rate > 0, "learning_rate", "> 0")
-        check_field(self, self.optimizer_eps > 0, "optimizer_eps", "> 0")
-        check_field(self, self.clip_grad_norm >= 0, "clip_grad_norm", ">= 0 (0 = off)")
-        check_field(self, self.priority_alpha >= 0, "priority_alpha", ">= 0")
-        check_field(self, 0.0 <= self.priority_beta <= 1.0, "priority_beta", "in [0, 1]")
-        check_field(
+        check_ranges(
             self,
-            not self.initial_priority_no_alpha or self.alpha_beta[0] > 0,
-            "initial_priority_no_alpha",
-            "False when the priority exponent in effect is 0",
+            unit=("discount", "priority_beta", "priority_eta"),
+            positive=("replay_ratio", "learning_rate", "optimizer_eps", "value_rescaling_eps"),
+            positive_ints=(
+                "n_step",
+                "sequence_length_steps",
+                "sequence_period_steps",
+                "batch_size_sequences",
+                "replay_size_steps",
+                "target_update_period_updates",
+                "lstm_size",
+                "head_hidden_size",
+            ),
+            non_negative=(
+                "burn_in_steps",
+                "learning_starts_steps",
+                "eps_decay_steps",
+                "fc_size",
+                "clip_grad_norm",
+                "priority_alpha",
+            ),
+            sizes=("mlp_hidden_sizes",),
         )
-        check_field(self, 0.0 <= self.priority_eta <= 1.0, "priority_eta", "in [0, 1]")
         check_field(
             self,
             self.value_rescaling in VALUE_TRANSFORMS,
             "value_rescaling",
             f"one of {sorted(VALUE_TRANSFORMS)}",
         )
-        check_field(self, self.value_rescaling_eps > 0, "value_rescaling_eps", "> 0")
         check_field(
             self,
             self.initial_priority_half_segment in (0, 1, 2),
             "initial_priority_half_segment",
             "0 (whole sequence), 1 (first half) or 2 (second half)",
         )
-        check_field(self, all(h >= 1 for h in self.mlp_hidden_sizes), "mlp_hidden_sizes", "positive")
         check_field(self, self.conv_torso in CONV_TORSOS, "conv_torso", f"one of {CONV_TORSOS}")
         self.epsilon_schedule  # validates the eps_* fields  # noqa: B018
 
     @property
     def epsilon_schedule(self) -> EpsilonSchedule:
-        return EpsilonSchedule(
-            start=self.eps_start,
-            final=self.eps_final,
-            decay_steps=self.eps_decay_steps,
-            per_env=self.eps_per_env,
-            final_min=self.eps_final_min,
-            eval=self.eps_eval,
-        )
+        return EpsilonSchedule.from_config(self)
 
     @property
     def alpha_beta(self) -> tuple[float, float]:
@@ -180,6 +168,22 @@ class Config:
         if self.swap_priority_exponents:
             return self.priority_beta, self.priority_alpha
         return self.priority_alpha, self.priority_beta
+
+    def effective_values(self) -> dict[str, tuple[Any, str]]:
+        """Fields whose value in effect another field sets: ``{field: (value in effect, why)}``.
+
+        ``python -m repro show`` prints them next to the stated values, and a run records them in its
+        metadata.json for the report (``algorithms.rundir.declared_effective_values``), so a setting
+        that states ``priority_alpha = 0.9`` with the rlpyt swap on does not read as running 0.9.
+        """
+        if not self.swap_priority_exponents:
+            return {}
+        alpha, beta = self.alpha_beta
+        why = (
+            "swap_priority_exponents = true: the priority and importance-sampling exponents trade values "
+            "(rlpyt's class defaults before its config fix of 2019-08-13)"
+        )
+        return {"priority_alpha": (alpha, why), "priority_beta": (beta, why)}
 
     @property
     def replayed_steps_per_sequence(self) -> int:
@@ -208,7 +212,7 @@ def build_agent(config: Config, observation_space: gym.Space, action_space: gym.
 # --- targets and TD errors, shared by the loss and the sampler-side initial priorities ------------------
 
 
-def rescaled_nstep_targets(
+def targets(
     config: Config,
     reward: torch.Tensor,
     terminated: torch.Tensor,
@@ -216,29 +220,19 @@ def rescaled_nstep_targets(
     q_bootstrap: torch.Tensor,
     n_step: int,
 ) -> torch.Tensor:
-    """y_t = h(G_t + discount_t h^-1(q_bootstrap[t + m_t])) for every step t of [L, B].
-
-    ``q_bootstrap`` [L + 1, B] holds the value to bootstrap from at each observation index (index L:
-    the observation after the last step); windows are cut at the end of the L steps.
-    """
-    transform = value_transform(config.value_rescaling)
-    eps = config.value_rescaling_eps
-
-    def h(x: torch.Tensor) -> torch.Tensor:
-        return transform.forward(x, eps) if config.value_rescaling != "identity" else x
-
-    def h_inv(x: torch.Tensor) -> torch.Tensor:
-        return transform.inverse(x, eps) if config.value_rescaling != "identity" else x
-
-    L = reward.shape[0]
-    if q_bootstrap.shape[0] != L + 1:
-        raise ValueError(f"q_bootstrap needs {L + 1} rows for {L} steps, got {q_bootstrap.shape[0]}")
-    nstep = nstep_returns(
-        reward, terminated, truncated, config.discount, n_step, nstep_done_bug=config.nstep_done_bug
+    """``functional.returns.rescaled_nstep_targets`` [L, B] with this config's discount, value
+    transform and n-step done switch (``q_bootstrap`` [L + 1, B])."""
+    return rescaled_nstep_targets(
+        reward,
+        terminated,
+        truncated,
+        q_bootstrap,
+        config.discount,
+        n_step,
+        value_transform(config.value_rescaling),
+        config.value_rescaling_eps,
+        nstep_done_bug=config.nstep_done_bug,
     )
-    index = torch.arange(L, device=reward.device).view(L, *([1] * (reward.dim() - 1))) + nstep.steps
-    bootstrap = q_bootstrap.gather(0, index)
-    return h(nstep.returns + nstep.discount * h_inv(bootstrap))
 
 
 def sampler_td_errors(config: Config, samples: NamedArrays, q_bootstrap_T: torch.Tensor) -> torch.Tensor:
@@ -254,7 +248,7 @@ def sampler_td_errors(config: Config, samples: NamedArrays, q_bootstrap_T: torch
     q = samples.agent_info.q
     q_next = torch.cat([q, q_bootstrap_T.unsqueeze(0)], dim=0).max(dim=-1).values
     n = 1 if config.initial_priority_one_step else config.n_step
-    y = rescaled_nstep_targets(config, samples.reward, samples.terminated, samples.truncated, q_next, n)
+    y = targets(config, samples.reward, samples.terminated, samples.truncated, q_next, n)
     return (select_action_values(q, samples.action) - y).abs()
 
 
@@ -275,6 +269,7 @@ def initial_sequence_priorities(config: Config, td_abs: torch.Tensor) -> torch.T
 class Algo(QReplayLearner):
     """R2D1 learner: prioritized sequence replay with stored states, burn-in, target net, Adam."""
 
+    credit_key = "replay_credit"
     # Reported on every optimize call (NaN before learning starts).
     diagnostic_keys: tuple[str, ...] = ("loss", "q_mean", "td_abs_mean", "grad_norm")
 
@@ -289,7 +284,7 @@ class Algo(QReplayLearner):
         self.replay_steps = 0  # steps appended by this process (the replay is not checkpointed)
         self.updates = 0
         self.clip_grad_norm = config.clip_grad_norm if config.clip_grad_norm > 0 else math.inf
-        self._replay_credit = 0.0  # replayed steps owed to the replay-ratio target
+        self.credit = 0.0  # replayed steps owed to the replay-ratio target
         # Sampler |TD errors| of the newest rows, [rows, B], from absolute row _td_first_row on: the
         # initial priority of a sequence needs its trained steps, which span several sampler batches.
         self._td_history = torch.zeros(0, self.batch_spec.B)
@@ -310,20 +305,18 @@ class Algo(QReplayLearner):
 
     def build_replay(self, example: NamedArrays) -> ReplayBuffer:
         c = self.config
-        storage = SequenceStorage(
-            c.replay_size_steps,
-            self.batch_spec.B,
-            example,
-            observations_for(example.observation),
-            sequence_length=c.sequence_steps,
-            stride=c.sequence_period_steps,
+        storage = self.new_storage(
+            SequenceStorage, example, sequence_length=c.sequence_steps, stride=c.sequence_period_steps
         )
         alpha, beta = c.alpha_beta
-        # Seeded from torch's global RNG (seeded by train()) so runs repeat.
-        sampler = PrioritizedSelector(
-            storage.num_items, alpha=alpha, beta=beta, seed=int(torch.randint(2**31 - 1, ()))
+        selector = PrioritizedSelector(
+            storage.num_items,
+            alpha=alpha,
+            beta=beta,
+            input_priorities_alpha=not c.initial_priority_no_alpha,
+            seed=self.selector_seed(),
         )
-        return ReplayBuffer(storage, sampler)
+        return ReplayBuffer(storage, selector)
 
     def append_samples(self, samples: NamedArrays) -> None:
         """Store a sampler batch and give the sequences it completes their initial priorities
@@ -349,20 +342,14 @@ class Algo(QReplayLearner):
             self._td_history = torch.cat([self._td_history, td])
         c, L = self.config, self.config.sequence_steps
         # Sequences starting at s are complete once rows up to s + L - 1 are written: s in (t0 - L, t - L].
-        first = max(t0 - L + 1, self._td_first_row)
-        starts = np.arange(first + (-first % c.sequence_period_steps), t - L + 1, c.sequence_period_steps)
+        starts = storage.sequence_starts(max(t0 - L + 1, self._td_first_row), t - L + 1)
         if starts.size:
             offset = starts - self._td_first_row + c.burn_in_steps
             trained = torch.stack([self._td_history[o : o + c.sequence_length_steps] for o in offset], dim=1)
-            priorities = initial_sequence_priorities(c, trained.flatten(1, 2)).reshape(len(starts), -1)
-            if c.initial_priority_no_alpha:
-                # rlpyt stored input priorities without the exponent; update_priorities applies it, so
-                # hand it p^(1/alpha), which the replay raises back to exactly p.
-                priorities = priorities ** (1.0 / self.replay.selector.alpha)
-            B = self.batch_spec.B
-            slots = (starts % storage.ring.rows) // c.sequence_period_steps
-            items = (slots[:, None] * B + np.arange(B)).ravel()
-            self.replay.update_priorities(items, priorities.reshape(-1))
+            priorities = initial_sequence_priorities(c, trained.flatten(1, 2))
+            # [starts * B], ordered by start then env as items_of_starts numbers them; the selector
+            # applies the priority exponent or not (initial_priority_no_alpha, rlpyt 2019).
+            self.replay.set_input_priorities(storage.items_of_starts(starts), priorities)
         keep = L + c.sequence_period_steps  # enough history for every sequence not yet complete
         if self._td_history.shape[0] > keep:
             drop = self._td_history.shape[0] - keep
@@ -442,7 +429,7 @@ class Algo(QReplayLearner):
             q_bootstrap = torch.cat(
                 [q_target_all.gather(-1, best).squeeze(-1), q_target_all.new_zeros(1, q_all.shape[1])]
             )
-            y = rescaled_nstep_targets(c, reward, terminated, truncated, q_bootstrap, c.n_step)[:T]
+            y = targets(c, reward, terminated, truncated, q_bootstrap, c.n_step)[:T]
         q = select_action_values(q_all[:T], batch.action[rest][:T])
         delta = q - y
         valid_f = valid.to(delta.dtype)
@@ -457,10 +444,10 @@ class Algo(QReplayLearner):
         self.append_samples(samples)
         c, n_updates = self.config, 0
         if self.warm:
-            self._replay_credit += c.replay_ratio * samples.reward.numel()
+            self.credit += c.replay_ratio * samples.reward.numel()
             per_update = c.batch_size_sequences * c.replayed_steps_per_sequence
-            n_updates = int(self._replay_credit // per_update)
-            self._replay_credit -= n_updates * per_update
+            n_updates = int(self.credit // per_update)
+            self.credit -= n_updates * per_update
         return self.train(itr, n_updates)
 
     def train(self, itr: int, n_updates: int) -> OptInfo:
@@ -476,17 +463,3 @@ class Algo(QReplayLearner):
             samples_replayed=sequences * (c.sequence_length_steps + c.burn_in_steps),
             diagnostics=diagnostics,
         )
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "target_model": self.target_model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "updates": self.updates,
-            "replay_credit": self._replay_credit,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.target_model.load_state_dict(state["target_model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.updates = int(state["updates"])
-        self._replay_credit = float(state["replay_credit"])

@@ -24,6 +24,10 @@ treated as not done and bootstrapped with gamma^n from s_{t+n}, a state of the *
 (astooke/rlpyt PR #182: ``discount_return_n_step`` cast ``done_n`` to a new tensor, so the
 destination buffer kept the 1-step done). The reward sum itself was cut correctly. Kept only as a
 named switch for the as-published arm of the R2D1 reproduction.
+
+``rescaled_nstep_targets`` turns these into the targets of R2D2 (Kapturowski et al. 2019, Sec. 2.3),
+n-step Q-learning with the invertible value transform h of ``value_rescaling`` in place of reward
+clipping: y_t = h(G_t + discount_t h^{-1}(V_{t+m})), with V the bootstrap value of each observation.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+
+from algorithms.functional.value_rescaling import ValueTransform
 
 
 class NStepReturn(NamedTuple):
@@ -111,3 +117,37 @@ def nstep_returns(
         done = terminated.clone()
     discount = torch.where(done, torch.zeros_like(returns), torch.pow(gamma, steps.to(reward.dtype)))
     return NStepReturn(returns=returns, done=done, discount=discount, steps=steps)
+
+
+def rescaled_nstep_targets(
+    reward: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    q_bootstrap: torch.Tensor,
+    gamma: float,
+    n: int,
+    transform: ValueTransform,
+    eps: float,
+    *,
+    nstep_done_bug: bool = False,
+) -> torch.Tensor:
+    """y_t = h(G_t + discount_t h^{-1}(q_bootstrap[t + m_t])) for every step t of [L, B, ...].
+
+    ``q_bootstrap`` [L + 1, B, ...] holds the value to bootstrap from at each observation index, in
+    the transformed space (index L: the observation after the last step). Where the window of step t
+    ends in a time limit at t + m - 1, the caller puts the value of that step's true final
+    observation at index t + m (the next episode's first observation sits there otherwise). Where it
+    ends in a terminal the discount is 0 and y_t = h(G_t). ``transform`` is a ``(forward, inverse)``
+    pair of ``value_rescaling`` (``identity`` gives the plain n-step target), ``eps`` its epsilon;
+    windows are cut at the end of the L steps as in :func:`nstep_returns`.
+    """
+    L = reward.shape[0]
+    if q_bootstrap.shape != (L + 1, *reward.shape[1:]):
+        raise ValueError(
+            f"rescaled_nstep_targets: q_bootstrap shape {tuple(q_bootstrap.shape)} should be "
+            f"{(L + 1, *reward.shape[1:])} for reward shape {tuple(reward.shape)}"
+        )
+    nstep = nstep_returns(reward, terminated, truncated, gamma, n, nstep_done_bug=nstep_done_bug)
+    index = torch.arange(L, device=reward.device).view(L, *([1] * (reward.dim() - 1))) + nstep.steps
+    bootstrap = q_bootstrap.gather(0, index)
+    return transform.forward(nstep.returns + nstep.discount * transform.inverse(bootstrap, eps), eps)

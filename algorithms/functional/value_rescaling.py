@@ -6,8 +6,10 @@ al. (2018, "Observe and Look Further", Sec. 3.2):
     h(x)      = sign(x) (sqrt(|x| + 1) - 1) + eps x
     h^{-1}(x) = sign(x) (((sqrt(1 + 4 eps (|x| + 1 + eps)) - 1) / (2 eps))^2 - 1)   (Prop. A.2)
 
-with eps = 1e-3, used in the n-step target as h(G + gamma^n h^{-1}(Q_target)). The names follow rlax
-(``signed_hyperbolic`` / ``signed_parabolic``). The inverse is evaluated in a cancellation-free form:
+with eps = 1e-3, used in the n-step target as h(G + gamma^n h^{-1}(Q_target))
+(``returns.rescaled_nstep_targets``). The names follow rlax (``signed_hyperbolic`` /
+``signed_parabolic``). Every transform takes ``(x, eps)``, the identity too, so a caller applies
+whichever is configured without asking which it is. The inverse is evaluated in a cancellation-free form:
 (sqrt(1 + y) - 1) / (2 eps) = 2 (|x| + 1 + eps) / (sqrt(1 + y) + 1) with y = 4 eps (|x| + 1 + eps),
 and a^2 - 1 = (a - 1)(a + 1); h itself uses sqrt(|x| + 1) - 1 = |x| / (sqrt(|x| + 1) + 1). Both
 directions are free of cancellation, so float32 round trips stay accurate down to tiny |x|.
@@ -46,13 +48,16 @@ def signed_parabolic(x: torch.Tensor, eps: float = DEFAULT_EPS) -> torch.Tensor:
     return torch.sign(x) * a_minus_1 * (a + 1)
 
 
-def identity(x: torch.Tensor) -> torch.Tensor:
+def identity(x: torch.Tensor, eps: float = DEFAULT_EPS) -> torch.Tensor:
+    """No rescaling (``value_rescaling = "identity"``); ``eps`` is taken only to share the signature."""
     return x
 
 
 class ValueTransform(NamedTuple):
-    forward: Callable[[torch.Tensor], torch.Tensor]
-    inverse: Callable[[torch.Tensor], torch.Tensor]
+    """h and h^{-1}, each called as ``(x, eps)``."""
+
+    forward: Callable[[torch.Tensor, float], torch.Tensor]
+    inverse: Callable[[torch.Tensor, float], torch.Tensor]
 
 
 VALUE_TRANSFORMS: dict[str, ValueTransform] = {

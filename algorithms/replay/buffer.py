@@ -85,3 +85,9 @@ class ReplayBuffer:
     def update_priorities(self, indices: np.ndarray, priorities: np.ndarray | torch.Tensor) -> None:
         priorities = np.asarray(to_numpy(priorities), dtype=np.float64).reshape(-1)
         self.selector.update_priorities(np.asarray(indices, dtype=np.int64), priorities)
+
+    def set_input_priorities(self, items: np.ndarray, priorities: np.ndarray | torch.Tensor) -> None:
+        """Initial priorities of items already written (R2D1's, computed once their sequence is
+        complete); the selector applies its priority exponent to them or not (``input_priorities_alpha``)."""
+        priorities = np.asarray(to_numpy(priorities), dtype=np.float64).reshape(-1)
+        self.selector.set_input_priorities(np.asarray(items, dtype=np.int64), priorities)

@@ -12,7 +12,9 @@ A storage (``transitions.py``, ``sequences.py``) owns the data and numbers its i
 
 Prioritized replay (Schaul et al. 2016, "Prioritized Experience Replay", Sec. 3.3-3.4): item i is
 drawn with probability P(i) = p_i^alpha / sum_k p_k^alpha; new items enter at the largest priority
-seen so far (Alg. 1 line 6) or at priorities given on write; importance-sampling weights
+seen so far (Alg. 1 line 6) or at priorities given on write, or later with
+``set_input_priorities`` (R2D2's actor-computed priorities of sequences that span several sampler
+batches); importance-sampling weights
 (N P(i))^-beta are normalised by the batch maximum, with beta annealed linearly from ``beta``
 to ``beta_final`` over ``beta_anneal_draws`` calls to ``sample``. Draws are stratified: the total
 mass is cut into ``batch_size`` equal segments and one item is drawn from each (Appendix B.2.1).
@@ -161,15 +163,21 @@ class PrioritizedSelector:
     def on_write(self, items: np.ndarray, priorities: np.ndarray | None = None) -> None:
         """(Re)written items enter at the running maximum, or at ``priorities`` [n] when given."""
         if priorities is None:
-            values = np.full(len(items), self._state[0])
+            self._set(items, np.full(len(items), self._state[0]))
         else:
-            priorities = np.asarray(priorities, dtype=np.float64)
-            if priorities.shape != np.shape(items):
-                raise ValueError(
-                    f"priorities shape {priorities.shape} differs from items shape {np.shape(items)}"
-                )
-            values = priorities**self.alpha if self.input_priorities_alpha else priorities
-            self._state[0] = max(self._state[0], float(values.max(initial=0.0)))
+            self.set_input_priorities(items, priorities)
+
+    def set_input_priorities(self, items: np.ndarray, priorities: np.ndarray) -> None:
+        """Initial priorities [n] of written items, computed by whoever collected them (R2D2 Sec. 2.3:
+        the actors), possibly once the items are complete: raised to ``alpha`` unless
+        ``input_priorities_alpha`` is False. Items not valid yet keep them until they become valid."""
+        priorities = np.asarray(priorities, dtype=np.float64)
+        if priorities.shape != np.shape(items):
+            raise ValueError(
+                f"priorities shape {priorities.shape} differs from items shape {np.shape(items)}"
+            )
+        values = priorities**self.alpha if self.input_priorities_alpha else priorities
+        self._state[0] = max(self._state[0], float(values.max(initial=0.0)))
         self._set(items, values)
 
     def set_valid(self, items: np.ndarray, valid: np.ndarray) -> None:

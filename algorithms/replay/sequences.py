@@ -112,19 +112,25 @@ class SequenceStorage:
         states = 0 if self._states is None else sum(leaf.nbytes for leaf in _leaves(self._states))
         return self.ring.nbytes + states
 
-    def items_starting_in(self, first_row: int, stop_row: int) -> np.ndarray:
-        """Items of the sequences starting in absolute rows [first_row, stop_row), [starts * B] flat.
+    def sequence_starts(self, first_row: int, stop_row: int) -> np.ndarray:
+        """Absolute rows in [first_row, stop_row) where sequences start (multiples of ``stride``, >= 0)."""
+        first = max(first_row, 0)
+        first += -first % self.stride
+        return np.arange(first, max(stop_row, first), self.stride, dtype=np.int64)
+
+    def items_of_starts(self, starts: np.ndarray) -> np.ndarray:
+        """Items of the sequences of every env starting at absolute rows ``starts`` [k], [k * B] flat.
 
         Item numbering: the sequence of env b starting at absolute row s is item
         ``(s % rows) // stride * B + b``; the result is ordered by start, then env.
         """
-        first = max(first_row, 0)
-        first += -first % self.stride
-        if stop_row <= first:
-            return np.zeros(0, dtype=np.int64)
-        slots = (np.arange(first, stop_row, self.stride) % self.ring.rows) // self.stride
+        slots = (np.asarray(starts, dtype=np.int64) % self.ring.rows) // self.stride
         B = self.ring.num_envs
         return (slots[:, None] * B + np.arange(B)).ravel()
+
+    def items_starting_in(self, first_row: int, stop_row: int) -> np.ndarray:
+        """Items of the sequences starting in absolute rows [first_row, stop_row), [starts * B] flat."""
+        return self.items_of_starts(self.sequence_starts(first_row, stop_row))
 
     def append(self, samples: NamedArrays) -> tuple[np.ndarray, np.ndarray]:
         """Write a [T, B] batch; returns (sequence items starting in it, items whose validity may change)."""
