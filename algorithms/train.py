@@ -84,11 +84,9 @@ class SamplerConfig:
     with ``env_workers="threads"`` one per group's env threads; with more workers than CPUs, one CPU
     each, cycling (``algorithms.cpus.cpu_share``); ``""`` leaves them to the scheduler. A worker
     pinned to one CPU hands each step to its env threads and back on that core; and CPUs left out
-    of the list stay free for the main process's inference. On the 2-core dev machine, with a trivial policy,
-    pinning over both CPUs took the ``gpu`` and ``alternating`` modes' process workers from
-    0.70-0.73 and 0.79-0.83 of the raw env rate to 0.79-0.84 and 0.82-0.87; with the Nature CNN
-    acting in the main process, the env workers belong on the CPUs its inference does not use
-    (``make bench-sampler``).
+    of the list stay free for the main process's inference: with a network acting in the main
+    process, the env workers belong on the CPUs its inference does not use. Measured rates with and
+    without pinning (``make bench-sampler``): docs/results/core_measurements.md (train.py).
     """
 
     mode: str = "serial"
@@ -199,7 +197,8 @@ class RunnerConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything one run needs: algorithm (by registry name) and its config, env, sampler, runner."""
+    """Everything one run needs: algorithm (registry name or dotted module path) and its config, env,
+    sampler, runner."""
 
     algo: str
     algo_config: Any
@@ -318,12 +317,18 @@ def train(config: TrainConfig, run_dir: Path | str, resume: bool = True) -> Coun
 
     import torch
 
-    from algorithms.rundir import RunDir
+    from algorithms.rundir import RunDir, declared_effective_values
 
     if not isinstance(config, TrainConfig):
         raise TypeError(f"train: config must be a TrainConfig, got {type(config).__name__}")
     torch.set_num_threads(config.runner.torch_threads)
-    run = RunDir.open(Path(run_dir), config_to_dict(config), {"seed": config.runner.seed}, resume=resume)
+    run = RunDir.open(
+        Path(run_dir),
+        config_to_dict(config),
+        {"seed": config.runner.seed},
+        resume=resume,
+        effective_values=declared_effective_values("algo_config", config.algo_config),
+    )
     module, function = RUNNERS[config.runner.kind].split(":")
     try:
         _, repaired = run.recover()
