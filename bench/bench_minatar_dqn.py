@@ -55,16 +55,13 @@ absent) the reference is left out.
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib.util
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -73,8 +70,8 @@ import torch
 from algorithms.envs.minatar import MINATAR_GAMES
 from algorithms.runners.sync import SyncRunner
 from algorithms.train import TrainConfig
+from bench import speed
 from bench.bench_env import cpu_model
-from bench.learning import paired_ratio
 from repro.plans import resolve_job_setting
 from repro.profiles import load_profile
 from repro.settings import train_config
@@ -92,11 +89,6 @@ COLUMNS = (
     "steps_per_second",
     "steps_per_cpu_second",
 )
-
-
-def clocks() -> np.ndarray:
-    """(wall-clock, CPU) time now in seconds; CPU time of this process, all its threads."""
-    return np.array([time.perf_counter(), time.process_time()])
 
 
 def setting_config(game: str, seed: int, setting: str = SETTING) -> TrainConfig:
@@ -120,10 +112,10 @@ def time_ours(config: TrainConfig, steps: int) -> dict[str, float]:
         while algo.updates == 0:
             iteration()
         steps0, updates0 = counters.env_steps, algo.updates
-        start = clocks()
+        start = speed.clocks()
         while counters.env_steps < steps0 + steps:
             iteration()
-        seconds, cpu_seconds = clocks() - start
+        seconds, cpu_seconds = speed.clocks() - start
     finally:
         runner.sampler.shutdown()
     env_steps, updates = counters.env_steps - steps0, algo.updates - updates0
@@ -156,9 +148,9 @@ def reference_rate(dqn_py: str, game: str, steps: int, seed: int, threads: int) 
         def act(self, a):
             self.calls += 1
             if self.calls == first_call:
-                marks["start"] = clocks()
+                marks["start"] = speed.clocks()
             elif self.calls == first_call + steps:
-                marks["stop"] = clocks()
+                marks["stop"] = speed.clocks()
                 raise StopReference
             return super().act(a)
 
@@ -259,10 +251,7 @@ def plain_rate(
 
     for _ in range(100):  # compilation and warm-up, not timed
         update()
-    start = clocks()
-    for _ in range(steps):
-        update()
-    seconds, cpu_seconds = clocks() - start
+    seconds, cpu_seconds = steps * speed.per_call_seconds(update, steps)
     return {
         "env_steps": steps * members,
         "updates": steps * members,
@@ -314,10 +303,9 @@ def summarize(
     rows: list[dict], args: argparse.Namespace, config: TrainConfig, loads: tuple[float, float]
 ) -> str:
     """The Markdown summary: medians per implementation and the ratios between those timed."""
-    columns = ("steps_per_second", "steps_per_cpu_second")
     impls = [impl for impl in IMPLS if any(r["impl"] == impl for r in rows)]
-    runs = {impl: [r for r in rows if r["impl"] == impl] for impl in impls}  # in repeat order
-    medians = {impl: [statistics.median(r[c] for r in runs[impl]) for c in columns] for impl in impls}
+    runs = {impl: speed.runs_of(rows, impl) for impl in impls}
+    medians = {impl: speed.medians(runs[impl]) for impl in impls}
     algo = config.algo_config
     lines = [
         f"# DQN on MinAtar {args.game}: training throughput (env steps/s)",
@@ -336,11 +324,10 @@ def summarize(
     for top, bottom in RATIOS:
         if top not in runs or bottom not in runs:
             continue
-        paired = [paired_ratio([r[c] for r in runs[top]], [r[c] for r in runs[bottom]]) for c in columns]
+        paired = speed.paired_ratios(runs[top], runs[bottom])
         lines.append(
             f"| {top} / {bottom}: median of the repeats' ratios [95% bootstrap CI] "
-            f"| {paired[0][0]:.2f} [{paired[0][1]:.2f}, {paired[0][2]:.2f}] "
-            f"| {paired[1][0]:.2f} [{paired[1][1]:.2f}, {paired[1][2]:.2f}] |"
+            f"| {speed.ratio_with_ci(paired[0])} | {speed.ratio_with_ci(paired[1])} |"
         )
     if "reference" not in runs and "reference" in args.impls.split(","):
         lines += ["", f"Reference not timed: no scratch copy at {args.reference} (see the module docstring)."]
@@ -405,15 +392,9 @@ def main() -> None:
             )
     loads.append(os.getloadavg()[0])
     rows.sort(key=lambda r: (IMPLS.index(r["impl"]), r["repeat"]))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    summary = summarize(rows, args, config, (loads[0], loads[1]))
-    args.out.with_suffix(".md").write_text(summary)
+    speed.write_rows(args.out, rows, COLUMNS)
     print()
-    print(summary)
+    speed.write_summary(args.out, summarize(rows, args, config, (loads[0], loads[1])))
 
 
 if __name__ == "__main__":

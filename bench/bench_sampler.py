@@ -62,7 +62,6 @@ reference.
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import os
 import statistics
@@ -88,6 +87,7 @@ from algorithms.samplers.alternating import group_workers
 from algorithms.samplers.base import env_spaces, make_sampler
 from algorithms.samplers.workers import spawn_context, split_ranks
 from algorithms.train import SamplerConfig
+from bench import speed
 from bench.bench_env import cpu_model
 
 # "<mode>_threads": the env-only modes with the native env's own threads as their workers
@@ -662,7 +662,7 @@ def median_of(fn, repeats: int) -> tuple[float, list[float]]:
     return statistics.median(values), values
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="CSV file, one row per measurement")
     parser.add_argument("--game", default="pong")
@@ -687,129 +687,138 @@ def main() -> None:
         parser.error(f"--runner-algos: {args.runner_algos!r} is not a subset of {RUNNER_ALGOS}")
     if args.quick:
         args.batches, args.batch_t, args.runner_steps, args.r2d1_steps = 4, 16, 800, 6_400
-    torch.set_num_threads(1)
+    return args
+
+
+def record(
+    rows: list[dict[str, Any]], section: str, what: str, median: float, values: list[float], **extra: Any
+) -> None:
+    """A row of the CSV and the summary (``extra``: its further columns), and its progress line."""
+    rows.append(
+        {
+            "section": section,
+            "what": what,
+            "steps_per_s": round(median, 1),
+            "values": " ".join(f"{v:.1f}" for v in values),
+            **extra,
+        }
+    )
+    print(f"{section:>10} {what:>26}: {median:9.1f} env steps/s  ({rows[-1]['values']})", flush=True)
+
+
+def trivial_section(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    """The raw env, then each of ``vec_env``, the ``FLOORS`` and the ``MODES`` with the raw env beside it."""
     steps = args.batches * args.batch_t
-
-    rows: list[dict[str, Any]] = []
-
-    def record(section: str, what: str, median: float, values: list[float], **extra: Any) -> None:
-        rows.append(
-            {
-                "section": section,
-                "what": what,
-                "steps_per_s": round(median, 1),
-                "values": " ".join(f"{v:.1f}" for v in values),
-                **extra,
-            }
+    # The nature_cnn section times the raw env itself, before each of its repeats.
+    runs = [raw_env_rate(args.game, args.envs, args.env_threads, steps, s) for s in range(args.repeats)]
+    raw, env_cpu = (statistics.median(run[i] for run in runs) for i in (0, 1))
+    record(
+        rows, "trivial", "raw_env", raw, [rate for rate, _ in runs], cpu_us_per_step=round(env_cpu * 1e6, 2)
+    )
+    floors: dict[str, float] = {}
+    for mode in ("vec_env", *FLOORS, *MODES):
+        pairs = [trivial_vs_raw(mode, args, seed) for seed in range(args.repeats)]
+        ratios = [p.rate / p.raw_rate for p in pairs]
+        ratio = statistics.median(ratios)
+        if mode in FLOORS:
+            floors[mode] = ratio
+        floor = floors.get(MODE_FLOORS.get(mode, ""))
+        record(
+            rows,
+            "trivial",
+            mode,
+            statistics.median(p.rate for p in pairs),
+            [p.rate for p in pairs],
+            reference=round(statistics.median(p.raw_rate for p in pairs), 1),
+            ratio=round(ratio, 3),
+            ratios=" ".join(f"{r:.3f}" for r in ratios),
+            target="" if mode == "vec_env" or mode in FLOORS else 0.9,
+            **({} if floor is None else {"floor": round(floor, 3), "of_floor": round(ratio / floor, 3)}),
+            cpu_us_per_step=round(statistics.median(p.cpu for p in pairs) * 1e6, 2),
+            reference_cpu_us_per_step=round(statistics.median(p.raw_cpu for p in pairs) * 1e6, 2),
+            cpu_parity=round(statistics.median(p.raw_cpu / p.cpu for p in pairs), 3),
+            cpus_busy=round(statistics.median(p.rate * p.cpu for p in pairs), 2),
+            reference_cpus_busy=round(statistics.median(p.raw_rate * p.raw_cpu for p in pairs), 2),
         )
-        print(f"{section:>10} {what:>26}: {median:9.1f} env steps/s  ({rows[-1]['values']})", flush=True)
 
-    if "trivial" in sections:
-        # The nature_cnn section times the raw env itself, before each of its repeats.
-        runs = [raw_env_rate(args.game, args.envs, args.env_threads, steps, s) for s in range(args.repeats)]
-        raw, env_cpu = (statistics.median(run[i] for run in runs) for i in (0, 1))
-        record("trivial", "raw_env", raw, [rate for rate, _ in runs], cpu_us_per_step=round(env_cpu * 1e6, 2))
-        floors: dict[str, float] = {}
-        for mode in ("vec_env", *FLOORS, *MODES):
-            pairs = [trivial_vs_raw(mode, args, seed) for seed in range(args.repeats)]
-            ratios = [p.rate / p.raw_rate for p in pairs]
-            ratio = statistics.median(ratios)
-            if mode in FLOORS:
-                floors[mode] = ratio
-            floor = floors.get(MODE_FLOORS.get(mode, ""))
-            record(
-                "trivial",
-                mode,
-                statistics.median(p.rate for p in pairs),
-                [p.rate for p in pairs],
-                reference=round(statistics.median(p.raw_rate for p in pairs), 1),
-                ratio=round(ratio, 3),
-                ratios=" ".join(f"{r:.3f}" for r in ratios),
-                target="" if mode == "vec_env" or mode in FLOORS else 0.9,
-                **({} if floor is None else {"floor": round(floor, 3), "of_floor": round(ratio / floor, 3)}),
-                cpu_us_per_step=round(statistics.median(p.cpu for p in pairs) * 1e6, 2),
-                reference_cpu_us_per_step=round(statistics.median(p.raw_cpu for p in pairs) * 1e6, 2),
-                cpu_parity=round(statistics.median(p.raw_cpu / p.cpu for p in pairs), 3),
-                cpus_busy=round(statistics.median(p.rate * p.cpu for p in pairs), 2),
-                reference_cpus_busy=round(statistics.median(p.raw_rate * p.raw_cpu for p in pairs), 2),
-            )
 
-    if "nature_cnn" in sections:
-        half = args.envs // 2
-        inf_full, v_full = median_of(lambda s: inference_rate(args.game, args.envs, steps), args.repeats)
-        record("nature_cnn", f"inference_B{args.envs}", inf_full, v_full)
-        inf_half, v_half = median_of(lambda s: inference_rate(args.game, half, steps), args.repeats)
-        record("nature_cnn", f"inference_B{half}", inf_half, v_half)
-        n_cpus = len(os.sched_getaffinity(0))
-        for mode in CNN_MODES:
-            batch = half if mode.startswith("alternating") else args.envs
-            # Each repeat times the env and the inference alone right before the mode, and takes
-            # its ratios against those: the inference rate alone swings +-15% between runs here,
-            # which a reference measured once at the start passed straight into every ratio.
-            repeats = []
-            for seed in range(args.repeats):
-                env_rate, env_cpu = raw_env_rate(args.game, args.envs, args.env_threads, steps, seed)
-                inference = inference_rate(args.game, batch, steps)
-                rate = sampler_rate(mode, "nature_cnn", args, seed).rate
-                ideal = min(env_rate, inference)
-                # Without any overlap each step costs env time plus inference time.
-                no_overlap = 1.0 / (1.0 / env_rate + 1.0 / inference)
-                # What the CPUs allow when env threads and inference (one torch thread: its wall
-                # time is its CPU time) run at once: on few cores this, not the ideal, is the ceiling.
-                cpu_ceiling = n_cpus / (env_cpu + 1.0 / inference)
-                repeats.append((rate, ideal, no_overlap, cpu_ceiling))
-            rate, ideal, no_overlap, cpu_ceiling = (
-                statistics.median(r[i] for r in repeats) for i in range(4)
-            )
+def nature_cnn_repeat(mode: str, args: argparse.Namespace, seed: int) -> tuple[float, float, float, float]:
+    """(rate, ideal overlap, no overlap, CPU ceiling) of one repeat of ``mode`` with the Nature CNN.
+
+    The env and the inference alone are timed right before the mode, and its ratios are taken against
+    those: the inference rate alone swings +-15% between runs here, which a reference measured once
+    at the start passed straight into every ratio.
+    """
+    steps = args.batches * args.batch_t
+    batch = args.envs // 2 if mode.startswith("alternating") else args.envs
+    env_rate, env_cpu = raw_env_rate(args.game, args.envs, args.env_threads, steps, seed)
+    inference = inference_rate(args.game, batch, steps)
+    rate = sampler_rate(mode, "nature_cnn", args, seed).rate
+    ideal = min(env_rate, inference)
+    # Without any overlap each step costs env time plus inference time.
+    no_overlap = 1.0 / (1.0 / env_rate + 1.0 / inference)
+    # What the CPUs allow when env threads and inference (one torch thread: its wall time is its
+    # CPU time) run at once: on few cores this, not the ideal, is the ceiling.
+    cpu_ceiling = len(os.sched_getaffinity(0)) / (env_cpu + 1.0 / inference)
+    return rate, ideal, no_overlap, cpu_ceiling
+
+
+def nature_cnn_section(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    """Inference alone on both batch sizes, then each of the ``CNN_MODES`` against the ideal overlap."""
+    steps = args.batches * args.batch_t
+    half = args.envs // 2
+    inf_full, v_full = median_of(lambda s: inference_rate(args.game, args.envs, steps), args.repeats)
+    record(rows, "nature_cnn", f"inference_B{args.envs}", inf_full, v_full)
+    inf_half, v_half = median_of(lambda s: inference_rate(args.game, half, steps), args.repeats)
+    record(rows, "nature_cnn", f"inference_B{half}", inf_half, v_half)
+    for mode in CNN_MODES:
+        repeats = [nature_cnn_repeat(mode, args, seed) for seed in range(args.repeats)]
+        rate, ideal, no_overlap, cpu_ceiling = (statistics.median(r[i] for r in repeats) for i in range(4))
+        record(
+            rows,
+            "nature_cnn",
+            mode,
+            rate,
+            [r[0] for r in repeats],
+            ideal=round(ideal, 1),
+            ratio=round(statistics.median(r[0] / r[1] for r in repeats), 3),
+            ratios=" ".join(f"{r[0] / r[1]:.3f}" for r in repeats),
+            target=0.8 if mode.startswith("alternating") else "",
+            no_overlap=round(no_overlap, 1),
+            cpu_ceiling=round(cpu_ceiling, 1),
+            ratio_to_cpu_ceiling=round(statistics.median(r[0] / min(r[1], r[3]) for r in repeats), 3),
+        )
+
+
+def runners_section(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    """Each stage alone, then the sync and async runners against the slower stage."""
+    for algo in args.runner_algos.split(","):
+        sampler_alone, values = median_of(lambda s, a=algo: runner_sampler_rate(a, args, s), args.repeats)
+        record(rows, "runners", f"{algo}_sampler_alone", sampler_alone, values)
+        opt, values = median_of(lambda s, a=algo: optimizer_rate(a, args, s), args.repeats)
+        record(rows, "runners", f"{algo}_optimizer_alone", opt, values)
+        bottleneck = min(sampler_alone, opt)
+        # Sync alternates the stages on the same core: its ceiling is 1 / (1/sampler + 1/optimizer).
+        serial = 1.0 / (1.0 / sampler_alone + 1.0 / opt)
+        for kind in ("sync", "async"):
+            results = [runner_rate(algo, kind, args, seed) for seed in range(args.repeats)]
+            rate = statistics.median(r[0] for r in results)
             record(
-                "nature_cnn",
-                mode,
+                rows,
+                "runners",
+                f"{algo}_{kind}",
                 rate,
-                [r[0] for r in repeats],
-                ideal=round(ideal, 1),
-                ratio=round(statistics.median(r[0] / r[1] for r in repeats), 3),
-                ratios=" ".join(f"{r[0] / r[1]:.3f}" for r in repeats),
-                target=0.8 if mode.startswith("alternating") else "",
-                no_overlap=round(no_overlap, 1),
-                cpu_ceiling=round(cpu_ceiling, 1),
-                ratio_to_cpu_ceiling=round(statistics.median(r[0] / min(r[1], r[3]) for r in repeats), 3),
+                [r[0] for r in results],
+                ideal=round(bottleneck, 1),
+                ratio=round(rate / bottleneck, 3),
+                target=0.9 if kind == "async" else "",
+                no_overlap=round(serial, 1),
+                replay_ratio=round(statistics.median(r[1] for r in results), 3),
             )
 
-    if "runners" in sections:
-        for algo in args.runner_algos.split(","):
-            sampler_alone, values = median_of(lambda s, a=algo: runner_sampler_rate(a, args, s), args.repeats)
-            record("runners", f"{algo}_sampler_alone", sampler_alone, values)
-            opt, values = median_of(lambda s, a=algo: optimizer_rate(a, args, s), args.repeats)
-            record("runners", f"{algo}_optimizer_alone", opt, values)
-            bottleneck = min(sampler_alone, opt)
-            # Sync alternates the stages on the same core: its ceiling is 1 / (1/sampler + 1/optimizer).
-            serial = 1.0 / (1.0 / sampler_alone + 1.0 / opt)
-            for kind in ("sync", "async"):
-                results = [runner_rate(algo, kind, args, seed) for seed in range(args.repeats)]
-                rate = statistics.median(r[0] for r in results)
-                record(
-                    "runners",
-                    f"{algo}_{kind}",
-                    rate,
-                    [r[0] for r in results],
-                    ideal=round(bottleneck, 1),
-                    ratio=round(rate / bottleneck, 3),
-                    target=0.9 if kind == "async" else "",
-                    no_overlap=round(serial, 1),
-                    replay_ratio=round(statistics.median(r[1] for r in results), 3),
-                )
 
-    settings = {k: v for k, v in vars(args).items() if k not in ("out", "quick")}
-    machine = f"{cpu_model()}, {os.cpu_count()} logical CPUs"
-    for row in rows:
-        row.update(settings, machine=machine)
-    fields = list(dict.fromkeys(k for row in rows for k in row))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-
+def summary(args: argparse.Namespace, rows: list[dict[str, Any]], machine: str) -> str:
+    """The Markdown summary: one table row per CSV row."""
     lines = [
         f"# Sampler throughput: {args.game}, B={args.envs} envs, {args.workers} workers, "
         f"{args.env_threads} env threads, T={args.batch_t}, {args.batches} batches, median of {args.repeats}",
@@ -845,10 +854,27 @@ def main() -> None:
             f"{row.get('cpu_parity', '')} | {busy(row)} | {row.get('cpu_ceiling', '')} | "
             f"{row.get('ratio_to_cpu_ceiling', '')} | {row.get('replay_ratio', '')} |"
         )
-    summary = "\n".join(lines) + "\n"
-    args.out.with_suffix(".md").write_text(summary)
+    return "\n".join(lines) + "\n"
+
+
+SECTIONS = {"trivial": trivial_section, "nature_cnn": nature_cnn_section, "runners": runners_section}
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(1)
+    rows: list[dict[str, Any]] = []
+    sections = set(args.sections.split(","))
+    for name, section in SECTIONS.items():
+        if name in sections:
+            section(args, rows)
+    settings = {k: v for k, v in vars(args).items() if k not in ("out", "quick")}
+    machine = f"{cpu_model()}, {os.cpu_count()} logical CPUs"
+    for row in rows:
+        row.update(settings, machine=machine)
+    speed.write_rows(args.out, rows, list(dict.fromkeys(k for row in rows for k in row)))
     print()
-    print(summary)
+    speed.write_summary(args.out, summary(args, rows, machine))
 
 
 if __name__ == "__main__":
