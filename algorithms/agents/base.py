@@ -35,7 +35,7 @@ class RankStreams:
     spawn_key=(r,))`` (the r-th child ``SeedSequence(seed).spawn`` would give), created on first
     use, so a worker holding ranks ``[lo, hi)`` builds exactly those ranks' streams from the seed
     alone. numpy rather than ``torch.Generator``: one small draw per row is the hot path, and
-    numpy's is about 3x faster (measured: 15 vs 44 us for 8 rows of 2 floats, 1 thread).
+    numpy's is the faster one there (docs/results/core_measurements.md, agents/base.py).
     """
 
     def __init__(self, seed: int) -> None:
@@ -127,7 +127,7 @@ class Agent(ABC):
             raise ValueError(f"unknown agent mode {mode!r}")
         self.mode = mode
         self.env_steps = int(env_steps)
-        if self.model.training != (mode == "train"):  # train() walks every module: ~40 us a call
+        if self.model.training != (mode == "train"):  # train() walks every module: not per step
             self.model.train(mode == "train")
 
     def initial_state(self, batch_size: int) -> NamedArrays | None:

@@ -73,8 +73,8 @@ class EpsilonGreedyAgent(Agent):
         """
         eps = self.epsilons(batch_size).astype(np.float32)
         coin, pick = self.uniform(batch_size, 2, device="cpu").numpy().T
-        # float32 u * A can round up to A for u just below 1: clamp into range. In numpy: 21 instead
-        # of 34 us a call for 4 envs (one thread, shared machine): torch ops on tiny arrays cost more.
+        # float32 u * A can round up to A for u just below 1: clamp into range. In numpy: torch ops
+        # on tiny arrays cost more (docs/results/core_measurements.md, agents/dqn_agents.py).
         random_actions = np.minimum((pick * self.n_actions).astype(np.int64), self.n_actions - 1)
         return coin < eps, random_actions
 

@@ -258,7 +258,8 @@ class NativeAtariVecEnv(VecEnv):
     def _send(self, actions: np.ndarray) -> None:
         # ale-py's threads step the envs while the caller goes on; recv waits for them. Straight to
         # its C++ interface: AtariVectorEnv.send's checks and its new np.ones of paddle strengths
-        # were a tenth of the serial sampler's main-thread time (py-spy), on every step.
+        # were a visible share of the serial sampler's main-thread time on every step
+        # (docs/results/core_measurements.md, envs/atari.py).
         actions = np.ascontiguousarray(actions, dtype=np.int64).reshape(self.num_envs)
         self._env.ale.send(actions, self._paddle_strength)
 

@@ -68,7 +68,8 @@ def make_vec_env(config: EnvConfig, num_envs: int, seed: int, *, first_rank: int
     if config.kind == "atari":
         envs = [make_gymnasium_atari(config) for _ in range(num_envs)]
     elif config.kind == "minatar":
-        # In-process: a MinAtar step costs 10-65 us, far below a process hand-off (make bench-env).
+        # In-process: a MinAtar step costs far less than a process hand-off
+        # (docs/results/core_measurements.md, envs/factory.py; docs/results/bench_minatar.md).
         envs = [make_minatar_env(config) for _ in range(num_envs)]
     else:
         envs = [make_gym_env(config) for _ in range(num_envs)]

@@ -8,12 +8,10 @@ no parameter or gradient is shared, and each is initialised as ``nn.Linear`` wou
 ensemble computes exactly what K separate ``QNetwork`` modules with the same weights compute
 (tests/test_qpg_algos.py checks outputs and gradients).
 
-Measured on the 2-core EPYC of this project (torch 2.13, 1 thread, SAC on HalfCheetah, batch 256,
-256-256 units): the hidden-layer products run at the same ~100 GFLOP/s as two separate ``addmm``
-calls; what the ensemble removes is the per-tensor work around them (dispatches, autograd nodes,
-optimizer and Polyak loops over twice as many tensors). With the fused Adam of ``algos/base.py``, one
-update (CPU ms, min of 12 interleaved rounds, machine shared, load ~8) went from 12.2 to 10.7 (SAC),
-7.1 to 5.9 (TD3, batch 100, 400-300) and 6.1 to 5.3 (DDPG) against the separate networks.
+The batched products run at the rate of separate ``addmm`` calls; what the ensemble removes is
+the per-tensor work around them (dispatches, autograd nodes, optimizer and Polyak loops over twice
+as many tensors), which makes DDPG, TD3 and SAC updates faster (docs/results/core_measurements.md,
+models/ensemble.py).
 """
 
 from __future__ import annotations
@@ -50,8 +48,8 @@ class EnsembleLinear(nn.Module):
             # Sliced only when needed: a sliced parameter's gradient is a zero-filled copy plus a scatter.
             weight, bias = weight[:n_members], bias[:n_members]
         if weight.shape[-1] == 1:
-            # A single output is a dot product: batched matrix-vector products through bmm took 0.58 ms
-            # forward + backward for [2, 256, 256] inputs against 0.17 ms for multiply-and-sum (1 thread).
+            # A single output is a dot product: multiply-and-sum is faster than batched matrix-vector
+            # products through bmm (docs/results/core_measurements.md, models/ensemble.py).
             return (x * weight.transpose(1, 2)).sum(-1, keepdim=True) + bias
         return torch.baddbmm(bias, x, weight)
 

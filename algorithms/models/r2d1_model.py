@@ -35,8 +35,7 @@ class R2D1Model(nn.Module):
     ``return_states`` adds the (h, c) after every step, ``[T, B, H]``, as a third output. Both run the
     LSTM one step at a time; otherwise the whole sequence goes through the fused LSTM in one call.
     (Packing the segments between resets into one fused call, as ``policies.RecurrentActorCritic``
-    does, was slower here: MinAtar-sized model, 35 x 32 steps, forward + backward on one CPU thread,
-    137 ms against 94 ms stepwise.)
+    does, was slower here than stepwise: docs/results/core_measurements.md, models/r2d1_model.py.)
     """
 
     def __init__(

@@ -76,18 +76,16 @@ class NatureConvTorso(nn.Module):
         if frames.device.type == "cpu" and torch.is_grad_enabled() and self.conv[0].weight.requires_grad:
             # Channels-last frames make PyTorch run all three convolutions in oneDNN's NHWC layout
             # (each output feeds the next in that layout; ``Flatten`` restores the (C, H, W) feature
-            # order). Nature net, one thread, CPU time per call (medians, scratch benchmark on the
-            # shared 2-core machine): forward + backward 221 -> 162 ms at batch 256, 25.5 -> 22.5 ms
-            # at batch 32. Forward alone gains nothing and the conversion costs (batch 1: 0.7 ->
-            # 0.8 ms, 32: 7.7 -> 8.4 ms, 256: 58 -> 60 ms), so no-grad calls (acting, target
-            # networks) keep the contiguous layout. The weights' own layout made no measurable
-            # difference, so they stay contiguous (``nn.init.orthogonal_`` and state dicts see plain
-            # tensors). Unmeasured on CUDA, where cuDNN keeps its own layout choice. Frames from the
-            # frame replay arrive channels-last (``FrameObservations.gather``): no copy here then;
-            # no-grad calls on them run as fast as on contiguous frames (batch 32: 6.4-6.6 ms both).
+            # order): faster forward + backward on CPU, while forward alone gains nothing and pays
+            # for the conversion, so no-grad calls (acting, target networks) keep the contiguous
+            # layout. The weights stay contiguous (their layout made no measurable difference), so
+            # ``nn.init.orthogonal_`` and state dicts see plain tensors. Unmeasured on CUDA, where
+            # cuDNN keeps its own layout choice. Frames from the frame replay arrive channels-last
+            # (``FrameObservations.gather``): no copy here then. Timings:
+            # docs/results/core_measurements.md (torsos.py).
             frames = frames.contiguous(memory_format=torch.channels_last)
-        # .to() keeps the memory format; scaling in place saves a batch-sized allocation (batch 256,
-        # one thread: 3.6 -> 2.4 ms CPU for the conversion).
+        # .to() keeps the memory format; scaling in place saves a batch-sized allocation (timing:
+        # docs/results/core_measurements.md, torsos.py).
         x = frames.to(torch.float32).mul_(1.0 / 255.0)
         features = self.conv(x)
         if self.fc is not None:

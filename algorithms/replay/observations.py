@@ -99,8 +99,8 @@ class FrameObservations:
 
         The stacks are laid out channels-last in memory (an [n, H, W, frame_stack] array seen
         through a transpose): the layout ``NatureConvTorso`` trains in, so the frames are copied
-        once here instead of gathered and then converted (batch 32: 0.63-0.72 -> 0.36 ms, one
-        thread, shared 2-core machine).
+        once here instead of gathered and then converted (docs/results/core_measurements.md,
+        replay/observations.py).
         """
         frames, size = self._frames_flat, self._frames_flat.shape[0]
         out = np.empty((len(index), *frames.shape[1:], self.frame_stack), dtype=frames.dtype)

@@ -84,8 +84,8 @@ class StepRing:
 
     def row_index(self, first: int, count: int) -> slice | np.ndarray:
         """Index of the ring rows holding absolute rows [first, first + count): a slice where they do
-        not wrap around (a view, about 5x cheaper than fancy indexing for the one-row writes of
-        DDPG, TD3 and SAC), the row numbers otherwise."""
+        not wrap around (a view, cheaper than fancy indexing for the one-row writes of DDPG, TD3
+        and SAC: docs/results/core_measurements.md, replay/ring.py), the row numbers otherwise."""
         start = first % self.rows
         if start + count <= self.rows:
             return slice(start, start + count)

@@ -168,8 +168,9 @@ class TransitionStorage:
         """``nstep_returns`` for n = 1 in closed form: the window is the step itself (m = 1), so
         ``return_n = r_t``, ``done_n = terminated_t``, ``discount_n = 0 if done_n else gamma``, whatever
         the truncation handling or ``nstep_done_bug`` (both only move windows of two or more steps).
-        The general path costs ~0.1 ms of fixed torch overhead per append, as much as the rest of a
-        one-step append (SAC, DDPG, TD3 append every env step); tests check equality with it.
+        The general path's fixed torch overhead per append was as much as the rest of a one-step
+        append (SAC, DDPG, TD3 append every env step; docs/results/core_measurements.md,
+        replay/transitions.py); tests check equality with it.
         """
         f = self.ring.fields
         terminated = f.terminated[rows]

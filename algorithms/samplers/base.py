@@ -38,8 +38,8 @@ envs take the next step, builds ``step_record`` (the record of step t) and ``fin
 Per-step cost: between ``receive_step`` and the next ``send_step`` the env threads (or workers)
 wait for this process, so that stretch holds only what the next action needs; everything else runs
 while the envs step. The pieces read fields as ``x["name"]`` (a dict lookup) rather than
-``x.name`` (``NamedArrays.__getattr__``, the fallback after a failed attribute lookup: ~1.4 us each
-on the 2-core dev machine, where work right after a wait runs about 3x slower again).
+``x.name`` (``NamedArrays.__getattr__``, the slower fallback after a failed attribute lookup, and
+slower still right after a wait; timings: docs/results/core_measurements.md, samplers/base.py).
 
 Seeding rule: the envs of a sampler are seeded from the run seed only (``env_seed``), never from
 the global RNGs, and the env of global rank r is seeded as env r of one vector env,
@@ -179,8 +179,8 @@ def next_inputs(
     env's own array, for envs whose outputs are never modified later (``VecEnv.fresh_outputs``).
     numpy rather than torch: the step record and the batch take them as they are, and the agent
     gets ``torch.from_numpy`` views (``EnvStepper.act``)."""
-    # In numpy: with eight small torch ops this took 40 us per step of SAC's one-env HalfCheetah
-    # loop, then 25 (thread time, shared machine); with episode_done 63 -> 34 us.
+    # In numpy: small torch ops cost more than the work itself here, on every step
+    # (docs/results/core_measurements.md, samplers/base.py).
     ended = episode_done(env_step) if done is None else done
     prev_action = to_numpy(action).copy()
     reward = np.array(env_step["reward"], copy=True)
@@ -274,18 +274,18 @@ class StepWriter:
     """Writes [B] step records into time steps 0, 1, .., T-1 of a [T, B] sample buffer (or into its
     ``columns``), in that order.
 
-    Goes leaf by leaf through numpy views of the buffer, about 3x faster than ``NamedArrays``
-    item assignment, which re-checks every field on every step (measured: 44 vs 136 us for a
-    CartPole record of 8 envs); at step 0 of each batch the record's fields are checked against
-    the buffer's, so a record that does not match the buffer is an error, not a silent mix-up.
+    Goes leaf by leaf through numpy views of the buffer, faster than ``NamedArrays`` item
+    assignment, which re-checks every field on every step (docs/results/core_measurements.md,
+    samplers/base.py); at step 0 of each batch the record's fields are checked against the
+    buffer's, so a record that does not match the buffer is an error, not a silent mix-up.
 
     ``final_observation`` is written in one copy per batch: where step t did not end an episode it
     equals ``observation[t + 1]`` (Contract 1), so ``write`` keeps only the ended envs' final
     observations (a copy of those rows) and, at step T - 1, copies ``observation[1:]`` into
-    ``final_observation[:-1]`` and puts the kept rows back. Copying both frame fields on every step
-    (2 x 225 kB for 8 Atari envs) cost the env threads stepping beside it 7-9% of the raw env's
-    rate on the 2-core dev machine, one copy 1% (``bench/bench_sampler.py``'s interleaved setting);
-    the batch's ``final_observation`` is complete once step T - 1 is written. This needs
+    ``final_observation[:-1]`` and puts the kept rows back: copying both frame fields on every step
+    (2 x 225 kB for 8 Atari envs) slowed the env threads stepping beside it several times more than
+    one copy does (docs/results/core_measurements.md, samplers/base.py). The batch's
+    ``final_observation`` is complete once step T - 1 is written. This needs
     ``observation`` in the buffer, written by this writer or, when skipped, by someone else before
     step T - 1's ``write`` (the remote env workers); otherwise every step is copied as it comes.
     """
@@ -315,7 +315,8 @@ class StepWriter:
                 raise ValueError(f"step record fields {names} do not match the sample buffer's {self.names}")
             self._ended.clear()
         index = (t, self.columns)
-        # A tensor's numpy view assigns ~5x faster than the tensor itself (numpy's __array__);
+        # A tensor's numpy view assigns faster than the tensor itself (numpy's __array__; timing:
+        # docs/results/core_measurements.md, samplers/base.py);
         # records hold CPU tensors only (``EnvStepper.act`` moves the agent's outputs there).
         values = [value.numpy() if isinstance(value, torch.Tensor) else value for value in record.leaves()]
         for i, (destination, value) in enumerate(zip(self.leaves, values)):
@@ -348,8 +349,8 @@ class EnvStepper:
     that building and writing each record overlaps the envs' next step; a mode that overlaps env
     stepping with other work calls the pieces itself (the alternating sampler's ``GroupStepper``).
     The agent's model may live on any device; inputs move there and records come back as CPU
-    tensors. The device is read at ``reset()`` (``agent.device`` walks the model's parameters, ~6 us
-    per call), so move the model before resetting, as every sampler does.
+    tensors. The device is read at ``reset()`` (``agent.device`` walks the model's parameters, too
+    slow for every step), so move the model before resetting, as every sampler does.
     """
 
     def __init__(
@@ -365,7 +366,7 @@ class EnvStepper:
         self.inputs: NamedArrays | None = None
         self.state: NamedArrays | None = None
         self.device = torch.device("cpu")
-        self._on_cpu = True  # then the agent's inputs and outputs need no moves (~3 us a step)
+        self._on_cpu = True  # then the agent's inputs and outputs need no moves (a cost per step)
         # A vector env whose outputs stay valid need not have its observation copied (~225 kB per
         # step of 8 Atari envs).
         if copy_observation is None:

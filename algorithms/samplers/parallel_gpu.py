@@ -17,8 +17,8 @@ exploration included (the agent draws from per-env-rank streams, ``algorithms.sa
 With ``SamplerConfig.env_workers="threads"`` the workers are an env backend's own threads instead of
 processes (``group_env``): ale-py's native vector env steps its envs on C++ threads between ``send``
 and ``recv``, in this process, so a step costs no process hand-off (two pipe messages and two
-wake-ups per worker; on the 2-core dev machine these held the process-worker mode to about 0.65 of
-the raw env rate with a trivial policy, ``make bench-sampler``). With one group, as here, that is the
+wake-ups per worker, which hold the process-worker mode well below the raw env rate:
+docs/results/core_measurements.md, samplers/parallel_gpu.py). With one group, as here, that is the
 serial sampler's loop on the native env; the alternating sampler gets two such groups.
 """
 
@@ -110,9 +110,9 @@ class EnvWorker:
         Returns the copy of the step's final observations, which the worker runs after its reply
         (``WorkerGroup``'s fast command), except at the batch's last step: nothing the main process
         needs to act reads them, and the copy (a frame per env, 225 kB for 8 Atari envs) was part
-        of the worker's batch writes after each env step, 56 us of the 2.6 ms that a step of 8 envs
-        on one worker took on the 2-core dev machine, all on the path env threads -> worker -> main
-        -> worker -> env threads while the env threads waited. The worker finishes the copy before
+        of the worker's batch writes after each env step, on the path env threads -> worker -> main
+        -> worker -> env threads while the env threads waited (its share of a step:
+        docs/results/core_measurements.md, samplers/parallel_gpu.py). The worker finishes the copy before
         it reads its next order, so the field is complete once the next step is received, and at
         once after the last.
         """
@@ -203,7 +203,7 @@ class RemoteVecEnv:
         return self.next_observation.numpy()
 
     def send_step(self, actions: np.ndarray | torch.Tensor) -> None:
-        self._actions_numpy[:] = np.asarray(actions)  # through numpy: ~1 us, torch's setitem ~6
+        self._actions_numpy[:] = np.asarray(actions)  # through numpy: cheaper than torch's setitem
         self.workers.send("step", self._t)
 
     def receive_step(self) -> NamedArrays:

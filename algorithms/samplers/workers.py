@@ -13,7 +13,7 @@ runner use the same machinery:
   from the ``Pipe``" or, for the group's one *fast command* (the env-only workers' per-step
   ``step(t)``), the command itself with its integer argument, answered by one byte on a second raw
   pipe. A ``Pipe`` round trip (pickling, ``connection.wait``'s selector, two reads per message)
-  cost 86-97 us between two processes on one core of the 2-core dev machine, a raw pipe's 10.5 us;
+  costs several times a raw pipe's (docs/results/core_measurements.md, samplers/workers.py), and
   the env-only samplers' workers take one order per env step. A fast command may return the rest
   of its work as a callable, which the worker runs right after replying, before it reads its next
   order: work the parent does not wait for (an env worker's copy of the step's final
