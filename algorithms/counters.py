@@ -74,8 +74,14 @@ class Counters:
         try:
             yield
         finally:
-            attr = f"time_{category}_s"
-            setattr(self, attr, getattr(self, attr) + time.perf_counter() - t0)
+            self.add_time(category, time.perf_counter() - t0)
+
+    def add_time(self, category: str, seconds: float) -> None:
+        """Add ``seconds`` of wall time to ``category`` (a packed run times its members' phases once)."""
+        if category not in TIME_CATEGORIES:
+            raise ValueError(f"unknown time category {category!r}; expected one of {TIME_CATEGORIES}")
+        attr = f"time_{category}_s"
+        setattr(self, attr, getattr(self, attr) + seconds)
 
     # --- derived ------------------------------------------------------------------------------
     @property

@@ -439,12 +439,14 @@ class RunDir:
         seeds: dict[str, int],
         resume: bool = True,
         effective_values: dict[str, dict[str, Any]] | None = None,
+        extra_metadata: dict[str, Any] | None = None,
     ) -> RunDir:
         """Create (or, with ``resume``, reopen) a run directory for ``config``, holding its lock until
         ``close`` (``RunBusy`` when another process holds it; nothing is written then).
 
         ``effective_values`` (``declared_effective_values``'s form) goes into a new run's metadata.json
-        under ``EFFECTIVE_VALUES_KEY``, so readers that import no Config class see what ran.
+        under ``EFFECTIVE_VALUES_KEY``, so readers that import no Config class see what ran;
+        ``extra_metadata`` adds its keys there too (a packed member records its pack).
 
         Reopening checks that the stored config equals ``config``: resuming a run under a different
         config would silently mix two experiments in one table.
@@ -468,6 +470,7 @@ class RunDir:
                 metadata = collect_metadata(seeds)
                 if effective_values is not None:
                     metadata[EFFECTIVE_VALUES_KEY] = effective_values
+                metadata.update(extra_metadata or {})
                 atomic_write_json(path / METADATA_FILE, metadata)
             run = cls(path)
             run.set_status("running")
@@ -483,10 +486,14 @@ class RunDir:
     def append_eval(self, rows: list[dict[str, Any]]) -> None:
         self.eval.append_many(rows)
 
-    def truncate_progress_after(self, env_steps: int) -> None:
-        """On resume: drop rows logged after the checkpoint at ``env_steps``, which will be logged again."""
-        self.progress.truncate_after("env_steps", env_steps)
-        self.eval.truncate_after("env_steps", env_steps)
+    def truncate_progress_after(self, env_steps: int, logged: bool = True, evaluated: bool = True) -> None:
+        """On resume: drop rows logged after the checkpoint at ``env_steps``, which will be logged again.
+
+        ``logged`` / ``evaluated``: whether the checkpoint was saved after its own step's progress row /
+        evaluation; if not, rows at ``env_steps`` itself came after it (the last step's evaluation
+        follows its checkpoint) and are dropped too."""
+        self.progress.truncate_after("env_steps", env_steps if logged else env_steps - 1)
+        self.eval.truncate_after("env_steps", env_steps if evaluated else env_steps - 1)
 
     # status
     def set_status(self, state: RunState, error: str | None = None) -> None:

@@ -32,6 +32,7 @@ from algorithms.cpus import parse_cpus
 
 if TYPE_CHECKING:
     from algorithms.counters import Counters
+    from algorithms.rundir import RunDir
 
 SAMPLER_MODES = ("serial", "cpu", "gpu", "alternating")
 ENV_WORKER_KINDS = ("processes", "threads")
@@ -317,31 +318,49 @@ def train(config: TrainConfig, run_dir: Path | str, resume: bool = True) -> Coun
 
     import torch
 
-    from algorithms.rundir import RunDir, declared_effective_values
-
     if not isinstance(config, TrainConfig):
         raise TypeError(f"train: config must be a TrainConfig, got {type(config).__name__}")
     torch.set_num_threads(config.runner.torch_threads)
-    run = RunDir.open(
-        Path(run_dir),
-        config_to_dict(config),
-        {"seed": config.runner.seed},
-        resume=resume,
-        effective_values=declared_effective_values("algo_config", config.algo_config),
-    )
+    run = open_run(config, run_dir, resume)
     module, function = RUNNERS[config.runner.kind].split(":")
     try:
-        _, repaired = run.recover()
-        if repaired is not None:
-            print(f"{run.path}: {repaired}", file=sys.stderr, flush=True)
         counters = getattr(importlib.import_module(module), function)(config, run, resume)
         run.set_status("complete")
         return counters
     except KeyboardInterrupt:
-        run.set_status("interrupted", "stopped by Ctrl-C or a stop signal; rerun to continue")
+        run.set_status("interrupted", INTERRUPTED)
         raise
     except BaseException as error:
         run.set_status("failed", f"{type(error).__name__}: {error}")
         raise
     finally:
         run.close()
+
+
+INTERRUPTED = "stopped by Ctrl-C or a stop signal; rerun to continue"
+
+
+def open_run(
+    config: TrainConfig, run_dir: Path | str, resume: bool, extra_metadata: dict[str, Any] | None = None
+) -> RunDir:
+    """``config``'s run directory, opened and locked (``RunDir.open``) and cut back to its latest
+    checkpoint that loads (``RunDir.recover``, reported on stderr when it repaired something)."""
+    from algorithms.rundir import RunDir, declared_effective_values
+
+    run = RunDir.open(
+        Path(run_dir),
+        config_to_dict(config),
+        {"seed": config.runner.seed},
+        resume=resume,
+        effective_values=declared_effective_values("algo_config", config.algo_config),
+        extra_metadata=extra_metadata,
+    )
+    try:
+        _, repaired = run.recover()
+    except BaseException as error:
+        run.set_status("failed", f"{type(error).__name__}: {error}")
+        run.close()
+        raise
+    if repaired is not None:
+        print(f"{run.path}: {repaired}", file=sys.stderr, flush=True)
+    return run

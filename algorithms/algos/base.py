@@ -151,8 +151,41 @@ class QReplayLearner:
         self.updates = int(state["updates"])
         self.credit = type(self.credit)(state[self.credit_key])
 
-    def run_updates(self, n_updates: int, batch_size: int, update_priorities: bool) -> dict[str, float]:
-        """``n_updates`` minibatch steps of ``batch_size`` items; the diagnostics averaged over them."""
+    def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
+        """Append the batch, then the updates it makes due (``take_samples``)."""
+        return self.train(itr, self.take_samples(samples))
+
+    def take_samples(self, samples: NamedArrays) -> int:
+        """Append a sampler batch to the replay; returns how many updates are now due."""
+        raise NotImplementedError
+
+    def minibatch(self) -> tuple[int, bool]:
+        """(items per minibatch, whether updates write new priorities)."""
+        raise NotImplementedError
+
+    def opt_info(self, n_updates: int, diagnostics: dict[str, float]) -> OptInfo:
+        """What ``n_updates`` updates did, with their averaged ``diagnostics``."""
+        raise NotImplementedError
+
+    def packed_flags(self, batch: NamedArrays) -> dict[str, Any]:
+        """Attributes a packed learner sets on the loss's view of this algorithm for the members'
+        stacked minibatch ``batch`` (``algorithms.packed``): what the loss would otherwise learn by
+        branching on the data, which ``torch.func.vmap`` forbids. None by default."""
+        return {}
+
+    def train(self, itr: int, n_updates: int) -> OptInfo:
+        """``n_updates`` updates from the replay (none while warming up: NaN diagnostics)."""
+        if not self.warm:
+            return OptInfo(diagnostics=dict.fromkeys(self.diagnostic_keys, math.nan))
+        return self.opt_info(n_updates, self.run_updates(n_updates))
+
+    def run_updates(self, n_updates: int) -> dict[str, float]:
+        """``n_updates`` minibatch steps; the diagnostics averaged over them.
+
+        ``loss`` returns its diagnostics as 0-dim tensors, so that the same loss runs under
+        ``torch.func.vmap`` for packed runs (``algorithms.packed``); they become floats here.
+        """
+        batch_size, update_priorities = self.minibatch()
         diagnostics: dict[str, list[float]] = {key: [] for key in self.diagnostic_keys}
         device = self.agent.device
         for _ in range(n_updates):
@@ -161,18 +194,16 @@ class QReplayLearner:
             loss, priorities, info = self.loss(batch)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            info["grad_norm"] = float(
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
-            )
+            info["grad_norm"] = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
             self.optimizer.step()
             if update_priorities:
                 self.replay.update_priorities(items, priorities.cpu())
             self.updates += 1
             if self.updates % self.config.target_update_period_updates == 0:
                 self.target_model.load_state_dict(self.model.state_dict())
-            info["loss"] = float(loss.detach())
+            info["loss"] = loss.detach()
             for key, value in info.items():
-                diagnostics[key].append(value)
+                diagnostics[key].append(float(value))
         return {key: sum(v) / len(v) if v else math.nan for key, v in diagnostics.items()}
 
 

@@ -66,7 +66,7 @@ class Algo(dqn.Algo):
 
     diagnostic_keys = ("loss", "q_mean", "grad_norm")
 
-    def loss(self, batch: NamedArrays) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    def loss(self, batch: NamedArrays) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """Weighted cross-entropy to the projected target -> (loss, per-sample CE, diagnostics)."""
         support = self.agent.support.to(batch.return_n.device)
         logits = self.model(batch.observation)  # [N, A, K]
@@ -84,5 +84,5 @@ class Algo(dqn.Algo):
         return (
             loss,
             cross_entropy.detach(),
-            {"q_mean": float(q_taken.mean())},
+            {"q_mean": q_taken.mean()},
         )

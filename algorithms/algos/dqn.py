@@ -210,7 +210,7 @@ class Algo(QReplayLearner):
         return ReplayBuffer(storage, selector)
 
     # --- the loss -----------------------------------------------------------------------------------
-    def loss(self, batch: NamedArrays) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    def loss(self, batch: NamedArrays) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """Weighted TD loss of a minibatch -> (loss, |TD error| [batch] for priorities, diagnostics)."""
         q = select_action_values(self.model(batch.observation), batch.action)
         with torch.no_grad():
@@ -224,17 +224,17 @@ class Algo(QReplayLearner):
         elementwise = huber_loss(td_error) if self.config.loss == "huber" else squared_loss(td_error)
         loss = (batch.is_weights * elementwise).mean()
         td_abs = td_error.detach().abs()
-        return loss, td_abs, {"q_mean": float(q.detach().mean()), "td_abs_mean": float(td_abs.mean())}
+        return loss, td_abs, {"q_mean": q.detach().mean(), "td_abs_mean": td_abs.mean()}
 
     # --- the loop -------------------------------------------------------------------------------------
-    def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
-        """Append the batch, then one update per ``train_every_steps`` env steps once warm."""
+    def take_samples(self, samples: NamedArrays) -> int:
+        """Append the batch; once warm, one update is due per ``train_every_steps`` env steps."""
         self.append_samples(samples)
-        n_updates = 0
-        if self.warm:
-            self.credit += samples.reward.numel()
-            n_updates, self.credit = divmod(self.credit, self.config.train_every_steps)
-        return self.train(itr, n_updates)
+        if not self.warm:
+            return 0
+        self.credit += samples.reward.numel()
+        n_updates, self.credit = divmod(self.credit, self.config.train_every_steps)
+        return n_updates
 
     def append_samples(self, samples: NamedArrays) -> None:
         """Add a [T, B] sampler batch to the replay (Contract 4's async extension)."""
@@ -243,15 +243,11 @@ class Algo(QReplayLearner):
         self.replay.append(samples)
         self.replay_steps += samples.reward.numel()
 
-    def train(self, itr: int, n_updates: int) -> OptInfo:
-        """``n_updates`` updates from the replay (none while warming up)."""
-        if not self.warm:
-            return OptInfo(diagnostics=dict.fromkeys(self.diagnostic_keys, math.nan))
-        diagnostics = self.run_updates(n_updates, self.config.batch_size, self.config.prioritized)
+    def minibatch(self) -> tuple[int, bool]:
+        return self.config.batch_size, self.config.prioritized
+
+    def opt_info(self, n_updates: int, diagnostics: dict[str, float]) -> OptInfo:
         trained = n_updates * self.config.batch_size
         return OptInfo(
-            updates=n_updates,
-            samples_trained=trained,
-            samples_replayed=trained,
-            diagnostics=diagnostics,
+            updates=n_updates, samples_trained=trained, samples_replayed=trained, diagnostics=diagnostics
         )

@@ -125,9 +125,39 @@ class Algo(PgLearner):
         return adam(params, self.config.learning_rate, self.config.optimizer_eps)
 
     def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
+        c, device = self.config, self.agent.device
+        batch, n_items = self.training_batch(samples)
+        learning_rate, clip_epsilon = self.schedule()
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
+        totals = dict.fromkeys(MINIBATCH_DIAGNOSTICS, 0.0)
+        updates, stopped_early = 0, False
+        for _ in range(c.epochs):
+            for idx in minibatch_indices(n_items, self.n_minibatches):
+                loss, values = self.minibatch_loss(self.minibatch(batch, idx.to(device)), clip_epsilon)
+                if c.target_kl > 0 and values["approx_kl"].item() > 1.5 * c.target_kl:
+                    stopped_early = True
+                    break
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                values["grad_norm"] = nn.utils.clip_grad_norm_(
+                    self.agent.model.parameters(), c.clip_grad_norm or float("inf")
+                )
+                self.optimizer.step()
+                updates += 1
+                for key in MINIBATCH_DIAGNOSTICS:
+                    totals[key] = totals[key] + values[key].detach()
+            if stopped_early:
+                break
+        means = {key: float(total) / updates if updates else float("nan") for key, total in totals.items()}
+        return self.opt_info(batch, updates, means, stopped_early)
+
+    def training_batch(self, samples: NamedArrays) -> tuple[NamedArrays, int]:
+        """What the minibatch losses read (advantages and value targets added), flattened to steps for a
+        feed-forward agent, and the number of items minibatches are drawn from (steps, or env columns
+        for a recurrent agent)."""
         c, agent = self.config, self.agent
-        device = agent.device
-        samples = samples.map(lambda x: x.to(device))
+        samples = samples.map(lambda x: x.to(agent.device))
         with torch.no_grad():
             next_value = agent.next_values(samples)
             advantage, value_target = generalized_advantage_estimation(
@@ -139,7 +169,7 @@ class Algo(PgLearner):
                 c.discount,
                 c.gae_lambda,
             )
-        # What the minibatch losses read, so minibatch indexing copies nothing else.
+        # Only what the minibatch losses read, so minibatch indexing copies nothing else.
         kept = (
             "observation",
             "action",
@@ -152,64 +182,59 @@ class Algo(PgLearner):
         batch = NamedArrays(
             {name: samples[name] for name in kept}, advantage=advantage, value_target=value_target
         )
-        if not agent.recurrent:  # minibatches of random steps; recurrent ones take whole env columns
-            batch = batch.map(lambda x: x.reshape(self.T * self.B, *x.shape[2:]))
-        n_items = self.B if agent.recurrent else self.T * self.B
+        if agent.recurrent:  # minibatches of whole env columns
+            return batch, self.B
+        return batch.map(lambda x: x.reshape(self.T * self.B, *x.shape[2:])), self.T * self.B
 
-        fraction = anneal_fraction(agent.env_steps, c.anneal_env_steps)
-        learning_rate = c.learning_rate * fraction
-        clip_epsilon = c.clip_epsilon * (fraction if c.anneal_clip else 1.0)
-        for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate
+    def minibatch(self, batch: NamedArrays, idx: torch.Tensor) -> NamedArrays:
+        return batch[:, idx] if self.agent.recurrent else batch[idx]
 
-        totals = dict.fromkeys(MINIBATCH_DIAGNOSTICS, 0.0)
-        updates, stopped_early = 0, False
-        for _ in range(c.epochs):
-            for idx in minibatch_indices(n_items, self.n_minibatches):
-                idx = idx.to(device)
-                mb = batch[:, idx] if agent.recurrent else batch[idx]
-                log_prob, entropy, value = agent.evaluate(mb)
-                kl = approx_kl(log_prob, mb.agent_info.log_prob)
-                if c.target_kl > 0 and kl.item() > 1.5 * c.target_kl:
-                    stopped_early = True
-                    break
-                adv = mb.advantage
-                if c.normalize_advantage:
-                    adv = standardize_advantage(adv)
-                pi_loss, clip_fraction = ppo_clipped_surrogate(
-                    log_prob, mb.agent_info.log_prob, adv, clip_epsilon
-                )
-                v_loss = value_loss(
-                    value,
-                    mb.value_target,
-                    old_value=mb.agent_info.value if c.clip_value_loss else None,
-                    clip_epsilon=clip_epsilon if c.clip_value_loss else None,
-                )
-                entropy_mean = entropy_bonus(entropy)
-                loss = pi_loss + c.value_coef * v_loss - c.entropy_coef * entropy_mean
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(
-                    agent.model.parameters(), c.clip_grad_norm or float("inf")
-                )
-                self.optimizer.step()
-                updates += 1
-                values = (pi_loss, v_loss, entropy_mean, kl, clip_fraction, grad_norm)
-                for key, val in zip(MINIBATCH_DIAGNOSTICS, values):
-                    totals[key] = totals[key] + val.detach()
-            if stopped_early:
-                break
+    def schedule(self) -> tuple[float, float]:
+        """(learning rate, clip range) at the run's env step (``anneal_env_steps``)."""
+        c = self.config
+        fraction = anneal_fraction(self.agent.env_steps, c.anneal_env_steps)
+        return c.learning_rate * fraction, c.clip_epsilon * (fraction if c.anneal_clip else 1.0)
 
-        diagnostics = {
-            key: float(total) / updates if updates else float("nan") for key, total in totals.items()
-        }
-        diagnostics.update(
-            explained_variance=explained_variance(samples.agent_info.value, value_target),
-            learning_rate=learning_rate,
-            clip_epsilon=clip_epsilon,
-            stopped_early=float(stopped_early),
+    def minibatch_loss(
+        self, mb: NamedArrays, clip_epsilon: float
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The clipped surrogate, value and entropy loss of a minibatch, and its diagnostics as tensors
+        (so that it also runs under ``torch.func.vmap`` for packed runs, ``algorithms.packed``)."""
+        c = self.config
+        log_prob, entropy, value = self.agent.evaluate(mb)
+        kl = approx_kl(log_prob, mb.agent_info.log_prob)
+        adv = standardize_advantage(mb.advantage) if c.normalize_advantage else mb.advantage
+        pi_loss, clip_fraction = ppo_clipped_surrogate(log_prob, mb.agent_info.log_prob, adv, clip_epsilon)
+        v_loss = value_loss(
+            value,
+            mb.value_target,
+            old_value=mb.agent_info.value if c.clip_value_loss else None,
+            clip_epsilon=clip_epsilon if c.clip_value_loss else None,
         )
-        trained = updates * c.minibatch_size_steps
+        entropy_mean = entropy_bonus(entropy)
+        loss = pi_loss + c.value_coef * v_loss - c.entropy_coef * entropy_mean
+        values = {
+            "pi_loss": pi_loss,
+            "value_loss": v_loss,
+            "entropy": entropy_mean,
+            "approx_kl": kl,
+            "clip_fraction": clip_fraction,
+        }
+        return loss, values
+
+    def opt_info(
+        self, batch: NamedArrays, updates: int, means: dict[str, float], stopped_early: bool
+    ) -> OptInfo:
+        """What ``updates`` minibatch steps did, with their mean diagnostics ``means`` and the batch's."""
+        learning_rate, clip_epsilon = self.schedule()
+        diagnostics = {
+            **means,
+            "explained_variance": explained_variance(batch.agent_info.value, batch.value_target),
+            "learning_rate": learning_rate,
+            "clip_epsilon": clip_epsilon,
+            "stopped_early": float(stopped_early),
+        }
+        trained = updates * self.config.minibatch_size_steps
         return OptInfo(
             updates=updates, samples_trained=trained, samples_replayed=trained, diagnostics=diagnostics
         )

@@ -382,19 +382,41 @@ class Algo(QReplayLearner):
         return out[0], (out[2] if need_states else None)
 
     def final_observation_values(
-        self, model: nn.Module, batch: NamedArrays, states: NamedArrays, where
+        self, model: nn.Module, batch: NamedArrays, states: NamedArrays, where: Any
     ) -> torch.Tensor:
-        """Q-values [k, A] at the true final observations of the time-limit steps ``where`` (t, b)."""
+        """Q-values [k, A] at the true final observations of the time-limit steps ``where`` (t, b), or
+        with ``where`` None at every step t < T + n - 1 of every sequence, [T + n - 1, B, A]."""
         burn = self.config.burn_in_steps
-        t, b = where
-        return model(
-            batch.final_observation[burn + t, b],
-            batch.action[burn + t, b],
-            batch.reward[burn + t, b],
-            states[t, b],
-        )[0]
+        if where is not None:
+            t, b = where
+            return model(
+                batch.final_observation[burn + t, b],
+                batch.action[burn + t, b],
+                batch.reward[burn + t, b],
+                states[t, b],
+            )[0]
+        steps = slice(burn, burn + self.config.sequence_length_steps + self.config.n_step - 1)
+        lead = batch.action[steps].shape
+        flat = batch[steps].map(lambda x: x.reshape(-1, *x.shape[2:]))
+        before = states[: lead[0]].map(lambda x: x.reshape(-1, *x.shape[2:]))
+        q = model(flat.final_observation, flat.action, flat.reward, before)[0]
+        return q.reshape(*lead, -1)
 
-    def loss(self, batch: NamedArrays) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    def packed_flags(self, batch: NamedArrays) -> dict[str, Any]:
+        """What the packed learner tells the loss about the members' stacked minibatch ``batch``
+        [K, L, B, ...] (``algorithms.packed``): whether any sequence has a time limit in its window."""
+        c = self.config
+        if "final_observation" not in batch:
+            return {"packed_truncations": False}
+        window = batch.truncated[
+            :, c.burn_in_steps : c.burn_in_steps + c.sequence_length_steps + c.n_step - 1
+        ]
+        return {"packed_truncations": bool(window.any())}
+
+    # Set by the packed learner (``packed_flags``): under torch.func.vmap no branch may read the data.
+    packed_truncations: bool | None = None
+
+    def loss(self, batch: NamedArrays) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """Importance-weighted squared TD loss of the trained steps -> (loss, priorities [B], diagnostics)."""
         c = self.config
         burn, T = c.burn_in_steps, c.sequence_length_steps
@@ -410,8 +432,15 @@ class Algo(QReplayLearner):
             cut[:-1] = truncated[1:]
             valid = ~truncated[:T]
             truncated = cut
-        where = torch.nonzero(truncated[: T + c.n_step - 1], as_tuple=True) if full_observations else None
-        need_states = where is not None and where[0].numel() > 0
+        span = truncated[: T + c.n_step - 1]
+        where = None
+        if not full_observations:
+            need_states = False
+        elif self.packed_truncations is None:
+            where = torch.nonzero(span, as_tuple=True)
+            need_states = where[0].numel() > 0
+        else:  # packed: the values at every step, kept where a time limit is (below)
+            need_states = self.packed_truncations
         q_all, states = self.unroll(self.model, batch, need_states)
         with torch.no_grad():
             q_target_all, target_states = self.unroll(self.target_model, batch, need_states)
@@ -419,12 +448,15 @@ class Algo(QReplayLearner):
             if need_states:
                 # Windows ending in a time limit at t bootstrap from Q at index t + 1, which holds the next
                 # episode's first step: put the true final observation's values there (Pardo et al. 2018).
-                online[where[0] + 1, where[1]] = self.final_observation_values(
-                    self.model, batch, states, where
-                )
-                q_target_all[where[0] + 1, where[1]] = self.final_observation_values(
-                    self.target_model, batch, target_states, where
-                )
+                online_final = self.final_observation_values(self.model, batch, states, where)
+                target_final = self.final_observation_values(self.target_model, batch, target_states, where)
+                if where is not None:
+                    online[where[0] + 1, where[1]] = online_final
+                    q_target_all[where[0] + 1, where[1]] = target_final
+                else:
+                    at, after = span.unsqueeze(-1), slice(1, span.shape[0] + 1)
+                    online[after] = torch.where(at, online_final, online[after])
+                    q_target_all[after] = torch.where(at, target_final, q_target_all[after])
             best = online.argmax(dim=-1, keepdim=True)  # double Q-learning: the online net selects
             q_bootstrap = torch.cat(
                 [q_target_all.gather(-1, best).squeeze(-1), q_target_all.new_zeros(1, q_all.shape[1])]
@@ -434,28 +466,30 @@ class Algo(QReplayLearner):
         delta = q - y
         valid_f = valid.to(delta.dtype)
         loss = (0.5 * delta**2 * valid_f * batch.is_weights).sum() / valid_f.sum().clamp(min=1.0)
-        priorities = sequence_priority(delta.detach(), c.priority_eta, valid)
-        diagnostics = {"q_mean": float(q.detach().mean()), "td_abs_mean": float(delta.detach().abs().mean())}
+        priorities = sequence_priority(
+            delta.detach(), c.priority_eta, valid, check_valid=self.packed_truncations is None
+        )
+        diagnostics = {"q_mean": q.detach().mean(), "td_abs_mean": delta.detach().abs().mean()}
         return loss, priorities, diagnostics
 
     # --- the loop -------------------------------------------------------------------------------------
-    def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
-        """Append the batch, then as many updates as the replay-ratio target owes once warm."""
+    def take_samples(self, samples: NamedArrays) -> int:
+        """Append the batch; once warm, as many updates are due as the replay-ratio target owes."""
         self.append_samples(samples)
-        c, n_updates = self.config, 0
-        if self.warm:
-            self.credit += c.replay_ratio * samples.reward.numel()
-            per_update = c.batch_size_sequences * c.replayed_steps_per_sequence
-            n_updates = int(self.credit // per_update)
-            self.credit -= n_updates * per_update
-        return self.train(itr, n_updates)
-
-    def train(self, itr: int, n_updates: int) -> OptInfo:
-        """``n_updates`` updates on sequences from the replay (none while warming up)."""
         if not self.warm:
-            return OptInfo(diagnostics=dict.fromkeys(self.diagnostic_keys, math.nan))
+            return 0
         c = self.config
-        diagnostics = self.run_updates(n_updates, c.batch_size_sequences, update_priorities=True)
+        self.credit += c.replay_ratio * samples.reward.numel()
+        per_update = c.batch_size_sequences * c.replayed_steps_per_sequence
+        n_updates = int(self.credit // per_update)
+        self.credit -= n_updates * per_update
+        return n_updates
+
+    def minibatch(self) -> tuple[int, bool]:
+        return self.config.batch_size_sequences, True
+
+    def opt_info(self, n_updates: int, diagnostics: dict[str, float]) -> OptInfo:
+        c = self.config
         sequences = n_updates * c.batch_size_sequences
         return OptInfo(
             updates=n_updates,

@@ -17,7 +17,9 @@ import torch
 ArrayT = TypeVar("ArrayT", torch.Tensor, np.ndarray)
 
 
-def sequence_priority(td_error: torch.Tensor, eta: float, valid: torch.Tensor | None = None) -> torch.Tensor:
+def sequence_priority(
+    td_error: torch.Tensor, eta: float, valid: torch.Tensor | None = None, check_valid: bool = True
+) -> torch.Tensor:
     """eta * max|delta| + (1 - eta) * mean|delta| over time, per sequence (R2D2, Sec. 2.3).
 
     Args:
@@ -25,6 +27,8 @@ def sequence_priority(td_error: torch.Tensor, eta: float, valid: torch.Tensor | 
         eta: mixing weight in [0, 1]; R2D2 uses 0.9.
         valid: optional [T, B] bool mask; padded steps (after an episode end, or beyond the data)
             are excluded from both the max and the mean. Every sequence needs one valid step.
+        check_valid: raise when one has none; off under ``torch.func.vmap`` (packed runs), where no
+            check may read the data (such a sequence then gets priority 0).
 
     Returns:
         [B] priorities.
@@ -42,12 +46,12 @@ def sequence_priority(td_error: torch.Tensor, eta: float, valid: torch.Tensor | 
             f"got {valid.dtype} {tuple(valid.shape)}"
         )
     count = valid.sum(dim=0)
-    if bool((count == 0).any()):
+    if check_valid and bool((count == 0).any()):
         raise ValueError(
             f"sequence_priority: sequences {torch.nonzero(count == 0).flatten().tolist()} have no valid step"
         )
     masked = abs_delta * valid
-    return eta * masked.max(dim=0).values + (1 - eta) * masked.sum(dim=0) / count
+    return eta * masked.max(dim=0).values + (1 - eta) * masked.sum(dim=0) / count.clamp(min=1)
 
 
 def importance_weights(probabilities: ArrayT, beta: float) -> ArrayT:

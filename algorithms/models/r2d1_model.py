@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from algorithms.arrays import NamedArrays
 from algorithms.models.heads import DuelingHead
@@ -36,7 +35,13 @@ class R2D1Model(nn.Module):
     LSTM one step at a time; otherwise the whole sequence goes through the fused LSTM in one call.
     (Packing the segments between resets into one fused call, as ``policies.RecurrentActorCritic``
     does, was slower here than stepwise: docs/results/core_measurements.md, models/r2d1_model.py.)
+
+    ``data_independent`` is set while ``torch.func`` transforms run the model (packed runs,
+    ``algorithms.packed``), where no branch may read the data and the fused LSTM has no batching
+    rule: the LSTM then always runs step by step, resetting where ``reset`` says.
     """
+
+    data_independent: bool = False
 
     def __init__(
         self,
@@ -87,7 +92,9 @@ class R2D1Model(nn.Module):
             )
         T, B = (lead[0], lead[1]) if len(lead) == 2 else (1, lead[0] if lead else 1)
         features = self.torso(observation.reshape(T, B, *self.observation_shape))
-        prev_action_one_hot = F.one_hot(prev_action.reshape(T, B).long(), self.n_actions).to(features.dtype)
+        # A comparison, not F.one_hot, which reads the data (its range check) and so cannot run under vmap.
+        actions = torch.arange(self.n_actions, device=prev_action.device)
+        prev_action_one_hot = (prev_action.reshape(T, B, 1).long() == actions).to(features.dtype)
         lstm_input = torch.cat(
             [features, prev_action_one_hot, prev_reward.reshape(T, B, 1).to(features.dtype)], -1
         )
@@ -95,9 +102,9 @@ class R2D1Model(nn.Module):
             h0 = c0 = lstm_input.new_zeros(1, B, self.lstm_size)
         else:
             h0, c0 = state.h.reshape(1, B, self.lstm_size), state.c.reshape(1, B, self.lstm_size)
-        if reset is not None and not bool(reset.any()):
+        if reset is not None and not self.data_independent and not bool(reset.any()):
             reset = None
-        if reset is None and not return_states:
+        if reset is None and not return_states and not self.data_independent:
             lstm_out, (h, c) = self.lstm(lstm_input, (h0, c0))
         else:
             lstm_out, h, c, cells = self._stepwise_lstm(lstm_input, h0[0], c0[0], reset)

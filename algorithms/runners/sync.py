@@ -219,7 +219,12 @@ class SyncRunner:
             counters = Counters.from_state_dict(checkpoint["counters"])
             set_rng_state(cls.rng_of_rank(checkpoint, rank))
             if run is not None:
-                run.truncate_progress_after(counters.env_steps)
+                steps, state = counters.env_steps, checkpoint["runner"]
+                run.truncate_progress_after(
+                    steps,
+                    logged=state["last_log_steps"] == steps,
+                    evaluated=state["last_eval_steps"] == steps,
+                )
         sampler = cls.make_sampler(config, agent, counters.env_steps, rank, world_size)
         return cls(config, run, agent, algo, sampler, counters, checkpoint, rank, world_size)
 
@@ -279,6 +284,15 @@ class SyncRunner:
             description=description or f"{self.config.algo} {self.config.env.id}",
         )
 
+    def boundary_due(self) -> bool:
+        """Whether ``cross_boundaries`` has anything to do at the current env step."""
+        steps = self.counters.env_steps
+        return (
+            steps >= self.next_log
+            or steps >= self.next_checkpoint
+            or (self.next_eval is not None and steps >= self.next_eval)
+        )
+
     def cross_boundaries(self) -> None:
         """Log, evaluate and checkpoint for every interval the env-step count has just crossed."""
         runner, steps = self.config.runner, self.counters.env_steps
@@ -305,11 +319,20 @@ class SyncRunner:
         """Sample one batch and optimize on it, counting steps, updates and time."""
         counters = self.counters
         with counters.timer("sampling"):
-            self.agent.set_mode("sample", counters.env_steps)
-            samples, traj_infos = self.sampler.sample(itr)
+            samples, traj_infos = self.sample_batch(itr)
         with counters.timer("optimizing"):
             self.agent.set_mode("train", counters.env_steps)
             opt_info = self.algo.optimize(itr, samples)
+        self.record(traj_infos, opt_info)
+
+    def sample_batch(self, itr: int) -> tuple[Any, list[dict[str, Any]]]:
+        """The sampler's next batch and the episodes that ended in it (the agent in ``sample`` mode)."""
+        self.agent.set_mode("sample", self.counters.env_steps)
+        return self.sampler.sample(itr)
+
+    def record(self, traj_infos: list[dict[str, Any]], opt_info: OptInfo) -> None:
+        """Count a finished iteration's env steps, episodes and updates, and add them to the log window."""
+        counters = self.counters
         traj_infos, opt_info = self.gather(traj_infos, opt_info)
         counters.add_env_steps(self.sampler.batch_spec.size * self.world_size, episodes=len(traj_infos))
         counters.add_updates(opt_info.updates, opt_info.samples_trained, opt_info.samples_replayed)
