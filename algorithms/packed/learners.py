@@ -1,0 +1,231 @@
+"""Packed learners: the members' updates as one computation over stacked parameters.
+
+Each learner wraps the K member algorithms a packed run built (one per seed, each exactly as a
+single run builds it) and replaces their update loop: every member keeps its own replay, update
+schedule, counters and random draws, and runs its own loss code (the algorithm's ``loss`` or
+``minibatch_loss``, mapped over the members by ``torch.func``); what the members share is one
+forward and backward pass over stacked networks and one optimizer step over stacked parameters.
+
+``take(k, samples)`` gives member k its sampler batch, right after it sampled and with its global
+RNG state current (``runner.MemberRng``), so that it draws what its single run draws (its replay
+selector's seed, PPO's minibatch permutations); ``update(members, taken)`` then runs the packed
+updates of the ``members`` (indices) still training from what each ``take`` returned, and returns
+one ``(OptInfo, failure)`` per member, ``failure`` a message when that member's loss was not finite
+(the member stops; the others' computations never read its slices).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from algorithms.algos.base import OptInfo
+from algorithms.arrays import NamedArrays
+from algorithms.packed.optim import MemberOptimizer, stacked_optimizer
+from algorithms.packed.stack import (
+    StackedParameters,
+    clip_member_gradients,
+    flatten,
+    member_gradients,
+    member_view,
+    stack_members,
+    unflatten,
+)
+
+
+def _failure(loss: float, diagnostics: dict[str, float], updates: int) -> str:
+    shown = ", ".join(f"{key}={value:.4g}" for key, value in diagnostics.items())
+    return f"loss became {loss} at update {updates}; last diagnostics: {shown}"
+
+
+class PackedLearner:
+    """What the packed learners share: the stacked online parameters and their optimizer, installed
+    in each member algorithm (``MemberOptimizer``) so its checkpoint holds its own slice."""
+
+    def __init__(
+        self, algos: Sequence[Any], models: Sequence[torch.nn.Module], clip_grad_norm: float
+    ) -> None:
+        self.algos = list(algos)
+        self.n_members = len(self.algos)
+        self.online = StackedParameters(models, requires_grad=True)
+        self.optimizer = stacked_optimizer(
+            [a.optimizer for a in self.algos], list(self.online.params.values())
+        )
+        for k, algo in enumerate(self.algos):
+            algo.optimizer = MemberOptimizer(self.optimizer, k)
+        self.clip_grad_norm = clip_grad_norm
+
+    def step(self, grads: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Install the members' gradients, clip each member's, take the optimizer step; returns the
+        gradient norms before clipping [K]."""
+        for name, param in self.online.params.items():
+            param.grad = grads[name]
+        norms = clip_member_gradients(self.online.params, self.clip_grad_norm)
+        self.optimizer.step()
+        return norms
+
+
+class PackedQLearner(PackedLearner):
+    """The replay-based Q-learners (``QReplayLearner``: DQN, C51, Rainbow, R2D1), packed.
+
+    One update: each member draws its own minibatch from its own replay (uniform, or prioritized
+    from its own sum tree), the members' losses and gradients come from one vmapped call of the
+    algorithm's ``loss``, one optimizer step follows, each member writes its new priorities, and the
+    hard target update (all members reach the period together) is one copy of the stacks.
+    """
+
+    def __init__(self, algos: Sequence[Any]) -> None:
+        super().__init__(algos, [a.model for a in algos], algos[0].clip_grad_norm)
+        self.target = StackedParameters([a.target_model for a in self.algos], requires_grad=False)
+        template = self.algos[0]
+        self.flags: dict[str, Any] = {}  # the minibatch's ``packed_flags``, set before each call
+
+        def member_loss(params, buffers, target_params, target_buffers, flat_batch):
+            view = member_view(
+                template,
+                model=self.online.call({**params, **buffers}),
+                target_model=self.target.call({**target_params, **target_buffers}),
+                **self.flags,
+            )
+            loss, priorities, info = view.loss(unflatten(flat_batch))
+            return loss, (loss.detach(), priorities, info)
+
+        self.gradients = member_gradients(member_loss)
+
+    def take(self, k: int, samples: NamedArrays) -> int:
+        """Member ``k`` appends its batch to its replay; the updates it now owes."""
+        return self.algos[k].take_samples(samples)
+
+    def update(self, members: Sequence[int], taken: Sequence[int]) -> list[tuple[OptInfo, str | None]]:
+        if len(set(taken)) > 1:
+            raise RuntimeError(
+                f"packed members owe different numbers of updates {taken}; they must be in lockstep"
+            )
+        n_updates = taken[0]
+        if n_updates == 0 or not self.algos[members[0]].warm:
+            return [(self.algos[k].train(0, 0), None) for k in members]
+        diagnostics, failures = self.run_updates(n_updates, members)
+        return [(self.algos[k].opt_info(n_updates, diagnostics[k]), failures.get(k)) for k in members]
+
+    def run_updates(
+        self, n_updates: int, members: Sequence[int]
+    ) -> tuple[dict[int, dict[str, float]], dict[int, str]]:
+        """``n_updates`` packed updates; each member's mean diagnostics, and the members whose loss
+        was not finite (their priorities and update counts are not written from then on)."""
+        algos, live = self.algos, set(members)
+        batch_size, update_priorities = algos[0].minibatch()
+        keys = algos[0].diagnostic_keys
+        sums: dict[int, dict[str, float]] = {k: dict.fromkeys(keys, 0.0) for k in members}
+        counts = dict.fromkeys(members, 0)
+        failures: dict[int, str] = {}
+        device = algos[0].agent.device
+        done = algos[members[0]].updates  # every live member's count: they update in lockstep
+        for _ in range(n_updates):
+            draws = [a.replay.sample(batch_size) for a in algos]  # a stopped member's too: fixed shapes
+            batch = stack_members([data.replace(is_weights=w) for data, _, w in draws]).to_torch(device)
+            self.flags = algos[0].packed_flags(batch)
+            with self.online.transformed(), self.target.transformed():
+                grads, (loss, priorities, info) = self.gradients(
+                    self.online.params,
+                    self.online.buffers,
+                    self.target.params,
+                    self.target.buffers,
+                    flatten(batch),
+                )
+            info["grad_norm"] = self.step(grads)
+            info["loss"] = loss
+            values = {key: info[key].tolist() for key in keys}
+            for k in sorted(live):
+                member_values = {key: values[key][k] for key in keys}
+                if not math.isfinite(member_values["loss"]):
+                    mean = {key: sums[k][key] / counts[k] if counts[k] else math.nan for key in keys}
+                    failures[k] = _failure(member_values["loss"], mean, algos[k].updates + 1)
+                    live.discard(k)
+                    continue
+                if update_priorities:
+                    algos[k].replay.update_priorities(draws[k][1], priorities[k].cpu())
+                algos[k].updates += 1
+                counts[k] += 1
+                for key in keys:
+                    sums[k][key] += member_values[key]
+            done += 1
+            if done % algos[0].config.target_update_period_updates == 0:
+                self.target.copy_from(self.online)
+        diagnostics = {
+            k: {key: sums[k][key] / counts[k] if counts[k] else math.nan for key in keys} for k in members
+        }
+        return diagnostics, failures
+
+
+class PackedPpoLearner(PackedLearner):
+    """PPO (feed-forward policies), packed: each member's GAE, its own minibatch permutations (drawn
+    from its own RNG state, as its single run draws them), and per minibatch one vmapped
+    ``minibatch_loss`` and one optimizer step for all members. PPO's KL early stop would let members
+    take different numbers of steps, so packing needs ``target_kl = 0`` (``check_packable``)."""
+
+    def __init__(self, algos: Sequence[Any]) -> None:
+        super().__init__(algos, [a.agent.model for a in algos], algos[0].config.clip_grad_norm or math.inf)
+        template = self.algos[0]
+
+        def member_loss(params, buffers, flat_minibatch, clip_epsilon):
+            agent = member_view(template.agent, model=self.online.call({**params, **buffers}))
+            loss, values = member_view(template, agent=agent).minibatch_loss(
+                unflatten(flat_minibatch), clip_epsilon
+            )
+            return loss, {**values, "loss": loss.detach()}
+
+        self.gradients = member_gradients(member_loss, in_dims=(0, 0, 0, None))
+
+    def take(self, k: int, samples: NamedArrays) -> tuple[NamedArrays, int, list[tuple[torch.Tensor, ...]]]:
+        """Member ``k``'s training batch (its advantages) and its minibatch permutations of every epoch,
+        drawn from its RNG as its single run draws them."""
+        from algorithms.algos.ppo import minibatch_indices
+
+        algo = self.algos[k]
+        batch, n_items = algo.training_batch(samples)
+        return (
+            batch,
+            n_items,
+            [minibatch_indices(n_items, algo.n_minibatches) for _ in range(algo.config.epochs)],
+        )
+
+    def update(
+        self, members: Sequence[int], taken: Sequence[tuple[NamedArrays, int, list[tuple[torch.Tensor, ...]]]]
+    ) -> list[tuple[OptInfo, str | None]]:
+        from algorithms.algos.ppo import MINIBATCH_DIAGNOSTICS
+
+        algos = self.algos
+        prepared = {k: (batch, orders) for k, (batch, _, orders) in zip(members, taken)}
+        lead = algos[members[0]]
+        epochs, n_minibatches = lead.config.epochs, lead.n_minibatches
+        learning_rate, clip_epsilon = lead.schedule()
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
+        # A stopped member computes on a live member's data: fixed shapes, results unread.
+        filler = prepared[members[0]]
+        keys = (*MINIBATCH_DIAGNOSTICS, "loss")
+        totals = torch.zeros(len(keys), self.n_members)
+        device = lead.agent.device
+        for epoch in range(epochs):
+            for j in range(n_minibatches):
+                minibatches = []
+                for k, algo in enumerate(algos):
+                    batch, order = prepared.get(k, filler)
+                    minibatches.append(algo.minibatch(batch, order[epoch][j].to(device)))
+                grads, values = self.gradients(
+                    self.online.params, self.online.buffers, flatten(stack_members(minibatches)), clip_epsilon
+                )
+                values["grad_norm"] = self.step(grads)
+                totals += torch.stack([values[key].detach().float().cpu() for key in keys])
+        updates = epochs * n_minibatches
+        means = (totals / updates).tolist()
+        results = []
+        for k in members:
+            member = {key: means[i][k] for i, key in enumerate(keys)}
+            loss = member.pop("loss")
+            failure = None if math.isfinite(loss) else _failure(loss, member, updates)
+            results.append((algos[k].opt_info(prepared[k][0], updates, member, False), failure))
+        return results
