@@ -6,6 +6,7 @@
     python -m repro run r2d1 --seeds 3 --profile smoke --dry-run   # plan, totals, estimated time
     python -m repro run r2d1 --seeds 3 --profile smoke [--games pong,qbert] [--backend ray] [--jobs 2]
                                   # estimated duration first (repro/probe.py), plan record, then the jobs
+    python -m repro run r2d1_minatar --seeds 5 --pack 5   # the 5 seeds of each arm and game in one process
     python -m repro summary runs/r2d1-smoke
 
 Bad input (unknown setting, game, profile or plan, SEEDS outside 1..1000, a malformed config file, a
@@ -22,7 +23,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from algorithms.configs import ConfigError
@@ -101,27 +102,78 @@ def _profile_arg(path: Path) -> str:
     return path.stem if is_shipped(path) else str(Path(path).resolve())
 
 
-def _tasks(jobs, cpus_per_job: int | None = None):
-    from repro.scheduler import Task
+def _tasks(jobs, cpus_per_job: int | None = None, packs=None):
+    """The scheduler's tasks: one per job (``run-job``), or one per pack of ``packs`` (``pack_jobs``;
+    a pack of one is a job, of more a ``pack-job``)."""
+    from repro.scheduler import Member, Task
 
     tasks = []
-    for j in jobs:
-        argv = [
-            sys.executable,
-            "-m",
-            "repro",
-            "run-job",
-            "--arm",
-            j.setting,
-            "--profile",
-            _profile_arg(j.profile_path),
-        ]
-        argv += ["--env", j.env, "--seed", str(j.seed), "--run-dir", str(j.run_dir)]
+    for pack in packs or [(j,) for j in jobs]:
+        j = pack[0]
+        argv = [sys.executable, "-m", "repro", "run-job" if len(pack) == 1 else "pack-job"]
+        argv += ["--arm", j.setting, "--profile", _profile_arg(j.profile_path), "--env", j.env]
+        argv += (
+            ["--seed", str(j.seed)] if len(pack) == 1 else ["--seeds", ",".join(str(m.seed) for m in pack)]
+        )
+        for member in pack:
+            argv += ["--run-dir", str(member.run_dir)]
         if cpus_per_job is not None:  # the job's torch threads follow its CPUs
             argv += ["--threads", str(cpus_per_job)]
         threads = cpus_per_job or j.config.runner.torch_threads
-        tasks.append(Task(j.key, j.run_dir, tuple(argv), j.n_steps, threads))
+        if len(pack) == 1:
+            tasks.append(Task(j.key, j.run_dir, tuple(argv), j.n_steps, threads))
+        else:
+            members = [Member(m.key, m.run_dir, m.n_steps) for m in pack]
+            tasks.append(Task.packed(_pack_key(pack), members, argv, threads))
     return tasks
+
+
+def _pack_key(pack) -> str:
+    return f"{pack[0].arm}/{pack[0].env}/seeds{','.join(str(j.seed) for j in pack)}"
+
+
+def _packs(text: str | None, jobs, n_slots: int, backend: str):
+    """``(packs, K)`` for ``--pack`` (``PACK``): empty or 1, every job alone; K, the jobs of one
+    arm and env K at a time (``repro.plans.pack_jobs``), each pack checked with
+    ``algorithms.packed.check_packable`` (a ``ConfigError`` naming the arm when it cannot pack);
+    ``auto``, K = min(seeds of an arm and env, ceil(jobs / slots)): 1 when every job gets a slot,
+    else packs just large enough to start every (arm, env)'s jobs at once, up to all its seeds;
+    an arm that cannot pack then runs unpacked, said in one line."""
+    from repro.plans import pack_jobs
+
+    text = (text or "").strip()
+    auto = text == "auto"
+    if auto:
+        if backend == "ray":
+            raise ConfigError("PACK=auto sizes packs to this machine's slots; with BACKEND=ray give PACK=<K>")
+        seeds = max(len(group) for group in pack_jobs(jobs, len(jobs)))
+        k = min(seeds, math.ceil(len(jobs) / n_slots))
+        why = "every job gets a slot" if k == 1 else f"up to {k} seeds of an arm and env per process"
+        print(f"--pack auto: K={k} ({len(jobs)} jobs, {n_slots} slot(s): {why})")
+    else:
+        try:
+            k = _positive_int_arg(text, "PACK") or 1
+        except ConfigError:
+            raise ConfigError(f"PACK must be a positive integer or 'auto', got {text!r}") from None
+    packs = pack_jobs(jobs, k)
+    if k == 1:
+        return packs, 1
+    from algorithms.packed import check_packable
+
+    out, unpacked = [], set()
+    for pack in packs:
+        arm = pack[0].arm
+        if len(pack) > 1 and arm not in unpacked:
+            try:
+                check_packable([j.config for j in pack])
+            except ValueError as e:
+                why = str(e).splitlines()[0].removeprefix("packing: ")
+                if not auto:
+                    raise ConfigError(f"--pack {k}: arm '{arm}' cannot be packed: {why}") from None
+                print(f"--pack auto: {arm} runs unpacked ({why})")
+                unpacked.add(arm)
+        out.extend([(j,) for j in pack] if arm in unpacked else [pack])
+    return out, k
 
 
 def _gpus_arg(text: str | None) -> float | None:
@@ -156,7 +208,7 @@ def _connect_ray(args, jobs, tasks) -> int | None:
     return None
 
 
-def _dry_run(plan, jobs, n_slots: int, slot_kind: str) -> None:
+def _dry_run(plan, jobs, n_slots: int, slot_kind: str, packs, k: int) -> None:
     from repro.tables import human_count, render
 
     print(f"plan {plan.name}: {plan.title}")
@@ -168,6 +220,10 @@ def _dry_run(plan, jobs, n_slots: int, slot_kind: str) -> None:
     print(
         f"\n{len(jobs)} jobs, {steps:,} env steps, {frames:,} frames in total; {n_slots} {slot_kind} slot(s)"
     )
+    if k > 1:
+        rows = [(p[0].arm, p[0].env, ",".join(str(j.seed) for j in p), len(p)) for p in packs]
+        print(f"\npacks (--pack {k}): {len(packs)} process(es) for {len(jobs)} jobs")
+        print(render(["arm", "env", "seeds", "K"], rows, align_right=(3,)))
 
 
 # An estimate from a day on prints the hint at smaller runs.
@@ -185,58 +241,73 @@ def smaller_runs_hint(plan: str, profile: str) -> str:
     return "hint: that is days on this machine; smaller runs: " + ", or ".join(options)
 
 
-def _estimate(plan, jobs, slots, fresh: bool, may_probe: bool) -> None:
-    """Print the plan's estimated duration on ``slots`` (repro/probe.py), and the hint when it is days.
+def _estimate(plan, jobs, slots, fresh: bool, may_probe: bool, packs=None, k: int = 1) -> None:
+    """Print the plan's estimated duration on ``slots`` (repro/probe.py), and the hint when it is days;
+    with ``packs`` (``--pack k``) packed and unpacked side by side, from probes of each arm alone and
+    packed at each pack size.
 
     ``fresh`` (dry run): probe every arm and cache the results. Otherwise use cached measurements and
     probe the arms without one only when ``may_probe`` and the probes are at most ``MAX_PROBE_SHARE``
     of the env steps left."""
-    from repro.probe import (
-        MAX_PROBE_SHARE,
-        ProbeCache,
-        estimate_seconds,
-        probe_job,
-        probe_steps,
-        steps_left,
-    )
+    from repro import probe as pr
     from repro.tables import human_duration
 
     device = slots[0].device
     first = {}
     for job in jobs:
         first.setdefault(job.arm, job)
-    cache = ProbeCache()
-    probes = {} if fresh else {arm: r for arm, job in first.items() if (r := cache.get(job, device))}
-    missing = [arm for arm in first if arm not in probes]
-    left = sum(steps_left(j) for j in jobs)
+    packed = k > 1 and any(len(p) > 1 for p in packs)
+    needed = list(dict.fromkeys([(arm, 1) for arm in first] + [(p[0].arm, len(p)) for p in packs or ()]))
+    cache = pr.ProbeCache()
+    probes = {}
+    for arm, n in [] if fresh else needed:
+        if result := cache.get(first[arm], device, n):
+            probes[pr.probe_key(arm, n)] = result
+    missing = [(arm, n) for arm, n in needed if pr.probe_key(arm, n) not in probes]
+    left = sum(pr.steps_left(j) for j in jobs)
     if not left:
         print("estimated duration: nothing left to run (every job is complete)")
         return
-    share = sum(probe_steps(first[arm]) for arm in missing) / left
-    if missing and not fresh and not (may_probe and share <= MAX_PROBE_SHARE):
+    share = sum(pr.probe_steps(first[arm]) * n for arm, n in missing) / left
+    if missing and not fresh and not (may_probe and share <= pr.MAX_PROBE_SHARE):
         why = "--no-probe" if not may_probe else f"a probe would add {share:.1%} to the env steps left"
+        names = ", ".join(arm if n == 1 else f"{arm} packed by {n}" for arm, n in missing)
         print(
-            f"estimated duration: not measured on this machine for {', '.join(missing)} ({why}); "
+            f"estimated duration: not measured on this machine for {names} ({why}); "
             "a dry run with the probe (make repro-dry-run) measures it and keeps it for later runs"
         )
         return
-    for arm in missing:
+    for arm, n in missing:
         job = first[arm]
-        print(f"probing throughput: {arm} on {job.env} ...", flush=True)
-        probes[arm] = p = probe_job(job, device)
-        cache.put(job, device, p)
+        print(f"probing throughput: {arm} on {job.env}" + (f", {n} seeds packed" if n > 1 else "") + " ...")
+        sys.stdout.flush()
+        p = pr.probe_job(job, device) if n == 1 else pr.probe_pack(job, device, n)
+        probes[pr.probe_key(arm, n)] = p
+        cache.put(job, device, p, n)
+        per = "job" if n == 1 else "pack"
         print(
             f"  {p.env_steps} env steps, {p.updates} updates: {1 / p.seconds_per_step:,.0f} env steps/s "
-            f"with updates, {p.fixed_s:.1f} s fixed cost and {p.startup_s:.1f} s process start-up per job"
+            f"with updates, {p.fixed_s:.1f} s fixed cost and {p.startup_s:.1f} s process start-up per {per}"
         )
         if p.updates == 0:
             print("  (no update within the probe: the estimate leaves learning time out)")
-    cached = sorted({probes[arm].measured_at for arm in first if arm not in missing})
+    cached = sorted(
+        {probes[pr.probe_key(arm, n)].measured_at for arm, n in needed if (arm, n) not in missing}
+    )
     source = f"throughput measured {', '.join(cached)} (cached in {cache.path})" if cached else "the probe"
-    n_left = sum(1 for j in jobs if steps_left(j))
-    seconds = estimate_seconds(jobs, probes, len(slots))
+    n_left = sum(1 for j in jobs if pr.steps_left(j))
+    seconds = pr.estimate_seconds(jobs, probes, len(slots))
+    shown = human_duration(seconds)
+    if packed:
+        unpacked = seconds
+        seconds = pr.estimate_seconds(jobs, probes, len(slots), packs)
+        n_packs = sum(1 for p in packs if any(pr.steps_left(j) for j in p))
+        shown = (
+            f"{human_duration(seconds)} packed (--pack {k}: {n_packs} process(es)), "
+            f"{human_duration(unpacked)} unpacked,"
+        )
     print(
-        f"estimated duration: {human_duration(seconds)} for {n_left} job(s) left on {len(slots)} "
+        f"estimated duration: {shown} for {n_left} job(s) left on {len(slots)} "
         f"{device} slot(s), from {source}; repro/probe.py",
         flush=True,
     )
@@ -263,21 +334,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
         except ImportError:
             raise ConfigError("BACKEND=ray needs the ray extra: pip install -e '.[ray]'") from None
     slots = detect_slots(n_jobs, threads, gpus_per_job=gpus_per_job if args.backend == "local" else None)
+    packs, pack = _packs(args.pack, jobs, len(slots), args.backend)
     if args.dry_run:
-        _dry_run(plan, jobs, len(slots), slots[0].device if args.backend == "local" else "ray")
+        _dry_run(plan, jobs, len(slots), slots[0].device if args.backend == "local" else "ray", packs, pack)
         if args.estimate:
-            _estimate(plan, jobs, slots, fresh=args.probe, may_probe=args.probe)
+            _estimate(plan, jobs, slots, fresh=args.probe, may_probe=args.probe, packs=packs, k=pack)
         return 0
     if args.estimate and args.backend == "local":
         try:
-            _estimate(plan, jobs, slots, fresh=False, may_probe=args.probe)
+            _estimate(plan, jobs, slots, fresh=False, may_probe=args.probe, packs=packs, k=pack)
         except KeyboardInterrupt:
             print("interrupted while estimating: no job was started")
             return 130
     from repro.plans import check_seeds
     from repro.record import write_plan_record
 
-    tasks = _tasks(jobs, cpus_per_job)
+    tasks = _tasks(jobs, cpus_per_job, packs)
     if args.backend == "ray" and (code := _connect_ray(args, jobs, tasks)) is not None:
         return code
     try:
@@ -297,7 +369,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         from repro.scheduler import run_local
 
-        print(f"{len(tasks)} jobs on {len(slots)} {slots[0].device} slot(s)", file=sys.stderr)
+        what = (
+            f"{len(jobs)} jobs in {len(tasks)} processes" if len(tasks) < len(jobs) else f"{len(jobs)} jobs"
+        )
+        print(f"{what} on {len(slots)} {slots[0].device} slot(s)", file=sys.stderr)
         outcomes = run_local(tasks, slots, retries=args.retries, progress=not args.no_progress)
     wall = time.perf_counter() - start
     counts = {
@@ -306,10 +381,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     }
     ran_steps = sum(t.steps for t, o in zip(tasks, outcomes) if o.state == "complete")
     busy = f", {counts['busy']} busy (written by another process)" if counts["busy"] else ""
+    packed = f" ({len(jobs)} jobs in {len(tasks)} processes)" if len(tasks) < len(jobs) else ""
     print(
-        f"{plan.name}: {counts['complete']} complete, {counts['skipped']} skipped (already complete), "
-        f"{counts['failed']} failed, {counts['interrupted']} interrupted{busy} in {wall:.0f} s wall "
-        f"({ran_steps / wall if wall else 0:,.0f} env steps/s over the machine)"
+        f"{plan.name}{packed}: {counts['complete']} complete, {counts['skipped']} skipped (already "
+        f"complete), {counts['failed']} failed, {counts['interrupted']} interrupted{busy} in {wall:.0f} s "
+        f"wall ({ran_steps / wall if wall else 0:,.0f} env steps/s over the machine)"
     )
     for o in outcomes:
         if o.state in ("failed", "busy"):
@@ -325,21 +401,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 1 if counts["failed"] or counts["busy"] else 0
 
 
-def _cmd_run_job(args: argparse.Namespace) -> int:
-    from algorithms.rundir import RunBusy
-    from algorithms.train import train
+def _job_configs(args: argparse.Namespace, seeds: Sequence[int]) -> list:
+    """The ``TrainConfig`` of the job of each seed, as the plan resolves it (with the slot's device and
+    the scheduler's threads)."""
     from repro.plans import resolve_job_setting
     from repro.profiles import load_profile
-    from repro.scheduler import BUSY_EXIT_CODE, follow_scheduler
     from repro.settings import train_config
+
+    profile = load_profile(args.profile)
+    return [
+        train_config(
+            *resolve_job_setting(args.arm, profile, args.env, seed, args.device, threads=args.threads)
+        )
+        for seed in seeds
+    ]
+
+
+def _as_job(body: Callable[[], None]) -> int:
+    """Run ``body`` as a job of the scheduler: stop with it, and exit with ``BUSY_EXIT_CODE`` when a run
+    directory is held by another process, 130 when interrupted."""
+    from algorithms.rundir import RunBusy
+    from repro.scheduler import BUSY_EXIT_CODE, follow_scheduler
 
     try:
         follow_scheduler()
-        setting, classes = resolve_job_setting(
-            args.arm, load_profile(args.profile), args.env, args.seed, args.device, threads=args.threads
-        )
-        config = train_config(setting, classes)
-        train(config, Path(args.run_dir), resume=True)
+        body()
     except RunBusy as e:
         print(f"error: {e}; this job did not start and wrote nothing", file=sys.stderr)
         return BUSY_EXIT_CODE
@@ -347,6 +433,48 @@ def _cmd_run_job(args: argparse.Namespace) -> int:
         print("interrupted: stopped; status.json says interrupted (rerun to continue)", file=sys.stderr)
         return 130
     return 0
+
+
+def _cmd_run_job(args: argparse.Namespace) -> int:
+    from algorithms.train import train
+
+    def body() -> None:
+        (config,) = _job_configs(args, [args.seed])
+        train(config, Path(args.run_dir), resume=True)
+
+    return _as_job(body)
+
+
+def _cmd_pack_job(args: argparse.Namespace) -> int:
+    """Train the jobs of ``--seeds`` (one arm and env) in one process (``train_packed``), each into its
+    ``--run-dir``. Members already complete are left alone; one left trains as a single run. When the
+    members to continue are at different checkpoints (``PackMismatch``: a crash between two members'
+    checkpoint writes), each continues alone with ``train``, one after another."""
+    from algorithms.packed import PackMismatch, train_packed
+    from algorithms.rundir import is_complete
+    from algorithms.train import train
+
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        raise ConfigError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
+    if len(seeds) != len(args.run_dir):
+        raise ConfigError(f"{len(seeds)} seeds but {len(args.run_dir)} --run-dir")
+
+    def body() -> None:
+        members = list(zip(_job_configs(args, seeds), map(Path, args.run_dir)))
+        left = [(config, run_dir) for config, run_dir in members if not is_complete(run_dir)]
+        if len(left) > 1:
+            try:
+                train_packed([c for c, _ in left], [d for _, d in left], resume=True)
+                return
+            except PackMismatch as e:
+                print(f"pack-job: {e} (now, one after another, as single runs)", file=sys.stderr, flush=True)
+        for config, run_dir in left:
+            if not is_complete(run_dir):
+                train(config, run_dir, resume=True)
+
+    return _as_job(body)
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:
@@ -415,17 +543,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="no estimated duration (neither probe nor cache)",
     )
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--pack",
+        default=None,
+        help="K: train up to K seeds of an arm and env in one process; auto: K from the slots",
+    )
     p.set_defaults(func=_cmd_run)
 
-    p = sub.add_parser("run-job", help="(used by the scheduler) train one job of a plan")
-    p.add_argument("--arm", required=True)
-    p.add_argument("--profile", required=True)
-    p.add_argument("--env", required=True)
-    p.add_argument("--seed", type=int, required=True)
-    p.add_argument("--run-dir", required=True)
-    p.add_argument("--device", default=None)
-    p.add_argument("--threads", type=int, default=None, help="torch threads (the scheduler's CPUs per job)")
-    p.set_defaults(func=_cmd_run_job)
+    for name, func, what in (
+        ("run-job", _cmd_run_job, "train one job of a plan"),
+        ("pack-job", _cmd_pack_job, "train several seeds of one arm and env of a plan in one process"),
+    ):
+        p = sub.add_parser(name, help=f"(used by the scheduler) {what}")
+        p.add_argument("--arm", required=True)
+        p.add_argument("--profile", required=True)
+        p.add_argument("--env", required=True)
+        if name == "run-job":
+            p.add_argument("--seed", type=int, required=True)
+            p.add_argument("--run-dir", required=True)
+        else:
+            p.add_argument("--seeds", required=True, help="comma-separated, one per --run-dir")
+            p.add_argument("--run-dir", action="append", required=True, help="one per seed, in order")
+        p.add_argument("--device", default=None)
+        p.add_argument(
+            "--threads", type=int, default=None, help="torch threads (the scheduler's CPUs per job)"
+        )
+        p.set_defaults(func=func)
 
     p = sub.add_parser("summary", help="throughput summary of runs/<experiment>")
     p.add_argument("experiment_dir")

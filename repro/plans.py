@@ -270,3 +270,18 @@ def expand(
                     )
                 )
     return jobs
+
+
+def pack_jobs(jobs: Sequence[Job], k: int) -> list[tuple[Job, ...]]:
+    """``jobs`` in packs of up to ``k`` (``run --pack``): the jobs of one arm, profile and env,
+    whose configs differ only in the seed, ``k`` at a time in plan order (``k=2`` over seeds 0..2:
+    seeds 0 and 1, then 2 alone); different arms or envs never share a pack. ``k=1``: each job alone,
+    in plan order."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if k == 1:
+        return [(job,) for job in jobs]
+    groups: dict[tuple[str, Path, str], list[Job]] = {}
+    for job in jobs:
+        groups.setdefault((job.setting, job.profile_path, job.env), []).append(job)
+    return [tuple(group[i : i + k]) for group in groups.values() for i in range(0, len(group), k)]

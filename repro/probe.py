@@ -15,6 +15,12 @@ interpreter importing the training stack. The estimate for the plan is
 which overestimates runs that spend a long time before learning starts (those steps are cheaper)
 and ignores evaluation time. It runs in a temporary directory: no run directory is created.
 
+**Packed plans** (``run --pack``): a pack of k seeds is one process, costed like a job from a
+probe of the same config trained as a pack of k (``probe_pack``: ``train_packed`` on k seeds), so a
+packed estimate is measured too, never a speed factor; its cost per env step is per member env step,
+and the pack pays one fixed cost and start-up. Pack probes are cached like the others, their key
+including k.
+
 **What a probe costs, and when it runs.** Measured on the project's 2-core CPU machine (2026-11-30,
 shared with a long experiment, load average 5 to 7, the probe at nice 19): the R2D1 ``smoke`` probe is
 a whole smoke job (9,600 env steps, 16 envs, one update; about 36 s of CPU, repro/README.md) and had
@@ -43,13 +49,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from algorithms.rundir import atomic_write_json, is_complete
 from repro.plans import Job
 from repro.scheduler import cpu_cores, last_env_steps
+
+if TYPE_CHECKING:
+    from algorithms.counters import Counters
 
 CACHE_FILE = "probe_cache.json"
 # `run` probes arms without a cached measurement only while the probes stay this small a share of the
@@ -105,21 +116,43 @@ def probe_steps(job: Job) -> int:
 
 
 def probe_job(job: Job, device: str) -> ProbeResult:
+    """Train the probe of ``job`` (module docstring) alone and measure it."""
     from algorithms.train import train
 
     config = probe_config(on_device(job.config, device), PROBE_BATCHES)
+    return _measure(job, lambda tmp: [train(config, tmp / "probe", resume=False)])
+
+
+def probe_pack(job: Job, device: str, members: int) -> ProbeResult:
+    """Train the probe of ``job`` as a pack of ``members`` seeds (``run --pack``: one process,
+    ``algorithms.packed.train_packed``) and measure it: its cost per env step is per member env step
+    of the pack, its fixed cost the pack's, so ``estimate_seconds`` costs a pack as it does a job."""
+    from algorithms.packed import train_packed
+
+    config = probe_config(on_device(job.config, device), PROBE_BATCHES)
+    configs = [
+        dataclasses.replace(config, runner=dataclasses.replace(config.runner, seed=k)) for k in range(members)
+    ]
+    return _measure(
+        job, lambda tmp: train_packed(configs, [tmp / f"seed{k}" for k in range(members)], resume=False)
+    )
+
+
+def _measure(job: Job, train: Callable[[Path], list[Counters]]) -> ProbeResult:
+    """Time ``train`` in a temporary directory. Every member of a pack counts the whole time of each
+    phase (algorithms/packed/runner.py), so the training time is the largest member's."""
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="repro-probe-") as tmp:
-        counters = train(config, Path(tmp) / "probe", resume=False)
+        counters = train(Path(tmp))
     wall = time.perf_counter() - t0
-    train_s = counters.time_sampling_s + counters.time_optimizing_s
-    steps = max(1, counters.env_steps)
+    train_s = max(c.time_sampling_s + c.time_optimizing_s for c in counters)
+    steps = sum(c.env_steps for c in counters)
     return ProbeResult(
         job.arm,
         job.env,
-        counters.env_steps,
-        counters.updates,
-        train_s / steps,
+        steps,
+        sum(c.updates for c in counters),
+        train_s / max(1, steps),
         max(0.0, wall - train_s),
         startup_seconds(),
         dt.datetime.now().astimezone().isoformat(timespec="minutes"),
@@ -143,13 +176,27 @@ def steps_left(job: Job) -> int:
     return job.n_steps - min(job.n_steps, last_env_steps(job.run_dir))
 
 
-def estimate_seconds(jobs: list[Job], probes: dict[str, ProbeResult], n_slots: int) -> float:
-    """The plan's remaining wall time on ``n_slots`` slots (module docstring); complete jobs cost nothing."""
+def probe_key(arm: str, members: int = 1) -> str | tuple[str, int]:
+    """A probe's key in ``estimate_seconds``'s ``probes``: the arm alone, ``(arm, k)`` packed by k."""
+    return arm if members == 1 else (arm, members)
+
+
+def estimate_seconds(
+    jobs: Sequence[Job],
+    probes: Mapping[str | tuple[str, int], ProbeResult],
+    n_slots: int,
+    packs: Sequence[Sequence[Job]] | None = None,
+) -> float:
+    """The plan's remaining wall time on ``n_slots`` slots (module docstring); complete jobs cost nothing.
+    ``packs``: the plan's processes (``run --pack``; default each job alone), each costed with the
+    probe of its arm at its size (``probe_key``): its env steps left at the probe's cost per env step
+    plus one fixed cost and start-up. A pack some of whose members are complete is costed at its
+    full size."""
     total = 0.0
-    for job in jobs:
-        left = steps_left(job)
+    for pack in packs or [(job,) for job in jobs]:
+        left = sum(steps_left(job) for job in pack)
         if left:
-            probe = probes[job.arm]
+            probe = probes[probe_key(pack[0].arm, len(pack))]
             total += left * probe.seconds_per_step + probe.fixed_s + probe.startup_s
     return total / max(1, n_slots)
 
@@ -176,20 +223,23 @@ class ProbeCache:
         }
 
     @staticmethod
-    def key(job: Job, device: str) -> str:
-        """What the measurement depends on: the probed config (seed aside), the host and its CPUs."""
+    def key(job: Job, device: str, members: int = 1) -> str:
+        """What the measurement depends on: the probed config (seed aside), the host and its CPUs, and
+        the members of a pack (``probe_pack``)."""
         from algorithms.train import config_to_dict
 
         config = config_to_dict(probe_config(on_device(job.config, device), PROBE_BATCHES))
         config["runner"].pop("seed")
-        machine = {"host": socket.gethostname(), "cpus": cpu_cores()}
-        text = json.dumps({"config": config, "machine": machine}, sort_keys=True, default=str)
+        what = {"config": config, "machine": {"host": socket.gethostname(), "cpus": cpu_cores()}}
+        if members > 1:
+            what["members"] = members
+        text = json.dumps(what, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:20]
 
-    def get(self, job: Job, device: str) -> ProbeResult | None:
-        return self.results.get(self.key(job, device))
+    def get(self, job: Job, device: str, members: int = 1) -> ProbeResult | None:
+        return self.results.get(self.key(job, device, members))
 
-    def put(self, job: Job, device: str, result: ProbeResult) -> None:
-        self.results[self.key(job, device)] = result
+    def put(self, job: Job, device: str, result: ProbeResult, members: int = 1) -> None:
+        self.results[self.key(job, device, members)] = result
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(self.path, {k: dataclasses.asdict(v) for k, v in self.results.items()})

@@ -27,6 +27,9 @@ nothing of this project at a fixed path on the nodes.
   Within one sync round checkpoints are read before the tables, so the tables the driver holds
   always reach at least the step of its checkpoint (a runner writes a row before the checkpoint of
   that step), and a resume cuts them back to it (``RunDir.recover``).
+* **Packed tasks** (``run --pack``) are one Ray task each, running ``repro pack-job``: the
+  driver seeds, holds and mirrors every run directory of the pack (the node's scratch copies sit
+  under ``runs/`` at their paths below ``--root``, and stream as one tree).
 * **A shared file system** (``--shared-fs``: ``runs/`` at the same path on the driver and every
   node) stays supported: jobs then write the driver's run directories in place, nothing streams.
 * **Resources.** A job asks Ray for ``Task.threads`` CPUs (``--cpus-per-job``, else its torch
@@ -74,9 +77,7 @@ from algorithms.rundir import (
     LOG_FILE,
     RunBusy,
     acquire_lock,
-    is_complete,
     release_lock,
-    set_status_if_free,
 )
 from repro.scheduler import (
     BUSY_EXIT_CODE,
@@ -85,7 +86,7 @@ from repro.scheduler import (
     Outcome,
     Progress,
     Task,
-    last_env_steps,
+    mark_unfinished,
     open_log,
 )
 
@@ -242,25 +243,28 @@ def runtime_env() -> dict[str, Any]:
 
 
 # --- job command lines that run on another machine ----------------------------------------------
-# An argv element is a plain string or one of these markers, resolved on the node.
+# An argv element is a plain string or one of these markers, resolved on the node: the interpreter,
+# the scratch copy of the task's i-th run directory (``("run_dir", i)``), an input file.
 _PYTHON = ("python",)
-_RUN_DIR = ("run_dir",)
+_RUN_DIR = ("run_dir", 0)
 
 
 def _portable_argv(
-    argv: Sequence[str], run_dir: Path | None
+    argv: Sequence[str], run_dirs: Path | Sequence[Path] | None
 ) -> tuple[list[str | tuple[str, ...]], dict[str, bytes]]:
-    """``argv`` for a node: the driver's interpreter becomes the node's, ``run_dir`` the scratch copy
-    (when given), a file inside the repository its path in the shipped copy, a file outside it
-    an input that travels with the task (returned as ``{relative path: content}``)."""
+    """``argv`` for a node: the driver's interpreter becomes the node's, each of ``run_dirs`` (a
+    packed task has several) its scratch copy (when given), a file inside the repository its path in
+    the shipped copy, a file outside it an input that travels with the task (returned as
+    ``{relative path: content}``)."""
     out: list[str | tuple[str, ...]] = []
     inputs: dict[str, bytes] = {}
+    dirs = [str(run_dirs)] if isinstance(run_dirs, Path) else [str(d) for d in run_dirs or ()]
     for i, arg in enumerate(argv):
         path = Path(arg)
         if i == 0 and path.resolve() == Path(sys.executable).resolve():
             out.append(_PYTHON)
-        elif run_dir is not None and arg == str(run_dir):
-            out.append(_RUN_DIR)
+        elif arg in dirs:
+            out.append(("run_dir", dirs.index(arg)))
         elif "/" in arg and path.is_file():
             path = path.resolve()
             if path.is_relative_to(REPO):
@@ -278,13 +282,16 @@ def _portable_argv(
     return out, inputs
 
 
-def _resolve_argv(argv: Sequence[str | tuple[str, ...]], run_dir: Path, inputs_dir: Path) -> list[str]:
+def _resolve_argv(
+    argv: Sequence[str | tuple[str, ...]], run_dirs: Path | Sequence[Path], inputs_dir: Path
+) -> list[str]:
+    dirs = [run_dirs] if isinstance(run_dirs, Path) else list(run_dirs)
     resolved = []
     for arg in argv:
         if arg == _PYTHON:
             resolved.append(sys.executable)
-        elif arg == _RUN_DIR:
-            resolved.append(str(run_dir))
+        elif isinstance(arg, tuple) and arg[0] == _RUN_DIR[0]:
+            resolved.append(str(dirs[arg[1]]))
         elif isinstance(arg, tuple):
             resolved.append(str(inputs_dir / arg[1]))
         else:
@@ -293,16 +300,22 @@ def _resolve_argv(argv: Sequence[str | tuple[str, ...]], run_dir: Path, inputs_d
 
 
 # --- mirroring a run directory -----------------------------------------------------------------
+def _is_checkpoint(rel: str) -> bool:
+    """Whether ``rel`` is a file of a run directory's ``checkpoints/``."""
+    return Path(rel).parent.name == CHECKPOINT_DIR
+
+
 def _visible_files(root: Path) -> list[str]:
-    """Files under ``root`` as relative paths, checkpoints first (see the module docstring), without
-    hidden names (the lock file, temporary files of atomic writes in progress)."""
+    """Files under ``root`` (a run directory, or a tree of them) as relative paths, checkpoints first
+    (see the module docstring), without hidden names (the lock file, temporary files of atomic writes
+    in progress)."""
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
         for name in filenames:
             if not name.startswith("."):
                 found.append(os.path.relpath(os.path.join(dirpath, name), root))
-    return sorted(found, key=lambda rel: (not rel.startswith(CHECKPOINT_DIR + os.sep), rel))
+    return sorted(found, key=lambda rel: (not _is_checkpoint(rel), rel))
 
 
 def read_dir(root: Path) -> dict[str, bytes]:
@@ -397,7 +410,7 @@ def apply_changes(run_dir: Path, changes: Changes) -> None:
     tables never fall behind its checkpoint."""
     from algorithms.rundir import atomic_write_bytes
 
-    ordered = sorted(changes.files, key=lambda c: c[0].startswith(CHECKPOINT_DIR + os.sep))
+    ordered = sorted(changes.files, key=lambda c: _is_checkpoint(c[0]))
     for rel, offset, data, mode in ordered:
         path = run_dir / rel
         if offset == 0:
@@ -421,8 +434,8 @@ class JobSpec:
     attempt: int
     threads: int
     device: str
-    run_dir: str | None  # the shared file system's run directory; None: a scratch copy
-    tail: str  # <exp>/<arm>/<env>/seed<k>, the scratch copy's path under this attempt's directory
+    run_dirs: tuple[str, ...] | None  # the shared file system's run directories; None: scratch copies
+    tails: tuple[str, ...]  # each run's <exp>/<arm>/<env>/seed<k>: its scratch copy's path under runs/
 
 
 def _node_label() -> str:
@@ -453,29 +466,32 @@ def run_job_task(
     spec: JobSpec, seed: dict[str, bytes], inputs: dict[str, bytes], sync_s: float = SYNC_INTERVAL_S
 ) -> Iterator[Changes]:
     """Body of the Ray task (a streaming generator): run one attempt of a job and yield what changed
-    in its run directory about every ``sync_s`` seconds, the exit code in the last message."""
+    in its run directories (``runs/`` of the scratch space: paths relative to the driver's ``--root``)
+    about every ``sync_s`` seconds, the exit code in the last message."""
     where = _node_label()
     attempt_dir = Path(tempfile.gettempdir()) / SCRATCH_DIR / f"{uuid.uuid4().hex[:12]}"
     try:
-        if spec.run_dir is not None:
-            run_dir, mirror = Path(spec.run_dir), None
-            run_dir.mkdir(parents=True, exist_ok=True)
+        if spec.run_dirs is not None:
+            run_dirs, mirror = [Path(d) for d in spec.run_dirs], None
         else:
-            run_dir = attempt_dir / spec.tail
+            root = attempt_dir / "runs"
             for rel, data in seed.items():
-                (run_dir / rel).parent.mkdir(parents=True, exist_ok=True)
-                (run_dir / rel).write_bytes(data)
-            run_dir.mkdir(parents=True, exist_ok=True)
-            mirror = Mirror(run_dir)
+                (root / rel).parent.mkdir(parents=True, exist_ok=True)
+                (root / rel).write_bytes(data)
+            run_dirs = [root / tail for tail in spec.tails]
+            mirror = Mirror(root)
             mirror.mark_sent()
+        for run_dir in run_dirs:
+            run_dir.mkdir(parents=True, exist_ok=True)
         for rel, data in inputs.items():
             (attempt_dir / "inputs" / rel).parent.mkdir(parents=True, exist_ok=True)
             (attempt_dir / "inputs" / rel).write_bytes(data)
-        argv = [*_resolve_argv(spec.argv, run_dir, attempt_dir / "inputs"), "--device", spec.device]
-        yield Changes(node=f"{where} in {run_dir}")
+        argv = [*_resolve_argv(spec.argv, run_dirs, attempt_dir / "inputs"), "--device", spec.device]
+        here = run_dirs[0] if len(run_dirs) == 1 else run_dirs[0].parent
+        yield Changes(node=f"{where} in {here}")
         gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-        on = f"ray node {where} (CUDA_VISIBLE_DEVICES={gpus!r}) in {run_dir}, code {os.getcwd()}"
-        with open_log(run_dir, spec.attempt, on, argv) as log:
+        on = f"ray node {where} (CUDA_VISIBLE_DEVICES={gpus!r}) in {here}, code {os.getcwd()}"
+        with open_log(run_dirs, spec.attempt, on, argv) as log:
             proc = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_job_env(spec)
             )
@@ -515,7 +531,21 @@ class _Attempt:
     number: int
     submitted: float
     started: bool = False
-    locked: bool = False
+    locked: list[Path] = field(default_factory=list)  # the driver's run directories it holds
+
+
+def _root(task: Task) -> Path:
+    """The driver's ``--root`` above the task's run directories (``<root>/<exp>/<arm>/<env>/seed<k>``),
+    where what a node streams lands."""
+    return task.run_dir.parents[3]
+
+
+def _log_line(task: Task, line: str) -> None:
+    """``=== line`` in the ``log.txt`` of each run of ``task`` not complete (those that exist)."""
+    for run_dir in task.unfinished():
+        if run_dir.is_dir():
+            with open(run_dir / LOG_FILE, "ab") as log:
+                log.write(f"=== {line}\n".encode())
 
 
 class _Driver:
@@ -540,19 +570,25 @@ class _Driver:
         self.running: dict[Any, _Attempt] = {}
         self.last_event = time.monotonic()
         for task in tasks:
-            if is_complete(task.run_dir):
+            if task.complete():
                 self.outcomes[task.key] = Outcome(task.key, "skipped", 0, 0.0)
         self.bar = Progress(tasks, progress)
         self.bar.done_steps = sum(t.steps for t in tasks if t.key in self.outcomes)
 
     def submit(self, task: Task) -> None:
         number = self.attempts.start(task)
-        argv, inputs = _portable_argv(task.argv, None if self.shared_fs else task.run_dir)
+        argv, inputs = _portable_argv(task.argv, None if self.shared_fs else task.run_dirs)
+        tails = tuple(str(d.relative_to(_root(task))) for d in task.run_dirs)
         spec = JobSpec(
             tuple(argv), number, task.threads, self.device,
-            str(task.run_dir) if self.shared_fs else None, str(Path(*task.run_dir.parts[-4:])),
+            tuple(str(d) for d in task.run_dirs) if self.shared_fs else None, tails,
         )  # fmt: skip
-        seed = {} if self.shared_fs else read_dir(task.run_dir)
+        # The driver's copies, from which the attempt resumes.
+        seed = {} if self.shared_fs else {
+            os.path.join(tail, rel): data
+            for tail, run_dir in zip(tails, task.run_dirs, strict=True)
+            for rel, data in read_dir(run_dir).items()
+        }  # fmt: skip
         options = {"num_cpus": task.threads, "num_gpus": self.gpus}
         gen = self.remote.options(**options).remote(spec, seed, inputs, self.sync_s)
         self.running[gen] = _Attempt(task, number, time.monotonic())
@@ -560,8 +596,8 @@ class _Driver:
     def end(self, gen: Any) -> _Attempt:
         attempt = self.running.pop(gen)
         self.last_event = time.monotonic()
-        if attempt.locked:
-            release_lock(attempt.task.run_dir)
+        for run_dir in attempt.locked:
+            release_lock(run_dir)
         return attempt
 
     def finish(self, gen: Any, code: int) -> None:
@@ -587,21 +623,22 @@ class _Driver:
         self.last_event = time.monotonic()
         if self.shared_fs:
             return True
-        attempt.task.run_dir.mkdir(parents=True, exist_ok=True)
         try:
-            acquire_lock(attempt.task.run_dir)
+            for run_dir in attempt.task.run_dirs:
+                run_dir.mkdir(parents=True, exist_ok=True)
+                acquire_lock(run_dir)
+                attempt.locked.append(run_dir)
         except RunBusy as e:
             self.ray.cancel(gen)
             self.end(gen)
             self.outcomes[attempt.task.key] = Outcome(attempt.task.key, "busy", attempt.number, 0.0, str(e))
             self.say(f"{attempt.task.key}: BUSY ({e}; not run)")
             return False
-        attempt.locked = True
         return True
 
     def apply(self, attempt: _Attempt, changes: Changes) -> None:
         if not self.shared_fs and (changes.files or changes.deleted):
-            apply_changes(attempt.task.run_dir, changes)
+            apply_changes(_root(attempt.task), changes)
 
     def receive(self, gen: Any) -> bool:
         """Apply the next message of ``gen``; ``True`` when its attempt has ended."""
@@ -621,9 +658,7 @@ class _Driver:
                 detail = (str(e).strip().splitlines() or [""])[0]
                 line = f"attempt {attempt.number} lost: {type(e).__name__}: {detail}"
             self.say(f"{attempt.task.key}: {line}")
-            if attempt.task.run_dir.is_dir():
-                with open(attempt.task.run_dir / LOG_FILE, "ab") as log:
-                    log.write(f"=== {line}\n".encode())
+            _log_line(attempt.task, line)
             self.finish(gen, -1)
             return True
         if changes.node is not None and not self.start(gen, attempt):
@@ -665,9 +700,7 @@ class _Driver:
                         break
             self.fail_queued(queue_timeout_s)
             n_failed = sum(o.state == "failed" for o in self.outcomes.values())
-            running_steps = sum(
-                min(a.task.steps, last_env_steps(a.task.run_dir)) for a in self.running.values()
-            )
+            running_steps = sum(a.task.steps_done() for a in self.running.values())
             self.bar.update(
                 running_steps,
                 f"done {len(self.outcomes)}/{len(self.tasks)} running {len(self.running)} failed {n_failed}",
@@ -698,12 +731,9 @@ class _Driver:
             self.end(gen)
         for attempt in attempts:
             task = attempt.task
-            if attempt.started and not is_complete(task.run_dir):
-                set_status_if_free(task.run_dir, "interrupted", "the Ray driver was interrupted")
-                with open(task.run_dir / LOG_FILE, "ab") as log:
-                    log.write(
-                        f"=== attempt {attempt.number} cancelled: the Ray driver was interrupted\n".encode()
-                    )
+            if attempt.started:
+                _log_line(task, f"attempt {attempt.number} cancelled: the Ray driver was interrupted")
+                mark_unfinished(task, "interrupted", "the Ray driver was interrupted")
             self.outcomes[task.key] = Outcome(task.key, "interrupted", attempt.number, 0.0)
 
     def results(self) -> list[Outcome]:

@@ -22,9 +22,16 @@
   life. A run whose lock is taken (a job of a scheduler killed a moment ago, still stopping, or of
   another scheduler) is not started: the scheduler waits up to ``busy_wait_s`` for the lock, then
   skips the run with one line (state ``busy``), having written nothing into it.
+* **Packed tasks** (``run --pack``): one process trains several runs (``Task.members``) on
+  one slot. All the above holds per task: it is skipped when all its runs are complete, runs the
+  others when some are, waits while any of its runs is held, counts as done when all are complete,
+  and on its last failure (or an interrupt) only its runs not complete are marked failed
+  (interrupted). Its output goes to the ``log.txt`` of its first run not complete; the other runs'
+  ``log.txt`` get each attempt's header and a line naming that log.
 
-Progress is one tqdm bar in env steps over all jobs (finished ones included), read from the last
-row of each running job's ``progress.csv``; its ETA is what is left at the rate seen so far.
+Progress is one tqdm bar in env steps over all jobs (finished ones included, every run of a packed
+task), read from the last row of each running run's ``progress.csv``; its ETA is what is left at the
+rate seen so far.
 """
 
 from __future__ import annotations
@@ -58,14 +65,61 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass(frozen=True)
+class Member:
+    """One run of a task: its key (``arm/env/seed<k>``), run directory and env-step budget."""
+
+    key: str
+    run_dir: Path
+    steps: int
+
+
+@dataclass(frozen=True)
 class Task:
-    """One job as the scheduler sees it: a command that runs it, appended with ``--device <d>``."""
+    """One job as the scheduler sees it: a command that runs it, appended with ``--device <d>``.
+
+    A packed task (``run --pack``) trains several runs of one setting in one process:
+    ``members`` lists them, ``run_dir`` is the first one's and ``steps`` their total. A single run's
+    task has no ``members``: it is its own one run (``runs``)."""
 
     key: str
     run_dir: Path
     argv: tuple[str, ...]
     steps: int  # env steps budget, for progress
     threads: int = 1  # CPU threads the job uses (its torch threads)
+    members: tuple[Member, ...] = ()
+
+    @classmethod
+    def packed(cls, key: str, members: Sequence[Member], argv: Sequence[str], threads: int = 1) -> Task:
+        return cls(
+            key, members[0].run_dir, tuple(argv), sum(m.steps for m in members), threads, tuple(members)
+        )
+
+    @property
+    def runs(self) -> tuple[Member, ...]:
+        return self.members or (Member(self.key, self.run_dir, self.steps),)
+
+    @property
+    def run_dirs(self) -> list[Path]:
+        return [m.run_dir for m in self.runs]
+
+    def unfinished(self) -> list[Path]:
+        """The run directories whose ``status.json`` does not say complete."""
+        return [d for d in self.run_dirs if not is_complete(d)]
+
+    def complete(self) -> bool:
+        return not self.unfinished()
+
+    def steps_done(self) -> int:
+        """Env steps its runs have logged (``progress.csv``), each at most its budget."""
+        return sum(min(m.steps, last_env_steps(m.run_dir)) for m in self.runs)
+
+    def holder(self) -> tuple[int, Path] | None:
+        """The first of its runs another process holds, with that process's pid (0: not known yet)."""
+        return next(((pid, d) for d in self.run_dirs if (pid := lock_holder(d)) is not None), None)
+
+    def log_path(self) -> Path:
+        """Where an attempt's output goes (``open_log``): the ``log.txt`` of its first run not complete."""
+        return log_dirs(self.run_dirs)[0] / LOG_FILE
 
 
 @dataclass(frozen=True)
@@ -157,10 +211,11 @@ def last_env_steps(run_dir: Path) -> int:
         return 0
 
 
-def mark_failed(task: Task, error: str) -> None:
-    """Status failed, unless another process holds the run (then it is that process's to write)."""
-    if task.run_dir.exists():
-        set_status_if_free(task.run_dir, "failed", error)
+def mark_unfinished(task: Task, state: str, error: str) -> None:
+    """``state`` (failed, interrupted) in the ``status.json`` of each run of ``task`` not complete,
+    unless another process holds the run (then it is that process's to write)."""
+    for run_dir in task.unfinished():
+        set_status_if_free(run_dir, state, error)
 
 
 # --- the job's side: stop with the scheduler -------------------------------------------------------
@@ -248,10 +303,12 @@ class Attempts:
         self.retries = retries
         self.count: dict[str, int] = {}
         self.started: dict[str, float] = {}
+        self.log: dict[str, Path] = {}  # where the last attempt's output went
 
     def start(self, task: Task) -> int:
         self.count[task.key] = self.count.get(task.key, 0) + 1
         self.started.setdefault(task.key, time.monotonic())
+        self.log[task.key] = task.log_path()
         return self.count[task.key]
 
     def cancel(self, task: Task) -> None:
@@ -262,21 +319,35 @@ class Attempts:
         """Outcome when the task is done for good; ``None`` when it should be retried."""
         wall = time.monotonic() - self.started[task.key]
         attempts = self.count[task.key]
-        if returncode == 0 and is_complete(task.run_dir):
+        if returncode == 0 and task.complete():
             return Outcome(task.key, "complete", attempts, wall)
         why = f"exit code {returncode}" if returncode != 0 else "exited 0 without status complete"
         if attempts <= self.retries:
             return None
-        error = f"{why} after {attempts} attempt(s); see {task.run_dir / LOG_FILE}"
-        mark_failed(task, error)
+        error = f"{why} after {attempts} attempt(s); see {self.log[task.key]}"
+        mark_unfinished(task, "failed", error)
         return Outcome(task.key, "failed", attempts, wall, error)
 
 
-def open_log(run_dir: Path, attempt: int, where: str, argv: Sequence[str]) -> IO[bytes]:
-    """The run's ``log.txt`` for appending, opened with the attempt's header line (both backends)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log = open(run_dir / LOG_FILE, "ab")
-    log.write(f"=== attempt {attempt} on {where} at {_now()}: {shlex.join(argv)}\n".encode())
+def log_dirs(run_dirs: Sequence[Path]) -> list[Path]:
+    """The runs an attempt of a task of ``run_dirs`` trains: those not complete (the first when all are)."""
+    return [d for d in run_dirs if not is_complete(d)] or list(run_dirs[:1])
+
+
+def open_log(run_dirs: Sequence[Path], attempt: int, where: str, argv: Sequence[str]) -> IO[bytes]:
+    """The log of an attempt of the task of ``run_dirs`` (both backends): the ``log.txt`` of its first
+    run not complete, for appending, opened with the attempt's header line. The other runs a packed
+    task trains get the header and a line naming that log, where the pack's output goes."""
+    left = log_dirs(run_dirs)
+    header = f"=== attempt {attempt} on {where} at {_now()}: {shlex.join(argv)}\n"
+    for run_dir in left[1:]:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with open(run_dir / LOG_FILE, "ab") as log:
+            where = os.path.relpath(left[0] / LOG_FILE, run_dir)
+            log.write(f"{header}=== packed: this attempt's output is in {where}\n".encode())
+    left[0].mkdir(parents=True, exist_ok=True)
+    log = open(left[0] / LOG_FILE, "ab")
+    log.write(header.encode())
     log.flush()
     return log
 
@@ -296,12 +367,12 @@ def run_local(
     outcomes: dict[str, Outcome] = {}
     pending: list[Task] = []
     for task in tasks:
-        if is_complete(task.run_dir):
+        if task.complete():
             outcomes[task.key] = Outcome(task.key, "skipped", 0, 0.0)
         else:
             pending.append(task)
     if outcomes:
-        say(f"skipping {len(outcomes)} finished run(s); {len(pending)} to run on {len(slots)} slot(s)")
+        say(f"skipping {len(outcomes)} finished task(s); {len(pending)} to run on {len(slots)} slot(s)")
     bar = Progress(tasks, progress)
     bar.done_steps = sum(t.steps for t in tasks if t.key in outcomes)
     attempts = Attempts(retries)
@@ -317,19 +388,20 @@ def run_local(
 
     def ready(task: Task) -> bool:
         """Whether ``task`` can start now; settles it (skipped or busy) when it never will."""
-        if is_complete(task.run_dir):  # finished meanwhile by another scheduler
+        if task.complete():  # finished meanwhile by another scheduler
             done(task, Outcome(task.key, "skipped", 0, 0.0))
             return False
-        holder = lock_holder(task.run_dir)
-        if holder is None:
+        held = task.holder()
+        if held is None:
             busy_since.pop(task.key, None)
             return True
-        who = f"pid {holder}" if holder else "another process"
+        pid, run_dir = held
+        who = f"pid {pid}" if pid else "another process"
         if task.key not in busy_since:
             busy_since[task.key] = time.monotonic()
-            say(f"{task.key}: {who} is writing {task.run_dir}; waiting up to {busy_wait_s:.0f} s for it")
+            say(f"{task.key}: {who} is writing {run_dir}; waiting up to {busy_wait_s:.0f} s for it")
         if time.monotonic() - busy_since[task.key] >= busy_wait_s:
-            error = f"{who} was still writing {task.run_dir} after {busy_wait_s:.0f} s; not run"
+            error = f"{who} was still writing {run_dir} after {busy_wait_s:.0f} s; not run"
             say(f"{task.key}: BUSY ({error})")
             done(task, Outcome(task.key, "busy", attempts.count.get(task.key, 0), 0.0, error))
         return False
@@ -346,7 +418,7 @@ def run_local(
                 attempt = attempts.start(task)
                 argv = [*task.argv, "--device", slot.device]
                 try:
-                    log = open_log(task.run_dir, attempt, slot.name, argv)
+                    log = open_log(task.run_dirs, attempt, slot.name, argv)
                     proc = subprocess.Popen(
                         argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                         env={**child_env, **slot.env}, start_new_session=True,
@@ -383,7 +455,7 @@ def run_local(
                     if outcome.state == "failed":
                         say(f"{task.key}: FAILED ({outcome.error})")
             n_failed = sum(o.state == "failed" for o in outcomes.values())
-            running_steps = sum(min(t.steps, last_env_steps(t.run_dir)) for t, *_ in running.values())
+            running_steps = sum(t.steps_done() for t, *_ in running.values())
             bar.update(
                 running_steps, f"done {len(outcomes)}/{len(tasks)} running {len(running)} failed {n_failed}"
             )
@@ -393,8 +465,7 @@ def run_local(
         for task, _, _, log in running.values():
             log.close()
             # A job that stopped by itself said so in status.json; one that had to be killed did not.
-            if not is_complete(task.run_dir):
-                set_status_if_free(task.run_dir, "interrupted", "the scheduler was interrupted")
+            mark_unfinished(task, "interrupted", "the scheduler was interrupted")
             outcomes[task.key] = Outcome(task.key, "interrupted", attempts.count[task.key], 0.0)
         for task in pending:
             if task.key not in outcomes:
