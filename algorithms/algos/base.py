@@ -350,7 +350,11 @@ class QpgAlgo:
     replay. A subclass is declared with ``diagnostics`` (the progress columns its ``update``
     reports), ``critics`` (how many) and ``actor_target`` (whether the actor has a target copy) as
     class keywords, ``class Algo(QpgAlgo, diagnostics=..., critics=2, actor_target=True)``, and defines
-    ``update(batch) -> {key: scalar tensor}``, one gradient update on a replay minibatch.
+    one update on a replay minibatch (``update``) as its parts: ``draw_noise`` (the update's random
+    draws, made first), ``critic_loss`` and ``actor_loss`` (each ``(loss, {key: scalar tensor})``,
+    functions of the batch, the draws and the networks) and ``count_update`` (whether the actor and
+    the targets update after this critic update). A packed run (``algorithms.packed``) evaluates the
+    same parts for K members at once.
     """
 
     DIAGNOSTICS: tuple[str, ...]
@@ -375,24 +379,58 @@ class QpgAlgo:
         )
 
     def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
-        """Append ``samples`` to the replay and run the updates now due.
-
-        Every call reports the same diagnostic keys (the progress table's columns): the mean over
-        this call's updates, NaN for a key no update reported (before learning starts; TD3's actor
-        loss in a call without a delayed policy update).
-        """
+        """Append ``samples`` to the replay and run the updates now due."""
         n_updates = self.replay.append(samples)
-        values: dict[str, list[torch.Tensor]] = {key: [] for key in self.DIAGNOSTICS}
-        for _ in range(n_updates):
-            batch = self.replay.sample(self.config.batch_size, self.agent.device)
-            for key, value in self.update(batch).items():
+        batch_size, device = self.config.batch_size, self.agent.device
+        return self.opt_info([self.update(self.replay.sample(batch_size, device)) for _ in range(n_updates)])
+
+    def opt_info(self, infos: list[dict[str, Any]]) -> OptInfo:
+        """The ``OptInfo`` of a call's updates, ``infos`` their diagnostics. Every call reports the same
+        keys (the progress table's columns): the mean over this call's updates, NaN for a key no
+        update reported (before learning starts; TD3's actor loss in a call without a delayed policy
+        update)."""
+        values: dict[str, list[Any]] = {key: [] for key in self.DIAGNOSTICS}
+        for info in infos:
+            for key, value in info.items():
                 values[key].append(value)
         # One update per call is the common case (T = 1 sampler batches): a float per value, no stacking.
         diagnostics = {key: sum(map(float, v)) / len(v) if v else float("nan") for key, v in values.items()}
-        trained = n_updates * self.config.batch_size
+        trained = len(infos) * self.config.batch_size
         return OptInfo(
-            updates=n_updates, samples_trained=trained, samples_replayed=trained, diagnostics=diagnostics
+            updates=len(infos), samples_trained=trained, samples_replayed=trained, diagnostics=diagnostics
         )
+
+    def update(self, batch: NamedArrays) -> dict[str, torch.Tensor]:
+        """One gradient update on a replay minibatch: the critics, then, when due, the actor and the
+        target networks; returns the update's diagnostics."""
+        noise = self.draw_noise(batch)
+        critic_loss, info = self.critic_loss(batch, noise)
+        minimize(self.critic.optimizer, critic_loss)
+        if self.count_update():
+            actor_loss, actor_info = self.actor_loss(batch, noise)
+            minimize(self.actor_optimizer, actor_loss)
+            self.update_targets()
+            info.update(actor_info)
+        return info
+
+    def draw_noise(self, batch: NamedArrays) -> dict[str, torch.Tensor]:
+        """The update's random draws, in the order the update uses them (none by default)."""
+        return {}
+
+    def critic_loss(
+        self, batch: NamedArrays, noise: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        raise NotImplementedError
+
+    def actor_loss(
+        self, batch: NamedArrays, noise: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        raise NotImplementedError
+
+    def count_update(self) -> bool:
+        """Count one critic update; whether the actor and the targets update after it (every time
+        by default)."""
+        return True
 
     def update_targets(self) -> None:
         """Polyak-average the target networks toward the online ones with ``config.tau``."""

@@ -23,7 +23,7 @@ import torch
 from torch.nn import functional as F
 
 from algorithms.agents.qpg_agents import DeterministicAgent
-from algorithms.algos.base import QpgAlgo, QpgConfig, minimize
+from algorithms.algos.base import QpgAlgo, QpgConfig
 from algorithms.arrays import NamedArrays
 from algorithms.functional.policy_losses import q_target
 from algorithms.models.policies import DeterministicPolicy
@@ -54,21 +54,20 @@ def build_agent(config: Config, observation_space: gym.Space, action_space: gym.
 class Algo(QpgAlgo, diagnostics=("critic_loss", "actor_loss", "q_mean"), critics=1, actor_target=True):
     """DDPG learner: one critic, target networks, replay (see the module docstring)."""
 
-    def update(self, batch: NamedArrays) -> dict[str, torch.Tensor]:
+    def critic_loss(
+        self, batch: NamedArrays, noise: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         with torch.no_grad():
             next_action = self.actor_target(batch.next_observation)
             next_q = self.critic.target(batch.next_observation, next_action)[0]
             y = q_target(batch.return_n, batch.discount_n, next_q)
         q = self.critic.q(batch.observation, batch.action)[0]
         critic_loss = F.mse_loss(q, y)
-        minimize(self.critic.optimizer, critic_loss)
+        return critic_loss, {"critic_loss": critic_loss.detach(), "q_mean": q.detach().mean()}
 
+    def actor_loss(
+        self, batch: NamedArrays, noise: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         with self.critic.frozen():  # the actor loss trains the actor only
             actor_loss = -self.critic.q(batch.observation, self.actor(batch.observation))[0].mean()
-        minimize(self.actor_optimizer, actor_loss)
-        self.update_targets()
-        return {
-            "critic_loss": critic_loss.detach(),
-            "actor_loss": actor_loss.detach(),
-            "q_mean": q.detach().mean(),
-        }
+        return actor_loss, {"actor_loss": actor_loss.detach()}

@@ -25,7 +25,7 @@ import torch
 from torch.nn import functional as F
 
 from algorithms.agents.qpg_agents import SquashedGaussianAgent
-from algorithms.algos.base import QpgAlgo, QpgConfig, minimize
+from algorithms.algos.base import QpgAlgo, QpgConfig
 from algorithms.arrays import NamedArrays
 from algorithms.functional.policy_losses import sac_temperature_loss, soft_q_target
 from algorithms.models.policies import TanhGaussianPolicy
@@ -83,37 +83,39 @@ class Algo(
             alpha_group = {"params": [self.log_alpha], "lr": config.alpha_learning_rate}
             self.actor_optimizer.add_param_group(alpha_group)
 
-    def update(self, batch: NamedArrays) -> dict[str, torch.Tensor]:
+    def draw_noise(self, batch: NamedArrays) -> dict[str, torch.Tensor]:
+        # The policy's reparameterisation noise: for a' ~ pi(.|s') and for a~ ~ pi(.|s), in that order.
+        return {"next": torch.randn_like(batch.action), "current": torch.randn_like(batch.action)}
+
+    def critic_loss(
+        self, batch: NamedArrays, noise: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         alpha = self.log_alpha.detach().exp()
         with torch.no_grad():
-            next_action, next_log_prob = self.actor(batch.next_observation)
+            next_action, next_log_prob = self.actor(batch.next_observation, noise=noise["next"])
             next_q = self.critic.target(batch.next_observation, next_action)  # [2, N]
             y = soft_q_target(batch.return_n, batch.discount_n, next_q[0], next_q[1], next_log_prob, alpha)
         q = self.critic.q(batch.observation, batch.action)  # [2, N]
         # 0.5 (Q1 - y)^2 + 0.5 (Q2 - y)^2, each a mean over the batch: the mean over both critics.
         critic_loss = F.mse_loss(q, y.expand_as(q))
-        minimize(self.critic.optimizer, critic_loss)
+        return critic_loss, {"critic_loss": critic_loss.detach(), "q_mean": q[0].detach().mean()}
 
-        action, log_prob = self.actor(batch.observation)
+    def actor_loss(
+        self, batch: NamedArrays, noise: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        alpha = self.log_alpha.detach().exp()
+        action, log_prob = self.actor(batch.observation, noise=noise["current"])
         with self.critic.frozen():  # the actor loss trains the actor only
             q_pi = self.critic.q(batch.observation, action)
         actor_loss = (alpha * log_prob - q_pi.amin(dim=0)).mean()  # min over the two critics
-        info = {
-            "critic_loss": critic_loss.detach(),
-            "actor_loss": actor_loss.detach(),
-            "q_mean": q[0].detach().mean(),
-            "entropy": -log_prob.detach().mean(),
-            "alpha": alpha,
-        }
+        info = {"actor_loss": actor_loss.detach(), "entropy": -log_prob.detach().mean(), "alpha": alpha}
         if self.config.autotune_alpha:
             # The actor loss sees alpha detached and the temperature loss log_prob detached: the sum's
             # gradient is each loss's gradient on its own parameters, as two separate steps would be.
             alpha_loss = sac_temperature_loss(self.log_alpha, log_prob, self.target_entropy)
             info["alpha_loss"] = alpha_loss.detach()
             actor_loss = actor_loss + alpha_loss
-        minimize(self.actor_optimizer, actor_loss)
-        self.update_targets()
-        return info
+        return actor_loss, info
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "log_alpha": self.log_alpha.detach().clone()}

@@ -24,7 +24,7 @@ from torch.nn import functional as F
 
 from algorithms.agents.qpg_agents import DeterministicAgent
 from algorithms.algos import ddpg
-from algorithms.algos.base import QpgAlgo, minimize
+from algorithms.algos.base import QpgAlgo
 from algorithms.arrays import NamedArrays
 from algorithms.functional.policy_losses import clipped_double_q_target, smoothed_target_action
 
@@ -63,30 +63,40 @@ class Algo(QpgAlgo, diagnostics=ddpg.Algo.DIAGNOSTICS, critics=2, actor_target=T
         self.low, self.high = agent.low.to(agent.device), agent.high.to(agent.device)
         self.half_width = (self.high - self.low) / 2
 
-    def update(self, batch: NamedArrays) -> dict[str, torch.Tensor]:
+    def draw_noise(self, batch: NamedArrays) -> dict[str, torch.Tensor]:
+        return {"target": torch.randn_like(batch.action)}  # target policy smoothing, in half-widths
+
+    def critic_loss(
+        self, batch: NamedArrays, noise: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         c = self.config
         with torch.no_grad():
             target_action = self.actor_target(batch.next_observation)
-            noise = torch.randn_like(target_action) * c.target_noise_std * self.half_width
             next_action = smoothed_target_action(
-                target_action, noise, c.target_noise_clip * self.half_width, self.low, self.high
+                target_action,
+                noise["target"] * c.target_noise_std * self.half_width,
+                c.target_noise_clip * self.half_width,
+                self.low,
+                self.high,
             )
             next_q = self.critic.target(batch.next_observation, next_action)  # [2, N]
             y = clipped_double_q_target(batch.return_n, batch.discount_n, next_q[0], next_q[1])
         q = self.critic.q(batch.observation, batch.action)  # [2, N]
         # (Q1 - y)^2 + (Q2 - y)^2, each a mean over the batch.
         critic_loss = 2.0 * F.mse_loss(q, y.expand_as(q))
-        minimize(self.critic.optimizer, critic_loss)
+        return critic_loss, {"critic_loss": critic_loss.detach(), "q_mean": q[0].detach().mean()}
+
+    def count_update(self) -> bool:
         self.updates += 1
-        info = {"critic_loss": critic_loss.detach(), "q_mean": q[0].detach().mean()}
-        if self.updates % c.policy_delay_updates == 0:
-            with self.critic.frozen():  # the actor loss trains the actor only, through Q1
-                q1_pi = self.critic.q(batch.observation, self.actor(batch.observation), n_members=1)
-            actor_loss = -q1_pi.mean()
-            minimize(self.actor_optimizer, actor_loss)
-            self.update_targets()
-            info["actor_loss"] = actor_loss.detach()
-        return info
+        return self.updates % self.config.policy_delay_updates == 0
+
+    def actor_loss(
+        self, batch: NamedArrays, noise: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        with self.critic.frozen():  # the actor loss trains the actor only, through Q1
+            q1_pi = self.critic.q(batch.observation, self.actor(batch.observation), n_members=1)
+        actor_loss = -q1_pi.mean()
+        return actor_loss, {"actor_loss": actor_loss.detach()}
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "updates": self.updates}
