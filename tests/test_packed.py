@@ -7,8 +7,8 @@ every counter. **Within a float tolerance**: network parameters after every iter
 diagnostics. The packed update runs the member's own loss under ``torch.func.vmap``, whose batched
 kernels (grouped convolutions, batched matrix products) may sum in another order than the single
 run's; float32 rounding of such sums is ~1e-7 relative per operation, and over these few updates the
-largest difference seen is 2e-9 (the MLP members here are often bit-identical). The bound, 1e-5
-absolute on parameters (|w| <= ~1) and 1e-4 relative on diagnostics, keeps that margin thousandfold
+largest difference seen is 3e-8 (DDPG; most are below 1e-8). The bound, 1e-5
+absolute on parameters (|w| <= ~1) and 1e-4 relative on diagnostics, keeps that margin more than 300-fold
 while any coupling between members would show at the size of an optimizer step (learning rates of
 2.5e-4 to 1e-3 here), far above it.
 """
@@ -35,7 +35,17 @@ from tests.test_train_algorithms import CASES, MASKED_CARTPOLE, REPLAY, tiny
 
 SEEDS = (0, 1, 2)
 ATOL, RTOL = 1e-5, 1e-4
-PACKABLE = ("dqn", "dqn_double_dueling_prioritized_3step", "c51", "rainbow", "r2d1", "ppo")
+PACKABLE = (
+    "dqn",
+    "dqn_double_dueling_prioritized_3step",
+    "c51",
+    "rainbow",
+    "r2d1",
+    "ppo",
+    "ddpg",
+    "td3",
+    "sac",
+)
 
 
 def seeded(config, seeds=SEEDS):
@@ -81,9 +91,11 @@ def test_member_equals_its_single_run_update_for_update(name):
     iterations = config.runner.n_steps // config.sampler.batch_size
     packed, packed_snaps = run_packed(seeded(config), iterations)
     assert packed.failures == {}
-    for param_name, param in packed.learner.online.params.items():
-        # Gradients computed outside autograd's record: a recorded graph outlives its update.
-        assert param.grad is not None and param.grad.grad_fn is None, param_name
+    trained = [getattr(packed.learner, name, None) for name in ("online", "actor", "critic")]
+    for stack in filter(None, trained):
+        for param_name, param in stack.params.items():
+            # Gradients computed outside autograd's record: a recorded graph outlives its update.
+            assert param.grad is not None and param.grad.grad_fn is None, param_name
     for k, member_config in enumerate(seeded(config)):
         single, single_snaps = run_single(member_config, iterations)
         member = packed.members[k]
@@ -272,7 +284,7 @@ def test_check_packable_names_what_stops_a_pack():
     with pytest.raises(ValueError, match="envs in one pack need the same"):
         check_packable([config, acrobot])
     with pytest.raises(ValueError, match="no packed learner"):
-        check_packable(seeded(CASES["sac"][0]))
+        check_packable(seeded(CASES["a2c"][0]))
     with pytest.raises(ValueError, match="recurrent"):
         check_packable(seeded(CASES["ppo_recurrent"][0]))
     target_kl = CASES["ppo"][0]

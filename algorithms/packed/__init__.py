@@ -11,8 +11,8 @@ up to float rounding (tests/test_packed.py), and its run directory is a single r
 says why configs cannot share a process. A pack is one setting over seeds, and optionally over envs
 whose observation and action spaces agree (MinAtar's games with the full action set and the same
 number of channels). Supported: the replay-based Q-learners (DQN and its
-options, C51, Rainbow, R2D1) and feed-forward PPO without the KL stop, with the serial sampler and
-the synchronous runner.
+options, C51, Rainbow, R2D1), feed-forward PPO without the KL stop, and DDPG, TD3 and SAC, with the
+serial sampler and the synchronous runner.
 """
 
 from __future__ import annotations
@@ -34,17 +34,20 @@ __all__ = ["PackMismatch", "check_packable", "learner_class", "train_packed"]
 
 def learner_class(algo: str) -> Any:
     """The packed learner of algorithm ``algo`` (``ValueError`` when it has none)."""
-    from algorithms.algos.base import QReplayLearner
+    from algorithms.algos.base import QpgAlgo, QReplayLearner
     from algorithms.algos.ppo import Algo as Ppo
-    from algorithms.packed.learners import PackedPpoLearner, PackedQLearner
+    from algorithms.packed.learners import PackedPpoLearner, PackedQLearner, PackedQpgLearner
 
     cls = registry.algo_module(algo).Algo
     if issubclass(cls, QReplayLearner):
         return PackedQLearner
     if issubclass(cls, Ppo):
         return PackedPpoLearner
+    if issubclass(cls, QpgAlgo):
+        return PackedQpgLearner
     raise ValueError(
-        f"packing: algorithm {algo!r} has no packed learner (packable: DQN family, R2D1, feed-forward PPO)"
+        f"packing: algorithm {algo!r} has no packed learner "
+        "(packable: DQN family, R2D1, feed-forward PPO, DDPG, TD3, SAC)"
     )
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -229,3 +230,164 @@ class PackedPpoLearner(PackedLearner):
             failure = None if math.isfinite(loss) else _failure(loss, member, updates)
             results.append((algos[k].opt_info(prepared[k][0], updates, member, False), failure))
         return results
+
+
+class PackedQpgLearner:
+    """DDPG, TD3 and SAC (``QpgAlgo``), packed: each member's own uniform replay and minibatches, its
+    update's random draws (``draw_noise``: target smoothing, the policy's reparameterisation) made in
+    ``take`` with its RNG state current, as its single run makes them; per update one vmapped critic
+    gradient and one stacked Adam step, then (when due) one vmapped actor (and temperature) gradient
+    over the updated critics, one stacked Adam step and the Polyak averages of the stacks."""
+
+    def __init__(self, algos: Sequence[Any]) -> None:
+        self.algos = list(algos)
+        self.n_members = len(self.algos)
+        template = self.algos[0]
+        self.actor = StackedParameters([a.actor for a in self.algos], requires_grad=True)
+        self.critic = StackedParameters([a.critic.q for a in self.algos], requires_grad=True)
+        self.critic_target = StackedParameters([a.critic.target for a in self.algos], requires_grad=False)
+        self.actor_target = (
+            StackedParameters([a.actor_target for a in self.algos], requires_grad=False)
+            if template.actor_target is not None
+            else None
+        )
+        actor_params = list(self.actor.params.values())
+        self.log_alpha = None
+        if hasattr(template, "log_alpha"):  # SAC's temperature: a [K] stack, member k's its slice
+            self.log_alpha = torch.nn.Parameter(torch.stack([a.log_alpha.detach() for a in self.algos]))
+            for k, algo in enumerate(self.algos):
+                algo.log_alpha = self.log_alpha.data[k]
+        # SAC with a tuned temperature steps it in the actor's optimizer (its second group).
+        self.tuned_alpha = len(template.actor_optimizer.param_groups) > 1
+        if self.tuned_alpha:
+            actor_params.append(self.log_alpha)
+        self.critic_optimizer = stacked_optimizer(
+            [a.critic.optimizer for a in self.algos], list(self.critic.params.values())
+        )
+        self.actor_optimizer = stacked_optimizer([a.actor_optimizer for a in self.algos], actor_params)
+        for k, algo in enumerate(self.algos):
+            algo.critic.optimizer = MemberOptimizer(self.critic_optimizer, k)
+            algo.actor_optimizer = MemberOptimizer(self.actor_optimizer, k)
+
+        def view(networks):
+            """The template algorithm with member tensors (``networks``: by network, as in ``inputs``)
+            in place of its networks."""
+            critic_view = member_view(
+                template.critic,
+                q=self.critic.call(networks["critic"]),
+                target=self.critic_target.call(networks["critic_target"]),
+                frozen=nullcontext,  # only the differentiated arguments get gradients
+            )
+            attributes = {"actor": self.actor.call(networks["actor"]), "critic": critic_view}
+            if self.actor_target is not None:
+                attributes["actor_target"] = self.actor_target.call(networks["actor_target"])
+            if "log_alpha" in networks:
+                attributes["log_alpha"] = networks["log_alpha"]
+            return member_view(template, **attributes)
+
+        def critic_loss(critic, others, flat_batch, noise):
+            return view({**others, "critic": critic}).critic_loss(unflatten(flat_batch), noise)
+
+        def actor_loss(trained, others, flat_batch, noise):
+            return view({**others, **trained}).actor_loss(unflatten(flat_batch), noise)
+
+        self.critic_gradients = member_gradients(critic_loss)
+        self.actor_gradients = member_gradients(actor_loss)
+
+    def take(self, k: int, samples: NamedArrays) -> list[tuple[NamedArrays, dict[str, torch.Tensor]]]:
+        """Member ``k`` appends its batch to its replay and draws the minibatches and random draws of
+        the updates it now owes, in its single run's order."""
+        algo = self.algos[k]
+        draws = []
+        for _ in range(algo.replay.append(samples)):
+            batch = algo.replay.sample(algo.config.batch_size, algo.agent.device)
+            draws.append((batch, algo.draw_noise(batch)))
+        return draws
+
+    def update(
+        self, members: Sequence[int], taken: Sequence[list[tuple[NamedArrays, dict[str, torch.Tensor]]]]
+    ) -> list[tuple[OptInfo, str | None]]:
+        if len({len(t) for t in taken}) > 1:
+            raise RuntimeError(
+                f"packed members owe different numbers of updates {[len(t) for t in taken]}; "
+                "they must be in lockstep"
+            )
+        algos = self.algos
+        own = dict(zip(members, taken))
+        filler = taken[0]  # a stopped member computes on a live member's data: fixed shapes, unread
+        infos: dict[int, list[dict[str, float]]] = {k: [] for k in members}
+        failures: dict[int, str] = {}
+        for i in range(len(filler)):
+            batches = [own.get(k, filler)[i] for k in range(self.n_members)]
+            batch = flatten(stack_members([b for b, _ in batches]))
+            noise = {key: torch.stack([n[key] for _, n in batches]) for key in batches[0][1]}
+            grads, info = self.critic_gradients(
+                self.critic.tensors(),
+                self.inputs("actor", "actor_target", "critic_target", "log_alpha"),
+                batch,
+                noise,
+            )
+            self.step(self.critic_optimizer, self.critic.params, grads)
+            due = {algos[k].count_update() for k in members}
+            if len(due) > 1:
+                raise RuntimeError(
+                    "packed members disagree on whether the actor updates; they must be in lockstep"
+                )
+            if due.pop():
+                trained, params = {"actor": self.actor.tensors()}, dict(self.actor.params)
+                untrained = ["critic", "actor_target", "critic_target", "log_alpha"]
+                if self.tuned_alpha:
+                    trained["log_alpha"] = params["log_alpha"] = self.log_alpha
+                    untrained.remove("log_alpha")
+                grads, actor_info = self.actor_gradients(trained, self.inputs(*untrained), batch, noise)
+                self.step(self.actor_optimizer, params, {**grads.pop("actor"), **grads})
+                self.update_targets()
+                info.update(actor_info)
+            values = {key: value.tolist() for key, value in info.items()}
+            for k in members:
+                if k in failures:
+                    continue
+                member = {key: values[key][k] for key in values}
+                loss = member.get("critic_loss", 0.0) + member.get("actor_loss", 0.0)
+                if not math.isfinite(loss):
+                    failures[k] = _failure(loss, member, len(infos[k]) + 1)
+                infos[k].append(member)
+        return [(algos[k].opt_info(infos[k]), failures.get(k)) for k in members]
+
+    def inputs(self, *names: str) -> dict[str, Any]:
+        """The named networks' stacked tensors (``log_alpha``: SAC's temperature), as values the
+        gradient computation does not differentiate; absent networks are left out."""
+        stacks = {
+            "actor": self.actor,
+            "critic": self.critic,
+            "actor_target": self.actor_target,
+            "critic_target": self.critic_target,
+        }
+        found: dict[str, Any] = {}
+        for name in names:
+            if name == "log_alpha":
+                if self.log_alpha is not None:
+                    found[name] = self.log_alpha.detach()
+            elif stacks[name] is not None:
+                found[name] = {key: value.detach() for key, value in stacks[name].tensors().items()}
+        return found
+
+    @staticmethod
+    def step(optimizer: torch.optim.Optimizer, params: dict[str, Any], grads: dict[str, Any]) -> None:
+        """Install ``grads`` on ``params`` (by name) and step ``optimizer``."""
+        for name, param in params.items():
+            param.grad = grads[name]
+        optimizer.step()
+
+    @torch.no_grad()
+    def update_targets(self) -> None:
+        """Every member's Polyak averages at once (``QpgAlgo.update_targets`` on the stacks)."""
+        tau = self.algos[0].config.tau
+        pairs = [(self.critic_target, self.critic)]
+        if self.actor_target is not None:
+            pairs.append((self.actor_target, self.actor))
+        for target, online in pairs:
+            names = list(target.params)
+            torch._foreach_lerp_([target.params[n] for n in names], [online.params[n] for n in names], tau)
+            for name, buffer in target.buffers.items():
+                buffer.copy_(online.buffers[name])

@@ -20,9 +20,17 @@ def stacked_optimizer(
     members: Sequence[torch.optim.Optimizer], params: list[torch.Tensor]
 ) -> torch.optim.Optimizer:
     """An optimizer of the members' class and settings over ``params`` (the stacks, in the members'
-    parameter order), its state the members' states stacked (a resumed run's, or none)."""
+    parameter order, split into the members' parameter groups), its state the members' states
+    stacked (a resumed run's, or none)."""
     first = members[0]
-    optimizer = type(first)(params, **first.defaults)
+    groups, start = [], 0
+    for group in first.param_groups:
+        settings = {key: value for key, value in group.items() if key != "params"}
+        groups.append({**settings, "params": params[start : start + len(group["params"])]})
+        start += len(group["params"])
+    if start != len(params):
+        raise ValueError(f"packed optimizer: {len(params)} stacks for {start} member parameters")
+    optimizer = type(first)(groups, **first.defaults)
     states = [m.state_dict() for m in members]
     if not states[0]["state"]:
         return optimizer
