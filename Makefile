@@ -26,13 +26,16 @@ CPUS_PER_JOB ?=
 GPUS_PER_JOB ?=
 JOBS ?=
 EXP ?=
+# PACK=K trains up to K seeds of an arm and game in one process (repro/README.md, Packed runs);
+# PACK=auto chooses K from the slots. Empty: one process per run.
+PACK ?=
 
-.PHONY: help venv test lint format bench-env bench-minatar-dqn bench-learn-dqn bench-dqn-speed bench-learn-pg bench-pg-speed bench-sampler bench-replay \
+.PHONY: help venv test lint format bench-env bench-minatar-dqn bench-packed bench-learn-dqn bench-dqn-speed bench-learn-pg bench-pg-speed bench-sampler bench-replay \
 	reproduce-r2d1 repro-dry-run check-suite report regress regress-update clean
 
 help:
-	@echo "make test | lint | bench-env | bench-minatar-dqn | bench-learn-dqn | bench-learn-pg | bench-sampler"
-	@echo "make reproduce-r2d1 SEEDS=3 PROFILE=smoke|mini|paper [GAMES=pong,qbert] [BACKEND=local|ray] [JOBS=n]"
+	@echo "make test | lint | bench-env | bench-minatar-dqn | bench-packed | bench-learn-dqn | bench-learn-pg | bench-sampler"
+	@echo "make reproduce-r2d1 SEEDS=3 PROFILE=smoke|mini|paper [GAMES=pong,qbert] [BACKEND=local|ray] [JOBS=n] [PACK=K|auto]"
 	@echo "    [ADDRESS=head:6379] [SHARED_FS=1] [CPUS_PER_JOB=n] [GPUS_PER_JOB=0.25]   (docs/ray_cluster.md)"
 	@echo "make reproduce-r2d1 SUITE=minatar SEEDS=5 [PROFILE=minatar_cpu|smoke]"
 	@echo "make report EXP=runs/<experiment> | regress | regress-update"
@@ -70,7 +73,7 @@ R2D1_PLAN = $(if $(filter minatar,$(SUITE)),r2d1_minatar,r2d1)
 R2D1_EXP = $(R2D1_PLAN)-$(PROFILE)
 REPRO_RUN_ARGS = $(R2D1_PLAN) --seeds "$(SEEDS)" --profile "$(PROFILE)" --games "$(GAMES)" --jobs "$(JOBS)" \
 	--backend "$(BACKEND)" $(if $(ADDRESS),--address "$(ADDRESS)") $(if $(SHARED_FS),--shared-fs) \
-	--cpus-per-job "$(CPUS_PER_JOB)" --gpus-per-job "$(GPUS_PER_JOB)"
+	--cpus-per-job "$(CPUS_PER_JOB)" --gpus-per-job "$(GPUS_PER_JOB)" $(if $(PACK),--pack "$(PACK)")
 
 check-suite:
 	@test -n "$(filter $(SUITES),$(SUITE))" || { echo "error: SUITE=$(SUITE) is not one of: $(SUITES)" >&2; exit 2; }
@@ -123,6 +126,11 @@ bench-env: $(STAMP)
 # implementation could reach here. MINATAR_DQN_ARGS="--quick" for a smoke run.
 bench-minatar-dqn: $(STAMP)
 	$(PY) -m bench.bench_minatar_dqn --out runs/bench/minatar_dqn.csv $(MINATAR_DQN_ARGS)
+
+# Packed runs: 5 seeds in one packed process against 5 single-seed processes on 2 slots,
+# MinAtar DQN, the MinAtar R2D1 arm and SAC on Pendulum; PACKED_ARGS="--settings dqn_minatar --repeats 1 --scale 0.3" is short.
+bench-packed: $(STAMP)
+	$(PY) -m bench.bench_packed --out runs/bench/packed.csv $(PACKED_ARGS)
 
 # SAMPLER_ARGS="--quick" for a short run; "--sections trivial,nature_cnn,runners" picks sections.
 bench-sampler: $(STAMP)
