@@ -23,11 +23,11 @@ results were made):
 Observations are channels first, ``[C, 10, 10]`` booleans (MinAtar's ``state()`` is ``[10, 10, C]``).
 A frame is an env step: MinAtar has no frame skip, and Young & Tian's "frames" are env steps.
 
-Seeding: ``reset(seed=s)`` seeds one ``numpy.random.RandomState`` that MinAtar's ``Environment.seed``
-shares between its sticky-action draws and the game, then resets the game, so an episode is a
-function of the seed and the actions. Later resets continue that stream. MinAtar's ``reset`` keeps
-the last action, so a sticky repeat on an episode's first step repeats the previous episode's last
-action (every version since 1.0.1).
+Seeding: ``reset(seed=s)`` seeds one ``numpy.random.RandomState`` shared, as MinAtar's
+``Environment.seed`` shares it, between the sticky-action draws and the game, then resets the game,
+so an episode is a function of the seed and the actions. Later resets continue that stream.
+MinAtar's ``reset`` keeps the last action, so a sticky repeat on an episode's first step repeats
+the previous episode's last action (every version since 1.0.1).
 
 What changed between ``minatar`` versions, where it moves results (read from the package's git
 history; the pin is 1.0.15, the first released version whose ``Environment.seed`` this module needs
@@ -48,10 +48,23 @@ is 1.0.13):
   games draw with ``rand`` / ``randint`` instead of ``choice``: same distributions, other episodes
   for a given seed than in 1.0.12 and before.
 * 1.0.14: gymnasium instead of gym. 1.0.15: the version number only.
+
+Why the games are loaded from their files and wrapped here rather than through ``minatar.Environment``:
+importing the ``minatar`` package runs ``minatar/environment.py``, which imports matplotlib and
+seaborn (for ``display_state``) inside a bare ``except:``. That import takes ~1.7 s, and a
+``KeyboardInterrupt`` raised while it runs (a Ctrl-C, or the SIGINT a job gets when its scheduler
+dies) is swallowed there: the job runs on as if never stopped (docs/results/run_integrity.md). The
+game modules ``minatar/environments/<game>.py`` import only numpy; ``_game_module`` executes one of
+them without the package's ``__init__``, and ``MinAtarEnv`` does what ``Environment`` does around a
+game (the sticky-action draw before each step, the seed shared with the game), which
+tests/test_minatar_startup.py checks observation for observation against ``minatar.Environment``.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -82,13 +95,13 @@ class MinAtarEnv(gym.Env):
         difficulty_ramping: bool = True,
         max_episode_steps: int | None = None,
     ) -> None:
-        from minatar import Environment
-
         if game not in MINATAR_GAMES.values():
             raise ValueError(f"MinAtarEnv: unknown game {game!r}; one of {sorted(MINATAR_GAMES.values())}")
-        self._game = Environment(
-            game, sticky_action_prob=sticky_action_prob, difficulty_ramping=difficulty_ramping
-        )
+        self._game = _game_module(game).Env(ramping=difficulty_ramping)
+        # As ``Environment.__init__``: the sticky draws have their own stream until a seed joins them.
+        self._random = np.random.RandomState()
+        self._sticky_prob = sticky_action_prob
+        self._last_action = 0
         self.game = game
         self._actions = list(range(N_ACTIONS)) if full_action_space else list(self._game.minimal_action_set())
         self._max_steps = max_episode_steps
@@ -103,16 +116,39 @@ class MinAtarEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
         if seed is not None:
-            self._game.seed(int(seed))
+            self._random = np.random.RandomState(int(seed))
+            self._game.random = self._random
         self._game.reset()
         self._steps = 0
         return self._observation(), {}
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
-        reward, terminated = self._game.act(self._actions[int(action)])
+        # ``Environment.act``: one draw every step, then the previous action repeats with the sticky
+        # probability; the last action survives ``reset``.
+        action = self._actions[int(action)]
+        if self._random.rand() < self._sticky_prob:
+            action = self._last_action
+        self._last_action = action
+        reward, terminated = self._game.act(action)
         self._steps += 1
         truncated = not terminated and self._max_steps is not None and self._steps >= self._max_steps
         return self._observation(), float(reward), bool(terminated), bool(truncated), {}
+
+
+def _game_module(game: str):
+    """The module ``minatar.environments.<game>``, executed from its file without running the
+    ``minatar`` package's ``__init__`` (which imports the plotting libraries: see the module doc).
+    It is entered in ``sys.modules`` under its own name, so a game pickles and unpickles by
+    reference as usual, and a later ``import minatar`` shares it."""
+    name = f"minatar.environments.{game}"
+    if name not in sys.modules:
+        package = importlib.util.find_spec("minatar")  # a top-level spec: found, not executed
+        path = Path(package.submodule_search_locations[0], "environments", f"{game}.py")
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 def gym_id(env_id: str) -> str:
