@@ -50,8 +50,9 @@ $(STAMP_BENCH): $(STAMP)
 	$(PIP) install -q -c constraints.txt -e '.[dev,bench]'
 	touch $@
 
+# The suite also runs the Box2D settings (LunarLander), so it installs the box2d extra.
 $(STAMP_RAY): $(STAMP)
-	$(PIP) install -q -c constraints.txt -e '.[dev,ray]'
+	$(PIP) install -q -c constraints.txt -e '.[dev,ray,box2d]'
 	touch $@
 
 venv: $(STAMP)

@@ -1,13 +1,25 @@
-"""Logging of a run: the progress table, a console bar with steps/s and ETA, optional TensorBoard.
+"""Logging of a run: the progress table, a console bar with steps/s and ETA, optional TensorBoard and
+an optional experiment tracker.
 
-The progress table is the record (analysis reads it); the console bar and TensorBoard are views of
-the same rows. Each row holds every ``Counters.snapshot()`` column, episode-return statistics of
-the episodes finished since the last row, and the algorithm's diagnostics.
+The progress table is the record (analysis reads it); the console bar, TensorBoard and the tracker are
+views of the same rows. Each row holds every ``Counters.snapshot()`` column, episode-return statistics
+of the episodes finished since the last row, and the algorithm's diagnostics.
+
+The tracker is Weights & Biases in offline mode (``wandb.init(mode="offline")``: files under the run
+directory's ``wandb/``, nothing sent; ``wandb sync`` uploads them later), on when the environment
+variable ``RLREPRO_TRACKER`` is ``wandb`` (``python -m repro run --track`` sets it for its jobs) and
+the package is installed (``pip install wandb``; not a dependency). It gets the run's config.json as
+its config, one W&B run per run directory (id from the directory, so a resumed run continues it),
+grouped by arm, and every numeric progress column at the row's env step.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import json
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -15,6 +27,45 @@ from tqdm import tqdm
 
 from algorithms.counters import Counters
 from algorithms.rundir import RunDir
+
+TRACKER_ENV = "RLREPRO_TRACKER"
+
+
+def tracker_available() -> bool:
+    """Whether the tracker's package (wandb) is installed."""
+    return importlib.util.find_spec("wandb") is not None
+
+
+def _numeric(row: dict[str, Any]) -> dict[str, float]:
+    return {k: v for k, v in row.items() if isinstance(v, int | float) and math.isfinite(v)}
+
+
+class WandbTracker:
+    """One offline W&B run for a run directory (module docstring)."""
+
+    def __init__(self, run: RunDir) -> None:
+        import wandb
+
+        path = run.path.resolve()
+        config = json.loads((path / "config.json").read_text())
+        arm, env, seed = path.parts[-3:]
+        self.run = wandb.init(
+            mode="offline",
+            dir=str(path),
+            project=path.parts[-4],
+            group=arm,
+            name=f"{arm}/{env}/{seed}",
+            id=hashlib.sha256(str(path).encode()).hexdigest()[:16],
+            resume="allow",
+            config=config,
+        )
+
+    def log(self, row: dict[str, Any], env_steps: int) -> None:
+        self.run.log(_numeric(row), step=env_steps)
+
+    def close(self) -> None:
+        self.run.finish()
+
 
 RETURN_COLUMNS = ("return_mean", "return_std", "return_min", "return_max", "length_mean", "episodes_logged")
 
@@ -55,6 +106,8 @@ class RunLogger:
     ) -> None:
         self.run = run
         self.tensorboard = run.tensorboard_writer() if tensorboard else None
+        track = os.environ.get(TRACKER_ENV) == "wandb" and tracker_available()
+        self.tracker = WandbTracker(run) if track else None
         self.bar = tqdm(
             total=total_steps,
             initial=initial_steps,
@@ -91,9 +144,10 @@ class RunLogger:
             row.update({k: float(diagnostics.get(k, math.nan)) for k in self._diagnostic_keys})
             self.run.append_progress(row)
             if self.tensorboard is not None:
-                for key, value in row.items():
-                    if isinstance(value, int | float) and math.isfinite(value):
-                        self.tensorboard.add_scalar(key, value, counters.env_steps)
+                for key, value in _numeric(row).items():
+                    self.tensorboard.add_scalar(key, value, counters.env_steps)
+            if self.tracker is not None:
+                self.tracker.log(row, counters.env_steps)
             self.bar.set_postfix(
                 ret=f"{row['return_mean']:.1f}", sps=f"{row['steps_per_second']:.0f}", refresh=False
             )
@@ -103,3 +157,5 @@ class RunLogger:
         self.bar.close()
         if self.tensorboard is not None:
             self.tensorboard.flush()
+        if self.tracker is not None:
+            self.tracker.close()

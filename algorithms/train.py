@@ -206,6 +206,10 @@ class TrainConfig:
     env: Any  # algorithms.envs EnvConfig (Contract 1)
     sampler: SamplerConfig = dataclasses.field(default_factory=SamplerConfig)
     runner: RunnerConfig = dataclasses.field(default_factory=RunnerConfig)
+    # Where values that did not come from a settings file came from: ``{config.json key: {"origin",
+    # "source"}}`` as pairs (hashable), e.g. a value given with ``--set`` on the command line
+    # (repro/cli.py). Written to config.json only when not empty.
+    origins: tuple[tuple[str, str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.algo, str):
@@ -248,13 +252,29 @@ class TrainConfig:
 
 def config_to_dict(config: TrainConfig) -> dict[str, Any]:
     """Plain JSON-compatible dict of ``config`` (tuples become lists; ``config_from_dict`` restores them)."""
-    return {
+    out = {
         "algo": config.algo,
         "algo_config": dataclasses.asdict(config.algo_config),
         "env": dataclasses.asdict(config.env),
         "sampler": dataclasses.asdict(config.sampler),
         "runner": dataclasses.asdict(config.runner),
     }
+    if config.origins:
+        out[ORIGINS_KEY] = {key: {"origin": o, "source": source} for key, o, source in config.origins}
+    return out
+
+
+# config.json's record of where values not from a settings file came from (``TrainConfig.origins``).
+ORIGINS_KEY = "origins"
+
+
+def _origins_from_dict(data: Any) -> tuple[tuple[str, str, str], ...]:
+    if not isinstance(data, dict) or not all(
+        isinstance(v, dict) and isinstance(v.get("origin"), str) and isinstance(v.get("source"), str)
+        for v in data.values()
+    ):
+        raise ConfigError(f"config.json '{ORIGINS_KEY}': expected {{key: {{origin, source}}}}")
+    return tuple((key, v["origin"], v["source"]) for key, v in data.items())
 
 
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:
@@ -266,7 +286,7 @@ def config_from_dict(data: dict[str, Any]) -> TrainConfig:
     """
     if not isinstance(data, dict):
         raise ConfigError(f"config.json: expected an object, got {type(data).__name__}")
-    known = {"algo", "algo_config", "env", "sampler", "runner"}
+    known = {"algo", "algo_config", "env", "sampler", "runner", ORIGINS_KEY}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"config.json: unknown key {unknown[0]!r}; known: {sorted(known)}")
@@ -289,6 +309,7 @@ def config_from_dict(data: dict[str, Any]) -> TrainConfig:
         env=part(env_config_class(), "env"),
         sampler=part(SamplerConfig, "sampler"),
         runner=part(RunnerConfig, "runner"),
+        origins=_origins_from_dict(data[ORIGINS_KEY]) if ORIGINS_KEY in data else (),
     )
 
 

@@ -32,6 +32,8 @@ from analysis.scores import is_minatar, minatar_published_curves, minatar_refere
 from analysis.study import ci_text, fmt
 from analysis.throughput import arm_throughput, run_throughput
 from reports import figures
+from algorithms.configs import ConfigError
+from repro.plans import format_seeds, parse_seeds
 from repro.profiles import profile_label
 
 REPORT_FILE = "report.html"
@@ -118,6 +120,12 @@ def _plan_entries(plan: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 def _plan_field(entry: dict[str, Any], key: str) -> str:
     value = entry.get(key)
+    if key == "seeds" and value is not None:
+        try:
+            seeds = parse_seeds(value)
+        except ConfigError:
+            return fmt(value)
+        return str(seeds[0]) if len(seeds) == 1 else format_seeds(seeds)
     return ", ".join(map(str, value)) if isinstance(value, list) else fmt(value)
 
 

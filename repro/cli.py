@@ -3,17 +3,21 @@
     python -m repro list
     python -m repro show r2d2_paper [--profile smoke]
     python -m repro diff rlpyt_r2d1_published r2d1_corrected      # NAME@PROFILE also works
+    python -m repro run ppo_cartpole_zoo --seeds 100-104 --profile smoke   # a setting, no plan file
+    python -m repro run ppo_cartpole_zoo --env CartPole-v1 --seeds 1,5,9 --set algo.learning_rate=1e-4,3e-4
+                                  # a sweep: one arm per value, compared in one report
     python -m repro run r2d1 --seeds 3 --profile smoke --dry-run   # plan, totals, estimated time
     python -m repro run r2d1 --seeds 3 --profile smoke [--games pong,qbert] [--backend ray] [--jobs 2]
                                   # estimated duration first (repro/probe.py), plan record, then the jobs
     python -m repro run r2d1_minatar --seeds 5 --pack 5   # the 5 seeds of each arm and game in one process
     python -m repro summary runs/r2d1-smoke
 
-Bad input (unknown setting, game, profile or plan, SEEDS outside 1..1000, a malformed config file, a
-value a job could not run with) prints one line ``error: ...`` and exits 2 before any run directory
-is created; ``python -m repro`` alone prints the usage and exits 2. ``run`` exits 1 when a job
-failed for good or its run was busy (written by another process), and 130 when interrupted (Ctrl-C,
-SIGTERM or SIGHUP; rerun the same command to continue).
+Bad input (unknown setting, game, profile or plan, a bad seed spec, an unknown ``--set`` key or a
+value of the wrong type, a sweep over a budget key, ``--env`` with a plan, a missing optional
+dependency, a malformed config file, a value a job could not run with) prints one line ``error: ...``
+and exits 2 before any run directory is created; ``python -m repro`` alone prints the usage and
+exits 2. ``run`` exits 1 when a job failed for good or its run was busy (written by another
+process), and 130 when interrupted (Ctrl-C, SIGTERM or SIGHUP; rerun the same command to continue).
 """
 
 from __future__ import annotations
@@ -54,31 +58,57 @@ def _cmd_show(args: argparse.Namespace) -> int:
     from repro.inspect_settings import resolve_label, show_text
 
     label = args.setting + (f"@{args.profile}" if args.profile else "")
-    print(show_text(resolve_label(label)))
+    print(show_text(resolve_label(label, sets=args.set or ())))
     return 0
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
     from repro.inspect_settings import diff_text, resolve_label
 
-    print(diff_text(resolve_label(args.a), resolve_label(args.b)))
+    print(diff_text(resolve_label(args.a), resolve_label(args.b, sets=args.set or ())))
     return 0
 
 
 def _plan_jobs(args: argparse.Namespace):
-    from repro.plans import check_seeds, expand, load_plan, parse_list
+    """``(plan, seeds, jobs)`` of ``run``: a plan (a name or a ``.toml`` file with ``[plan]``), or a
+    setting (a name or a ``.toml`` file with ``[setting]``) run on ``--env`` (default its own env)."""
+    from algorithms.configs import unknown_key_message
+    from repro.plans import available_plans, expand, is_plan, load_plan, parse_list, parse_seeds, setting_plan
+    from repro.settings import available_settings, parse_overrides
 
-    seeds = check_seeds(args.seeds)
-    plan = load_plan(args.plan)
-    return plan, expand(
-        plan,
-        seeds,
-        args.profile,
-        Path(args.root),
-        experiment=args.exp or None,
-        envs=parse_list(args.games, "GAMES"),
-        arms=parse_list(args.arms, "ARMS"),
-    )
+    overrides = parse_overrides(args.set or [])
+    env_option = parse_list(args.env, "--env")
+    arms = games = None
+    if is_plan(args.plan):
+        if env_option:
+            raise ConfigError(
+                f"--env {','.join(env_option)}: --env names the envs of a setting; plan '{args.plan}' "
+                "takes --games"
+            )
+        plan = load_plan(args.plan)
+        games = parse_list(args.games, "--games")
+        arms = parse_list(args.arms, "--arms", paths=True)
+    elif args.plan.endswith(".toml") or args.plan in available_settings():
+        if args.arms:
+            raise ConfigError(
+                f"--arms {args.arms}: --arms replaces a plan's arms, and '{args.plan}' is a setting "
+                "(compare values of one setting with --set key=a,b)"
+            )
+        plan = setting_plan(args.plan, env_option or parse_list(args.games, "--games"))
+    else:
+        known = available_plans() + available_settings()
+        raise ConfigError(
+            f"'{args.plan}' is neither a plan nor a setting; " + unknown_key_message(args.plan, known)
+        )
+    spec = args.seeds if args.seeds is not None else plan.seeds
+    if spec is None:
+        raise ConfigError("--seeds is required: a count (3: seeds 0..2), a range (100-104) or a list (1,5,9)")
+    seeds = parse_seeds(spec)
+    jobs = expand(
+        plan, seeds, args.profile, Path(args.root), experiment=args.exp or None, envs=games, arms=arms,
+        overrides=overrides,
+    )  # fmt: skip
+    return plan, seeds, jobs
 
 
 def _positive_int_arg(text: str | None, name: str) -> int | None:
@@ -102,7 +132,7 @@ def _profile_arg(path: Path) -> str:
     return path.stem if is_shipped(path) else str(Path(path).resolve())
 
 
-def _tasks(jobs, cpus_per_job: int | None = None, packs=None):
+def _tasks(jobs, cpus_per_job: int | None = None, packs=None, views: Sequence[str] = ()):
     """The scheduler's tasks: one per job (``run-job``), or one per pack of ``packs`` (``pack_jobs``;
     a pack of one is a job, of more a ``pack-job``)."""
     from repro.scheduler import Member, Task
@@ -117,6 +147,9 @@ def _tasks(jobs, cpus_per_job: int | None = None, packs=None):
         )
         for member in pack:
             argv += ["--run-dir", str(member.run_dir)]
+        for key, text in j.overrides:
+            argv += ["--set", f"{key}={text}"]
+        argv += list(views)
         if cpus_per_job is not None:  # the job's torch threads follow its CPUs
             argv += ["--threads", str(cpus_per_job)]
         threads = cpus_per_job or j.config.runner.torch_threads
@@ -319,7 +352,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from repro.scheduler import detect_slots, stop_on_signals
 
     stop_on_signals()  # SIGTERM and SIGHUP stop the run as Ctrl-C does, from planning on
-    plan, jobs = _plan_jobs(args)
+    plan, seeds, jobs = _plan_jobs(args)
     n_jobs = _positive_int_arg(args.jobs, "JOBS")
     if args.retries < 0:
         raise ConfigError(f"--retries must be >= 0, got {args.retries}")
@@ -346,14 +379,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             print("interrupted while estimating: no job was started")
             return 130
-    from repro.plans import check_seeds
+    from algorithms.logger import tracker_available
     from repro.record import write_plan_record
 
-    tasks = _tasks(jobs, cpus_per_job, packs)
+    if args.track and not tracker_available():
+        print("--track: wandb is not installed (pip install wandb); runs are not tracked", file=sys.stderr)
+    views = (["--tensorboard"] if args.tensorboard else []) + (["--track"] if args.track else [])
+    tasks = _tasks(jobs, cpus_per_job, packs, views)
     if args.backend == "ray" and (code := _connect_ray(args, jobs, tasks)) is not None:
         return code
     try:
-        write_plan_record(jobs[0].run_dir.parents[2], plan, jobs, check_seeds(args.seeds))
+        write_plan_record(jobs[0].run_dir.parents[2], plan, jobs, seeds)
     except OSError as e:  # a full disk or a read-only root: nothing can run, say so in one line
         where = jobs[0].run_dir.parents[2]
         print(f"error: cannot write the plan record in {where}: {e.strerror or e}", file=sys.stderr)
@@ -402,19 +438,33 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _job_configs(args: argparse.Namespace, seeds: Sequence[int]) -> list:
-    """The ``TrainConfig`` of the job of each seed, as the plan resolves it (with the slot's device and
-    the scheduler's threads)."""
+    """The ``TrainConfig`` of the job of each seed, as the plan resolves it (with its ``--set`` values,
+    the slot's device and the scheduler's threads); ``--tensorboard`` adds event files to the run
+    without changing its arm, ``--track`` turns on the tracker (``algorithms.logger``)."""
+    import dataclasses
+
+    from algorithms.logger import TRACKER_ENV
     from repro.plans import resolve_job_setting
     from repro.profiles import load_profile
-    from repro.settings import train_config
+    from repro.settings import parse_overrides, train_config
 
     profile = load_profile(args.profile)
-    return [
+    point = {key: values[0] for key, values in parse_overrides(args.set or []).items()}
+    if args.track:
+        os.environ[TRACKER_ENV] = "wandb"
+    configs = [
         train_config(
-            *resolve_job_setting(args.arm, profile, args.env, seed, args.device, threads=args.threads)
+            *resolve_job_setting(
+                args.arm, profile, args.env, seed, args.device, threads=args.threads, point=point
+            )
         )
         for seed in seeds
     ]
+    if args.tensorboard:
+        configs = [
+            dataclasses.replace(c, runner=dataclasses.replace(c.runner, tensorboard=True)) for c in configs
+        ]
+    return configs
 
 
 def _as_job(body: Callable[[], None]) -> int:
@@ -453,11 +503,9 @@ def _cmd_pack_job(args: argparse.Namespace) -> int:
     from algorithms.packed import PackMismatch, train_packed
     from algorithms.rundir import is_complete
     from algorithms.train import train
+    from repro.plans import parse_seeds
 
-    try:
-        seeds = [int(s) for s in args.seeds.split(",")]
-    except ValueError:
-        raise ConfigError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
+    seeds = parse_seeds(args.seeds) if "," in args.seeds else (int(args.seeds),)
     if len(seeds) != len(args.run_dir):
         raise ConfigError(f"{len(seeds)} seeds but {len(args.run_dir)} --run-dir")
 
@@ -487,6 +535,12 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_set(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--set", action="append", default=None, metavar="SECTION.KEY=VALUE", help=f"{what} (repeatable)"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m repro", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -497,20 +551,32 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("show", help="a setting resolved, every value with its source")
     p.add_argument("setting", help="name, NAME@PROFILE, or a path to a .toml file")
     p.add_argument("--profile", default=None)
+    _add_set(p, "a value of the setting, shown with origin 'command line'")
     p.set_defaults(func=_cmd_show)
 
     p = sub.add_parser("diff", help="every hyperparameter that differs between two settings")
     p.add_argument("a")
     p.add_argument("b")
+    _add_set(p, "a value of B (diff A A --set k=v lists what the override changes)")
     p.set_defaults(func=_cmd_diff)
 
-    p = sub.add_parser("run", help="run (or --dry-run) an experiment plan")
-    p.add_argument("plan")
-    p.add_argument("--seeds", required=True, help="number of seeds (0..SEEDS-1)")
+    p = sub.add_parser("run", help="run (or --dry-run) a setting or an experiment plan")
+    p.add_argument("plan", metavar="SETTING_OR_PLAN", help="a setting or a plan: a name or a .toml file")
+    p.add_argument(
+        "--seeds", default=None, help="a count (3: seeds 0..2), a range (100-104) or a list (1,5,9)"
+    )
     p.add_argument("--profile", default="paper")
+    p.add_argument(
+        "--env", action="append", default=None, help="an env for a setting (repeatable; default its env.id)"
+    )
     p.add_argument("--games", default=None, help="comma-separated env ids replacing the plan's")
-    p.add_argument("--arms", default=None, help="comma-separated settings replacing the plan's")
-    p.add_argument("--exp", default=None, help="experiment name (default <plan>-<profile>)")
+    p.add_argument("--arms", default=None, help="settings (names or paths, comma-separated) for the plan's")
+    _add_set(p, "every arm's value; a,b,c sweeps: one arm per value (per combination of several keys)")
+    p.add_argument("--tensorboard", action="store_true", help="TensorBoard event files in each run's tb/")
+    p.add_argument(
+        "--track", action="store_true", help="Weights & Biases (offline) per run when wandb is installed"
+    )
+    p.add_argument("--exp", default=None, help="experiment name (default <plan or setting>-<profile>)")
     p.add_argument("--root", default=str(DEFAULT_ROOT))
     p.add_argument("--backend", default="local")
     p.add_argument("--address", default=None, help="Ray cluster address (BACKEND=ray)")
@@ -568,6 +634,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--threads", type=int, default=None, help="torch threads (the scheduler's CPUs per job)"
         )
+        _add_set(p, "the job's --set values")
+        p.add_argument("--tensorboard", action="store_true")
+        p.add_argument("--track", action="store_true")
         p.set_defaults(func=func)
 
     p = sub.add_parser("summary", help="throughput summary of runs/<experiment>")

@@ -11,10 +11,12 @@ algorithm's Config declares it (an optional ``effective_values()`` method: R2D1'
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from algorithms.configs import ConfigError
 from algorithms.rundir import declared_effective_values
 from repro.profiles import apply_profile, load_profile
 from repro.settings import (
@@ -23,8 +25,11 @@ from repro.settings import (
     Schema,
     Setting,
     build_sections,
+    command_line_entries,
     default_schema,
     load_setting,
+    override,
+    parse_overrides,
     with_defaults,
 )
 from repro.tables import fmt, render
@@ -42,12 +47,24 @@ class Resolved:
     effective: dict[str, dict[str, Any]]
 
 
-def resolve_label(label: str, settings_dir: Path = SETTINGS_DIR, schema: Schema = default_schema) -> Resolved:
+def resolve_label(
+    label: str, settings_dir: Path = SETTINGS_DIR, schema: Schema = default_schema, sets: Sequence[str] = ()
+) -> Resolved:
+    """Setting ``NAME[@PROFILE]`` resolved, with ``--set`` texts ``sets`` applied after the profile (as
+    ``run`` applies them; one value per key here, a sweep is ``run``'s)."""
     name, _, profile_name = label.partition("@")
     setting = load_setting(name, settings_dir, schema)
     classes = schema(setting.algo)
     if profile_name:
         setting = apply_profile(setting, load_profile(profile_name), classes)
+    overrides = parse_overrides(sets)
+    for key, values in overrides.items():
+        if len(values) > 1:
+            texts = ",".join(t for t, _ in values)
+            raise ConfigError(f"--set {key}={texts}: one value per key here (run sweeps)")
+    if overrides:
+        setting = override(setting, command_line_entries({k: v[0] for k, v in overrides.items()}), classes)
+        label += "".join(f" --set {key}={values[0][0]}" for key, values in overrides.items())
     effective = declared_effective_values("algo", build_sections(setting, classes)["algo"])
     return Resolved(label, setting, profile_name or None, with_defaults(setting, classes), effective)
 

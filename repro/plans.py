@@ -8,15 +8,21 @@ A plan (``repro/configs/plans/<name>.toml``)::
     envs = ["pong", "seaquest"]                            # env ids (EnvConfig.id)
     envs_source = "where the env list comes from"
 
-Each job is one (arm, env, seed) with its fully resolved ``TrainConfig`` (setting, then profile,
-then the plan's env id and seed), and its run directory ``<root>/<experiment>/<arm>/<env>/seed<k>``
-(docs/ARCHITECTURE.md, Contract 5). Everything is validated while expanding, before any directory
-is created: an unknown arm, game, profile or a bad seed count is a ``ConfigError``.
+    seeds = "100-104"                                      # optional: the default of --seeds
+
+Each job is one (arm, env, seed) with its fully resolved ``TrainConfig`` (setting, then profile, then
+the command line's ``--set`` values, then the plan's env id and seed), and its run directory
+``<root>/<experiment>/<arm>/<env>/seed<k>`` (docs/ARCHITECTURE.md, Contract 5). A setting runs
+without a plan file too (``setting_plan``: one arm, the envs given or the setting's own ``env.id``).
+``--set section.key=a,b,c`` makes a sweep: one arm per value (per combination for several keys),
+named by its values (``sweep_points``). Everything is validated while expanding, before any
+directory is created: an unknown arm, game, profile, key or a bad seed spec is a ``ConfigError``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,13 +32,17 @@ from typing import Any
 
 from algorithms.configs import ConfigError, unknown_key_message
 from algorithms.rundir import run_path
-from repro.profiles import Profile, apply_profile, load_profile
+from repro.extras import check_extras
+from repro.profiles import Profile, apply_profile, is_budget_key, load_profile
 from repro.settings import (
     CONFIG_DIR,
+    SET_OPTION,
     SETTINGS_DIR,
     Entry,
+    Overrides,
     Schema,
     Setting,
+    command_line_entries,
     default_schema,
     load_setting,
     override,
@@ -41,7 +51,9 @@ from repro.settings import (
 )
 
 PLANS_DIR = CONFIG_DIR / "plans"
-PLAN_KEYS = {"title": str, "description": str, "arms": list, "envs": list, "envs_source": str}
+PLAN_KEYS = {
+    "title": str, "description": str, "arms": list, "envs": list, "envs_source": str, "seeds": str | int,
+}  # fmt: skip
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 # Seeds per (arm, env): rliable's own studies use up to 100 runs per task (Agarwal et al. 2021); a
 # thousand is far past any study, and more is a typo that would plan (and record) a huge grid.
@@ -57,6 +69,8 @@ class Plan:
     arms: tuple[str, ...]
     envs: tuple[str, ...]
     envs_source: str
+    seeds: str | None = None  # the plan's seed spec (``parse_seeds``), the default of ``--seeds``
+    setting: str | None = None  # a setting run without a plan file (``setting_plan``): its name or path
 
 
 @dataclass(frozen=True)
@@ -72,6 +86,8 @@ class Job:
     profile_path: Path
     run_dir: Path
     config: Any
+    # ``--set`` values of this job's arm, ``(key, text)`` as given: the job's command line repeats them
+    overrides: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> str:
@@ -103,10 +119,9 @@ def load_plan(name: str, plans_dir: Path = PLANS_DIR) -> Plan:
             raise ConfigError(
                 f"{path} [plan]: unknown key '{key}'; " + unknown_key_message(key, list(PLAN_KEYS))
             )
-        if not isinstance(value, PLAN_KEYS[key]):
-            raise ConfigError(
-                f"{path} [plan] '{key}': expected {PLAN_KEYS[key].__name__}, got {type(value).__name__}"
-            )
+        if not isinstance(value, PLAN_KEYS[key]) or isinstance(value, bool):
+            expected = 'a seed spec (3, "100-104" or "1,5,9")' if key == "seeds" else PLAN_KEYS[key].__name__
+            raise ConfigError(f"{path} [plan] '{key}': expected {expected}, got {type(value).__name__}")
     for key in ("title", "arms", "envs", "envs_source"):
         if key not in meta:
             raise ConfigError(f"{path} [plan]: missing required key '{key}'")
@@ -118,9 +133,47 @@ def load_plan(name: str, plans_dir: Path = PLANS_DIR) -> Plan:
             raise ConfigError(f"{path} [plan] 'envs': {env!r} is not a valid name (it names a directory)")
     for arm in meta["arms"]:
         check_arm_name(arm, f"{path} [plan] 'arms'")
+    seeds = None
+    if "seeds" in meta:
+        seeds = str(meta["seeds"])
+        parse_seeds(seeds, f"{path} [plan] 'seeds'")
     return Plan(
         path.stem, path, meta["title"], meta.get("description", ""), tuple(meta["arms"]), tuple(meta["envs"]),
-        meta["envs_source"],
+        meta["envs_source"], seeds,
+    )  # fmt: skip
+
+
+def is_plan(name_or_path: str, plans_dir: Path = PLANS_DIR) -> bool:
+    """Whether ``run``'s first argument names a plan (a shipped plan, or a ``.toml`` file with a
+    ``[plan]`` table) rather than a setting."""
+    if name_or_path.endswith(".toml"):
+        path = Path(name_or_path)
+        return path.is_file() and "plan" in read_toml(path)
+    return (Path(plans_dir) / f"{name_or_path}.toml").is_file()
+
+
+def setting_plan(
+    name_or_path: str,
+    envs: Sequence[str] | None,
+    settings_dir: Path = SETTINGS_DIR,
+    schema: Schema = default_schema,
+) -> Plan:
+    """The one-arm plan of a setting run without a plan file (``python -m repro run ppo_cartpole``):
+    on ``envs`` (``--env``), else on the setting's own ``env.id``. Named after the setting."""
+    setting = load_setting(name_or_path, settings_dir, schema)
+    check_arm_name(name_or_path, "run")
+    if envs:
+        source = "--env on the command line"
+    else:
+        entry = setting.entries.get("env.id")
+        if entry is None:
+            raise ConfigError(
+                f"setting '{setting.name}' gives no env.id: name the env with --env ID (--env CartPole-v1)"
+            )
+        envs, source = (str(entry.value),), f"the setting's env.id ({entry.source})"
+    return Plan(
+        setting.name, setting.path, f"setting {setting.name}: {setting.title}", setting.description,
+        (name_or_path,), tuple(envs), source, setting=name_or_path,
     )  # fmt: skip
 
 
@@ -134,30 +187,120 @@ def check_arm_name(arm: str, where: str) -> None:
         )
 
 
-def parse_list(text: str | None, what: str) -> tuple[str, ...] | None:
-    """``"pong, qbert"`` -> ``("pong", "qbert")``; empty or None -> None (use the plan's own)."""
-    if text is None or not text.strip():
+def parse_list(text: str | Sequence[str] | None, what: str, paths: bool = False) -> tuple[str, ...] | None:
+    """``"pong, qbert"`` (or the values of a repeated option) -> ``("pong", "qbert")``; empty or None
+    -> None (use the plan's own). ``paths``: an item may also be a path to a ``.toml`` file (arms)."""
+    if text is None:
         return None
-    items = tuple(t.strip() for t in text.split(",") if t.strip())
+    texts = [text] if isinstance(text, str) else list(text)
+    items = tuple(t.strip() for part in texts for t in part.split(",") if t.strip())
+    if not items:
+        return None
     for item in items:
-        if not _NAME.match(item):
+        if paths and item.endswith(".toml"):
+            check_arm_name(item, what)
+        elif not _NAME.match(item):
             raise ConfigError(f"{what}: {item!r} is not a valid name")
     if len(set(items)) != len(items):
-        raise ConfigError(f"{what}: duplicate entries in {text!r}")
+        raise ConfigError(f"{what}: duplicate entries in {', '.join(texts)!r}")
     return items
 
 
-def check_seeds(seeds: Any) -> int:
-    if isinstance(seeds, bool) or not isinstance(seeds, int):
-        try:
-            seeds = int(str(seeds).strip())
-        except ValueError:
-            raise ConfigError(f"SEEDS must be a positive integer, got {seeds!r}") from None
-    if seeds < 1:
-        raise ConfigError(f"SEEDS must be a positive integer, got {seeds}")
-    if seeds > MAX_SEEDS:
-        raise ConfigError(f"SEEDS must be at most {MAX_SEEDS}, got {seeds}")
-    return seeds
+_COUNT = re.compile(r"^\d+$")
+_RANGE = re.compile(r"^(\d+)-(\d+)$")
+
+
+def parse_seeds(spec: Any, what: str = "--seeds") -> tuple[int, ...]:
+    """The seeds of a seed spec, the one reading of ``--seeds``, ``SEEDS`` and a plan's ``seeds``:
+    ``3`` (a count: seeds 0, 1, 2), ``100-104`` (a range, both ends included) or ``1,5,9`` (a list of
+    seeds and ranges); a sequence of seeds is checked as such. A spec that is none of these, a range that goes down, a repeated seed or more
+    than ``MAX_SEEDS`` seeds is a ``ConfigError`` of one line naming ``what`` and the spec."""
+    if isinstance(spec, tuple | list):  # seeds already read
+        spec = format_seeds(list(spec)) if spec else ""
+    text = str(spec).strip()
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"{what} {text!r}: {why}")
+
+    if _COUNT.match(text) and not isinstance(spec, bool):
+        count = int(text)
+        if count < 1:
+            raise bad("a count of seeds must be at least 1")
+        if count > MAX_SEEDS:
+            raise bad(f"{count} seeds; at most {MAX_SEEDS}")
+        return tuple(range(count))
+    seeds: list[int] = []
+    for item in text.split(","):
+        item = item.strip()
+        found = _RANGE.match(item)
+        if found:
+            first, last = int(found.group(1)), int(found.group(2))
+            if last < first:
+                raise bad(f"the range {item} goes down (write {last}-{first})")
+            if last - first + 1 + len(seeds) > MAX_SEEDS:
+                raise bad(f"more than {MAX_SEEDS} seeds")
+            seeds.extend(range(first, last + 1))
+        elif _COUNT.match(item) and "," in text:
+            seeds.append(int(item))
+        else:
+            raise bad(
+                f"{item!r} is not a seed; give a count (3: seeds 0..2), a range (100-104) or a list (1,5,9)"
+            )
+    if len(seeds) > MAX_SEEDS:
+        raise bad(f"{len(seeds)} seeds; at most {MAX_SEEDS}")
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise bad(f"seed {repeated[0]} is listed twice")
+    return tuple(seeds)
+
+
+Point = dict[str, tuple[str, Any]]  # one value per ``--set`` key: "section.key" -> (text, value)
+
+
+def sweep_points(overrides: Overrides | None) -> list[tuple[str, Point]]:
+    """``(arm suffix, point)`` per combination of the ``--set`` values (``settings.parse_overrides``):
+    one point without overrides (suffix ""), else the Cartesian product in the order given. The suffix
+    names the arm by its values (``_learning_rate-1e-4``): runs of other values never share a run
+    directory. A sweep over a budget key (``repro.profiles.is_budget_key``) is refused: arms compared
+    in one report must have had the same budget."""
+    if not overrides:
+        return [("", {})]
+    for key, values in overrides.items():
+        if len(values) > 1 and is_budget_key(key):
+            texts = ",".join(text for text, _ in values)
+            raise ConfigError(
+                f"{SET_OPTION} {key}={texts}: a sweep over a budget key is refused (arms compared in one "
+                "report need the same budget); run one value per experiment with --exp"
+            )
+    fields = [key.partition(".")[2] for key in overrides]
+    names = [f if fields.count(f) == 1 else key.replace(".", "-") for f, key in zip(fields, overrides)]
+    points = []
+    for combination in itertools.product(*overrides.values()):
+        parts = [f"{name}-{_name_part(text)}" for name, (text, _) in zip(names, combination)]
+        points.append(("_" + "_".join(parts), dict(zip(overrides, combination))))
+    return points
+
+
+def _name_part(text: str) -> str:
+    """A value's text as part of a directory name."""
+    return re.sub(r"[^A-Za-z0-9.\-]+", "_", text).strip("_") or "empty"
+
+
+def format_seeds(seeds: Sequence[int]) -> str:
+    """A seed spec ``parse_seeds`` reads back as ``seeds``: runs of three or more as ranges, others
+    listed: ``(0, 1, 2)`` -> ``"0-2"``, ``(1, 5, 9)`` -> ``"1,5,9"``; one seed k is ``"k-k"``, since
+    ``"7"`` reads as a count."""
+    parts, i = [], 0
+    while i < len(seeds):
+        j = i
+        while j + 1 < len(seeds) and seeds[j + 1] == seeds[j] + 1:
+            j += 1
+        if j - i >= 2 or len(seeds) == 1:
+            parts.append(f"{seeds[i]}-{seeds[j]}")
+        else:
+            parts.extend(str(s) for s in seeds[i : j + 1])
+        i = j + 1
+    return ",".join(parts)
 
 
 def resolve_job_setting(
@@ -170,12 +313,16 @@ def resolve_job_setting(
     schema: Schema = default_schema,
     *,
     threads: int | None = None,
+    point: Point | None = None,
 ) -> tuple[Setting, dict[str, type]]:
-    """The setting ``arm`` scaled by ``profile`` with the plan's env id and seed (and the slot's device,
-    and the job's CPUs as its torch threads when the scheduler was given them)."""
+    """The setting ``arm`` scaled by ``profile``, with the command line's ``--set`` values (``point``),
+    the plan's env id and seed (and the slot's device, and the job's CPUs as its torch threads when
+    the scheduler was given them)."""
     setting = load_setting(arm, settings_dir, schema)
     classes = schema(setting.algo)
     setting = apply_profile(setting, profile, classes)
+    if point:
+        setting = override(setting, command_line_entries(point), classes)
     per_job: dict[str, Entry] = {}
     if env is not None:
         per_job["env.id"] = Entry(env, "experiment plan", "plan", "plan")
@@ -230,7 +377,7 @@ def check_model_fits(arm: str, config: Any, setting: Setting | None = None) -> N
 
 def expand(
     plan: Plan,
-    seeds: int,
+    seeds: Any,
     profile_name: str,
     root: Path,
     experiment: str | None = None,
@@ -238,35 +385,42 @@ def expand(
     arms: Sequence[str] | None = None,
     settings_dir: Path = SETTINGS_DIR,
     schema: Schema = default_schema,
+    overrides: Overrides | None = None,
 ) -> list[Job]:
-    """Every job of ``plan``: arms x envs x seeds 0..seeds-1, all configs resolved and validated."""
-    seeds = check_seeds(seeds)
+    """Every job of ``plan``: arms (each once per ``--set`` sweep point) x envs x seeds (a seed spec,
+    ``parse_seeds``), all configs resolved and validated."""
+    seeds = parse_seeds(seeds)
+    points = sweep_points(overrides)
     profile = load_profile(profile_name)
     experiment = experiment or f"{plan.name}-{profile.name}"
     if not _NAME.match(experiment):
         raise ConfigError(f"experiment name {experiment!r} is not a valid directory name")
     jobs = []
-    for arm in arms or plan.arms:
+    for arm, (suffix, point) in itertools.product(arms or plan.arms, points):
         check_arm_name(arm, "ARMS" if arms else f"{plan.path} [plan] 'arms'")
         for env in envs or plan.envs:
-            setting, classes = resolve_job_setting(arm, profile, env, 0, None, settings_dir, schema)
+            setting, classes = resolve_job_setting(
+                arm, profile, env, 0, None, settings_dir, schema, point=point
+            )
             config = train_config(setting, classes)
+            check_extras(arm, config.env)
             check_model_fits(arm, config, setting)
-            for seed in range(seeds):
+            for seed in seeds:
                 # The seed is the only per-seed value: replacing it re-validates just RunnerConfig,
                 # which keeps a large seed count quick to plan (the job resolves the same config).
                 runner = dataclasses.replace(config.runner, seed=seed)
                 jobs.append(
                     Job(
                         experiment=experiment,
-                        arm=setting.name,
+                        arm=setting.name + suffix,
                         setting=arm,
                         env=env,
                         seed=seed,
                         profile=profile.name,
                         profile_path=profile.path,
-                        run_dir=run_path(Path(root), experiment, setting.name, env, seed),
+                        run_dir=run_path(Path(root), experiment, setting.name + suffix, env, seed),
                         config=dataclasses.replace(config, runner=runner),
+                        overrides=tuple((key, text) for key, (text, _) in point.items()),
                     )
                 )
     return jobs

@@ -6,14 +6,18 @@ started is then reported missing, not silently absent), ``analysis.verdict`` ord
 ``arms``, and ``reports.build`` shows each plan's title, arms, envs, seeds and profile::
 
     {"plans": [{"plan": "r2d1", "title": "...", "profile": "smoke",
-                "arms": ["rlpyt_r2d1_published", "r2d1_corrected"], "envs": ["pong"], "seeds": 3}],
+                "arms": ["rlpyt_r2d1_published", "r2d1_corrected"], "envs": ["pong"], "seeds": "0-2"}],
      "arms": ["rlpyt_r2d1_published", "r2d1_corrected"],
      "jobs": [{"arm": "rlpyt_r2d1_published", "env": "pong", "seed": 0, "n_steps": 9600, "frames": 38400}]}
 
-Arms are the run-directory names (the setting's name). The profile is named as
+Arms are the run-directory names (the setting's name, followed by its ``--set`` values when it has
+any). ``seeds`` is the seed spec of the seeds run (``repro.plans.format_seeds``: ``0-2``,
+``100-104``, ``1,5,9``). A setting run without a plan file is recorded as a plan of its name whose
+``setting`` says so; ``set`` lists the command line's ``--set`` values, a sweep's as ``key=a,b,c``.
+The profile is named as
 ``repro.profiles.profile_label`` names it: a shipped profile by its name, another file by its path
 relative to the repository. Runs into an existing experiment add to its record: the same plan and
-profile merge (arms and envs in first-seen order, the largest seed count, every job), another plan or
+profile merge (arms and envs in first-seen order, the union of the seeds, every job), another plan or
 profile is a record of its own (``make regress`` runs several plans into one experiment).
 """
 
@@ -24,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from algorithms.rundir import atomic_write_json
-from repro.plans import Job, Plan
+from repro.plans import Job, Plan, format_seeds, parse_seeds
 from repro.profiles import profile_label
 
 # The name analysis.runs.PLAN_FILES looks for first.
@@ -36,8 +40,13 @@ def _union(first: list[Any], second: list[Any]) -> list[Any]:
     return list(dict.fromkeys(first + second))
 
 
-def plan_record(plan: Plan, jobs: list[Job], seeds: int) -> dict[str, Any]:
-    """The record of one invocation: ``plan`` expanded into ``jobs`` with ``seeds`` seeds."""
+def _seeds(entry: dict[str, Any]) -> tuple[int, ...]:
+    """The seeds of a record's entry; a count (records written before seed specs) means 0..count-1."""
+    return parse_seeds(entry.get("seeds", 1))
+
+
+def plan_record(plan: Plan, jobs: list[Job], seeds: tuple[int, ...]) -> dict[str, Any]:
+    """The record of one invocation: ``plan`` expanded into ``jobs`` with ``seeds``."""
     arms = _union([], [j.arm for j in jobs])
     entry = {
         "plan": plan.name,
@@ -45,8 +54,18 @@ def plan_record(plan: Plan, jobs: list[Job], seeds: int) -> dict[str, Any]:
         "profile": profile_label(jobs[0].profile_path),
         "arms": arms,
         "envs": _union([], [j.env for j in jobs]),
-        "seeds": seeds,
+        "seeds": format_seeds(parse_seeds(seeds)),
     }
+    if plan.setting is not None:
+        entry["setting"] = plan.setting
+    sets: dict[str, list[str]] = {}
+    for job in jobs:
+        for key, text in job.overrides:
+            sets.setdefault(key, [])
+            if text not in sets[key]:
+                sets[key].append(text)
+    if sets:
+        entry["set"] = [f"{key}={','.join(texts)}" for key, texts in sets.items()]
     rows = [
         {"arm": j.arm, "env": j.env, "seed": j.seed, "n_steps": j.n_steps, "frames": j.frames} for j in jobs
     ]
@@ -66,7 +85,7 @@ def merge_records(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
                 title=entry["title"],
                 arms=_union(same["arms"], entry["arms"]),
                 envs=_union(same["envs"], entry["envs"]),
-                seeds=max(same["seeds"], entry["seeds"]),
+                seeds=format_seeds(sorted(set(_seeds(same)) | set(_seeds(entry)))),
             )
     jobs = {(j["arm"], j["env"], j["seed"]): j for j in old.get("jobs", []) + new["jobs"]}
     return {"plans": plans, "arms": _union(old.get("arms", []), new["arms"]), "jobs": list(jobs.values())}

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,8 @@ from algorithms.configs import (
 )
 
 CONFIG_DIR = Path(__file__).parent / "configs"
+# The origin of a value given with ``--set`` (repro/cli.py); recorded in the run's config.json.
+COMMAND_LINE = "command line"
 SETTINGS_DIR = CONFIG_DIR / "settings"
 
 ORIGINS: dict[str, str] = {
@@ -53,6 +55,7 @@ ORIGINS: dict[str, str] = {
     "default": "not given by the setting: the dataclass default",
     "profile": "changed by a profile (budget only)",
     "plan": "set per job by an experiment plan (game, seed)",
+    COMMAND_LINE: "set on the command line (python -m repro run/show --set section.key=value)",
 }
 FILE_ORIGINS = ("published", "inherited", "code", "unverified", "derived", "harness")
 SECTIONS = ("algo", "env", "sampler", "runner")
@@ -114,10 +117,14 @@ def available_settings(settings_dir: Path = SETTINGS_DIR) -> list[str]:
 
 
 def _find(name_or_path: str, settings_dir: Path, near: Path | None = None) -> Path:
+    """A setting file by name (``near`` first, then ``settings_dir``) or by path (relative to ``near``,
+    the referring setting's folder, when given; else to the working directory)."""
     if name_or_path.endswith(".toml"):
         path = Path(name_or_path)
+        if near is not None and not path.is_absolute():
+            path = near / path
         if not path.is_file():
-            raise ConfigError(f"setting file {name_or_path} does not exist")
+            raise ConfigError(f"setting file {path} does not exist")
         return path
     for directory in ([near] if near else []) + [Path(settings_dir)]:
         candidate = directory / f"{name_or_path}.toml"
@@ -204,7 +211,10 @@ def load_setting(
     layers = [(path, sections)]
     base_name = meta.get("base")
     if base_name is not None:
-        base_path = _find(base_name, settings_dir, near=path.parent)
+        try:
+            base_path = _find(base_name, settings_dir, near=path.parent)
+        except ConfigError as e:
+            raise ConfigError(f"{path} [setting] 'base': {e}") from None
         if base_path.resolve() == path.resolve() and not base_name.endswith(".toml"):
             # A variant file named like the shipped setting it changes (a copy elsewhere) means that one.
             base_path = _find(base_name, settings_dir)
@@ -333,6 +343,87 @@ def train_config(setting: Setting, classes: Mapping[str, type]) -> Any:
             env=built["env"],
             sampler=built["sampler"],
             runner=built["runner"],
+            origins=tuple(
+                (config_json_key(name), e.origin, e.source)
+                for name, e in setting.entries.items()
+                if e.origin == COMMAND_LINE
+            ),
         )
     except (ValueError, TypeError) as e:
         raise ConfigError(f"{setting.path}: {str(e).splitlines()[0]}") from e
+
+
+def config_json_key(name: str) -> str:
+    """A settings key (``algo.learning_rate``) as config.json names it (``algo_config.learning_rate``)."""
+    section, _, key = name.partition(".")
+    return f"{'algo_config' if section == 'algo' else section}.{key}"
+
+
+# ``--set`` (repro/cli.py): ``section.key=value``; a value is read as a TOML value (``1e-4``, ``true``,
+# ``[64, 64]``, ``"text"``), and text that is no TOML value is taken as a string (``CartPole-v1``).
+# Commas outside brackets and quotes separate the values of a sweep (``1e-4,3e-4``).
+SET_OPTION = "--set"
+# Values ``run`` sets per job: given with their own options, never with --set.
+PER_JOB_KEYS = {"env.id": "--env (or --games)", "runner.seed": "--seeds"}
+Overrides = dict[str, tuple[tuple[str, Any], ...]]  # "section.key" -> ((text, value), ...)
+
+
+def _split_values(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets, braces and quotes."""
+    parts, depth, quote, start = [], 0, "", 0
+    for i, char in enumerate(text):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return parts + [text[start:]]
+
+
+def _toml_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def parse_overrides(texts: Sequence[str]) -> Overrides:
+    """``--set`` texts -> ``{"section.key": ((text, value), ...)}``; more than one value is a sweep.
+    A malformed text, an unknown section, a per-job key or a key given twice is a one-line
+    ``ConfigError`` naming the option and the text. Whether the key exists and the value has its
+    type is checked where the setting is known (``override``, with the same checks as a file)."""
+    out: Overrides = {}
+    for text in texts:
+        key, sep, values = text.partition("=")
+        key = key.strip()
+        section, dot, field = key.partition(".")
+        where = f"{SET_OPTION} {text!r}"
+        if not sep or not dot or not field or not values.strip():
+            raise ConfigError(f"{where}: expected section.key=value (e.g. algo.learning_rate=3e-4)")
+        if section not in SECTIONS:
+            raise ConfigError(f"{where}: unknown section '{section}'; sections: {', '.join(SECTIONS)}")
+        if key in PER_JOB_KEYS:
+            raise ConfigError(f"{where}: '{key}' is set per job; give it with {PER_JOB_KEYS[key]}")
+        if key in out:
+            raise ConfigError(f"{where}: '{key}' is given twice; list a sweep's values in one --set (a,b,c)")
+        parts = [p.strip() for p in _split_values(values)]
+        if not all(parts):
+            raise ConfigError(f"{where}: an empty value between commas")
+        if len(set(parts)) != len(parts):
+            raise ConfigError(f"{where}: a value is listed twice")
+        out[key] = tuple((p, _toml_value(p)) for p in parts)
+    return out
+
+
+def command_line_entries(point: Mapping[str, tuple[str, Any]]) -> dict[str, Entry]:
+    """One value per key (a sweep's point) as entries of origin ``COMMAND_LINE``."""
+    return {
+        key: Entry(value, f"{SET_OPTION} {key}={text}", COMMAND_LINE, SET_OPTION)
+        for key, (text, value) in point.items()
+    }

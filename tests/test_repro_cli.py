@@ -16,7 +16,7 @@ from algorithms.configs import ConfigError
 from algorithms.train import RunnerConfig, SamplerConfig, env_config_class
 from repro.cli import main
 from repro.inspect_settings import diff_rows, resolve_label
-from repro.plans import check_seeds, expand, load_plan
+from repro.plans import expand, format_seeds, load_plan, parse_seeds
 from repro.profiles import (
     EXECUTION_KEYS,
     apply_profile,
@@ -165,11 +165,21 @@ def test_named_tables_stay_strict_and_default_tables_take_only_budget_or_executi
         load_profile(str(path))
 
 
-def test_seed_count_validation():
-    assert check_seeds("3") == 3
-    for bad in (0, -1, "0", "-2", "abc", "", True):
-        with pytest.raises(ConfigError, match="SEEDS must be a positive integer"):
-            check_seeds(bad)
+def test_seed_specs_count_range_and_list():
+    assert parse_seeds("3") == parse_seeds(3) == (0, 1, 2)
+    assert parse_seeds("100-104") == (100, 101, 102, 103, 104)
+    assert parse_seeds("1,5,9") == (1, 5, 9)
+    assert parse_seeds("0-2,7") == (0, 1, 2, 7) and parse_seeds((4, 2)) == (4, 2)
+    assert parse_seeds("0-999") == tuple(range(1000))
+    for seeds in [(0, 1, 2), (100, 101, 102, 103, 104), (1, 5, 9), (7,), (1, 2), (0, 1, 2, 7)]:
+        assert parse_seeds(format_seeds(seeds)) == seeds
+    for bad, why in [
+        ("5-1", "goes down"), ("1-", "is not a seed"), ("a,b", "is not a seed"), ("1001", "at most 1000"),
+        ("0-1000", "more than 1000"), ("0", "at least 1"), ("-2", "is not a seed"), ("", "is not a seed"),
+        ("1,1", "listed twice"), (True, "is not a seed"), ("2.5", "is not a seed"),
+    ]:  # fmt: skip
+        with pytest.raises(ConfigError, match=f"^--seeds '{bad}': .*{why}"):
+            parse_seeds(bad)
 
 
 PLAN = """
@@ -223,14 +233,45 @@ BAD_INPUT = {
     "unknown_setting_in_diff": (["diff", "ppo_atari", "ppo_atary"], "unknown setting 'ppo_atary'"),
     "unknown_profile": (["show", "ppo_atari", "--profile", "huge"], "unknown profile 'huge'"),
     "missing_setting_file": (["show", "nowhere/x.toml"], "does not exist"),
-    "unknown_plan": (["run", "r2d9", "--seeds", "1", "--dry-run"], "unknown plan 'r2d9'"),
-    "seeds_zero": (["run", "PLAN", "--seeds", "0", "--dry-run"], "SEEDS must be a positive integer, got 0"),
-    "seeds_negative": (
-        ["run", "PLAN", "--seeds", "-3", "--dry-run"],
-        "SEEDS must be a positive integer, got -3",
+    "unknown_plan": (["run", "r2d9", "--seeds", "1", "--dry-run"], "'r2d9' is neither a plan nor a setting"),
+    "seeds_zero": (["run", "PLAN", "--seeds", "0", "--dry-run"], "--seeds '0': a count of seeds must be"),
+    "seeds_negative": (["run", "PLAN", "--seeds", "-3", "--dry-run"], "--seeds '-3': '-3' is not a seed"),
+    "seeds_text": (["run", "PLAN", "--seeds", "three", "--dry-run"], "--seeds 'three': 'three' is not a"),
+    "seeds_down": (["run", "PLAN", "--seeds", "5-1", "--dry-run"], "--seeds '5-1': the range 5-1 goes down"),
+    "seeds_open": (["run", "PLAN", "--seeds", "1-", "--dry-run"], "--seeds '1-': '1-' is not a seed"),
+    "seeds_letters": (["run", "PLAN", "--seeds", "a,b", "--dry-run"], "--seeds 'a,b': 'a' is not a seed"),
+    "seeds_too_many": (["run", "PLAN", "--seeds", "0-1000"], "--seeds '0-1000': more than 1000 seeds"),
+    "seeds_missing": (["run", "PLAN", "--dry-run"], "--seeds is required"),
+    "env_with_plan": (
+        ["run", "PLAN", "--seeds", "1", "--env", "pong"],
+        "--env pong: --env names the envs of a",
     ),
-    "seeds_text": (["run", "PLAN", "--seeds", "three", "--dry-run"], "SEEDS must be a positive integer"),
-    "seeds_missing": (["run", "PLAN", "--dry-run"], "the following arguments are required: --seeds"),
+    "set_unknown_key": (
+        ["run", "ppo_cartpole_zoo", "--seeds", "1", "--set", "algo.learning_rat=1e-3"],
+        "--set 'algo.learning_rat': unknown key 'learning_rat'",
+    ),
+    "set_wrong_type": (
+        ["run", "ppo_cartpole_zoo", "--seeds", "1", "--set", "runner.n_steps=1e4"],
+        "--set 'runner.n_steps': expected an integer, got float 10000.0",
+    ),
+    "set_not_a_number": (
+        ["run", "ppo_cartpole_zoo", "--seeds", "1", "--set", "algo.learning_rate=fast"],
+        "--set 'algo.learning_rate': expected a number, got str 'fast'",
+    ),
+    "set_budget_sweep": (
+        ["run", "ppo_cartpole_zoo", "--seeds", "1", "--set", "runner.n_steps=1000,2000"],
+        "--set runner.n_steps=1000,2000: a sweep over a budget key is refused",
+    ),
+    "set_malformed": (["run", "ppo_cartpole_zoo", "--seeds", "1", "--set", "lr"], "--set 'lr': expected"),
+    "set_per_job_key": (
+        ["run", "ppo_cartpole_zoo", "--seeds", "1", "--set", "runner.seed=3"],
+        "'runner.seed' is set per job; give it with --seeds",
+    ),
+    "set_in_show": (["show", "ppo_cartpole_zoo", "--set", "algo.nope=1"], "--set 'algo.nope': unknown key"),
+    "arms_with_setting": (
+        ["run", "ppo_cartpole_zoo", "--seeds", "1", "--arms", "a2c_cartpole"],
+        "--arms a2c_cartpole: --arms replaces a plan's arms",
+    ),
     "unknown_game": (
         ["run", "PLAN", "--seeds", "1", "--games", "pongg", "--dry-run"],
         "unknown game or env 'pongg'",

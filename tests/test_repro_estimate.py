@@ -227,7 +227,7 @@ def test_plan_record_adds_up_runs_into_one_experiment(files):
         "profile": "smoke",  # a shipped profile by its name
         "arms": ["a2c_cartpole"],
         "envs": ["CartPole-v1", "Acrobot-v1"],
-        "seeds": 2,
+        "seeds": "0,1",  # the union of the seeds, as a seed spec
     }
     assert record["arms"] == ["a2c_cartpole"]
     assert sorted((j["env"], j["seed"]) for j in record["jobs"]) == [
@@ -280,7 +280,7 @@ def test_report_of_a_tiny_plan_shows_its_plan_and_the_profile_by_name(files):
     assert "no plan file" not in html
     plan_row = re.search(r'<table id="plan">.*?<tbody>\s*<tr>(.*?)</tr>', html, re.S).group(1)
     cells = re.findall(r"<td>(.*?)</td>", plan_row)
-    assert cells == ["cartpole", TITLE, "smoke", "a2c_cartpole", "CartPole-v1", "1"]
+    assert cells == ["cartpole", TITLE, "smoke", "a2c_cartpole", "CartPole-v1", "0"]  # the seeds run
     assert "<td>profile</td><td>smoke</td>" in html
     assert str(PROFILES_DIR) not in html
 

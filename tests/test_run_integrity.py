@@ -477,7 +477,7 @@ BAD_VALUES = {
     ),
     "plan_arm_dotdot": ("plan", 'arms = ["...toml"]\nenvs = ["pong"]\n', "'...toml' gives the arm name '..'"),
     "plan_env_outside": ("plan", 'arms = ["ARM"]\nenvs = ["../x"]\n', "'../x' is not a valid name"),
-    "seeds_huge": ("seeds", "", "SEEDS must be at most 1000, got 100000"),
+    "seeds_huge": ("seeds", "", "--seeds '100000': 100000 seeds; at most 1000"),
 }  # fmt: skip
 
 
