@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
+from algorithms.configs import ConfigError
 from analysis import aggregate, verdict
 from analysis.configdiff import InEffect, config_diff, effective_table, run_effective_values
 from analysis.curves import Scores, resample_curves, score_tables
@@ -32,7 +33,6 @@ from analysis.scores import is_minatar, minatar_published_curves, minatar_refere
 from analysis.study import ci_text, fmt
 from analysis.throughput import arm_throughput, run_throughput
 from reports import figures
-from algorithms.configs import ConfigError
 from repro.plans import format_seeds, parse_seeds
 from repro.profiles import profile_label
 

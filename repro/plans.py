@@ -213,8 +213,9 @@ _RANGE = re.compile(r"^(\d+)-(\d+)$")
 def parse_seeds(spec: Any, what: str = "--seeds") -> tuple[int, ...]:
     """The seeds of a seed spec, the one reading of ``--seeds``, ``SEEDS`` and a plan's ``seeds``:
     ``3`` (a count: seeds 0, 1, 2), ``100-104`` (a range, both ends included) or ``1,5,9`` (a list of
-    seeds and ranges); a sequence of seeds is checked as such. A spec that is none of these, a range that goes down, a repeated seed or more
-    than ``MAX_SEEDS`` seeds is a ``ConfigError`` of one line naming ``what`` and the spec."""
+    seeds and ranges); a sequence of seeds is checked as such. A spec that is none of these, a range
+    that goes down, a repeated seed or more than ``MAX_SEEDS`` seeds is a ``ConfigError`` of one line
+    naming ``what`` and the spec."""
     if isinstance(spec, tuple | list):  # seeds already read
         spec = format_seeds(list(spec)) if spec else ""
     text = str(spec).strip()
