@@ -18,6 +18,7 @@ from torch import nn
 
 from algorithms.arrays import NamedArrays
 from algorithms.models.heads import DuelingHead
+from algorithms.models.recurrent import lstm_with_resets
 from algorithms.models.torsos import build_torso
 
 
@@ -31,14 +32,14 @@ class R2D1Model(nn.Module):
 
     ``reset`` (``[T, B]`` bool, optional) zeroes the state before step t where an episode begins, so
     a replayed sequence that crosses an episode end never carries memory into the next episode;
-    ``return_states`` adds the (h, c) after every step, ``[T, B, H]``, as a third output. Both run the
-    LSTM one step at a time; otherwise the whole sequence goes through the fused LSTM in one call.
-    (Packing the segments between resets into one fused call, as ``policies.RecurrentActorCritic``
-    does, was slower here than stepwise: docs/results/core_measurements.md, models/r2d1_model.py.)
+    ``return_states`` adds the (h, c) after every step, ``[T, B, H]``, as a third output. Both go
+    through ``recurrent.lstm_with_resets`` (one input product for all steps and a hand-written
+    recurrence); otherwise the whole sequence goes through the fused LSTM in one call.
 
     ``data_independent`` is set while ``torch.func`` transforms run the model (packed runs,
-    ``algorithms.packed``), where no branch may read the data and the fused LSTM has no batching
-    rule: the LSTM then always runs step by step, resetting where ``reset`` says.
+    ``algorithms.packed``), where no branch may read the data and neither the fused LSTM nor the
+    hand-written recurrence has a batching rule: the LSTM then runs step by step in plain tensor
+    operations, resetting where ``reset`` says.
     """
 
     data_independent: bool = False
@@ -99,15 +100,13 @@ class R2D1Model(nn.Module):
             [features, prev_action_one_hot, prev_reward.reshape(T, B, 1).to(features.dtype)], -1
         )
         if state is None:
-            h0 = c0 = lstm_input.new_zeros(1, B, self.lstm_size)
+            h0 = c0 = lstm_input.new_zeros(B, self.lstm_size)
         else:
-            h0, c0 = state.h.reshape(1, B, self.lstm_size), state.c.reshape(1, B, self.lstm_size)
-        if reset is not None and not self.data_independent and not bool(reset.any()):
-            reset = None
-        if reset is None and not return_states and not self.data_independent:
-            lstm_out, (h, c) = self.lstm(lstm_input, (h0, c0))
+            h0, c0 = state.h.reshape(B, self.lstm_size), state.c.reshape(B, self.lstm_size)
+        if self.data_independent:
+            lstm_out, h, c, cells = self._stepwise_lstm(lstm_input, h0, c0, reset)
         else:
-            lstm_out, h, c, cells = self._stepwise_lstm(lstm_input, h0[0], c0[0], reset)
+            lstm_out, h, c, cells = lstm_with_resets(self.lstm, lstm_input, h0, c0, reset, return_states)
         q = self.head(lstm_out).reshape(*lead, self.n_actions)
         state_shape = (B, self.lstm_size) if len(lead) else (self.lstm_size,)
         next_state = NamedArrays(h=h.reshape(state_shape), c=c.reshape(state_shape))
@@ -121,9 +120,10 @@ class R2D1Model(nn.Module):
     def _stepwise_lstm(
         self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, reset: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The single-layer ``self.lstm`` one step at a time on ``x`` [T, B, D] from (h, c) [B, H],
-        zeroing the state before step t where ``reset[t]``; the input projection of all steps is one
-        matrix product. Returns outputs and cell states [T, B, H], and the final (h, c) [1, B, H]."""
+        """The single-layer ``self.lstm`` one step at a time in plain tensor operations, which
+        ``torch.func.vmap`` can batch (the fused kernel and ``recurrent.lstm_with_resets`` cannot):
+        ``x`` [T, B, D] from (h, c) [B, H], the state zeroed before step t where ``reset[t]``.
+        Returns outputs and cell states [T, B, H] and the final (h, c) [B, H]."""
         lstm = self.lstm
         projected = x @ lstm.weight_ih_l0.T + lstm.bias_ih_l0 + lstm.bias_hh_l0  # [T, B, 4H]
         keep = None if reset is None else (~reset.reshape(x.shape[0], -1, 1)).to(x.dtype)
@@ -137,4 +137,4 @@ class R2D1Model(nn.Module):
             h = torch.sigmoid(o) * torch.tanh(c)
             outputs.append(h)
             cells.append(c)
-        return torch.stack(outputs), h.unsqueeze(0), c.unsqueeze(0), torch.stack(cells)
+        return torch.stack(outputs), h, c, torch.stack(cells)
