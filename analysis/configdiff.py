@@ -10,6 +10,11 @@ those at its start in metadata.json (``algorithms.rundir.declared_effective_valu
 layer imports no Config class. ``run_effective_values`` reads them back from the experiment's
 metadata table; given to ``config_diff``, such a key's value is an ``InEffect`` (stated and used),
 so two arms that state the same value but run different ones differ in the diff.
+
+Values from the command line: a run records in config.json's ``origins`` where each value that no
+settings file gave came from (``python -m repro run --set algo.learning_rate=1e-3``: origin "command
+line"). Those records describe values, not configurations, so they are left out of the diff and
+listed by ``origins_table`` (per arm, key, value and source).
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from algorithms.rundir import EFFECTIVE_VALUES_KEY
 from analysis.runs import flatten
 
 ABSENT = "(absent)"
+# config.json's record of the values' origins (algorithms.train.ORIGINS_KEY; this layer reads files
+# and imports no training code).
+ORIGINS_KEY = "origins"
 RunKey = tuple[str, str, int]
 # Per run, flattened config key -> (value in effect, why).
 Effective = dict[RunKey, dict[str, tuple[Any, str]]]
@@ -60,7 +68,7 @@ def run_effective_values(metadata: pd.DataFrame) -> Effective:
 
 
 def _run_flat(config: dict[str, Any], effective: dict[str, tuple[Any, str]]) -> dict[str, Any]:
-    flat = flatten(config)
+    flat = flatten({k: v for k, v in config.items() if k != ORIGINS_KEY})
     for key, (value, reason) in effective.items():
         flat[key] = InEffect(flat.get(key, ABSENT), value, reason)
     return flat
@@ -123,3 +131,29 @@ def effective_table(configs: dict[RunKey, dict[str, Any]], effective: Effective)
         for ident, cell in cells.items()
     ]  # fmt: skip
     return pd.DataFrame(rows, columns=["arm", "key", "stated", "in_effect", "reason", "runs"])
+
+
+def origins_table(configs: dict[RunKey, dict[str, Any]]) -> pd.DataFrame:
+    """Rows ``arm, key, value, origin, source, runs``: each value a run's config.json records an
+    origin for (``--set`` on the command line), per arm, with the number of runs that recorded it."""
+    counts: dict[tuple[str, str, str, str, str], int] = {}
+    for run, config in sorted(configs.items()):
+        origins = config.get(ORIGINS_KEY)
+        if not isinstance(origins, dict):
+            continue
+        flat = flatten({k: v for k, v in config.items() if k != ORIGINS_KEY})
+        for key, record in origins.items():
+            if isinstance(record, dict):
+                ident = (
+                    run[0],
+                    key,
+                    repr(flat.get(key, ABSENT)),
+                    str(record.get("origin")),
+                    str(record.get("source")),
+                )
+                counts[ident] = counts.get(ident, 0) + 1
+    rows = [
+        {"arm": arm, "key": key, "value": value, "origin": origin, "source": source, "runs": n}
+        for (arm, key, value, origin, source), n in counts.items()
+    ]
+    return pd.DataFrame(rows, columns=["arm", "key", "value", "origin", "source", "runs"])

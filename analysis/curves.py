@@ -1,31 +1,39 @@
 """Final scores and learning curves of an experiment's complete runs, raw and normalised.
 
-Where a score comes from (stated in every table as ``source``):
+Where a score comes from (stated in every table as ``source``). One quantity for the whole
+experiment, so that every section of a report, and the curve beside a final score, mean the same:
 
-* final score: the mean return over the evaluation episodes at a run's last evaluation
-  (``eval.csv``); a run with no evaluation falls back to the last ``return_mean`` of its training
-  episodes (``progress.csv``), which includes exploration and is marked as such;
-* learning curve: the mean evaluation return at each evaluation point when a run evaluated at
-  least twice, else ``return_mean`` per progress row (training episodes).
+* when every complete run evaluated (``eval.csv``), the mean return over the evaluation episodes at
+  each evaluation: the final score is its last evaluation, the curve its evaluations;
+* otherwise, for every run, ``return_mean`` of the training episodes per progress row
+  (``progress.csv``; exploration included): the final score is its last row, the curve its rows.
+
+Runs that evaluated only at the end have a one-point curve of the final score; ``training_curves``
+keeps their training returns, which a report may show as what they are (another quantity).
 
 Normalisation (``normalised`` column; ``analysis.scores``): human-normalised when every env of the
 experiment is an Atari-57 game; DQN-normalised (1 = Young & Tian's DQN at 5M frames) when every env
-is a MinAtar game in the MinAtar reference table; otherwise min-max per env over every score of the
-experiment (0 = the lowest, 1 = the highest seen on that env, all arms together), which makes envs
-comparable within this experiment only and is labelled so.
+is a MinAtar game in the MinAtar reference table; reference-normalised (0 = random play, 1 = the
+published reference) with bounds given by the caller (``reports build --bounds FILE``) or, for the
+gymnasium envs of ``data/gym_reference_scores.csv``, the shipped table; only when none of these covers
+every env, min-max per env over every score of the experiment (0 = the lowest, 1 = the highest seen
+on that env, all arms together), a stated fallback that makes envs comparable within this experiment
+only: it yields no verdict (``Scores.comparable``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from analysis.runs import KEYS, Experiment
 from analysis.scores import (
+    Bounds,
     DqnRandomTable,
     atari_game,
+    gym_reference_bounds,
     human_random_table,
     is_minatar,
     minatar_reference_table,
@@ -44,23 +52,37 @@ class Scores:
     final: pd.DataFrame
     curves: pd.DataFrame
     normalisation: str  # what ``normalised`` means, for the report
-    reference: str  # "human" (Atari-57), "dqn" (MinAtar) or "min-max" (within the experiment)
+    # "human" (Atari-57), "dqn" (MinAtar), "reference" (per-env bounds: random play and a published
+    # score) or "min-max" (within the experiment)
+    reference: str
+    # Training returns of runs whose score curve has one point (evaluated once): another quantity.
+    training_curves: pd.DataFrame = field(default_factory=pd.DataFrame)
+    bounds: Bounds | None = None  # the bounds behind "reference"
 
     @property
     def human_normalised(self) -> bool:
         return self.reference == "human"
 
     @property
+    def comparable(self) -> bool:
+        """Whether the normalised scores rest on bounds fixed outside the experiment (all but
+        min-max), so that a verdict and a detectable difference mean something."""
+        return self.reference != "min-max"
+
+    @property
     def label(self) -> str:
         """What the ``normalised`` column is, for axis labels and tables."""
-        return {"human": "human-normalised score", "dqn": "DQN-normalised score"}.get(
-            self.reference, "normalised score"
-        )
+        return {
+            "human": "human-normalised score",
+            "dqn": "DQN-normalised score",
+            "reference": "reference-normalised score",
+        }.get(self.reference, "min-max-normalised score")
 
     @property
     def percent(self) -> bool:
-        """Whether reports print ``normalised`` as a percentage (of human or of DQN at 5M frames)."""
-        return self.reference in ("human", "dqn")
+        """Whether reports print ``normalised`` as a percentage (of human, of DQN at 5M frames, of the
+        reference above random play); the min-max fallback stays a fraction."""
+        return self.comparable
 
     @property
     def scale(self) -> float:
@@ -112,26 +134,38 @@ def _tidy(points: pd.DataFrame) -> pd.DataFrame:
     return points[columns].sort_values(KEYS + ["env_steps"]).reset_index(drop=True)
 
 
-def raw_scores(exp: Experiment) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(final, curves) in raw returns for the complete runs of ``exp`` (sources: module doc)."""
-    complete = exp.complete[KEYS]
+def _points(exp: Experiment) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(score points, training points) of the complete runs: the score points are evaluations when
+    every complete run evaluated, else training returns (module doc)."""
+    complete = exp.complete[KEYS].drop_duplicates()
     evals = _eval_points(exp.eval).merge(complete, on=KEYS)
     train = _train_points(exp.progress).merge(complete, on=KEYS)
-    n_eval = evals.groupby(KEYS).size().rename("n_eval").reset_index()
-    evaluated_twice = n_eval[n_eval.n_eval >= 2]
-    curves = pd.concat(
-        [_select(evals, evaluated_twice, inside=True), _select(train, evaluated_twice, inside=False)],
-        ignore_index=True,
-    )
-    final = pd.concat(
-        [_last_point(evals), _last_point(_select(train, n_eval, inside=False))], ignore_index=True
-    )
-    return _tidy(final), _tidy(curves)
+    every_run_evaluated = len(complete) > 0 and len(evals[KEYS].drop_duplicates()) == len(complete)
+    return (evals if every_run_evaluated else train), train
+
+
+def raw_scores(exp: Experiment) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(final, curves) in raw returns for the complete runs of ``exp``: one source for every run,
+    the final score the curve's last point (module doc)."""
+    points, _ = _points(exp)
+    return _tidy(_last_point(points)), _tidy(points)
+
+
+def training_curves(exp: Experiment) -> pd.DataFrame:
+    """Training returns of the runs whose score curve is one evaluation (module doc); empty when the
+    score already is the training return."""
+    points, train = _points(exp)
+    if points.empty or (points.source == TRAIN_SOURCE).all():
+        return _tidy(train.iloc[:0])
+    n_points = points.groupby(KEYS).size().rename("n").reset_index()
+    return _tidy(_select(train, n_points[n_points.n == 1], inside=True))
 
 
 def _minatar_reference(envs: list[str]) -> tuple[DqnRandomTable | None, str]:
     """The MinAtar table when every env is a MinAtar game in it; else None and why not."""
-    if not envs or not all(is_minatar(e) for e in envs):
+    if not envs:
+        return None, "no complete run has a score yet"
+    if not all(is_minatar(e) for e in envs):
         return None, "not every env is an Atari-57 or MinAtar game"
     try:
         table = minatar_reference_table()
@@ -143,16 +177,20 @@ def _minatar_reference(envs: list[str]) -> tuple[DqnRandomTable | None, str]:
     return table, ""
 
 
-def score_tables(exp: Experiment, table: str = "r2d2") -> Scores:
-    """Final scores and curves of the complete runs, with a ``normalised`` column (see module doc)."""
+def score_tables(exp: Experiment, table: str = "r2d2", bounds: Bounds | None = None) -> Scores:
+    """Final scores and curves of the complete runs, with a ``normalised`` column (see module doc);
+    ``bounds`` (``analysis.scores.read_bounds``) come before the shipped gymnasium table."""
     final, curves = raw_scores(exp)
+    training = training_curves(exp)
     envs = sorted(set(final.env) | set(curves.env))
     games = {env: atari_game(env) for env in envs}
     if envs and all(games.values()):
         hr = human_random_table(table)
         for frame in (final, curves):
             frame["normalised"] = [hr.normalise(games[e], s).item() for e, s in zip(frame.env, frame.score)]
-        return Scores(final, curves, f"human-normalised (1 = human); table: {hr.description}", "human")
+        return Scores(
+            final, curves, f"human-normalised (1 = human); table: {hr.description}", "human", training
+        )
     minatar, why_not = _minatar_reference(envs)
     if minatar is not None:
         for frame in (final, curves):
@@ -163,7 +201,24 @@ def score_tables(exp: Experiment, table: str = "r2d2") -> Scores:
             f"DQN-normalised (1 = Young & Tian 2019's DQN at 5M frames; MinAtar has no human scores); "
             f"table: {minatar.description}",
             "dqn",
+            training,
         )
+    for candidate in [bounds] if bounds is not None else [gym_reference_bounds()]:
+        absent = candidate.covers(envs)
+        if envs and not absent:
+            for frame in (final, curves):
+                frame["normalised"] = [
+                    candidate.normalise(e, s).item() for e, s in zip(frame.env, frame.score)
+                ]
+            return Scores(
+                final,
+                curves,
+                f"reference-normalised (0 = random play, 1 = the reference score); {candidate.description}",
+                "reference",
+                training,
+                candidate,
+            )
+        why_not += f"; {absent} not in the bounds of {candidate.path}"
     both = pd.concat([final[["env", "score"]], curves[["env", "score"]]])
     lo = both.groupby("env").score.min()
     span = (both.groupby("env").score.max() - lo).replace(0.0, 1.0)
@@ -172,9 +227,11 @@ def score_tables(exp: Experiment, table: str = "r2d2") -> Scores:
     return Scores(
         final,
         curves,
-        "min-max per env within this experiment (0 = lowest, 1 = highest score seen on that env, all arms); "
-        f"{why_not}, so no human- or DQN-normalised score exists",
+        "FALLBACK: min-max per env within this experiment (0 = lowest, 1 = highest score seen on that env, "
+        f"all arms), comparable within this experiment only and never used for a verdict: {why_not}; give "
+        "bounds per env with reports build --bounds FILE",
         "min-max",
+        training,
     )
 
 

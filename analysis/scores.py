@@ -195,3 +195,117 @@ def published_at(curve: pd.DataFrame, frames: float) -> dict[str, float]:
     used = curve.iloc[[right] if x[right] == frames else [right - 1, right]]
     out["source"] = "; ".join(dict.fromkeys(used.source.astype(str)))
     return out
+
+
+# Gymnasium envs (classic control, Box2D, MuJoCo): random play measured here and a published reference
+# score per env (``data/gym_reference_scores.csv``; ``analysis/random_scores.py`` measures the random
+# column): reference-normalised score = (score - random) / (reference - random), 1.0 = the reference.
+GYM_REFERENCE_PATH = DATA_DIR / "gym_reference_scores.csv"
+GYM_REFERENCE_COLUMNS = (
+    "env", "random", "random_std", "random_episodes", "random_source", "reference", "reference_source",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Per-env score bounds: ``low`` (random play) maps to 0 and ``high`` (the reference) to 1.
+    ``scores`` is indexed by env with columns ``low, high, low_source, high_source``; ``path`` is the
+    file they came from and ``description`` says what they are, for the report."""
+
+    path: Path
+    description: str
+    scores: pd.DataFrame
+
+    def normalise(self, env: str, score: np.ndarray | float) -> np.ndarray:
+        low, high = self.scores.loc[env, ["low", "high"]]
+        return (np.asarray(score, dtype=float) - low) / (high - low)
+
+    def covers(self, envs: list[str]) -> list[str]:
+        """The envs of ``envs`` these bounds lack."""
+        return [e for e in envs if e not in self.scores.index]
+
+
+def _checked_bounds(path: Path, description: str, table: pd.DataFrame) -> Bounds:
+    if table.index.duplicated().any():
+        raise ValueError(f"{path}: env {table.index[table.index.duplicated()][0]!r} appears twice")
+    bad = table.index[~(np.isfinite(table.low) & np.isfinite(table.high)) | (table.low >= table.high)]
+    if len(bad):
+        row = table.loc[bad[0]]
+        raise ValueError(f"{path}: env {bad[0]!r}: needs finite bounds low < high, got {row.low}, {row.high}")
+    return Bounds(path, description, table)
+
+
+def gym_reference_bounds(path: Path | str | None = None) -> Bounds:
+    """The shipped gymnasium table as ``Bounds`` (random play -> 0, the published reference -> 1)."""
+    path = Path(path) if path is not None else GYM_REFERENCE_PATH
+    table = _read_checked(path, GYM_REFERENCE_COLUMNS).set_index("env")
+    scores = pd.DataFrame(
+        {
+            "low": pd.to_numeric(table.random, errors="coerce"),
+            "high": pd.to_numeric(table.reference, errors="coerce"),
+            "low_source": table.random_source.astype(str),
+            "high_source": table.reference_source.astype(str),
+        }
+    )
+    return _checked_bounds(
+        path, f"random play and a published reference score per env from {path.name}", scores
+    )
+
+
+BOUNDS_FILE_KEYS = ("env", "score_min", "score_max")
+
+
+def read_bounds(path: Path | str) -> Bounds:
+    """Score bounds from a file (``reports build --bounds FILE``): a CSV with columns ``env, score_min,
+    score_max`` (optionally ``source``), a TOML file of ``[[env]]`` or ``[[task]]`` tables with the same
+    keys (``score_source`` for the source; ``analysis/regress/suite.toml`` is one), or a table in the
+    shipped gymnasium format (``random``, ``reference``). A missing or unreadable file, a missing
+    column or key, or bounds that are not finite with min < max raise ``ValueError`` naming the file."""
+    import tomllib
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"bounds file {path} does not exist")
+    if path.suffix == ".toml":
+        try:
+            data = tomllib.loads(path.read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: not a TOML file: {e}") from None
+        entries = data.get("env", data.get("task"))
+        if not isinstance(entries, list) or not entries:
+            raise ValueError(
+                f"{path}: expected [[env]] (or [[task]]) tables with {', '.join(BOUNDS_FILE_KEYS)}"
+            )
+        for i, entry in enumerate(entries):
+            absent = [k for k in BOUNDS_FILE_KEYS if k not in entry]
+            if absent:
+                raise ValueError(f"{path}: entry {i + 1} lacks {absent}")
+        table = pd.DataFrame(
+            {
+                "env": [e["env"] for e in entries],
+                "low": [float(e["score_min"]) for e in entries],
+                "high": [float(e["score_max"]) for e in entries],
+                "source": [str(e.get("score_source", path.name)) for e in entries],
+            }
+        ).drop_duplicates()
+    else:
+        try:
+            raw = pd.read_csv(path)
+        except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as e:
+            raise ValueError(f"{path}: not a CSV file: {e}") from None
+        if set(GYM_REFERENCE_COLUMNS) <= set(raw.columns):
+            return gym_reference_bounds(path)
+        absent = [c for c in BOUNDS_FILE_KEYS if c not in raw.columns]
+        if absent:
+            raise ValueError(f"{path}: missing columns {absent}; expected {list(BOUNDS_FILE_KEYS)}[, source]")
+        table = pd.DataFrame(
+            {
+                "env": raw.env.astype(str),
+                "low": pd.to_numeric(raw.score_min, errors="coerce"),
+                "high": pd.to_numeric(raw.score_max, errors="coerce"),
+                "source": raw["source"].astype(str) if "source" in raw else path.name,
+            }
+        )
+    table = table.set_index("env").rename(columns={"source": "low_source"})
+    table["high_source"] = table.low_source
+    return _checked_bounds(path, f"score bounds per env from {path}", table)

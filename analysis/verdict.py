@@ -247,13 +247,22 @@ def power_statement(
         return PowerStatement(
             np.nan, se, power, alpha, f"{scope} there is no seed-to-seed spread to estimate power from."
         )
+    if se == 0:
+        # Every seed of both arms scored the same on each game (e.g. every evaluation capped at the
+        # same return): the normal approximation has no spread to work with, and "any difference is
+        # detected" would claim a precision the runs never showed.
+        return PowerStatement(
+            np.nan,
+            se,
+            power,
+            alpha,
+            f"{scope} every seed scored the same on each game: with no seed-to-seed spread the smallest "
+            "detectable difference cannot be estimated (more seeds or a longer budget would show one).",
+        )
     detectable = detectable_difference(se, power, alpha)
     observed = verdict.iqm_difference["value"]
-    if se == 0:
-        size = "0: every seed scored the same on each game, so any difference is detected"
-    else:
-        ratio = detectable / se
-        size = f"{_num(detectable, scale)}{unit} ({ratio:.2f} standard errors of {_num(se, scale)}{unit})"
+    ratio = detectable / se
+    size = f"{_num(detectable, scale)}{unit} ({ratio:.2f} standard errors of {_num(se, scale)}{unit})"
     relation = "at least" if abs(observed) >= detectable else "smaller than"
     sentence = (
         f"{scope}, the smallest IQM {label} difference detected with {power:.0%} power "

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from analysis.scores import read_bounds
 from reports.build import build_report
 
 
@@ -27,6 +28,14 @@ def main(argv: list[str] | None = None) -> int:
         help="Atari-57 human/random table; they differ in Video Pinball's random score (0.0 vs 16256.9)",
     )
     build.add_argument(
+        "--bounds",
+        type=Path,
+        default=None,
+        help="per-env score bounds (CSV env,score_min,score_max[,source], or TOML [[env]]/[[task]] tables "
+        "such as analysis/regress/suite.toml): 0 and 1 of the normalised score, for envs without a "
+        "shipped reference (analysis/data/gym_reference_scores.csv)",
+    )
+    build.add_argument(
         "--baseline",
         default=None,
         help="arm A of a two-arm verdict (default: the plan's first arm, else the arm named 'published')",
@@ -35,9 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.reps < 100:
         parser.error(f"--reps must be at least 100, got {args.reps}")
     try:
+        bounds = read_bounds(args.bounds) if args.bounds is not None else None
         path = build_report(
-            args.experiment, out=args.out, reps=args.reps, table=args.table, baseline=args.baseline
-        )
+            args.experiment, out=args.out, reps=args.reps, table=args.table, baseline=args.baseline,
+            bounds=bounds,
+        )  # fmt: skip
     except (FileNotFoundError, ValueError) as e:
         print(f"reports: {e}", file=sys.stderr)
         return 2

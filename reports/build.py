@@ -26,15 +26,15 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 
 from algorithms.configs import ConfigError
 from analysis import aggregate, verdict
-from analysis.configdiff import InEffect, config_diff, effective_table, run_effective_values
-from analysis.curves import Scores, resample_curves, score_tables
+from analysis.configdiff import InEffect, config_diff, effective_table, origins_table, run_effective_values
+from analysis.curves import EVAL_SOURCE, Scores, resample_curves, score_tables
 from analysis.runs import KEYS, Experiment, load_experiment
-from analysis.scores import is_minatar, minatar_published_curves, minatar_reference_table
+from analysis.scores import Bounds, is_minatar, minatar_published_curves, minatar_reference_table
 from analysis.study import ci_text, fmt
 from analysis.throughput import arm_throughput, run_throughput
 from reports import figures
 from repro.plans import format_seeds, parse_seeds
-from repro.profiles import profile_label
+from repro.profiles import REPO_ROOT, profile_label
 
 REPORT_FILE = "report.html"
 # Metadata shown under "what ran": (label, flattened metadata column).
@@ -233,13 +233,39 @@ def _config_section(exp: Experiment) -> Section:
         "(recorded in metadata.json when the run started) is compared as it ran and shows as "
         "'X in effect (stated Y)'.",
     )
+    origins = origins_table(exp.configs)
+    from_command_line = {(r.arm, r.key) for r in origins.itertuples()}
     if len(exp.arms) < 2:
         section.notes.append("one arm only: nothing to compare")
     elif diff.empty:
         section.notes.append("the arms' configs are identical")
     else:
-        cells = diff.assign(**{arm: diff[arm].map(_config_cell) for arm in diff.columns[1:]})
+        cells = diff.assign(
+            **{
+                arm: [
+                    _config_cell(v) + (" (command line)" if (arm, key) in from_command_line else "")
+                    for key, v in zip(diff.key, diff[arm])
+                ]
+                for arm in diff.columns[1:]
+            }
+        )
         section.tables.append(_table("config-diff-table", cells, [(c, c) for c in diff.columns]))
+    if not origins.empty:
+        section.tables.append(
+            _table(
+                "command-line-table",
+                origins,
+                [
+                    ("arm", "arm"),
+                    ("key", "key"),
+                    ("value", "value"),
+                    ("origin", "origin"),
+                    ("source", "source"),
+                    ("runs", "runs"),
+                ],
+                "values no settings file gave, as each run's config.json records them (origins)",
+            )  # fmt: skip
+        )
     overridden = effective_table(exp.configs, effective)
     if not overridden.empty:
         section.tables.append(
@@ -258,8 +284,8 @@ def _curves_section(scores: Scores, colours: dict[str, str], reps: int) -> Secti
     section = Section(
         "learning-curves",
         "Learning curves",
-        f"Raw score per env, mean over seeds with a 95% bootstrap CI band (seeds resampled). "
-        f"Source: {sources}.",
+        f"Raw score per env, the quantity of the final score, mean over seeds with a 95% bootstrap CI band "
+        f"(seeds resampled). Source: {sources}.",
     )
     bands = aggregate.curve_bands(resample_curves(scores.curves, "score"), reps=reps)
     if bands.empty:
@@ -285,22 +311,69 @@ def _curves_section(scores: Scores, colours: dict[str, str], reps: int) -> Secti
                 fmt(len(g)),
                 fmt(int(g.env_steps.max())),
                 ci_text(g.score.mean(), lo, hi),
-                fmt(norm.mean()),
+                fmt(norm.mean() * scores.scale),
             ]
         )
     section.tables.append(
         Table(
             "final-table",
-            ["arm", "env", "runs", "env steps", "final score [95% CI]", "normalised (mean)"],
+            [
+                "arm",
+                "env",
+                "runs",
+                "env steps",
+                "final score [95% CI]",
+                f"{scores.label}{scores.unit} (mean)",
+            ],
             rows,
-            "final score per arm and env: " + ", ".join(sorted(scores.final.source.unique())),
+            "final score per arm and env, the last point of each curve above: "
+            + ", ".join(sorted(scores.final.source.unique())),
         )
     )
+    if not scores.training_curves.empty:
+        training = aggregate.curve_bands(resample_curves(scores.training_curves, "score"), reps=reps)
+        if not training.empty:
+            section.figures.append(
+                Figure(
+                    "fig-training-curves",
+                    figures.learning_curves(training, colours, "training return"),
+                    "training returns per env",
+                    "The runs evaluated once, at the end, so the curves above are single points. These are "
+                    "the returns of the training episodes (progress.csv, exploration included): another "
+                    "quantity than the final score, shown for the shape of learning only.",
+                )
+            )
     return section
 
 
+def _capped_evaluations(exp: Experiment, scores: Scores) -> list[str]:
+    """A note when final evaluation episodes stopped at the harness's cap (``sampler.eval_max_steps``,
+    e.g. the smoke profile's 200 steps) instead of the env's own end: their returns are cut short, so
+    they sit on another scale than random play and the reference, which ran whole episodes."""
+    if (
+        exp.eval.empty
+        or not {"length", "env_steps"} <= set(exp.eval)
+        or EVAL_SOURCE not in set(scores.final.source)
+    ):
+        return []
+    last = exp.eval.merge(scores.final[KEYS + ["env_steps"]], on=KEYS + ["env_steps"])
+    capped = set()
+    for run, g in last.groupby(KEYS):
+        cap = exp.configs.get(run, {}).get("sampler", {}).get("eval_max_steps")
+        if isinstance(cap, int) and (g.length >= cap).any():
+            capped.add((run, cap))
+    if not capped:
+        return []
+    caps = ", ".join(str(c) for c in sorted({c for _, c in capped}))
+    return [
+        f"{len(capped)} of {len(scores.final)} runs ended final evaluation episodes at the harness's cap "
+        f"(sampler.eval_max_steps = {caps} steps) before the env's own end: their returns are cut short, "
+        "not on the scale of random play and the reference, which played whole episodes."
+    ]
+
+
 def _aggregate_sections(
-    scores: Scores, colours: dict[str, str], reps: int
+    exp: Experiment, scores: Scores, colours: dict[str, str], reps: int
 ) -> tuple[list[Section], pd.DataFrame]:
     label = scores.label
     matrices, games, left_out = aggregate.score_matrices(scores.final)
@@ -343,6 +416,15 @@ def _aggregate_sections(
     agg.figures.append(
         Figure("fig-aggregates", figures.interval_estimates(shown, colours, label + unit), "aggregates")
     )
+    if scores.bounds is not None:
+        agg.tables.append(_bounds_table(scores.bounds, games))
+        agg.notes.extend(_capped_evaluations(exp, scores))
+    if not scores.comparable:
+        agg.notes.append(
+            "These scores are normalised within this experiment (the fallback): a one-arm experiment "
+            "scores 1 on every env by construction. Give per-env bounds (reports build --bounds FILE) "
+            "for scores that mean something across experiments."
+        )
 
     profile = Section(
         "performance-profiles",
@@ -388,7 +470,9 @@ def _aggregate_sections(
         "sample-efficiency",
         "Sample efficiency",
         f"IQM of the {label} over runs x envs along training, 95% stratified-bootstrap CIs, on a common "
-        "env-step grid (each run's curve interpolated, never extrapolated).",
+        "env-step grid (each run's curve interpolated, never extrapolated). The same quantity as the "
+        f"aggregates ({', '.join(sorted(scores.curves.source.unique()))}): where every run ends at the "
+        "same env step, the curve's last point is the aggregates' IQM.",
     )
     resampled = resample_curves(scores.curves, "normalised", grid_per=())
     if resampled.point.nunique() >= 2:
@@ -404,7 +488,10 @@ def _aggregate_sections(
             )
         )
     else:
-        efficiency.notes.append("the runs share fewer than two logged env-step points: no curve")
+        efficiency.notes.append(
+            "the runs share fewer than two points of the final score's quantity (evaluations only at the "
+            "end): no curve"
+        )
     sections.append(efficiency)
     return sections, left_out
 
@@ -416,6 +503,18 @@ def _verdict_section(exp: Experiment, scores: Scores, reps: int, baseline: str |
     if len(matrices) != 2:
         return None
     a, b = verdict.order_arms(list(matrices), exp.plan, baseline)
+    if not scores.comparable:
+        return Section(
+            "verdict",
+            "Verdict",
+            f"Arm A (baseline) {a}, arm B {b}.",
+            statements=[
+                "No verdict: the scores are normalised within this experiment (min-max fallback), so a "
+                "difference between the arms has no fixed scale and no detectable difference is computed. "
+                "Give per-env score bounds with reports build --bounds FILE."
+            ],
+            notes=[f"Normalisation: {scores.normalisation}."],
+        )
     scale, diff_unit = scores.scale, scores.difference_unit
     in_units = f" ({diff_unit.strip()})" if diff_unit else ""
     found = verdict.two_arm_verdict(
@@ -455,6 +554,25 @@ def _verdict_section(exp: Experiment, scores: Scores, reps: int, baseline: str |
         "A is the --baseline arm when given, else the plan's first arm, else the arm named 'published'."
     )
     return section
+
+
+def _shown_path(path: Path) -> str:
+    """``path`` relative to the repository when inside it (no checkout's path in a report)."""
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(REPO_ROOT)) if resolved.is_relative_to(REPO_ROOT) else str(resolved)
+
+
+def _bounds_table(bounds: Bounds, envs: list[str]) -> Table:
+    rows = [
+        [env, fmt(r.low), r.low_source, fmt(r.high), r.high_source]
+        for env, r in bounds.scores.loc[[e for e in envs if e in bounds.scores.index]].iterrows()
+    ]
+    return Table(
+        "bounds-table",
+        ["env", "0 (random play)", "source", "1 (reference)", "source of the reference"],
+        rows,
+        f"the normalisation: (score - random) / (reference - random); {_shown_path(bounds.path)}",
+    )
 
 
 def _minatar_published_section(scores: Scores, reps: int) -> Section | None:
@@ -591,7 +709,9 @@ def _throughput_section(exp: Experiment, colours: dict[str, str]) -> Section:
             [("arm", "arm"), *THROUGHPUT_COLUMNS],
         )
     )
-    section.figures.append(Figure("fig-time-split", figures.time_split(per_arm, colours), "wall-time split"))
+    section.figures.append(
+        Figure("fig-time-split", figures.to_data_uri(figures.time_split_figure(per_arm)), "wall-time split")
+    )
     columns = [("arm", "arm"), ("env", "env"), ("seed", "seed"), ("status", "status")] + [
         (label, key) for label, key in THROUGHPUT_COLUMNS if key in per_run and not key.startswith("share_")
     ]
@@ -646,15 +766,17 @@ def build_report(
     reps: int = 2000,
     table: str = "r2d2",
     baseline: str | None = None,
+    bounds: Bounds | None = None,
 ) -> Path:
     """Write the experiment's report (default ``<experiment_dir>/report.html``) and return its path.
-    ``baseline``: arm A of a two-arm verdict (default: ``analysis.verdict.order_arms``).
+    ``baseline``: arm A of a two-arm verdict (default: ``analysis.verdict.order_arms``); ``bounds``:
+    per-env score bounds (``analysis.scores.read_bounds``) for envs without a shipped reference.
 
     Raises ``FileNotFoundError`` when the directory holds no run at all; anything less (damaged runs,
     no complete run) still gives a page that says what it skipped."""
     exp = load_experiment(experiment_dir)
     colours = figures.arm_colours(exp.arms)
-    scores = score_tables(exp, table)
+    scores = score_tables(exp, table, bounds)
     context = [_what_ran(exp), _config_section(exp)]
     left_out = pd.DataFrame(columns=KEYS)
     if scores.final.empty:
@@ -663,7 +785,7 @@ def build_report(
         ]
     else:
         verdict_section = _verdict_section(exp, scores, reps, baseline)
-        aggregate_sections, left_out = _aggregate_sections(scores, colours, reps)
+        aggregate_sections, left_out = _aggregate_sections(exp, scores, colours, reps)
         published = [_published_section(scores, colours, reps), _minatar_published_section(scores, reps)]
         sections = [
             section

@@ -148,19 +148,20 @@ def published_ratios(comparison: pd.DataFrame, colours: dict[str, str]) -> str:
     return to_data_uri(fig)
 
 
-def time_split(per_arm: pd.DataFrame, colours: dict[str, str]) -> str:
-    """Wall-time split per arm (sampling, optimizing, evaluating, logging) as stacked fractions."""
+def time_split_figure(per_arm: pd.DataFrame) -> Figure:
+    """Wall-time split per arm (sampling, optimizing, evaluating, logging) as stacked percentages;
+    the legend sits above the bars, clear of the axis labels."""
     parts = ["sampling", "optimizing", "evaluating", "logging"]
-    fig, ax = plt.subplots(figsize=(5.5, 0.5 * len(per_arm) + 1.3))
+    fig, ax = plt.subplots(figsize=(5.5, 0.5 * len(per_arm) + 1.6))
     left = np.zeros(len(per_arm))
     shades = plt.get_cmap("Set2").colors
     for k, part in enumerate(parts):
-        share = per_arm[f"share_{part}"].fillna(0.0).to_numpy()
+        share = 100 * per_arm[f"share_{part}"].fillna(0.0).to_numpy()
         ax.barh(range(len(per_arm)), share, left=left, color=shades[k], label=part)
         left += share
     ax.set_yticks(range(len(per_arm)), per_arm.arm)
-    ax.set_xlim(0, 1)
-    ax.set_xlabel("share of wall time")
-    ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.35))
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of wall time (%)")
+    ax.legend(fontsize=7, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.02), frameon=False)
     fig.tight_layout()
-    return to_data_uri(fig)
+    return fig

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from analysis.curves import EVAL_SOURCE, TRAIN_SOURCE, raw_scores, score_tables
+from analysis.scores import gym_reference_bounds, read_bounds
 from analysis.runs import flatten, load_experiment, load_run
 from analysis.synthetic import SyntheticArm, write_experiment
 
@@ -73,25 +74,50 @@ def test_load_one_run(experiment):
     assert exp.runs[["arm", "env", "seed"]].values.tolist() == [["slow", "qbert", 1]]
 
 
-def test_score_sources_and_human_normalisation(tmp_path):
+def test_one_score_source_for_every_run_and_human_normalisation(tmp_path):
     exp_dir = write_experiment(tmp_path, "e", ARMS, ["pong"], [0], n_logs=3, eval_episodes=2)
-    # a run without evaluations falls back to training returns, and says so
-    (exp_dir / "slow/pong/seed0/eval.csv").unlink()
     scores = score_tables(load_experiment(exp_dir))
     assert scores.human_normalised and "Video Pinball random 0.0" in scores.normalisation
-    source = scores.final.set_index("arm").source
-    assert source["fast"] == EVAL_SOURCE and source["slow"] == TRAIN_SOURCE
+    assert set(scores.final.source) == set(scores.curves.source) == {EVAL_SOURCE}
     row = scores.final.iloc[0]
     assert row.normalised == pytest.approx((row.score + 20.7) / 35.3)
     assert set(scores.curves.groupby("arm").size()) == {3}
-
-
-def test_non_atari_envs_use_min_max_within_experiment(tmp_path):
-    exp_dir = write_experiment(tmp_path, "e", ARMS, ["CartPole-v1"], [0, 1], n_logs=3)
+    # the final score is the last point of its run's curve
+    last = scores.curves.sort_values("env_steps").groupby(["arm", "env", "seed"]).tail(1)
+    merged = scores.final.merge(last, on=["arm", "env", "seed"], suffixes=("", "_curve"))
+    assert (merged.score == merged.score_curve).all() and (merged.env_steps == merged.env_steps_curve).all()
+    # one run without evaluations: every run's score is the training return then, and says so
+    (exp_dir / "slow/pong/seed0/eval.csv").unlink()
     scores = score_tables(load_experiment(exp_dir))
-    assert not scores.human_normalised and "min-max" in scores.normalisation
+    assert set(scores.final.source) == set(scores.curves.source) == {TRAIN_SOURCE}
+
+
+def test_gym_envs_use_random_and_reference_bounds(tmp_path):
+    table = gym_reference_bounds().scores
+    for env in ("CartPole-v1", "Acrobot-v1"):
+        exp_dir = write_experiment(tmp_path, env, ARMS, [env], [0, 1], n_logs=3, eval_episodes=2)
+        scores = score_tables(load_experiment(exp_dir))
+        assert scores.reference == "reference" and scores.comparable and scores.percent
+        low, high = table.loc[env, ["low", "high"]]
+        row = scores.final.iloc[0]
+        assert row.normalised == pytest.approx((row.score - low) / (high - low))
+    assert table.loc["CartPole-v1", "high"] == 500.0 and table.loc["Acrobot-v1", "high"] == -73.506
+    assert table.loc["Acrobot-v1", "low"] == -500.0  # random play never swings up in 500 steps
+
+
+def test_envs_without_bounds_fall_back_to_min_max_within_experiment(tmp_path):
+    exp_dir = write_experiment(tmp_path, "e", ARMS, ["MyEnv-v0"], [0, 1], n_logs=3)
+    scores = score_tables(load_experiment(exp_dir))
+    assert not scores.comparable and "FALLBACK: min-max" in scores.normalisation
+    assert "--bounds FILE" in scores.normalisation and not scores.percent
     both = list(scores.final.normalised) + list(scores.curves.normalised)
     assert min(both) == pytest.approx(0.0) and max(both) == pytest.approx(1.0)
+    bounds = tmp_path / "bounds.csv"
+    bounds.write_text("env,score_min,score_max,source\nMyEnv-v0,0,10,a test\n")
+    scores = score_tables(load_experiment(exp_dir), bounds=read_bounds(bounds))
+    assert scores.reference == "reference" and scores.bounds.scores.loc["MyEnv-v0", "low_source"] == "a test"
+    row = scores.final.iloc[0]
+    assert row.normalised == pytest.approx(row.score / 10)
 
 
 def test_flatten():

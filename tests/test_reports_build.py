@@ -67,7 +67,7 @@ def test_damaged_runs_are_listed_and_the_report_still_builds(tmp_path, capsys):
     assert "progress.csv damaged: env_steps" in html and "rows repeat or go backwards" in html
     assert "dropped a torn last line" in html  # the truncated run is still used, with a note
     assert '<section id="published">' not in html  # CartPole has no published R2D2 score
-    assert "min-max per env" in html
+    assert "reference-normalised" in html and _table_rows(html, "bounds-table") == 1
 
 
 def test_no_complete_run_still_gives_a_page(tmp_path):
