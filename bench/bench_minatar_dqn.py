@@ -56,11 +56,8 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import random
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -261,18 +258,8 @@ def plain_rate(
 
 
 def run_child(call: str) -> dict[str, float]:
-    """``call`` (an expression over this module's functions) in a child Python process (its own torch,
-    fresh module state); the dict it returns."""
-    code = f"import json; from bench.bench_minatar_dqn import *; print(json.dumps({call}))"
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).resolve().parent.parent,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"{call} failed (exit {out.returncode}):\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    """``call`` (an expression over this module's functions) in a child Python process."""
+    return speed.run_child("bench.bench_minatar_dqn", call)
 
 
 def time_reference(dqn_py: Path, game: str, steps: int, seed: int, threads: int) -> dict[str, float]:

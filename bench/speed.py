@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -98,6 +101,17 @@ def train_rate(
     elapsed = clocks() - start
     sampler.shutdown()
     return timed_itrs * steps_per_itr / elapsed
+
+
+def run_child(module: str, call: str) -> dict[str, Any]:
+    """``call`` (an expression over the functions of bench module ``module``) in a child Python
+    process (its own torch, fresh module state, its own startup); the dict it returns."""
+    code = f"import json; from {module} import *; print(json.dumps({call}))"
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    if out.returncode != 0:
+        raise RuntimeError(f"{call} failed (exit {out.returncode}):\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def per_call_seconds(call: Callable[[], object], n: int) -> np.ndarray:
@@ -252,15 +266,18 @@ def runs_of(rows: Sequence[Mapping[str, Any]], impl: str) -> list[Mapping[str, A
     return [r for r in rows if r["impl"] == impl]
 
 
-def medians(runs: Sequence[Mapping[str, Any]]) -> np.ndarray:
-    """The median over ``runs`` of each of the ``RATES`` columns."""
-    return np.array([statistics.median(r[c] for r in runs) for c in RATES])
+def medians(runs: Sequence[Mapping[str, Any]], columns: Sequence[str] = RATES) -> np.ndarray:
+    """The median over ``runs`` of each of ``columns`` (the ``RATES`` by default)."""
+    return np.array([statistics.median(r[c] for r in runs) for c in columns])
 
 
-def paired_ratios(top: Sequence[Mapping[str, Any]], bottom: Sequence[Mapping[str, Any]]) -> np.ndarray:
-    """[RATES column, (median, CI low, CI high)]: the median of the repeats' ratios ``top / bottom``
-    (runs of the same repeat ran back to back) with its 95% bootstrap CI over the repeats."""
-    return np.array([paired_ratio([r[c] for r in top], [r[c] for r in bottom]) for c in RATES])
+def paired_ratios(
+    top: Sequence[Mapping[str, Any]], bottom: Sequence[Mapping[str, Any]], columns: Sequence[str] = RATES
+) -> np.ndarray:
+    """[column, (median, CI low, CI high)]: the median of the repeats' ratios ``top / bottom``
+    (runs of the same repeat ran back to back) with its 95% bootstrap CI over the repeats, for each
+    of ``columns`` (the ``RATES`` by default)."""
+    return np.array([paired_ratio([r[c] for r in top], [r[c] for r in bottom]) for c in columns])
 
 
 def ratio_with_ci(paired: np.ndarray) -> str:

@@ -127,15 +127,19 @@ class R2D1Agent(EpsilonGreedyAgent):
         prev_reward: torch.Tensor,
         state: NamedArrays | None,
     ) -> tuple[torch.Tensor, NamedArrays]:
-        """Q-values [B, A] (on CPU) and the next state for one step; used for acting and bootstrapping."""
-        device = self.device
-        state = state.to_torch(device) if state is not None else None
-        q, next_state = self.model(
-            observation.to(device), prev_action.to(device), prev_reward.to(device), state
-        )
-        return q.cpu(), next_state.to_torch("cpu")
+        """Q-values [B, A] (on CPU) and the next state for one step, as ``step`` computes them."""
+        if state is None:
+            state = self.initial_state(observation.shape[0])
+        with torch.inference_mode():
+            q, h, c = self.model.act(
+                observation,
+                prev_action,
+                prev_reward,
+                state["h"].to(observation.device),
+                state["c"].to(observation.device),
+            )
+        return q.cpu(), NamedArrays(h=h.cpu(), c=c.cpu())
 
-    @torch.no_grad()
     def step(
         self,
         observation: torch.Tensor,
@@ -143,7 +147,8 @@ class R2D1Agent(EpsilonGreedyAgent):
         prev_reward: torch.Tensor,
         state: NamedArrays | None,
     ) -> tuple[torch.Tensor, NamedArrays, NamedArrays]:
+        """Acting: ``R2D1Model.act`` under ``torch.inference_mode``; the state is kept on the CPU."""
         if state is None:
             state = self.initial_state(observation.shape[0])
         q, next_state = self.q_values(observation, prev_action, prev_reward, state)
-        return self.select_action(q), NamedArrays(q=q, prev_state=state.to_torch("cpu")), next_state
+        return self.select_action(q), NamedArrays(q=q, prev_state=state), next_state

@@ -289,6 +289,9 @@ class Algo(QReplayLearner):
         # initial priority of a sequence needs its trained steps, which span several sampler batches.
         self._td_history = torch.zeros(0, self.batch_spec.B)
         self._td_first_row = 0
+        # The fields of the last batch that its TD errors need, until the next batch brings its
+        # bootstrap values (``append_samples``).
+        self._pending: NamedArrays | None = None
 
     # --- replay -------------------------------------------------------------------------------------
     @staticmethod
@@ -329,17 +332,28 @@ class Algo(QReplayLearner):
         t = storage.ring.t
         self.replay_steps += samples.reward.numel()
 
-        q_T, _ = self.agent.q_values(
-            samples.bootstrap.observation,
-            samples.bootstrap.prev_action,
-            samples.bootstrap.prev_reward,
-            samples.bootstrap.agent_state,
-        )
-        td = sampler_td_errors(self.config, samples, q_T)
+        # The bootstrap values of a batch are the Q-values of the next batch's first step, whose inputs
+        # and state are the batch's bootstrap inputs: the sampler computes them in its next acting
+        # forward. Until the next batch arrives the last n rows' TD errors stand on the batch's own
+        # last Q-values; no sequence complete now trains on those rows (its trained steps end n steps
+        # before the rows written), and they are recomputed when the next batch arrives.
+        q = samples.agent_info.q
+        td = sampler_td_errors(self.config, samples, q[-1])
         if self._td_first_row + self._td_history.shape[0] != t0:  # first batch of this process
             self._td_history, self._td_first_row = td, t0
         else:
+            if self._pending is not None:
+                previous = sampler_td_errors(self.config, self._pending, q[0])
+                rows = min(previous.shape[0], self._td_history.shape[0])  # the history kept may be shorter
+                self._td_history[-rows:] = previous[-rows:]
             self._td_history = torch.cat([self._td_history, td])
+        self._pending = NamedArrays(
+            reward=samples.reward.clone(),
+            terminated=samples.terminated.clone(),
+            truncated=samples.truncated.clone(),
+            action=samples.action.clone(),
+            agent_info=NamedArrays(q=q.clone()),
+        )
         c, L = self.config, self.config.sequence_steps
         # Sequences starting at s are complete once rows up to s + L - 1 are written: s in (t0 - L, t - L].
         starts = storage.sequence_starts(max(t0 - L + 1, self._td_first_row), t - L + 1)

@@ -117,6 +117,29 @@ class R2D1Model(nn.Module):
         )
         return q, next_state, states
 
+    def act(
+        self, observation: torch.Tensor, prev_action: torch.Tensor, prev_reward: torch.Tensor, h, c
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One step of B envs for acting, with no checks: ``observation`` [B, *obs], ``prev_action``
+        and ``prev_reward`` [B], state (h, c) [B, H] -> (q [B, A], h, c). The LSTM step is
+        ``torch.lstm_cell`` (one input product over B rows), cheaper for one step than the fused
+        sequence kernel (docs/results/r2d1_minatar_speed.md, "Acting")."""
+        features = self.torso(observation)
+        actions = torch.arange(self.n_actions, device=prev_action.device)
+        lstm_input = torch.cat(
+            [
+                features,
+                (prev_action.long().unsqueeze(-1) == actions).to(features.dtype),
+                prev_reward.unsqueeze(-1).to(features.dtype),
+            ],
+            -1,
+        )
+        lstm = self.lstm
+        h, c = torch.lstm_cell(
+            lstm_input, (h, c), lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0
+        )
+        return self.head(h), h, c
+
     def _stepwise_lstm(
         self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, reset: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
