@@ -274,16 +274,17 @@ def smaller_runs_hint(plan: str, profile: str) -> str:
     return "hint: that is days on this machine; smaller runs: " + ", or ".join(options)
 
 
-def _estimate(plan, jobs, slots, fresh: bool, may_probe: bool, packs=None, k: int = 1) -> None:
+def _estimate(
+    plan, jobs, slots, fresh: bool, may_probe: bool, packs=None, k: int = 1, always_probe: bool = False
+) -> None:
     """Print the plan's estimated duration on ``slots`` (repro/probe.py), and the hint when it is days;
     with ``packs`` (``--pack k``) packed and unpacked side by side, from probes of each arm alone and
     packed at each pack size.
 
-    ``fresh`` (dry run): probe every arm and cache the results. Otherwise use cached measurements and
-    probe the arms without one only when ``may_probe`` and the probes are at most ``MAX_PROBE_SHARE``
-    of the env steps left."""
+    ``fresh`` (``--reprobe``): probe every arm and cache the results. Otherwise use cached measurements
+    and probe the arms without one when ``always_probe`` (a dry run), or when ``may_probe`` and the
+    probes are at most ``MAX_PROBE_SHARE`` of the env steps left."""
     from repro import probe as pr
-    from repro.tables import human_duration
 
     device = slots[0].device
     first = {}
@@ -302,7 +303,7 @@ def _estimate(plan, jobs, slots, fresh: bool, may_probe: bool, packs=None, k: in
         print("estimated duration: nothing left to run (every job is complete)")
         return
     share = sum(pr.probe_steps(first[arm]) * n for arm, n in missing) / left
-    if missing and not fresh and not (may_probe and share <= pr.MAX_PROBE_SHARE):
+    if missing and not fresh and not always_probe and not (may_probe and share <= pr.MAX_PROBE_SHARE):
         why = "--no-probe" if not may_probe else f"a probe would add {share:.1%} to the env steps left"
         names = ", ".join(arm if n == 1 else f"{arm} packed by {n}" for arm, n in missing)
         print(
@@ -318,9 +319,15 @@ def _estimate(plan, jobs, slots, fresh: bool, may_probe: bool, packs=None, k: in
         probes[pr.probe_key(arm, n)] = p
         cache.put(job, device, p, n)
         per = "job" if n == 1 else "pack"
+        spread = (
+            f" ({1 / p.per_step('high'):,.0f} to {1 / p.per_step('low'):,.0f} over its segments)"
+            if not math.isnan(p.seconds_per_step_low)
+            else ""
+        )
         print(
             f"  {p.env_steps} env steps, {p.updates} updates: {1 / p.seconds_per_step:,.0f} env steps/s "
-            f"with updates, {p.fixed_s:.1f} s fixed cost and {p.startup_s:.1f} s process start-up per {per}"
+            f"with updates{spread}, {p.eval_s:.1f} s per evaluation, {p.fixed_s:.1f} s fixed cost and "
+            f"{p.startup_s:.1f} s process start-up per {per}"
         )
         if p.updates == 0:
             print("  (no update within the probe: the estimate leaves learning time out)")
@@ -329,16 +336,16 @@ def _estimate(plan, jobs, slots, fresh: bool, may_probe: bool, packs=None, k: in
     )
     source = f"throughput measured {', '.join(cached)} (cached in {cache.path})" if cached else "the probe"
     n_left = sum(1 for j in jobs if pr.steps_left(j))
-    seconds = pr.estimate_seconds(jobs, probes, len(slots))
-    shown = human_duration(seconds)
+    estimate = pr.estimate_range(jobs, probes, len(slots))
+    shown = _duration_range(estimate)
     if packed:
-        unpacked = seconds
-        seconds = pr.estimate_seconds(jobs, probes, len(slots), packs)
+        unpacked = shown
+        estimate = pr.estimate_range(jobs, probes, len(slots), packs)
         n_packs = sum(1 for p in packs if any(pr.steps_left(j) for j in p))
         shown = (
-            f"{human_duration(seconds)} packed (--pack {k}: {n_packs} process(es)), "
-            f"{human_duration(unpacked)} unpacked,"
+            f"{_duration_range(estimate)} packed (--pack {k}: {n_packs} process(es)), {unpacked} unpacked,"
         )
+    seconds = estimate.seconds
     print(
         f"estimated duration: {shown} for {n_left} job(s) left on {len(slots)} "
         f"{device} slot(s), from {source}; repro/probe.py",
@@ -346,6 +353,15 @@ def _estimate(plan, jobs, slots, fresh: bool, may_probe: bool, packs=None, k: in
     )
     if seconds >= LONG_ESTIMATE_S:
         print(smaller_runs_hint(plan.name, jobs[0].profile), flush=True)
+
+
+def _duration_range(estimate) -> str:
+    from repro.tables import human_duration
+
+    return (
+        f"{human_duration(estimate.seconds)} (range {human_duration(estimate.low)} to "
+        f"{human_duration(estimate.high)})"
+    )
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -371,7 +387,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         _dry_run(plan, jobs, len(slots), slots[0].device if args.backend == "local" else "ray", packs, pack)
         if args.estimate:
-            _estimate(plan, jobs, slots, fresh=args.probe, may_probe=args.probe, packs=packs, k=pack)
+            _estimate(
+                plan, jobs, slots, fresh=args.reprobe, may_probe=args.probe, packs=packs, k=pack,
+                always_probe=args.probe,
+            )  # fmt: skip
         return 0
     if args.estimate and args.backend == "local":
         try:
@@ -601,6 +620,11 @@ def build_parser() -> argparse.ArgumentParser:
         dest="probe",
         action="store_false",
         help="estimate from cached throughput measurements only, never run the probe",
+    )
+    p.add_argument(
+        "--reprobe",
+        action="store_true",
+        help="--dry-run: measure every arm afresh (default: reuse this machine's cached measurements)",
     )
     p.add_argument(
         "--no-estimate",

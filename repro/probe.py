@@ -2,18 +2,26 @@
 
 The probe trains the job's own config (profile applied, on the scheduler's slot device) for 16 sampler
 batches or 4,000 env steps, whichever is more (never more than the job itself), with learning from a
-quarter of the way in where the config allows it, and without evaluation, so that the measured cost
-per env step includes updates at the arm's replay ratio. Replay-ratio algorithms with long sequences
-need many batches before their first update (R2D1: the first 125-step sequence, then 6,400 to 7,680
-env steps per update); a probe that saw no update says so, and its estimate then leaves learning out.
-From the probe's counters come the cost per env step (sampling + optimizing time / env steps) and the
-fixed cost of a job (the rest of the wall time: env and model build), plus the start-up of a fresh
-interpreter importing the training stack. The estimate for the plan is
+quarter of the way in where the config allows it, logging in ``PROBE_SEGMENTS`` segments and
+evaluating once at the end as the job evaluates (its episodes), so that the measured cost per env step
+includes updates at the arm's replay ratio. Replay-ratio algorithms with long sequences need many
+batches before their first update (R2D1: the first 125-step sequence, then 6,400 to 7,680 env steps
+per update); a probe that saw no update says so, and its estimate then leaves learning out. From the
+probe's counters come the cost per env step (sampling + optimizing time / env steps; the estimate
+takes it over the segments after learning started, as a job learns over almost all of its steps),
+its spread (the cheapest and the dearest of those segments), the time of one evaluation,
+and the fixed cost of a job (the rest of the wall time: env and model build), plus the start-up of a
+fresh interpreter importing the training stack. The estimate for the plan (``estimate_range``) is
 
-    sum over jobs not yet complete (steps left * cost per step + fixed cost + start-up) / slots,
+    sum over jobs not yet complete (steps left * cost per step + evaluations left * evaluation time
+                                    + fixed cost + start-up) / slots,
 
-which overestimates runs that spend a long time before learning starts (those steps are cheaper)
-and ignores evaluation time. It runs in a temporary directory: no run directory is created.
+with a range: its low end at the cheapest segment's cost per step; its high end at the dearest one's
+plus (1 - 1/slots) * the longest job, Graham's bound on the time a greedy scheduler can leave slots
+idle at the end (Graham 1969, "Bounds on multiprocessing timing anomalies", SIAM J. Appl. Math. 17).
+Measured against the committed case of docs/results/r2d1_minatar.md (estimate 77 min before the
+evaluation time and the range; 91 min measured): ``tests/test_repro_estimate.py`` and
+docs/results/estimate_r2d1_minatar.md. It runs in a temporary directory: no run directory is created.
 
 **Packed plans** (``run --pack``): a pack of k seeds is one process, costed like a job from a
 probe of the same config trained as a pack of k (``probe_pack``: ``train_packed`` on k seeds), so a
@@ -28,13 +36,14 @@ not finished after 81 s of wall time; a ``paper`` probe (163,840 env steps) had 
 256 Atari envs after 50 s, so it takes many minutes per arm there. That is too much to spend before
 every run, so every measurement is kept in this machine's user cache
 (``$XDG_CACHE_HOME/rlrepro/probe_cache.json``, by default under ``~/.cache``; not in ``runs/``, where a
-dry run writes nothing), keyed by the probed config, the host and its CPU count: ``--dry-run`` always
-measures afresh (and refreshes the cache); ``run`` estimates from the cache at no cost, and probes an
-arm the cache lacks only while the probes are at most ``MAX_PROBE_SHARE`` of the env steps the plan
-still has to run (``paper`` and ``mini``: far below; a 42-job ``smoke`` plan: 4.8%, so not), else it
-says the estimate was not measured and how to measure it. So on a small machine the first ``paper``
-run waits minutes for its probes before it prints an estimate of years and the hint at smaller runs;
-Ctrl-C there stops it before any job has started.
+dry run writes nothing), keyed by the probed config (seed aside), the host and its CPU count, so
+every command that runs the same arm on the same env and profile reuses it: ``--dry-run`` measures the
+arms the cache lacks (``--reprobe`` measures every arm afresh); ``run`` estimates from the cache at no
+cost, and probes an arm the cache lacks only while the probes are at most ``MAX_PROBE_SHARE`` of the
+env steps the plan still has to run (``paper`` and ``mini``: far below; a 42-job ``smoke`` plan: 4.8%,
+so not), else it says the estimate was not measured and how to measure it. So on a small machine the
+first ``paper`` run waits minutes for its probes before it prints an estimate of years and the hint at
+smaller runs; Ctrl-C there stops it before any job has started.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+import math
 import os
 import socket
 import subprocess
@@ -67,6 +77,8 @@ CACHE_FILE = "probe_cache.json"
 # env steps left to run, so that measuring costs the run about 1% at most (module docstring).
 MAX_PROBE_SHARE = 0.01
 PROBE_BATCHES = 16
+# Progress rows of a probe: the segments whose costs per env step give the estimate's spread.
+PROBE_SEGMENTS = 8
 
 LEARN_START_FIELDS = ("learning_starts_steps", "learning_starts_steps")
 
@@ -81,11 +93,26 @@ class ProbeResult:
     fixed_s: float
     startup_s: float
     measured_at: str  # ISO time, shown with an estimate from the cache
+    # over the segments after learning started (module docstring): the cheapest, all of them, the
+    # dearest; NaN with fewer than two such segments (then ``seconds_per_step`` stands in)
+    seconds_per_step_low: float = math.nan
+    seconds_per_step_learning: float = math.nan
+    seconds_per_step_high: float = math.nan
+    eval_s: float = 0.0  # one evaluation (the job's episodes)
+
+    def per_step(self, end: str) -> float:
+        """Cost per env step at the ``low``, ``mid`` or ``high`` end of the range."""
+        value = {
+            "low": self.seconds_per_step_low, "mid": self.seconds_per_step_learning,
+            "high": self.seconds_per_step_high,
+        }[end]  # fmt: skip
+        return self.seconds_per_step if math.isnan(value) else value
 
 
 def probe_config(config, batches: int, min_steps: int = 4_000):
     """``config`` shortened to ``batches`` sampler batches or ``min_steps`` env steps, whichever is more
-    (at most its own budget), learning from a quarter of the way in, no evaluation."""
+    (at most its own budget), learning from a quarter of the way in, ``PROBE_SEGMENTS`` progress rows
+    and one evaluation at the end."""
     batch = config.sampler.batch_T * config.sampler.batch_B
     n_steps = min(config.runner.n_steps, max(batches * batch, min_steps))
     algo_config = config.algo_config
@@ -98,9 +125,12 @@ def probe_config(config, batches: int, min_steps: int = 4_000):
     return dataclasses.replace(
         config,
         algo_config=algo_config,
-        sampler=dataclasses.replace(config.sampler, eval_episodes=0),
         runner=dataclasses.replace(
-            config.runner, n_steps=n_steps, log_interval_steps=n_steps, eval_interval_steps=0
+            config.runner,
+            n_steps=n_steps,
+            log_interval_steps=max(1, n_steps // PROBE_SEGMENTS),
+            eval_interval_steps=0,
+            tensorboard=False,
         ),
     )
 
@@ -120,7 +150,7 @@ def probe_job(job: Job, device: str) -> ProbeResult:
     from algorithms.train import train
 
     config = probe_config(on_device(job.config, device), PROBE_BATCHES)
-    return _measure(job, lambda tmp: [train(config, tmp / "probe", resume=False)])
+    return _measure(job, lambda tmp: [train(config, tmp / "probe", resume=False)], config)
 
 
 def probe_pack(job: Job, device: str, members: int) -> ProbeResult:
@@ -134,18 +164,24 @@ def probe_pack(job: Job, device: str, members: int) -> ProbeResult:
         dataclasses.replace(config, runner=dataclasses.replace(config.runner, seed=k)) for k in range(members)
     ]
     return _measure(
-        job, lambda tmp: train_packed(configs, [tmp / f"seed{k}" for k in range(members)], resume=False)
+        job,
+        lambda tmp: train_packed(configs, [tmp / f"seed{k}" for k in range(members)], resume=False),
+        config,
     )
 
 
-def _measure(job: Job, train: Callable[[Path], list[Counters]]) -> ProbeResult:
+def _measure(job: Job, train: Callable[[Path], list[Counters]], config) -> ProbeResult:
     """Time ``train`` in a temporary directory. Every member of a pack counts the whole time of each
-    phase (algorithms/packed/runner.py), so the training time is the largest member's."""
+    phase (algorithms/packed/runner.py), so the training and evaluation times are the largest
+    member's, and the segments' costs are read from the first member's progress rows."""
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="repro-probe-") as tmp:
         counters = train(Path(tmp))
+        progress = next(Path(tmp).glob("*/progress.csv"), None)
+        low, learning, high = segment_costs(progress, _learning_start(config), len(counters))
     wall = time.perf_counter() - t0
     train_s = max(c.time_sampling_s + c.time_optimizing_s for c in counters)
+    eval_s = max(c.time_evaluating_s for c in counters)
     steps = sum(c.env_steps for c in counters)
     return ProbeResult(
         job.arm,
@@ -153,10 +189,43 @@ def _measure(job: Job, train: Callable[[Path], list[Counters]]) -> ProbeResult:
         steps,
         sum(c.updates for c in counters),
         train_s / max(1, steps),
-        max(0.0, wall - train_s),
+        max(0.0, wall - train_s - eval_s),
         startup_seconds(),
         dt.datetime.now().astimezone().isoformat(timespec="minutes"),
+        low,
+        learning,
+        high,
+        eval_s,
     )
+
+
+def _learning_start(config) -> int:
+    return max([getattr(config.algo_config, name, 0) for name in LEARN_START_FIELDS] + [0])
+
+
+def segment_costs(progress: Path | None, learning_start: int, members: int = 1) -> tuple[float, float, float]:
+    """Over the probe's progress segments that start at or after ``learning_start``, the cheapest
+    cost per env step, the cost of all of them together and the dearest (of ``members`` packed
+    members: per member env step); NaNs with fewer than two such segments."""
+    import pandas as pd
+
+    nan = (math.nan, math.nan, math.nan)
+    if progress is None or not progress.is_file():
+        return nan
+    rows = pd.read_csv(progress)
+    if not {"env_steps", "time_sampling_s", "time_optimizing_s"} <= set(rows) or len(rows) < 3:
+        return nan
+    steps = rows.env_steps.to_numpy(float)
+    seconds = (rows.time_sampling_s + rows.time_optimizing_s).to_numpy(float)
+    segments = [
+        (seconds[i + 1] - seconds[i], (steps[i + 1] - steps[i]) * members)
+        for i in range(len(rows) - 1)
+        if steps[i] >= learning_start and steps[i + 1] > steps[i]
+    ]
+    if len(segments) < 2:
+        return nan
+    costs = [s / n for s, n in segments]
+    return min(costs), sum(s for s, _ in segments) / sum(n for _, n in segments), max(costs)
 
 
 @cache
@@ -181,24 +250,65 @@ def probe_key(arm: str, members: int = 1) -> str | tuple[str, int]:
     return arm if members == 1 else (arm, members)
 
 
+def evaluations_left(job: Job) -> int:
+    """Evaluations ``job`` still makes: one per ``runner.eval_interval_steps`` crossed in the steps
+    left and one at the end (``algorithms.runners.sync``); none when complete."""
+    left = steps_left(job)
+    if not left:
+        return 0
+    interval = job.config.runner.eval_interval_steps
+    if not interval:
+        return 1
+    done = job.n_steps - left
+    return job.n_steps // interval - done // interval + (1 if job.n_steps % interval else 0)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A plan's remaining wall time in seconds: ``seconds`` (the point) within ``low`` to ``high``."""
+
+    low: float
+    seconds: float
+    high: float
+
+
+def estimate_range(
+    jobs: Sequence[Job],
+    probes: Mapping[str | tuple[str, int], ProbeResult],
+    n_slots: int,
+    packs: Sequence[Sequence[Job]] | None = None,
+) -> Estimate:
+    """The plan's remaining wall time on ``n_slots`` slots with its range (module docstring); complete
+    jobs cost nothing. ``packs``: the plan's processes (``run --pack``; default each job alone), each
+    costed with the probe of its arm at its size (``probe_key``): its env steps left at the probe's
+    cost per env step, its evaluations left (a pack's members evaluate one after another), plus one
+    fixed cost and start-up. A pack some of whose members are complete is costed at its full size."""
+    totals = {"low": 0.0, "mid": 0.0, "high": 0.0}
+    longest = 0.0
+    for pack in packs or [(job,) for job in jobs]:
+        left = sum(steps_left(job) for job in pack)
+        if not left:
+            continue
+        probe = probes[probe_key(pack[0].arm, len(pack))]
+        evals = max(evaluations_left(job) for job in pack)
+        for end in totals:
+            task = left * probe.per_step(end) + evals * probe.eval_s + probe.fixed_s + probe.startup_s
+            totals[end] += task
+            if end == "high":
+                longest = max(longest, task)
+    slots = max(1, n_slots)
+    idle = (1 - 1 / slots) * longest
+    return Estimate(totals["low"] / slots, totals["mid"] / slots, totals["high"] / slots + idle)
+
+
 def estimate_seconds(
     jobs: Sequence[Job],
     probes: Mapping[str | tuple[str, int], ProbeResult],
     n_slots: int,
     packs: Sequence[Sequence[Job]] | None = None,
 ) -> float:
-    """The plan's remaining wall time on ``n_slots`` slots (module docstring); complete jobs cost nothing.
-    ``packs``: the plan's processes (``run --pack``; default each job alone), each costed with the
-    probe of its arm at its size (``probe_key``): its env steps left at the probe's cost per env step
-    plus one fixed cost and start-up. A pack some of whose members are complete is costed at its
-    full size."""
-    total = 0.0
-    for pack in packs or [(job,) for job in jobs]:
-        left = sum(steps_left(job) for job in pack)
-        if left:
-            probe = probes[probe_key(pack[0].arm, len(pack))]
-            total += left * probe.seconds_per_step + probe.fixed_s + probe.startup_s
-    return total / max(1, n_slots)
+    """The point of ``estimate_range``."""
+    return estimate_range(jobs, probes, n_slots, packs).seconds
 
 
 def cache_path() -> Path:

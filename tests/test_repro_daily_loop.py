@@ -1,0 +1,251 @@
+"""A researcher's daily loop through ``python -m repro``: a setting run without a plan on any env with
+any seeds, ``--set`` overrides recorded with their origin, sweeps as arms of one report, optional
+dependencies refused before any job, TensorBoard per run, and what the report makes of it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from tiny_setting import a2c_cartpole_setting
+
+from algorithms.configs import ConfigError
+from algorithms.train import config_from_dict
+from repro import extras
+from repro.cli import main
+from repro.plans import expand, load_plan, parse_seeds, setting_plan
+from repro.settings import load_setting, parse_overrides
+
+REPO = Path(__file__).resolve().parents[1]
+# A profile that keeps the tiny setting's own budget (400 env steps, a row every 100).
+AS_SET = '[profile]\ndescription = "test: the setting\'s own budget"\n'
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "tiny.toml").write_text(textwrap.dedent(a2c_cartpole_setting()))
+    (tmp_path / "as_set.toml").write_text(AS_SET)
+    return tmp_path
+
+
+def repro(*args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "repro", *args]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def _cells(html: str, table: str) -> list[list[str]]:
+    body = re.search(rf'<table id="{table}">.*?<tbody>(.*?)</tbody>', html, re.S).group(1)
+    return [re.findall(r"<td>(.*?)</td>", row, re.S) for row in re.findall(r"<tr>(.*?)</tr>", body, re.S)]
+
+
+@pytest.mark.slow
+def test_a_setting_runs_without_a_plan_with_a_sweep_seeds_and_tensorboard(files):
+    """``run SETTING --env ID --seeds A-B --set key=a,b --tensorboard``: one arm per value, named by it,
+    each value recorded in config.json with origin 'command line', event files per run, and a report
+    that compares the arms and says what ran."""
+    root = files / "runs"
+    done = repro(
+        "run", str(files / "tiny.toml"), "--env", "CartPole-v1", "--seeds", "100-101",
+        "--profile", str(files / "as_set.toml"), "--root", str(root), "--no-progress", "--no-estimate",
+        "--set", "algo.learning_rate=1e-3,3e-3", "--set", "algo.value_coef=0.25", "--tensorboard",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    experiment = root / "tiny-as_set"
+    arms = sorted(p.name for p in experiment.iterdir() if p.is_dir())
+    assert arms == ["tiny_learning_rate-1e-3_value_coef-0.25", "tiny_learning_rate-3e-3_value_coef-0.25"]
+    for arm, rate, text in zip(arms, (1e-3, 3e-3), ("1e-3", "3e-3")):
+        for seed in (100, 101):
+            run = experiment / arm / "CartPole-v1" / f"seed{seed}"
+            config = json.loads((run / "config.json").read_text())
+            assert config["algo_config"]["learning_rate"] == rate and config["runner"]["seed"] == seed
+            assert config["origins"] == {
+                "algo_config.learning_rate": {
+                    "origin": "command line", "source": f"--set algo.learning_rate={text}",
+                },
+                "algo_config.value_coef": {"origin": "command line", "source": "--set algo.value_coef=0.25"},
+            }  # fmt: skip
+            assert config_from_dict(config).origins  # config.json reads back, origins included
+            assert config["runner"]["tensorboard"] is True
+            assert list((run / "tb").glob("events.out.tfevents.*")), "no TensorBoard event file"
+    record = json.loads((experiment / "plan.json").read_text())
+    (entry,) = record["plans"]
+    assert entry["plan"] == "tiny" and entry["title"] == "setting tiny: A2C on CartPole (test)"
+    assert entry["setting"] == str(files / "tiny.toml") and entry["seeds"] == "100,101"
+    assert entry["set"] == ["algo.learning_rate=1e-3,3e-3", "algo.value_coef=0.25"]
+    assert len(record["jobs"]) == 4
+
+    built = subprocess.run(
+        [sys.executable, "-m", "reports", "build", str(experiment), "--reps", "100"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr[-3000:]
+    html = (experiment / "report.html").read_text()
+    (plan_row,) = _cells(html, "plan")
+    assert plan_row[:2] == ["tiny", "setting tiny: A2C on CartPole (test)"] and plan_row[5] == "100,101"
+    (diff_row,) = _cells(html, "config-diff-table")
+    assert diff_row == ["algo_config.learning_rate", "0.001 (command line)", "0.003 (command line)"]
+    assert len(_cells(html, "command-line-table")) == 4  # 2 arms x 2 keys
+    assert '<section id="verdict">' in html and "reference-normalised" in html  # CartPole's bounds
+
+
+def test_sweep_expansion_one_arm_per_combination(files):
+    plan = setting_plan(str(files / "tiny.toml"), ["CartPole-v1", "Acrobot-v1"])
+    overrides = parse_overrides(
+        ["algo.learning_rate=1e-3,3e-3", "sampler.mode=serial", "algo.discount=0.9,0.99"]
+    )
+    jobs = expand(plan, "5,7", str(files / "as_set.toml"), files / "runs", overrides=overrides)
+    assert len(jobs) == 4 * 2 * 2  # 2 x 1 x 2 combinations, 2 envs, 2 seeds
+    names = sorted({j.arm for j in jobs})
+    assert names[0] == "tiny_learning_rate-1e-3_mode-serial_discount-0.9"
+    assert {(j.config.algo_config.learning_rate, j.config.algo_config.discount) for j in jobs} == {
+        (1e-3, 0.9), (1e-3, 0.99), (3e-3, 0.9), (3e-3, 0.99),
+    }  # fmt: skip
+    assert {j.seed for j in jobs} == {5, 7} and {j.env for j in jobs} == {"CartPole-v1", "Acrobot-v1"}
+    job = next(j for j in jobs if j.arm == names[0])
+    assert job.overrides == (
+        ("algo.learning_rate", "1e-3"),
+        ("sampler.mode", "serial"),
+        ("algo.discount", "0.9"),
+    )
+    assert job.run_dir.parent.parent.name == names[0]
+    assert not (files / "runs").exists()
+
+
+def test_set_values_are_read_as_toml_with_strings_lists_and_quoted_commas():
+    overrides = parse_overrides(["algo.hidden_sizes=[64, 64],[32]", 'env.id_note="a,b"', "runner.device=cpu"])
+    assert overrides["algo.hidden_sizes"] == (("[64, 64]", [64, 64]), ("[32]", [32]))
+    assert overrides["env.id_note"] == (('"a,b"', "a,b"),)
+    assert overrides["runner.device"] == (("cpu", "cpu"),)
+    for bad, why in [
+        ("algo.learning_rate", "expected section.key=value"),
+        ("opt.lr=1", "unknown section 'opt'"),
+        ("algo.learning_rate=1,,2", "an empty value"),
+        ("algo.learning_rate=1,1", "listed twice"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(why)):
+            parse_overrides([bad])
+    with pytest.raises(ConfigError, match="given twice"):
+        parse_overrides(["algo.discount=0.9", "algo.discount=0.99"])
+
+
+def test_show_and_diff_take_set_and_name_its_origin(capsys):
+    assert main(["show", "ppo_cartpole_zoo", "--set", "algo.learning_rate=5e-4"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("algo.learning_rate"))
+    assert "0.0005" in row and "command line" in row and "--set algo.learning_rate=5e-4" in row
+    assert main(["diff", "ppo_cartpole_zoo", "ppo_cartpole_zoo", "--set", "algo.learning_rate=5e-4"]) == 0
+    out = capsys.readouterr().out
+    assert "1 differing keys" in out and "[command line] --set algo.learning_rate=5e-4" in out
+
+
+def test_a_missing_extra_is_one_line_naming_it_before_any_job(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(extras, "is_installed", lambda extra: extra.name != "box2d")
+    root = tmp_path / "runs"
+    code = main(["run", "ppo_lunarlander", "--seeds", "2", "--profile", "smoke", "--root", str(root)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "env 'LunarLander-v3' (setting 'ppo_lunarlander') needs Box2D" in err
+    assert "pip install -c constraints.txt -e '.[box2d]'" in err
+    assert not root.exists()
+    monkeypatch.setattr(extras, "is_installed", lambda extra: extra.name != "mujoco")
+    assert main(["run", "ppo_halfcheetah", "--seeds", "1", "--root", str(root), "--dry-run"]) == 2
+    assert "'.[mujoco]'" in capsys.readouterr().err
+
+
+def test_extras_know_which_envs_need_them():
+    from algorithms.envs.config import EnvConfig
+
+    needed = {
+        env_id: getattr(extras.needed_extra(EnvConfig(id=env_id, kind="gym")), "name", None)
+        for env_id in ("LunarLander-v3", "BipedalWalker-v3", "HalfCheetah-v5", "CartPole-v1")
+    }
+    assert needed == {"LunarLander-v3": "box2d", "BipedalWalker-v3": "box2d", "HalfCheetah-v5": "mujoco",
+                      "CartPole-v1": None}  # fmt: skip
+    assert extras.needed_extra(EnvConfig(id="pong")).name == "atari"
+
+
+@pytest.mark.slow
+def test_the_box2d_settings_run_after_the_documented_install(tmp_path):
+    """CI installs the box2d extra (make test); a machine without it skips, saying so."""
+    if not extras.is_installed(extras.EXTRAS["box2d"]):
+        pytest.skip("Box2D not installed here: pip install -c constraints.txt -e '.[box2d]'")
+    root = tmp_path / "runs"
+    for setting in ("ppo_lunarlander", "dqn_lunarlander"):
+        done = repro(
+            "run", setting, "--seeds", "1", "--profile", "smoke", "--root", str(root), "--no-progress",
+            "--no-estimate", "--set", "runner.n_steps=1024",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "1 complete" in done.stdout
+
+
+def test_plans_give_seed_specs_and_arms_take_paths(files, capsys):
+    plan = files / "plan.toml"
+    plan.write_text(
+        '[plan]\ntitle = "t"\narms = ["a2c_cartpole"]\nenvs = ["CartPole-v1"]\nenvs_source = "s"\n'
+        'seeds = "100-102"\n'
+    )
+    assert load_plan(str(plan)).seeds == "100-102"
+    root = files / "runs"
+    argv = ["run", str(plan), "--profile", "smoke", "--root", str(root), "--dry-run", "--no-estimate"]
+    assert main([*argv, "--arms", str(files / "tiny.toml")]) == 0
+    out = capsys.readouterr().out
+    assert "tiny/CartPole-v1/seed100" in out and "tiny/CartPole-v1/seed102" in out and "3 jobs" in out
+    assert main([*argv, "--seeds", "1,5,9"]) == 0
+    assert "a2c_cartpole/CartPole-v1/seed9" in capsys.readouterr().out
+    plan.write_text(plan.read_text().replace('"100-102"', '"102-100"'))
+    with pytest.raises(
+        ConfigError, match=r"plan.toml \[plan\] 'seeds' '102-100': the range 102-100 goes down"
+    ):
+        load_plan(str(plan))
+    assert not root.exists()
+
+
+def test_a_setting_runs_on_its_own_env_or_on_envs_given(files, capsys):
+    argv = ["run", "ppo_cartpole_zoo", "--seeds", "3", "--profile", "smoke", "--dry-run", "--no-estimate"]
+    assert main([*argv, "--root", str(files / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert "plan ppo_cartpole_zoo: setting ppo_cartpole_zoo" in out and "ppo_cartpole_zoo-smoke" in out
+    assert "ppo_cartpole_zoo/CartPole-v1/seed2" in out
+    assert main([*argv, "--root", str(files / "runs"), "--env", "Acrobot-v1", "--env", "MountainCar-v0"]) == 0
+    out = capsys.readouterr().out
+    assert "ppo_cartpole_zoo/Acrobot-v1/seed0" in out and "ppo_cartpole_zoo/MountainCar-v0/seed2" in out
+
+
+def test_make_passes_seed_specs_through():
+    done = subprocess.run(
+        ["make", "-n", "reproduce-r2d1", "SEEDS=100-104", "PROFILE=smoke", "-o", ".venv/.installed"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert '--seeds "100-104"' in done.stdout
+    assert parse_seeds("100-104") == (100, 101, 102, 103, 104)
+
+
+def test_a_base_file_resolves_against_the_referring_settings_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    parent = textwrap.dedent(a2c_cartpole_setting()).replace('base = "a2c_atari"', 'algo = "a2c"')
+    (folder / "parent.toml").write_text(parent)
+    (folder / "child.toml").write_text(
+        '[setting]\ntitle = "c"\ncitation = "c"\nbase = "parent.toml"\n'
+        '[algo]\nlearning_rate = { value = 1e-2, source = "test" }\n'
+    )
+    monkeypatch.chdir(tmp_path)  # not the settings' folder
+    child = load_setting(str(folder / "child.toml"))
+    assert (
+        child.entries["algo.learning_rate"].value == 1e-2 and child.entries["env.id"].value == "CartPole-v1"
+    )
+    (folder / "orphan.toml").write_text('[setting]\ntitle = "o"\ncitation = "c"\nbase = "nowhere.toml"\n')
+    with pytest.raises(
+        ConfigError, match=r"orphan.toml \[setting\] 'base': setting file .*nowhere.toml does not"
+    ):
+        load_setting(str(folder / "orphan.toml"))
+    (folder / "orphan.toml").write_text('[setting]\ntitle = "o"\ncitation = "c"\nbase = "nosuchsetting"\n')
+    with pytest.raises(ConfigError, match=r"orphan.toml \[setting\] 'base': unknown setting 'nosuchsetting'"):
+        load_setting(str(folder / "orphan.toml"))
