@@ -30,11 +30,11 @@ EXP ?=
 # PACK=auto chooses K from the slots. Empty: one process per run.
 PACK ?=
 
-.PHONY: help venv test lint format bench-env bench-minatar-dqn bench-packed bench-learn-dqn bench-dqn-speed bench-learn-pg bench-pg-speed bench-sampler bench-replay \
+.PHONY: help venv test lint format bench-env bench-minatar-dqn bench-r2d1-minatar bench-packed bench-learn-dqn bench-dqn-speed bench-learn-pg bench-pg-speed bench-sampler bench-replay \
 	reproduce-r2d1 repro-dry-run check-suite report regress regress-update clean
 
 help:
-	@echo "make test | lint | bench-env | bench-minatar-dqn | bench-packed | bench-learn-dqn | bench-learn-pg | bench-sampler"
+	@echo "make test | lint | bench-env | bench-minatar-dqn | bench-r2d1-minatar | bench-packed | bench-learn-dqn | bench-learn-pg | bench-sampler"
 	@echo "make reproduce-r2d1 SEEDS=3 PROFILE=smoke|mini|paper [GAMES=pong,qbert] [BACKEND=local|ray] [JOBS=n] [PACK=K|auto]"
 	@echo "    [ADDRESS=head:6379] [SHARED_FS=1] [CPUS_PER_JOB=n] [GPUS_PER_JOB=0.25]   (docs/ray_cluster.md)"
 	@echo "make reproduce-r2d1 SUITE=minatar SEEDS=5 [PROFILE=minatar_cpu|smoke]"
@@ -127,6 +127,13 @@ bench-env: $(STAMP)
 # implementation could reach here. MINATAR_DQN_ARGS="--quick" for a smoke run.
 bench-minatar-dqn: $(STAMP)
 	$(PY) -m bench.bench_minatar_dqn --out runs/bench/minatar_dqn.csv $(MINATAR_DQN_ARGS)
+
+# R2D1 on MinAtar (setting r2d1_minatar_corrected): the job loop against a plain-PyTorch floor of the
+# same work, interleaved, per CPU second; the results land in docs/results/. R2D1_MINATAR_ARGS="--quick"
+# for a smoke run (written to runs/bench/ then: R2D1_MINATAR_OUT=runs/bench/r2d1_minatar.csv).
+R2D1_MINATAR_OUT ?= docs/results/r2d1_minatar_bench.csv
+bench-r2d1-minatar: $(STAMP)
+	$(PY) -m bench.bench_r2d1_minatar --out $(R2D1_MINATAR_OUT) $(R2D1_MINATAR_ARGS)
 
 # Packed runs: 5 seeds in one packed process against 5 single-seed processes on 2 slots,
 # MinAtar DQN, the MinAtar R2D1 arm and SAC on Pendulum; PACKED_ARGS="--settings dqn_minatar --repeats 1 --scale 0.3" is short.

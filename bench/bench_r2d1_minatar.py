@@ -25,7 +25,7 @@ the first update (the job loop, learning on), and the CPU milliseconds of one up
 ``--updates`` updates. Reported: every repeat in the CSV, medians, and the median of the repeats'
 paired ratios with its 95% bootstrap CI (``bench.speed.paired_ratios``) in a Markdown summary.
 
-    python -m bench.bench_r2d1_minatar --out docs/results/r2d1_minatar_speed.csv [--game breakout]
+    python -m bench.bench_r2d1_minatar --out docs/results/r2d1_minatar_bench.csv [--game breakout]
         [--steps 6400] [--updates 20] [--repeats 5] [--quick]
 """
 
@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -137,13 +138,32 @@ class PlainR2D1Net(nn.Module):
         self.value = nn.Sequential(nn.Linear(size, size), nn.ReLU(), nn.Linear(size, 1))
         self.advantage = nn.Sequential(nn.Linear(size, size), nn.ReLU(), nn.Linear(size, actions))
 
-    def forward(self, obs, prev_action, prev_reward, state):
-        T, B = obs.shape[:2]
-        features = self.conv(obs.reshape(T * B, *obs.shape[2:])).relu().reshape(T, B, -1)
-        one_hot = nn.functional.one_hot(prev_action, self.actions).to(features.dtype)
-        out, state = self.lstm(torch.cat([features, one_hot, prev_reward.unsqueeze(-1)], -1), state)
+    def features(self, obs, prev_action, prev_reward):
+        lead = obs.shape[: obs.dim() - 3]
+        x = self.conv(obs.reshape(-1, *obs.shape[-3:])).relu().reshape(*lead, -1)
+        one_hot = nn.functional.one_hot(prev_action, self.actions).to(x.dtype)
+        return torch.cat([x, one_hot, prev_reward.unsqueeze(-1)], -1)
+
+    def head(self, out):
         advantage = self.advantage(out)
-        return self.value(out) + advantage - advantage.mean(-1, keepdim=True), state
+        return self.value(out) + advantage - advantage.mean(-1, keepdim=True)
+
+    def act(self, obs, prev_action, prev_reward, state):
+        """One step of B envs: ``torch.lstm_cell``, the cheapest single step (as this code base acts)."""
+        lstm = self.lstm
+        h, c = torch.lstm_cell(
+            self.features(obs, prev_action, prev_reward),
+            state,
+            lstm.weight_ih_l0,
+            lstm.weight_hh_l0,
+            lstm.bias_ih_l0,
+            lstm.bias_hh_l0,
+        )
+        return self.head(h), (h, c)
+
+    def forward(self, obs, prev_action, prev_reward, state):
+        out, state = self.lstm(self.features(obs, prev_action, prev_reward), state)
+        return self.head(out), state
 
 
 def h(x: torch.Tensor, eps: float) -> torch.Tensor:
@@ -188,7 +208,7 @@ def plain_rate(game: str, steps: int, updates: int, seed: int, threads: int) -> 
         "h": np.zeros((rows, B, algo.lstm_size), np.float32),
         "c": np.zeros((rows, B, algo.lstm_size), np.float32),
     }
-    state = (torch.zeros(1, B, algo.lstm_size), torch.zeros(1, B, algo.lstm_size))
+    state = (torch.zeros(B, algo.lstm_size), torch.zeros(B, algo.lstm_size))
     prev_action, prev_reward = np.zeros(B, np.int64), np.zeros(B, np.float32)
     start = np.ones(B, bool)
     t = 0
@@ -200,20 +220,20 @@ def plain_rate(game: str, steps: int, updates: int, seed: int, threads: int) -> 
         nonlocal obs, state, prev_action, prev_reward, start, t
         row = t % rows
         ring["obs"][row], ring["prev_action"][row], ring["prev_reward"][row] = obs, prev_action, prev_reward
-        ring["start"][row], ring["h"][row], ring["c"][row] = start, state[0][0], state[1][0]
+        ring["start"][row], ring["h"][row], ring["c"][row] = start, state[0], state[1]
         with torch.inference_mode():
-            q, state = net(
-                torch.from_numpy(obs[None]).float(),
-                torch.from_numpy(prev_action[None]),
-                torch.from_numpy(prev_reward[None]),
+            q, state = net.act(
+                torch.from_numpy(obs).float(),
+                torch.from_numpy(prev_action),
+                torch.from_numpy(prev_reward),
                 state,
             )
         explore = rng.random(B) < epsilons
-        action = np.where(explore, rng.integers(A, size=B), q[0].argmax(-1).numpy())
+        action = np.where(explore, rng.integers(A, size=B), q.argmax(-1).numpy())
         step = envs.step(action)
         done = step["terminated"] | step["truncated"]
         ring["action"][row], ring["reward"][row], ring["done"][row] = action, step["reward"], done
-        keep = torch.from_numpy(~done).float()[None, :, None]
+        keep = torch.from_numpy(~done).float()[:, None]
         state = (state[0] * keep, state[1] * keep)
         obs, prev_action = step["observation"], np.where(done, 0, action)
         prev_reward, start = np.where(done, 0.0, step["reward"]).astype(np.float32), done
@@ -292,6 +312,11 @@ def summarize(rows: list[dict], args: argparse.Namespace, loads: tuple[float, fl
         f"{SETTING}; {args.steps} timed env steps after the first update, {args.updates} updates timed "
         f"alone, {args.repeats} repeats, ours and plain interleaved, each run in a fresh process. "
         f"1-minute load average {loads[0]:.2f} at the start, {loads[1]:.2f} at the end.",
+        "",
+        f"Command: `python -m bench.bench_r2d1_minatar {' '.join(args.argv)}`, "
+        f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(args.started))}-"
+        f"{time.strftime('%H:%M UTC', time.gmtime())}, at commit {speed.git_commit()}.",
+        "",
         "The ratio column is the median of the repeats' own ratios ours / plain with its 95% bootstrap CI.",
         "",
         "| quantity | ours (median) | plain (median) | ours / plain [95% CI] |",
@@ -315,6 +340,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads, both implementations")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 800 steps, 3 updates, one repeat")
     args = parser.parse_args()
+    args.argv, args.started = sys.argv[1:], time.time()
     if args.quick:
         args.steps, args.updates, args.repeats = 800, 3, 1
     if min(args.steps, args.updates, args.repeats, args.threads) < 1:

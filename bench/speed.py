@@ -286,6 +286,14 @@ def ratio_with_ci(paired: np.ndarray) -> str:
     return f"{median:.2f} [{low:.2f}, {high:.2f}]"
 
 
+def git_commit() -> str:
+    """The short commit of this checkout, with ``+`` when tracked files differ from it."""
+    root = Path(__file__).resolve().parent.parent
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=root)
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=root).returncode != 0
+    return commit.stdout.strip() + ("+" if dirty else "")
+
+
 def write_rows(out: Path, rows: Sequence[Mapping[str, Any]], fieldnames: Sequence[str]) -> None:
     """``rows`` as the CSV file ``out`` (its folder created)."""
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -64,6 +64,19 @@ class RankStreams:
         return torch.from_numpy(out)
 
 
+# Modules whose forward reads ``training``: dropout and batch statistics (no model here has one today).
+_MODE_SENSITIVE = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase)
+
+
+def mode_sensitive(model: nn.Module) -> bool:
+    """Whether ``model`` computes differently in train and eval mode: it holds a dropout or
+    normalisation module, or a recurrent one with dropout between layers."""
+    return any(
+        isinstance(m, _MODE_SENSITIVE) or (isinstance(m, nn.RNNBase) and m.dropout > 0)
+        for m in model.modules()
+    )
+
+
 class Agent(ABC):
     """Base class: holds ``model``, the env ranks it acts for and their random streams.
 
@@ -74,6 +87,7 @@ class Agent(ABC):
 
     def __init__(self, model: nn.Module, observation_space: gym.Space, action_space: gym.Space) -> None:
         self.model = model
+        self._mode_sensitive = mode_sensitive(model)
         self.observation_space = observation_space
         self.action_space = action_space
         self.mode: Mode = "sample"
@@ -127,7 +141,10 @@ class Agent(ABC):
             raise ValueError(f"unknown agent mode {mode!r}")
         self.mode = mode
         self.env_steps = int(env_steps)
-        if self.model.training != (mode == "train"):  # train() walks every module: not per step
+        # train() walks every module (docs/results/core_measurements.md, agents/base.py), and the
+        # runners switch between sampling and training every iteration: only a model whose output
+        # depends on the mode is switched.
+        if self._mode_sensitive and self.model.training != (mode == "train"):
             self.model.train(mode == "train")
 
     def initial_state(self, batch_size: int) -> NamedArrays | None:
