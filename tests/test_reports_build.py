@@ -130,3 +130,107 @@ def test_values_in_effect_show_next_to_the_stated_ones(tmp_path):
     ]  # fmt: skip
     assert _table_rows(html, "effective-values-table") == 2
     assert why in html
+
+
+def _eval_only_at_the_end(exp):
+    for path in exp.glob("*/*/seed*/eval.csv"):
+        lines = path.read_text().splitlines()
+        last = lines[-1].split(",")[0]
+        path.write_text("\n".join([lines[0]] + [x for x in lines[1:] if x.split(",")[0] == last]) + "\n")
+
+
+def test_one_final_score_across_the_report_in_percent(tmp_path):
+    """The aggregates, the per-env final table and the sample-efficiency curve are one quantity (the
+    evaluations here), all in percent; the curve ends at the aggregates' IQM."""
+    from analysis import aggregate
+    from analysis.curves import EVAL_SOURCE, resample_curves, score_tables
+    from analysis.runs import load_experiment
+
+    arms = {"a": SyntheticArm(0.4, {"algo": "dqn"}), "b": SyntheticArm(0.6, {"algo": "dqn"})}
+    envs = ["minatar_breakout", "minatar_asterix"]
+    exp = write_experiment(tmp_path, "exp", arms, envs, [0, 1, 2], n_logs=4, eval_episodes=2)
+    scores = score_tables(load_experiment(exp))
+    assert set(scores.final.source) == set(scores.curves.source) == {EVAL_SOURCE}
+    matrices, _, _ = aggregate.score_matrices(scores.final)
+    iqm = aggregate.aggregate_metrics(matrices, reps=100).query("metric == 'IQM'").set_index("arm").value
+    curve = aggregate.sample_efficiency(resample_curves(scores.curves, "normalised", grid_per=()), reps=100)
+    last = curve.sort_values("env_steps").groupby("arm").tail(1).set_index("arm").iqm
+    assert last.to_dict() == pytest.approx(iqm.to_dict())
+    html = build_report(exp, reps=100).read_text()
+    agg = {row[0]: row[1] for row in _rows(html, "aggregate-table")}
+    for arm in arms:
+        assert agg[arm].startswith(fmt(100 * iqm[arm]) + " [")  # percent, as the curve's axis
+    final = _rows(html, "final-table")
+    for row in final:
+        mean = scores.final[(scores.final.arm == row[0]) & (scores.final.env == row[1])].normalised.mean()
+        assert row[-1] == fmt(100 * mean)
+    assert "DQN-normalised score (%) (mean)" in html and "aggregates&#39; IQM" in html
+
+    # Runs that evaluated only at the end: the final score is still the evaluation, its curve one
+    # point (no sample-efficiency curve), and the training returns appear as what they are.
+    _eval_only_at_the_end(exp)
+    html = build_report(exp, reps=100).read_text()
+    assert 'id="fig-sample-efficiency"' not in html and "another quantity than the final score" in html
+    assert 'alt="training returns per env"' in html
+
+
+def _rows(html: str, table_id: str) -> list[list[str]]:
+    body = re.search(rf'<table id="{table_id}">.*?<tbody>(.*?)</tbody>', html, re.S).group(1)
+    return [re.findall(r"<td>(.*?)</td>", r, re.S) for r in re.findall(r"<tr>(.*?)</tr>", body, re.S)]
+
+
+def test_no_verdict_from_scores_normalised_within_the_experiment(tmp_path):
+    exp = write_experiment(tmp_path, "exp", ARMS, ["MyEnv-v0"], [0, 1, 2], n_logs=3, eval_episodes=2)
+    html = build_report(exp, reps=100).read_text()
+    assert '<section id="verdict">' in html and "No verdict: the scores are normalised within" in html
+    assert 'id="verdict-table"' not in html and "smallest IQM" not in html
+    assert "FALLBACK: min-max" in html and "--bounds FILE" in html
+    bounds = tmp_path / "bounds.toml"
+    bounds.write_text('[[env]]\nenv = "MyEnv-v0"\nscore_min = -21.0\nscore_max = 21.0\nscore_source = "t"\n')
+    assert main(["build", str(exp), "--reps", "100", "--bounds", str(bounds)]) == 0
+    html = (exp / "report.html").read_text()
+    assert 'id="verdict-table"' in html and _rows(html, "bounds-table")[0][:2] == ["MyEnv-v0", "-21"]
+
+
+def test_bad_bounds_file_is_one_line_exit_2(tmp_path, capsys):
+    exp = write_experiment(tmp_path, "exp", ARMS, ["MyEnv-v0"], [0], n_logs=2)
+    for name, text, why in [
+        ("b.csv", "env,low\nMyEnv-v0,1\n", "missing columns ['score_min', 'score_max']"),
+        ("c.csv", "env,score_min,score_max\nMyEnv-v0,5,5\n", "needs finite bounds low < high"),
+        ("d.toml", "[[env]]\nenv = 'x'\n", "entry 1 lacks ['score_min', 'score_max']"),
+        ("none.csv", None, "does not exist"),
+    ]:
+        path = tmp_path / name
+        if text is not None:
+            path.write_text(text)
+        assert main(["build", str(exp), "--bounds", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and why in err, err
+
+
+def test_no_detectable_difference_of_zero_without_spread():
+    import numpy as np
+
+    from analysis.verdict import power_statement, two_arm_verdict
+
+    same = {"a": np.zeros((3, 2)), "b": np.zeros((3, 2))}
+    found = two_arm_verdict(same, "a", "b", reps=100)
+    power = power_statement(found)
+    assert found.winner is None and np.isnan(power.detectable)
+    assert "cannot be estimated" in power.sentence and " 0:" not in power.sentence
+
+
+def test_the_time_split_legend_is_clear_of_the_axis_labels():
+    import pandas as pd
+
+    from reports.figures import time_split_figure
+
+    shares = {"share_sampling": 0.5, "share_optimizing": 0.3, "share_evaluating": 0.1, "share_logging": 0.1}
+    fig = time_split_figure(pd.DataFrame([{"arm": f"arm{i}", **shares} for i in range(2)]))
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    (ax,) = fig.axes
+    legend = ax.get_legend().get_window_extent(renderer)
+    for label in (ax.xaxis.label, ax.yaxis.label, *ax.get_yticklabels(), *ax.get_xticklabels()):
+        assert not legend.overlaps(label.get_window_extent(renderer)), label.get_text()
+    assert ax.get_xlim() == (0, 100) and "(%)" in ax.get_xlabel()
