@@ -256,12 +256,35 @@ class QpgConfig:
         )
 
 
+class WithoutCompiler:
+    """An optimizer mixin: ``Optimizer``'s ``add_param_group``, ``zero_grad``, ``state_dict`` and
+    ``load_state_dict`` without the ``torch._disable_dynamo`` wrapper, whose first call imports the
+    compiler stack (``torch._dynamo``, about 1 CPU second) only to keep ``torch.compile`` from
+    tracing them; nothing in this code base compiles (docs/results/r2d1_minatar_speed.md, "Startup")."""
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        torch.optim.Optimizer.add_param_group.__wrapped__(self, param_group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        torch.optim.Optimizer.zero_grad.__wrapped__(self, set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        return torch.optim.Optimizer.state_dict.__wrapped__(self)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        torch.optim.Optimizer.load_state_dict.__wrapped__(self, state_dict)
+
+
+class Adam(WithoutCompiler, torch.optim.Adam):
+    """``torch.optim.Adam`` that does not import the compiler stack (``WithoutCompiler``)."""
+
+
 def adam(params: Iterable[Any], learning_rate: float, eps: float = 1e-8) -> torch.optim.Adam:
     """Adam with the fused kernel: one pass over all tensors of the group per step instead of the CPU
     default's per-tensor loop, same update rule up to float rounding (tests/test_qpg_algos.py,
     tests/test_algos_fused_adam.py); about 4-5x faster per step on CPU
     (docs/results/core_measurements.md, "algorithms/algos/base.py")."""
-    return torch.optim.Adam(params, lr=learning_rate, eps=eps, fused=True)
+    return Adam(params, lr=learning_rate, eps=eps, fused=True)
 
 
 def minimize(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:

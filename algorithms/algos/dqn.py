@@ -29,7 +29,7 @@ from torch import nn
 
 from algorithms.agents.dqn_agents import EpsilonGreedyAgent
 from algorithms.agents.epsilon import EpsilonSchedule
-from algorithms.algos.base import OptInfo, QReplayLearner, adam
+from algorithms.algos.base import OptInfo, QReplayLearner, WithoutCompiler, adam
 from algorithms.arrays import NamedArrays
 from algorithms.configs import check_field, check_ranges
 from algorithms.functional.td import (
@@ -162,10 +162,10 @@ def make_optimizer(config: Config, params: Any) -> torch.optim.Optimizer:
     )
 
 
-class CenteredRMSprop(torch.optim.RMSprop):
+class CenteredRMSprop(WithoutCompiler, torch.optim.RMSprop):
     """``torch.optim.RMSprop(centered=True)`` (no momentum, no weight decay), the same update in the
     same state layout, stepped with one multi-tensor kernel per operation and without the per-call
-    profiling and grouping work of ``Optimizer.step``.
+    profiling and grouping work of ``Optimizer.step`` (nor the compiler import, ``WithoutCompiler``).
 
     One difference that cannot change a parameter: the centered second moment is floored at
     ``(eps * 2^-26)^2`` before its square root. Below that floor ``sqrt + eps`` rounds to ``eps`` in
