@@ -156,7 +156,7 @@ def probe_job(job: Job, device: str) -> ProbeResult:
 def probe_pack(job: Job, device: str, members: int) -> ProbeResult:
     """Train the probe of ``job`` as a pack of ``members`` seeds (``run --pack``: one process,
     ``algorithms.packed.train_packed``) and measure it: its cost per env step is per member env step
-    of the pack, its fixed cost the pack's, so ``estimate_seconds`` costs a pack as it does a job."""
+    of the pack, its fixed cost the pack's, so ``estimate_range`` costs a pack as it does a job."""
     from algorithms.packed import train_packed
 
     config = probe_config(on_device(job.config, device), PROBE_BATCHES)
@@ -246,7 +246,7 @@ def steps_left(job: Job) -> int:
 
 
 def probe_key(arm: str, members: int = 1) -> str | tuple[str, int]:
-    """A probe's key in ``estimate_seconds``'s ``probes``: the arm alone, ``(arm, k)`` packed by k."""
+    """A probe's key in ``estimate_range``'s ``probes``: the arm alone, ``(arm, k)`` packed by k."""
     return arm if members == 1 else (arm, members)
 
 
@@ -281,8 +281,9 @@ def estimate_range(
     """The plan's remaining wall time on ``n_slots`` slots with its range (module docstring); complete
     jobs cost nothing. ``packs``: the plan's processes (``run --pack``; default each job alone), each
     costed with the probe of its arm at its size (``probe_key``): its env steps left at the probe's
-    cost per env step, its evaluations left (a pack's members evaluate one after another), plus one
-    fixed cost and start-up. A pack some of whose members are complete is costed at its full size."""
+    cost per env step, its evaluations left at the probe's time of one (for a pack, of all its
+    members), plus one fixed cost and start-up. A pack some of whose members are complete is costed
+    at its full size."""
     totals = {"low": 0.0, "mid": 0.0, "high": 0.0}
     longest = 0.0
     for pack in packs or [(job,) for job in jobs]:
@@ -299,16 +300,6 @@ def estimate_range(
     slots = max(1, n_slots)
     idle = (1 - 1 / slots) * longest
     return Estimate(totals["low"] / slots, totals["mid"] / slots, totals["high"] / slots + idle)
-
-
-def estimate_seconds(
-    jobs: Sequence[Job],
-    probes: Mapping[str | tuple[str, int], ProbeResult],
-    n_slots: int,
-    packs: Sequence[Sequence[Job]] | None = None,
-) -> float:
-    """The point of ``estimate_range``."""
-    return estimate_range(jobs, probes, n_slots, packs).seconds
 
 
 def cache_path() -> Path:

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from analysis.curves import EVAL_SOURCE, TRAIN_SOURCE, raw_scores, score_tables
-from analysis.scores import gym_reference_bounds, read_bounds
 from analysis.runs import flatten, load_experiment, load_run
+from analysis.scores import gym_reference_bounds, read_bounds
 from analysis.synthetic import SyntheticArm, write_experiment
 
 ARMS = {

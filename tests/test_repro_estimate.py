@@ -20,7 +20,7 @@ from repro import probe
 from repro.cli import main, smaller_runs_hint
 from repro.inspect_settings import resolve_label
 from repro.plans import expand, load_plan
-from repro.probe import ProbeCache, ProbeResult, estimate_range, estimate_seconds, steps_left
+from repro.probe import ProbeCache, ProbeResult, estimate_range, steps_left
 from repro.profiles import PROFILES_DIR
 from repro.record import PLAN_FILE, write_plan_record
 from repro.scheduler import Outcome, detect_slots
@@ -215,7 +215,9 @@ def test_the_estimate_counts_only_what_is_left(files):
     (half.run_dir / "progress.csv").write_text("env_steps,updates\n500,0\n1200,3\n")
     assert [steps_left(j) for j in jobs] == [0, 800]
     probes = {done.arm: _result(done, 0.01)}
-    assert estimate_seconds(jobs, probes, n_slots=1) == pytest.approx(800 * 0.01 + 2.0 + 3.0)
+    estimate = estimate_range(jobs, probes, n_slots=1)
+    assert estimate.seconds == pytest.approx(800 * 0.01 + 2.0 + 3.0)  # no evaluation time measured
+    assert estimate.low == estimate.seconds == estimate.high  # one slot, no segments: no spread
 
 
 def test_plan_record_adds_up_runs_into_one_experiment(files):
