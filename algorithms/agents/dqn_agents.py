@@ -44,20 +44,29 @@ class EpsilonGreedyAgent(Agent):
             raise ValueError(f"{type(self).__name__} needs a Discrete action space, got {action_space}")
         super().__init__(model, observation_space, action_space)
         self.epsilon = epsilon
+        self._epsilons_key: tuple | None = None
+        self._epsilons = np.zeros(0, dtype=np.float32)
         self.n_actions = int(action_space.n)
         self.support = support
 
     def epsilons(self, batch_size: int) -> np.ndarray:
-        """The epsilon of each of the ``batch_size`` envs in the current mode (0 in ``train``)."""
+        """The epsilon of each of the ``batch_size`` envs in the current mode (0 in ``train``), float32
+        (what the exploration coins are compared with)."""
         if self.mode == "eval":
-            return np.full(batch_size, self.epsilon.eval)
+            return np.full(batch_size, self.epsilon.eval, dtype=np.float32)
         if self.mode == "train":
-            return np.zeros(batch_size)
+            return np.zeros(batch_size, dtype=np.float32)
         if len(self.env_ranks) == batch_size:
             ranks, n_envs = self.env_ranks, max(self.global_batch, batch_size)
         else:  # set_env_ranks was not called: this copy acts for all envs
             ranks, n_envs = np.arange(batch_size), batch_size
-        return self.epsilon.sample_epsilons(self.env_steps, ranks, n_envs)
+        # Computed again only when they can change: per step while annealing, else once per rank set.
+        annealing = self.env_steps < self.epsilon.decay_steps
+        key = (ranks.tobytes(), n_envs, self.env_steps if annealing else -1)
+        if key != self._epsilons_key:
+            self._epsilons_key = key
+            self._epsilons = self.epsilon.sample_epsilons(self.env_steps, ranks, n_envs).astype(np.float32)
+        return self._epsilons
 
     def to_q(self, model_output: torch.Tensor) -> torch.Tensor:
         """Q-values from the model's output (the distribution's mean for categorical models)."""
@@ -71,7 +80,7 @@ class EpsilonGreedyAgent(Agent):
         Each env draws two uniforms per step from its own stream (``Agent.uniform``): the explore
         coin and the random action, ``floor(u * A)``; greedy or not, the draws are the same.
         """
-        eps = self.epsilons(batch_size).astype(np.float32)
+        eps = self.epsilons(batch_size)
         coin, pick = self.uniform(batch_size, 2, device="cpu").numpy().T
         # float32 u * A can round up to A for u just below 1: clamp into range. In numpy: torch ops
         # on tiny arrays cost more (docs/results/core_measurements.md, agents/dqn_agents.py).
