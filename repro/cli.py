@@ -487,12 +487,16 @@ def _job_configs(args: argparse.Namespace, seeds: Sequence[int]) -> list:
 
 
 def _as_job(body: Callable[[], None]) -> int:
-    """Run ``body`` as a job of the scheduler: stop with it, and exit with ``BUSY_EXIT_CODE`` when a run
-    directory is held by another process, 130 when interrupted."""
+    """Run ``body`` as a job of the scheduler: stop with it, and as on Ctrl-C at SIGTERM or SIGHUP also
+    when started by hand (so status.json says interrupted); exit with ``BUSY_EXIT_CODE`` when a run
+    directory is held by another process, ``NO_SPACE_EXIT_CODE`` on a full disk, 130 when interrupted."""
+    import errno
+
     from algorithms.rundir import RunBusy
-    from repro.scheduler import BUSY_EXIT_CODE, follow_scheduler
+    from repro.scheduler import BUSY_EXIT_CODE, NO_SPACE_EXIT_CODE, follow_scheduler, stop_on_signals
 
     try:
+        stop_on_signals()
         follow_scheduler()
         body()
     except RunBusy as e:
@@ -501,6 +505,11 @@ def _as_job(body: Callable[[], None]) -> int:
     except KeyboardInterrupt:
         print("interrupted: stopped; status.json says interrupted (rerun to continue)", file=sys.stderr)
         return 130
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        print(f"error: no space left on device writing {e.filename or 'the run'}", file=sys.stderr)
+        return NO_SPACE_EXIT_CODE
     return 0
 
 
@@ -681,6 +690,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except ValueError as e:  # a run directory that may not be read (imported only where one was read)
+        from algorithms.rundir import RunUnreadable
+
+        if not isinstance(e, RunUnreadable):
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # Ctrl-C (or SIGTERM/SIGHUP in `run`) before or after the jobs ran
         print("interrupted", file=sys.stderr)
         return 130
