@@ -135,6 +135,7 @@ def _profile_arg(path: Path) -> str:
 def _tasks(jobs, cpus_per_job: int | None = None, packs=None, views: Sequence[str] = ()):
     """The scheduler's tasks: one per job (``run-job``), or one per pack of ``packs`` (``pack_jobs``;
     a pack of one is a job, of more a ``pack-job``)."""
+    from repro.plans import format_seeds
     from repro.scheduler import Member, Task
 
     tasks = []
@@ -143,7 +144,7 @@ def _tasks(jobs, cpus_per_job: int | None = None, packs=None, views: Sequence[st
         argv = [sys.executable, "-m", "repro", "run-job" if len(pack) == 1 else "pack-job"]
         argv += ["--arm", j.setting, "--profile", _profile_arg(j.profile_path), "--env", j.env]
         argv += (
-            ["--seed", str(j.seed)] if len(pack) == 1 else ["--seeds", ",".join(str(m.seed) for m in pack)]
+            ["--seed", str(j.seed)] if len(pack) == 1 else ["--seeds", format_seeds([m.seed for m in pack])]
         )
         for member in pack:
             argv += ["--run-dir", str(member.run_dir)]
@@ -533,7 +534,7 @@ def _cmd_pack_job(args: argparse.Namespace) -> int:
     from algorithms.train import train
     from repro.plans import parse_seeds
 
-    seeds = parse_seeds(args.seeds) if "," in args.seeds else (int(args.seeds),)
+    seeds = parse_seeds(args.seeds)
     if len(seeds) != len(args.run_dir):
         raise ConfigError(f"{len(seeds)} seeds but {len(args.run_dir)} --run-dir")
 
@@ -661,7 +662,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--seed", type=int, required=True)
             p.add_argument("--run-dir", required=True)
         else:
-            p.add_argument("--seeds", required=True, help="comma-separated, one per --run-dir")
+            p.add_argument("--seeds", required=True, help="a seed spec (1,2 or 0-4), one seed per --run-dir")
             p.add_argument("--run-dir", action="append", required=True, help="one per seed, in order")
         p.add_argument("--device", default=None)
         p.add_argument(
