@@ -3,13 +3,17 @@
 The probe trains the job's own config (profile applied, on the scheduler's slot device) for 16 sampler
 batches or 4,000 env steps, whichever is more (never more than the job itself), with learning from a
 quarter of the way in where the config allows it, logging in ``PROBE_SEGMENTS`` segments and
-evaluating once at the end as the job evaluates (its episodes), so that the measured cost per env step
-includes updates at the arm's replay ratio. Replay-ratio algorithms with long sequences need many
+evaluating once at the end (at most ``PROBE_EVAL_EPISODES`` of the job's episodes, each cut at the
+probe's own length), so that the measured cost per env step includes updates at the arm's replay
+ratio. Replay-ratio algorithms with long sequences need many
 batches before their first update (R2D1: the first 125-step sequence, then 6,400 to 7,680 env steps
 per update); a probe that saw no update says so, and its estimate then leaves learning out. From the
 probe's counters come the cost per env step (sampling + optimizing time / env steps; the estimate
 takes it over the segments after learning started, as a job learns over almost all of its steps),
-its spread (the cheapest and the dearest of those segments), the time of one evaluation,
+its spread (the cheapest and the dearest of those segments), the time of one of the job's
+evaluations (the probe's cost per evaluation step times the job's episodes, each as long as the
+probe's episodes, or the job's cap where the probe's were cut: an untrained policy's episode
+lengths stand in for the job's),
 and the fixed cost of a job (the rest of the wall time: env and model build), plus the start-up of a
 fresh interpreter importing the training stack. The estimate for the plan (``estimate_range``) is
 
@@ -79,6 +83,9 @@ MAX_PROBE_SHARE = 0.01
 PROBE_BATCHES = 16
 # Progress rows of a probe: the segments whose costs per env step give the estimate's spread.
 PROBE_SEGMENTS = 8
+# Evaluation episodes a probe plays (R2D2's 30 Atari episodes of up to 27,000 steps would cost more
+# than the probe's training); the job's evaluation time is scaled from them (module docstring).
+PROBE_EVAL_EPISODES = 2
 
 LEARN_START_FIELDS = ("learning_starts_steps", "learning_starts_steps")
 
@@ -98,7 +105,7 @@ class ProbeResult:
     seconds_per_step_low: float = math.nan
     seconds_per_step_learning: float = math.nan
     seconds_per_step_high: float = math.nan
-    eval_s: float = 0.0  # one evaluation (the job's episodes)
+    eval_s: float = 0.0  # one evaluation of the job (its episodes; module docstring)
 
     def per_step(self, end: str) -> float:
         """Cost per env step at the ``low``, ``mid`` or ``high`` end of the range."""
@@ -122,9 +129,16 @@ def probe_config(config, batches: int, min_steps: int = 4_000):
                 algo_config = dataclasses.replace(algo_config, **{name: n_steps // 4})
             except ValueError:  # the Config refuses it (e.g. below the minibatch size): keep its value
                 pass
+    episodes = min(config.sampler.eval_episodes, PROBE_EVAL_EPISODES)
     return dataclasses.replace(
         config,
         algo_config=algo_config,
+        sampler=dataclasses.replace(
+            config.sampler,
+            eval_episodes=episodes,
+            eval_n_envs=max(1, min(config.sampler.eval_n_envs, episodes)),
+            eval_max_steps=min(config.sampler.eval_max_steps, n_steps),
+        ),
         runner=dataclasses.replace(
             config.runner,
             n_steps=n_steps,
@@ -179,9 +193,12 @@ def _measure(job: Job, train: Callable[[Path], list[Counters]], config) -> Probe
         counters = train(Path(tmp))
         progress = next(Path(tmp).glob("*/progress.csv"), None)
         low, learning, high = segment_costs(progress, _learning_start(config), len(counters))
+        probe_eval_s = max(c.time_evaluating_s for c in counters)
+        eval_s = job_evaluation_seconds(
+            next(Path(tmp).glob("*/eval.csv"), None), probe_eval_s, config.sampler, job.config.sampler
+        )
     wall = time.perf_counter() - t0
     train_s = max(c.time_sampling_s + c.time_optimizing_s for c in counters)
-    eval_s = max(c.time_evaluating_s for c in counters)
     steps = sum(c.env_steps for c in counters)
     return ProbeResult(
         job.arm,
@@ -189,7 +206,7 @@ def _measure(job: Job, train: Callable[[Path], list[Counters]], config) -> Probe
         steps,
         sum(c.updates for c in counters),
         train_s / max(1, steps),
-        max(0.0, wall - train_s - eval_s),
+        max(0.0, wall - train_s - probe_eval_s),
         startup_seconds(),
         dt.datetime.now().astimezone().isoformat(timespec="minutes"),
         low,
@@ -197,6 +214,22 @@ def _measure(job: Job, train: Callable[[Path], list[Counters]], config) -> Probe
         high,
         eval_s,
     )
+
+
+def job_evaluation_seconds(eval_csv: Path | None, probe_s: float, probed, job) -> float:
+    """One evaluation of the job (sampler config ``job``) from the probe's (``probed``, its episodes in
+    ``eval_csv``, ``probe_s`` seconds): the probe's seconds per evaluation step times the job's
+    episodes x the probe's mean episode length, or the job's cap where every probe episode was cut."""
+    import pandas as pd
+
+    if not job.eval_episodes or eval_csv is None or not eval_csv.is_file():
+        return 0.0
+    lengths = pd.read_csv(eval_csv).get("length")
+    if lengths is None or not len(lengths) or lengths.sum() <= 0:
+        return 0.0
+    cut = bool((lengths >= probed.eval_max_steps).all()) and job.eval_max_steps > probed.eval_max_steps
+    length = job.eval_max_steps if cut else min(float(lengths.mean()), job.eval_max_steps)
+    return probe_s / float(lengths.sum()) * job.eval_episodes * length
 
 
 def _learning_start(config) -> int:

@@ -9,6 +9,7 @@ the cache (or the probe is replaced), so nothing here trains except the one end-
 from __future__ import annotations
 
 import json
+import math
 import re
 import textwrap
 from pathlib import Path
@@ -322,3 +323,31 @@ def test_the_estimate_range_covers_the_committed_r2d1_minatar_case(tmp_path):
             / case["slots"]
         )
         assert old < estimate.seconds and old < 0.85 * measured, (name, old)
+
+
+def test_segment_costs_and_the_job_evaluation_by_hand(tmp_path):
+    from algorithms.train import SamplerConfig
+    from repro.probe import job_evaluation_seconds, segment_costs
+
+    progress = tmp_path / "progress.csv"
+    # cumulative sampling + optimizing time 0.5, 1, 2, 4, 6, 7.5 s: from 1,000 steps on, segments of
+    # 1,000 steps costing 1, 2, 2 and 1.5 s
+    progress.write_text(
+        "env_steps,time_sampling_s,time_optimizing_s\n"
+        "500,0.5,0.0\n1000,1.0,0.0\n2000,1.5,0.5\n3000,2.5,1.5\n4000,3.5,2.5\n5000,4.5,3.0\n"
+    )
+    low, learning, high = segment_costs(progress, learning_start=1000)
+    assert (low, learning, high) == pytest.approx((0.001, 6.5 / 4000, 0.002))
+    low, learning, high = segment_costs(progress, learning_start=0)  # and 0.5 s over 500 steps before
+    assert (low, learning, high) == pytest.approx((0.001, 7.0 / 4500, 0.002))
+    assert all(map(math.isnan, segment_costs(progress, learning_start=4500)))  # one segment: no spread
+    evals = tmp_path / "eval.csv"
+    evals.write_text("env_steps,episode,return,length\n5000,0,1.0,100\n5000,1,2.0,300\n")
+    probed = SamplerConfig(eval_episodes=2, eval_max_steps=4000)
+    job = SamplerConfig(eval_episodes=10, eval_max_steps=27_000)
+    # 2 s over 400 evaluation steps; the job plays 10 episodes of the probe's mean length, 200 steps
+    assert job_evaluation_seconds(evals, 2.0, probed, job) == pytest.approx(2.0 / 400 * 10 * 200)
+    evals.write_text("env_steps,episode,return,length\n5000,0,1.0,4000\n5000,1,2.0,4000\n")
+    # every probe episode was cut at the probe's 4,000 steps: the job's run to its own cap
+    assert job_evaluation_seconds(evals, 8.0, probed, job) == pytest.approx(8.0 / 8000 * 10 * 27_000)
+    assert job_evaluation_seconds(evals, 8.0, probed, SamplerConfig(eval_episodes=0)) == 0.0
