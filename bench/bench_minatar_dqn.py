@@ -60,6 +60,7 @@ import os
 import random
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -363,25 +364,23 @@ def main() -> None:
     if "reference" in impls and not args.reference.is_file():
         print(f"no reference at {args.reference}: not timing it", flush=True)
         impls.remove("reference")
-    loads = [os.getloadavg()[0]]
-    rows = []
-    for repeat in range(args.repeats):
-        for impl in impls if repeat % 2 == 0 else impls[::-1]:
-            row = {"impl": impl, "game": args.game, "repeat": repeat, **time_impl(impl, args, repeat)}
-            row["steps_per_second"] = round(row["env_steps"] / row["seconds"], 2)
-            row["steps_per_cpu_second"] = round(row["env_steps"] / row["cpu_seconds"], 2)
-            row["seconds"], row["cpu_seconds"] = round(row["seconds"], 4), round(row["cpu_seconds"], 4)
-            rows.append(row)
-            print(
-                f"{impl:>14} repeat {repeat}: {row['steps_per_second']:7.1f} steps/s, "
-                f"{row['steps_per_cpu_second']:7.1f} steps/CPU-s",
-                flush=True,
-            )
-    loads.append(os.getloadavg()[0])
-    rows.sort(key=lambda r: (IMPLS.index(r["impl"]), r["repeat"]))
+
+    def run(impl: str, repeat: int) -> dict[str, Any]:
+        row = {"impl": impl, "game": args.game, "repeat": repeat, **time_impl(impl, args, repeat)}
+        row["steps_per_second"] = round(row["env_steps"] / row["seconds"], 2)
+        row["steps_per_cpu_second"] = round(row["env_steps"] / row["cpu_seconds"], 2)
+        row["seconds"], row["cpu_seconds"] = round(row["seconds"], 4), round(row["cpu_seconds"], 4)
+        return row
+
+    rows, loads = speed.alternating_repeats(
+        impls,
+        args.repeats,
+        run,
+        lambda row: f"{row['steps_per_second']:7.1f} steps/s, {row['steps_per_cpu_second']:7.1f} steps/CPU-s",
+    )
     speed.write_rows(args.out, rows, COLUMNS)
     print()
-    speed.write_summary(args.out, summarize(rows, args, config, (loads[0], loads[1])))
+    speed.write_summary(args.out, summarize(rows, args, config, loads))
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -63,12 +64,9 @@ COLUMNS = (
 
 def setting_config(game: str, seed: int):
     """The setting's ``TrainConfig`` for MinAtar game ``game`` and run seed ``seed``."""
-    from repro.plans import resolve_job_setting
-    from repro.profiles import load_profile
-    from repro.settings import train_config
+    from bench.bench_minatar_dqn import setting_config as minatar_setting_config
 
-    resolved, classes = resolve_job_setting(SETTING, load_profile("paper"), env=f"minatar_{game}", seed=seed)
-    return train_config(resolved, classes)
+    return minatar_setting_config(game, seed, SETTING)
 
 
 def update_cpu_ms(update, n: int) -> float:
@@ -315,7 +313,7 @@ def summarize(rows: list[dict], args: argparse.Namespace, loads: tuple[float, fl
         "",
         f"Command: `python -m bench.bench_r2d1_minatar {' '.join(args.argv)}`, "
         f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(args.started))}-"
-        f"{time.strftime('%H:%M UTC', time.gmtime())}, at commit {speed.git_commit()}.",
+        f"{time.strftime('%H:%M UTC', time.gmtime())}, at commit {args.commit}.",
         "",
         "The ratio column is the median of the repeats' own ratios ours / plain with its 95% bootstrap CI.",
         "",
@@ -340,28 +338,28 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads, both implementations")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 800 steps, 3 updates, one repeat")
     args = parser.parse_args()
-    args.argv, args.started = sys.argv[1:], time.time()
+    args.argv, args.started, args.commit = sys.argv[1:], time.time(), speed.git_commit()
     if args.quick:
         args.steps, args.updates, args.repeats = 800, 3, 1
     if min(args.steps, args.updates, args.repeats, args.threads) < 1:
         parser.error("--steps, --updates, --repeats and --threads must be >= 1")
-    loads = [os.getloadavg()[0]]
-    rows = []
-    for repeat in range(args.repeats):
-        for impl in IMPLS if repeat % 2 == 0 else IMPLS[::-1]:
-            call = f"{impl}_rate({args.game!r}, {args.steps}, {args.updates}, {repeat}, {args.threads})"
-            result = speed.run_child("bench.bench_r2d1_minatar", call)
-            row = {"impl": impl, "game": args.game, "repeat": repeat, **result}
-            rows.append(row)
-            print(
-                f"{impl:>6} repeat {repeat}: {row['steps_per_cpu_second']:8.1f} steps/CPU-s, "
-                f"update {row['update_cpu_ms']:6.1f} CPU ms, startup {row['startup_cpu_seconds']:.2f} CPU s",
-                flush=True,
-            )
-    loads.append(os.getloadavg()[0])
-    rows.sort(key=lambda r: (IMPLS.index(r["impl"]), r["repeat"]))
+
+    def run(impl: str, repeat: int) -> dict[str, Any]:
+        call = f"{impl}_rate({args.game!r}, {args.steps}, {args.updates}, {repeat}, {args.threads})"
+        result = speed.run_child("bench.bench_r2d1_minatar", call)
+        return {"impl": impl, "game": args.game, "repeat": repeat, **result}
+
+    rows, loads = speed.alternating_repeats(
+        IMPLS,
+        args.repeats,
+        run,
+        lambda row: (
+            f"{row['steps_per_cpu_second']:8.1f} steps/CPU-s, update {row['update_cpu_ms']:6.1f} "
+            f"CPU ms, startup {row['startup_cpu_seconds']:.2f} CPU s"
+        ),
+    )
     speed.write_rows(args.out, rows, COLUMNS)
-    speed.write_summary(args.out, summarize(rows, args, (loads[0], loads[1])))
+    speed.write_summary(args.out, summarize(rows, args, loads))
 
 
 if __name__ == "__main__":

@@ -261,6 +261,26 @@ def interleaved_repeats(
     return rows
 
 
+def alternating_repeats(
+    impls: Sequence[str],
+    repeats: int,
+    run: Callable[[str, int], dict[str, Any]],
+    describe: Callable[[dict[str, Any]], str],
+) -> tuple[list[dict[str, Any]], tuple[float, float]]:
+    """Each of ``impls`` once per repeat, the order reversed every other repeat so that drifts of a
+    shared machine's load hit all alike: ``run(impl, repeat)`` gives a row, printed as
+    ``describe(row)``. Returns the rows by implementation then repeat, and the 1-minute load average
+    at the start and the end."""
+    start_load, rows = os.getloadavg()[0], []
+    for repeat in range(repeats):
+        for impl in impls if repeat % 2 == 0 else impls[::-1]:
+            row = run(impl, repeat)
+            rows.append(row)
+            print(f"{impl:>14} repeat {repeat}: {describe(row)}", flush=True)
+    rows.sort(key=lambda r: (list(impls).index(r["impl"]), r["repeat"]))
+    return rows, (start_load, os.getloadavg()[0])
+
+
 def runs_of(rows: Sequence[Mapping[str, Any]], impl: str) -> list[Mapping[str, Any]]:
     """The rows of implementation ``impl``, in repeat order."""
     return [r for r in rows if r["impl"] == impl]

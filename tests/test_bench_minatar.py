@@ -151,3 +151,22 @@ def test_env_bench_minatar_section_times_in_process_and_worker_envs(tmp_path):
         assert r["game"] == "minatar_breakout" and int(r["env_steps"]) == int(r["frames"]) == 10 * 4
         assert float(r["env_steps_per_s"]) > 0 and float(r["env_steps_per_cpu_s"]) > 0
     assert "| minatar_breakout |" in out.with_suffix(".md").read_text()
+
+
+@pytest.mark.slow
+def test_r2d1_bench_times_the_job_loop_beside_the_plain_floor(tmp_path):
+    from bench.bench_r2d1_minatar import COLUMNS as R2D1_COLUMNS
+
+    out = tmp_path / "r2d1_minatar.csv"
+    run_bench("bench.bench_r2d1_minatar", "--out", str(out), "--quick")
+    columns, rows = read_rows(out)
+    assert columns == list(R2D1_COLUMNS)
+    assert {r["impl"] for r in rows} == {"ours", "plain"}
+    for r in rows:
+        # 800 timed env steps at one update per 200 (replay ratio 3.2, 640 trained steps per update).
+        assert int(r["env_steps"]) == 800 and 3 <= int(r["updates"]) <= 5
+        for column in ("steps_per_second", "steps_per_cpu_second", "update_cpu_ms", "startup_cpu_seconds"):
+            assert float(r[column]) > 0
+    summary = out.with_suffix(".md").read_text()
+    assert "Command: `python -m bench.bench_r2d1_minatar" in summary
+    assert "| CPU ms per update |" in summary and "env steps per CPU second" in summary
