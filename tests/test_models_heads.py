@@ -116,3 +116,16 @@ def test_r2d1_model_reset_starts_episodes_from_zero_state():
     q_next, _ = model(obs[3, 1:], pa[3, 1:], pr[3, 1:], states[2, 1:])
     assert torch.allclose(q_next, q[3, 1:], atol=1e-5)
     assert torch.allclose(states.h[-1], final.h) and torch.allclose(states.c[-1], final.c)
+
+
+def test_r2d1_model_act_equals_one_step_of_forward():
+    torch.manual_seed(0)
+    model = R2D1Model((4,), 3, lstm_size=16, head_hidden_size=8, mlp_hidden_sizes=(8,))
+    obs, pa, pr = _r2d1_inputs(1, 5)
+    state = NamedArrays(h=torch.randn(5, 16), c=torch.randn(5, 16))
+    q, next_state = model(obs[0], pa[0], pr[0], state)
+    with torch.inference_mode():
+        q_act, h, c = model.act(obs[0], pa[0], pr[0], state.h, state.c)
+    torch.testing.assert_close(q_act, q)
+    torch.testing.assert_close(h, next_state.h)
+    torch.testing.assert_close(c, next_state.c)

@@ -298,3 +298,11 @@ def test_time_limits_bootstrap_from_final_observations(frames):
         moved = batch.replace(final_observation=batch.final_observation + 1.0)
         assert not torch.allclose(algo.loss(moved)[0], loss)
     assert algo.train(0, 2).updates == 2
+
+
+def test_a_batch_bootstrap_values_are_the_next_batch_first_acting_values():
+    # R2D1's append_samples takes a batch's bootstrap Q-values from the next batch's first step.
+    agent, _ = make(SMALL)
+    driver = Driver(agent, 4, length=3)
+    first, second = driver.sample(8), driver.sample(8)
+    torch.testing.assert_close(bootstrap_q(agent, first), second.agent_info.q[0], rtol=0, atol=0)
