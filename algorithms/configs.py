@@ -5,7 +5,8 @@ algorithm's ``Config``). Their fields and types are read by introspection, so a 
 is picked up here without a change. ``build`` is the one converter from plain data (parsed TOML,
 a run's ``config.json``) to a config: anything that does not fit is a ``ConfigError`` whose message
 is one line naming the file and the key: an unknown or renamed key, a missing required key, a value
-of the wrong type, or a value the class's own ``__post_init__`` rejects (``check_field``).
+of the wrong type, or a value the class's own ``__post_init__`` rejects (``check_field``), or a
+replay algorithm's batch, replay size and learning start that do not fit together (``check_replay_sizes``).
 
 Names: one per idea, listed in docs/ARCHITECTURE.md (Glossary). ``RENAMED`` maps the names earlier
 versions used to the current ones: a settings file that still says an old name gets a one-line
@@ -248,8 +249,34 @@ def build(cls: type, values: Mapping[str, Any], where: str) -> Any:
     hints = field_types(cls)
     kwargs = {key: convert(value, hints[key], f"{where} '{key}'") for key, value in values.items()}
     try:
-        return cls(**kwargs)
+        config = cls(**kwargs)
+        check_replay_sizes(config)
     except (ValueError, TypeError) as e:
         # The class validated its own fields (Contract 4: __post_init__ raises naming the field).
         message = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ConfigError(f"{where}: {message}") from e
+    return config
+
+
+def check_replay_sizes(config: Any) -> None:
+    """A replay algorithm's Config (one with ``replay_size_steps``; Glossary names) as loaded: its
+    replay must hold one batch (``batch_size`` transitions, or ``batch_size_sequences`` sequences of
+    one per ``sequence_period_steps`` env steps) and the env steps training waits for
+    (``learning_starts_steps``). A smaller replay makes every batch repeat items (uniform draws
+    with replacement), and DDPG, TD3 and SAC, which wait for that many stored transitions
+    (``algos.base.ReplayFeed``), would never train. Checked when a config is loaded (``build``:
+    settings, profiles, plans, ``repro show``), not in ``__post_init__``, so that tests may still
+    build tiny replays by hand."""
+    size = getattr(config, "replay_size_steps", None)
+    if not isinstance(size, int):
+        return
+    # Named after replay_size_steps, so that the error blames the file that set the replay's size.
+    if hasattr(config, "batch_size_sequences"):
+        per_item = max(1, getattr(config, "sequence_period_steps", 1))
+        batch = f"batch_size_sequences={config.batch_size_sequences:,} sequences, one per {per_item} steps"
+        fits = size // per_item >= config.batch_size_sequences
+    else:
+        batch, fits = f"batch_size={config.batch_size:,} transitions", size >= config.batch_size
+    check_field(config, fits, "replay_size_steps", f"large enough for one batch ({batch})")
+    starts = getattr(config, "learning_starts_steps", 0)
+    check_field(config, size >= starts, "replay_size_steps", f">= learning_starts_steps={starts:,}")

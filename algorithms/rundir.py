@@ -22,8 +22,16 @@ Integrity under faults (issue 19):
   ``latest.pt`` that does not load is replaced by ``previous.pt``, or dropped when that does not
   load either; then ``progress.csv`` and ``eval.csv`` are cut back to the checkpoint's env steps, or
   emptied without one, so the tables always agree with the state the run continues from.
-* **Reading.** ``read_run`` calls a run whose ``env_steps`` repeat or go backwards corrupt: two
-  writers or an unrepaired restart wrote it, and its counters cannot be trusted.
+* **Tables agree with the checkpoint's own log.** A checkpoint records the env steps of the last
+  progress row written before it (``runner.last_log_steps``); when ``progress.csv`` lacks that row
+  after the cut (a torn or lost last row: a copy cut short, a damaged disk), the run resumes from
+  ``previous.pt`` when the table agrees with that one, else starts afresh, and says so in one line.
+* **Reading.** ``read_run`` calls a run whose ``env_steps`` repeat or go backwards, or whose rows
+  are not rows of numbers, corrupt: two writers or an unrepaired restart wrote it, and its counters
+  cannot be trusted. A run whose ``status.json`` says complete but whose ``progress.csv`` ends in a
+  torn row is read with a note, and is not finished for ``is_complete``: rerunning its plan
+  repairs it.
+* **Unreadable directories** (permissions) raise ``RunUnreadable``, one line naming the directory.
 
 This module imports torch only inside the checkpoint functions, so ``analysis`` can read runs
 without importing the training stack.
@@ -119,6 +127,17 @@ class RunBusy(Exception):
     """Another process holds the run directory's lock: this one must not write there."""
 
 
+class RunUnreadable(ValueError):
+    """A run directory, or one above it, that this process may not read (its permissions); ``str``
+    is one line naming it. A ``ValueError`` so that the analysis and report commands, which turn bad
+    input into one line, do so here too."""
+
+    @classmethod
+    def from_error(cls, error: OSError, path: Path) -> RunUnreadable:
+        where = error.filename or path
+        return cls(f"{where}: {error.strerror or error} (check its permissions)")
+
+
 # Locks this process holds, by resolved run path: [fd, RunDir objects open on it]. Within one process
 # the RunDir objects share the lock (a test or a tool may open a run twice); between processes the
 # kernel's flock keeps one writer.
@@ -129,14 +148,14 @@ def _lock_key(run_dir: Path) -> str:
     return str(Path(run_dir).resolve())
 
 
-def acquire_lock(run_dir: Path) -> None:
-    """Take the exclusive lock of ``run_dir`` (created if needed) for this process, or raise ``RunBusy``
-    naming the process that holds it. Pair every call with ``release_lock``."""
-    key = _lock_key(run_dir)
-    if key in _HELD:
-        _HELD[key][1] += 1
-        return
-    fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+def take_lock(run_dir: Path) -> int:
+    """The descriptor of ``run_dir``'s lock file (created if needed) with its exclusive ``flock``
+    taken, this pid written in it; ``RunBusy`` naming the holder when another process has it. For a
+    scheduler handing the lock to the job it starts (``LOCK_FDS_ENV``); a writer uses ``acquire_lock``."""
+    try:
+        fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except PermissionError as error:
+        raise RunUnreadable.from_error(error, run_dir) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -144,9 +163,60 @@ def acquire_lock(run_dir: Path) -> None:
         holder = lock_holder(run_dir)
         who = f"pid {holder}" if holder else "another process"
         raise RunBusy(f"{run_dir}: {who} is writing this run directory (it holds {LOCK_FILE})") from None
-    # The holder's pid, for the message above; informational only, the flock is the lock.
+    _write_holder(fd)
+    return fd
+
+
+def _write_holder(fd: int) -> None:
+    # The holder's pid, for ``RunBusy``'s message; informational only, the flock is the lock.
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+
+
+# A scheduler takes a run's lock before it writes the attempt's header into the run's log.txt and
+# hands it to the job it starts as an inherited descriptor, named here (JSON: resolved run path ->
+# descriptor), so that no other scheduler can start a job on the run between the two. A flock belongs
+# to the open file, which the job then shares: the lock lasts until the job and the scheduler have
+# both closed it (the scheduler closes its copy once the job has started).
+LOCK_FDS_ENV = "REPRO_RUN_LOCK_FDS"
+_handed: dict[str, int] | None = None
+
+
+def _handed_lock(key: str) -> int | None:
+    """The descriptor of ``key``'s lock handed to this process (``LOCK_FDS_ENV``), once; ``None``
+    when there is none or it is not that lock file's (a stale number)."""
+    global _handed
+    if _handed is None:
+        try:
+            _handed = {str(k): int(v) for k, v in json.loads(os.environ.pop(LOCK_FDS_ENV, "{}")).items()}
+        except (ValueError, TypeError, AttributeError):
+            _handed = {}
+    fd = _handed.pop(key, None)
+    if fd is None:
+        return None
+    try:
+        mine, there = os.fstat(fd), os.stat(Path(key) / LOCK_FILE)
+    except OSError:
+        return None
+    if (mine.st_dev, mine.st_ino) != (there.st_dev, there.st_ino):
+        return None
+    os.set_inheritable(fd, False)  # this process's own children must not keep the run locked
+    return fd
+
+
+def acquire_lock(run_dir: Path) -> None:
+    """Take the exclusive lock of ``run_dir`` (created if needed) for this process, or raise ``RunBusy``
+    naming the process that holds it; a lock its scheduler handed over (``LOCK_FDS_ENV``) is adopted.
+    Pair every call with ``release_lock``."""
+    key = _lock_key(run_dir)
+    if key in _HELD:
+        _HELD[key][1] += 1
+        return
+    fd = _handed_lock(key)
+    if fd is None:
+        fd = take_lock(run_dir)
+    else:
+        _write_holder(fd)
     _HELD[key] = [fd, 1]
 
 
@@ -168,6 +238,8 @@ def lock_holder(run_dir: Path) -> int | None:
         fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY)
     except FileNotFoundError:
         return None
+    except PermissionError as error:
+        raise RunUnreadable.from_error(error, run_dir) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -328,10 +400,10 @@ class CsvTable:
                 self.columns = header
 
     def _repair_torn_tail(self) -> None:
-        """Cut a torn last line (no trailing newline) left by a crash, so appends start on a fresh line."""
+        """Cut a torn last line (``sound_length``) left by a crash, so appends start on a fresh line."""
         data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            cut = data.rfind(b"\n") + 1
+        cut = sound_length(data)
+        if cut < len(data):
             with self.path.open("r+b") as f:
                 f.truncate(cut)
                 f.flush()
@@ -368,19 +440,23 @@ class CsvTable:
         """Drop rows whose ``column`` exceeds ``max_value`` (atomically); returns rows kept.
 
         A value that is not a number (a second header line a crashed writer left inside the table)
-        is dropped with them."""
+        is dropped with them. The rows kept keep their bytes: a table read back and written anew
+        would come back formatted otherwise (a NaN written as ``nan`` back as an empty cell, an int
+        in a column with NaNs back as a float), so a resumed run's earlier rows would change."""
         if not self.path.exists():
             return 0
-        table, _ = read_table(self.path)
+        table, _ = read_table(self.path)  # raises on a damaged table, as before any cut
         if table.empty:
             return 0
-        kept = table[pd.to_numeric(table[column], errors="coerce") <= max_value]
-        if len(kept) == len(table):
-            return len(kept)
-        buf = io.StringIO()
-        kept.to_csv(buf, index=False, lineterminator="\n")
-        atomic_write_bytes(self.path, buf.getvalue().encode())
-        return len(kept)
+        values = pd.to_numeric(table[column], errors="coerce").to_numpy()
+        keep = values <= max_value  # NaN compares False: dropped
+        if keep.all():
+            return len(table)
+        data = self.path.read_bytes()
+        lines = data[: sound_length(data)].splitlines(keepends=True)
+        kept = [lines[0], *(line for line, k in zip(lines[1:], keep, strict=True) if k)]
+        atomic_write_bytes(self.path, b"".join(kept))
+        return int(keep.sum())
 
     def clear(self) -> int:
         """Remove the table (its header too: the next row starts it afresh); returns rows removed."""
@@ -400,19 +476,43 @@ def _csv_value(v: Any) -> Any:
     return v
 
 
+def _fields(line: bytes) -> int:
+    return len(next(csv.reader([line.decode(errors="replace")]), []))
+
+
+def sound_length(data: bytes) -> int:
+    """Bytes of a table's text ``data`` before a torn last line: one without its newline (a crash
+    while appending it), or, after a header and with a newline, with fewer fields than the header
+    (the start of a row whose rest was lost: a copy or file cut short). ``len(data)`` when whole."""
+    if data and not data.endswith(b"\n"):
+        return data.rfind(b"\n") + 1
+    lines = data.splitlines(keepends=True)
+    if len(lines) >= 2 and _fields(lines[-1].rstrip(b"\r\n")) < _fields(lines[0].rstrip(b"\r\n")):
+        return len(data) - len(lines[-1])
+    return len(data)
+
+
 def read_table(path: Path) -> tuple[pd.DataFrame, list[str]]:
-    """Read a CSV table, tolerating a torn last line; returns (table, problems found)."""
+    """Read a CSV table, tolerating a torn last line (``sound_length``); returns (table, problems
+    found). Raises ``ValueError`` (pandas' ``ParserError`` among them) when a row inside the table
+    has another number of fields than the header: the table is damaged, not torn."""
     path = Path(path)
     problems: list[str] = []
     if not path.exists():
         return pd.DataFrame(), [f"{path.name} missing"]
     data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        data = data[: data.rfind(b"\n") + 1]
+    cut = sound_length(data)
+    if cut < len(data):
+        data = data[:cut]
         problems.append(f"{path.name}: dropped a torn last line")
     if not data.strip():
         return pd.DataFrame(), problems
-    table = pd.read_csv(io.BytesIO(data))  # raises pandas' ParserError on a malformed table
+    lines = data.splitlines()
+    width = _fields(lines[0])
+    odd = next((i for i, line in enumerate(lines[1:], 2) if _fields(line) != width), None)
+    if odd is not None:
+        raise ValueError(f"line {odd} has {_fields(lines[odd - 1])} fields, the header {width}")
+    table = pd.read_csv(io.BytesIO(data))  # raises pandas' ParserError on what else does not parse
     return table, problems
 
 
@@ -430,6 +530,7 @@ class RunDir:
         self.eval = CsvTable(self.path / EVAL_FILE, EVAL_COLUMNS)
         self._tb_writer = None
         self._closed = False
+        self._latest_steps: int | None = None  # env steps of latest.pt, once saved or recovered here
 
     @classmethod
     def open(
@@ -510,9 +611,15 @@ class RunDir:
 
     def save_checkpoint(self, state: dict[str, Any]) -> None:
         """Write ``state`` as the new ``latest.pt`` once it is complete on disk and verified; the one it
-        replaces stays as ``previous.pt``. A kill at any point leaves a loadable checkpoint (the new
-        one, or the old one as latest or previous) and at most a temporary file ``recover`` removes."""
+        replaces stays as ``previous.pt``, unless both are at the same env steps (the last checkpoint
+        of a run repeated at its end, or after a resume): ``previous.pt`` then keeps the older one, a
+        point to go back to when the tables lack the latest one's rows (``recover``). A kill at any
+        point leaves a loadable checkpoint (the new one, or the old one as latest or previous) and
+        at most a temporary file ``recover`` removes."""
         import torch
+
+        counters = state.get("counters")
+        steps = counters.get("env_steps") if isinstance(counters, dict) else None
 
         buf = io.BytesIO()
         torch.save(state, buf)
@@ -525,12 +632,13 @@ class RunDir:
                 f.flush()
                 os.fsync(f.fileno())
             verify_checkpoint(Path(tmp))
-            if latest.exists():
+            if latest.exists() and (steps is None or steps != self._latest_steps):
                 os.replace(latest, previous)
             os.replace(tmp, latest)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        self._latest_steps = steps
         _fsync_dir(latest.parent)
 
     def load_checkpoint(self) -> dict[str, Any] | None:
@@ -544,8 +652,10 @@ class RunDir:
 
         Removes temporary files a kill left; replaces a ``latest.pt`` that does not load by
         ``previous.pt`` (or drops both when neither loads); cuts ``progress.csv`` and ``eval.csv``
-        back to the checkpoint's env steps, or empties them without a checkpoint. Returns the
-        checkpoint and one line saying what was repaired (``None`` when nothing needed repair)."""
+        back to the checkpoint's env steps, or empties them without a checkpoint. A checkpoint whose
+        last logged row ``progress.csv`` lacks (``_missing_row``) is passed over like one that does
+        not load. Returns the checkpoint and one line saying what was repaired (``None`` when nothing
+        needed repair)."""
         for directory in (self.path, self.path / CHECKPOINT_DIR):
             for stale in directory.glob(".*.tmp"):
                 stale.unlink(missing_ok=True)
@@ -564,10 +674,17 @@ class RunDir:
                     f"{candidate.relative_to(self.path)} does not load ({type(error).__name__}: {detail})"
                 )
                 continue
+            self.truncate_progress_after(env_steps)
+            gap = self._missing_row(checkpoint)
+            if gap is not None:
+                checkpoint = None
+                why_not.append(f"{PROGRESS_FILE} {gap} that {candidate.relative_to(self.path)} logged")
+                continue
             if candidate != latest:
                 if not why_not:  # killed between save_checkpoint's two renames
                     why_not.append(f"{latest.relative_to(self.path)} missing")
                 os.replace(candidate, latest)
+            self._latest_steps = env_steps
             break
         if checkpoint is None:
             latest.unlink(missing_ok=True)
@@ -581,13 +698,29 @@ class RunDir:
                     f"no checkpoint: starting afresh, {dropped} table row(s) of an earlier start removed",
                 )
             return None, None
-        self.truncate_progress_after(env_steps)
         if why_not:
             return checkpoint, (
                 f"{'; '.join(why_not)}: resuming from {PREVIOUS_CHECKPOINT_FILE} at {env_steps:,} env steps, "
                 "tables cut back to it"
             )
         return checkpoint, None
+
+    def _missing_row(self, checkpoint: dict[str, Any]) -> str | None:
+        """How ``progress.csv`` (already cut back to ``checkpoint``) lacks the last row the run had
+        logged when it saved ``checkpoint`` (its runner's ``last_log_steps``), or ``None`` when it has
+        it (or the checkpoint does not say). A torn row a crash left, that the table's repair dropped,
+        would otherwise leave a gap the resumed run never fills."""
+        runner = checkpoint.get("runner")
+        logged = runner.get("last_log_steps") if isinstance(runner, dict) else None
+        if not isinstance(logged, int) or logged <= 0:
+            return None
+        table, _ = read_table(self.progress.path)
+        steps = pd.to_numeric(table["env_steps"], errors="coerce") if "env_steps" in table else pd.Series()
+        before = steps[steps <= logged]
+        if len(before) and before.iloc[-1] == logged:
+            return None
+        end = f"ends at env_steps {before.iloc[-1]:,.0f}" if len(before) else "has no row"
+        return f"{end} without the row at {logged:,} (torn or lost)"
 
     # tensorboard
     def tensorboard_writer(self) -> Any:
@@ -664,40 +797,73 @@ class RunData:
 
 
 def _read_json(path: Path, problems: list[str]) -> dict[str, Any] | None:
-    if not path.exists():
+    """The JSON object in ``path``; ``None`` with the reason in ``problems`` when it is missing or
+    damaged (not UTF-8, not JSON, not an object, not a file). ``RunUnreadable`` when not permitted."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
         problems.append(f"{path.name} missing")
         return None
+    except PermissionError as e:
+        raise RunUnreadable.from_error(e, path) from None
+    except (OSError, UnicodeDecodeError) as e:
+        problems.append(f"{path.name} unreadable: {type(e).__name__}: {e}")
+        return None
     try:
-        obj = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
         problems.append(f"{path.name} unreadable: {e}")
         return None
     if not isinstance(obj, dict):
-        problems.append(f"{path.name}: expected a JSON object")
+        problems.append(f"{path.name}: expected a JSON object, got {type(obj).__name__}")
         return None
     return obj
 
 
-def read_run(path: Path) -> RunData:
-    """Read a run directory without raising on damage.
+def read_status(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """``status.json`` of the run at ``path`` as ``(object, None)``; ``(None, None)`` when there is none
+    yet; ``(None, why)`` when it is damaged (the run counts as not finished: its next start rewrites it)."""
+    problems: list[str] = []
+    obj = _read_json(Path(path) / STATUS_FILE, problems)
+    if obj is not None and not isinstance(obj.get("state"), str | None):
+        return None, f"{STATUS_FILE}: 'state' is {obj['state']!r}, not a state"
+    damaged = [p for p in problems if not p.endswith("missing")]
+    return obj, damaged[0] if damaged else None
 
-    * corrupt: config.json / metadata.json unreadable or missing, or a table that does not parse;
+
+def read_run(path: Path) -> RunData:
+    """Read a run directory without raising on damage (``RunUnreadable`` when it may not be read).
+
+    * corrupt: config.json / metadata.json unreadable or missing, or a table that does not parse,
+      whose rows are not numbers, or whose env steps repeat or go backwards;
     * complete: status.json says complete and everything parses (a torn last line is tolerated
-      and listed in ``problems``);
-    * incomplete: readable, but still running, failed or killed.
+      and listed in ``problems``; rerunning the plan repairs it: ``completion``);
+    * incomplete: readable, but still running, failed or killed, or its status.json damaged.
     """
     path = Path(path)
+    try:
+        return _read_run(path)
+    except PermissionError as error:
+        raise RunUnreadable.from_error(error, path) from None
+
+
+def _read_run(path: Path) -> RunData:
     problems: list[str] = []
     config = _read_json(path / CONFIG_FILE, problems)
     metadata = _read_json(path / METADATA_FILE, problems)
-    status_obj = _read_json(path / STATUS_FILE, problems)
+    status_obj, status_problem = read_status(path)
+    if status_problem is not None or status_obj is None:
+        problems.append(status_problem or f"{STATUS_FILE} missing")
     corrupt = config is None or metadata is None
     tables = {}
     for name in (PROGRESS_FILE, EVAL_FILE):
         try:
             table, table_problems = read_table(path / name)
-        except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
-            table, table_problems = pd.DataFrame(), [f"{name} does not parse: {str(e).splitlines()[0]}"]
+        except PermissionError:
+            raise
+        except (pd.errors.ParserError, UnicodeDecodeError, ValueError, OSError) as e:
+            detail = (str(e).splitlines() or [type(e).__name__])[0]
+            table, table_problems = pd.DataFrame(), [f"{name} does not parse: {detail}"]
             corrupt = True
         tables[name] = table
         problems.extend(p for p in table_problems if not p.endswith("missing") or name == PROGRESS_FILE)
@@ -727,10 +893,29 @@ def _env_steps(table: pd.DataFrame, name: str) -> tuple[pd.Series | None, str | 
     return steps, None
 
 
+def _not_numbers(table: pd.DataFrame, name: str) -> str | None:
+    """Why ``table`` is damaged when a cell is neither a number nor empty (every column of both tables
+    holds numbers: counters, returns, diagnostics), or ``None``."""
+    for column in table.columns:
+        if table[column].dtype != object:
+            continue
+        values = table[column]
+        bad = values.notna() & pd.to_numeric(values, errors="coerce").isna()
+        if bad.any():
+            i = int(bad.to_numpy().argmax())
+            return f"{name} damaged: {column} {values.iloc[i]!r} at line {i + 2} is not a number"
+    return None
+
+
 def _progress_order(table: pd.DataFrame) -> str | None:
-    """Why ``progress.csv`` is damaged (env steps that repeat or go backwards), or ``None``."""
+    """Why ``progress.csv`` is damaged (cells that are not numbers, env steps that repeat or go
+    backwards), or ``None``."""
+    if not table.empty and "env_steps" not in table:
+        return f"{PROGRESS_FILE} damaged: no env_steps column"
     steps, problem = _env_steps(table, PROGRESS_FILE)
     if steps is None:
+        return problem
+    if (problem := _not_numbers(table, PROGRESS_FILE)) is not None:
         return problem
     back = steps.diff().to_numpy()[1:] <= 0
     if back.any():
@@ -744,9 +929,14 @@ def _progress_order(table: pd.DataFrame) -> str | None:
 
 
 def _eval_order(table: pd.DataFrame) -> str | None:
-    """Why ``eval.csv`` is damaged (env steps going backwards, an evaluation's episode twice), or ``None``."""
+    """Why ``eval.csv`` is damaged (columns missing, cells that are not numbers, env steps going
+    backwards, an evaluation's episode twice), or ``None``."""
+    if lacking := [c for c in EVAL_COLUMNS if not table.empty and c not in table]:
+        return f"{EVAL_FILE} damaged: no {', '.join(lacking)} column"
     steps, problem = _env_steps(table, EVAL_FILE)
     if steps is None:
+        return problem
+    if (problem := _not_numbers(table, EVAL_FILE)) is not None:
         return problem
     back = steps.diff().to_numpy()[1:] < 0
     if back.any():
@@ -765,18 +955,74 @@ def _eval_order(table: pd.DataFrame) -> str | None:
 
 
 def find_runs(experiment_dir: Path) -> list[Path]:
-    """Every run directory under ``experiment_dir`` (a directory named seed<k> with any run file)."""
+    """Every run directory under ``experiment_dir`` (a directory named seed<k> with any run file).
+    ``RunUnreadable`` names the first directory on the way that may not be read: an experiment that
+    cannot be listed is not one without runs."""
     experiment_dir = Path(experiment_dir)
+
+    def refuse(error: OSError) -> None:
+        raise RunUnreadable.from_error(error, experiment_dir)
+
     found = []
-    for p in sorted(experiment_dir.rglob("seed*")):
-        if p.is_dir() and p.name[4:].isdigit() and any((p / f).exists() for f in (CONFIG_FILE, STATUS_FILE)):
-            found.append(p)
-    return found
+    for top, dirs, _ in os.walk(experiment_dir, onerror=refuse):
+        for name in dirs:
+            p = Path(top, name)
+            if not (name.startswith("seed") and name[4:].isdigit()):
+                continue
+            try:
+                if any((p / f).exists() for f in (CONFIG_FILE, STATUS_FILE)):
+                    found.append(p)
+            except PermissionError as error:
+                raise RunUnreadable.from_error(error, p) from None
+    return sorted(found)
 
 
-def is_complete(path: Path) -> bool:
-    """Cheap check used to skip finished runs: status.json says complete."""
+def completion(path: Path, steps: int | None = None) -> tuple[bool, str | None]:
+    """Whether the run at ``path`` is finished, cheaply (``status.json`` and the tail of
+    ``progress.csv``), and, when it looks finished or damaged but is not, why (one phrase): a
+    damaged ``status.json``; complete, but the last progress row torn or missing, or (with ``steps``,
+    the run's env-step budget) the rows ending short of it. ``RunUnreadable`` when not permitted."""
+    status, damaged = read_status(path)
+    if damaged is not None:
+        return False, f"{damaged}: running it again"
+    if status is None:
+        return False, None
+    complete = status.get("state") == "complete"
+    said = f"{STATUS_FILE} says complete but " if complete else ""
+    progress = Path(path) / PROGRESS_FILE
     try:
-        return json.loads((Path(path) / STATUS_FILE).read_text()).get("state") == "complete"
-    except (OSError, json.JSONDecodeError):
-        return False
+        with open(progress, "rb") as f:
+            header = f.readline()
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(len(header), size - 65536))
+            tail = f.read()
+    except FileNotFoundError:
+        return False, f"{said}{PROGRESS_FILE} is missing: running it again" if complete else None
+    except PermissionError as error:
+        raise RunUnreadable.from_error(error, progress) from None
+    whole = tail[: sound_length(header + tail) - len(header)] if tail else tail
+    if len(whole) < len(tail):
+        return False, f"{said}the last row of {PROGRESS_FILE} is torn: repairing it"
+    if not complete:
+        return False, None
+    rows = [line for line in whole.split(b"\n") if line.strip()]
+    if not rows:
+        return False, f"{said}{PROGRESS_FILE} has no rows: running it again"
+    if steps is not None:
+        columns = header.decode(errors="replace").strip().split(",")
+        values = rows[-1].decode(errors="replace").split(",")
+        try:
+            last = int(float(dict(zip(columns, values))["env_steps"]))
+        except (KeyError, ValueError):
+            last = 0
+        if last < steps:
+            return False, (
+                f"{STATUS_FILE} says complete but {PROGRESS_FILE} ends at {last:,} of {steps:,} env steps: "
+                "repairing it"
+            )
+    return True, None
+
+
+def is_complete(path: Path, steps: int | None = None) -> bool:
+    """``completion``'s verdict: used to skip finished runs."""
+    return completion(path, steps)[0]

@@ -379,7 +379,10 @@ def open_run(
     try:
         _, repaired = run.recover()
     except BaseException as error:
-        run.set_status("failed", f"{type(error).__name__}: {error}")
+        if isinstance(error, KeyboardInterrupt):
+            run.set_status("interrupted", INTERRUPTED)
+        else:
+            run.set_status("failed", f"{type(error).__name__}: {error}")
         run.close()
         raise
     if repaired is not None:

@@ -100,9 +100,19 @@ class Scores:
         return " percentage points" if self.percent else ""
 
 
+# Columns of every points table, the final scores and the curves (``_tidy``).
+POINT_COLUMNS = KEYS + ["env_steps", "frames", "score", "source"]
+
+
+def _no_points() -> pd.DataFrame:
+    """An empty points table: an experiment whose runs have logged nothing yet (a report built while
+    its jobs start) or whose tables lack the columns a score needs."""
+    return pd.DataFrame(columns=POINT_COLUMNS)
+
+
 def _eval_points(eval_table: pd.DataFrame) -> pd.DataFrame:
-    if eval_table.empty or "return" not in eval_table:
-        return pd.DataFrame(columns=KEYS + ["env_steps", "frames", "score"])
+    if eval_table.empty or not {"return", "env_steps", "frames"} <= set(eval_table):
+        return _no_points()
     points = eval_table.groupby(KEYS + ["env_steps"], as_index=False).agg(
         frames=("frames", "max"), score=("return", "mean")
     )
@@ -110,8 +120,8 @@ def _eval_points(eval_table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _train_points(progress: pd.DataFrame) -> pd.DataFrame:
-    if progress.empty or TRAIN_RETURN_COLUMN not in progress:
-        return pd.DataFrame(columns=KEYS + ["env_steps", "frames", "score"])
+    if progress.empty or not {TRAIN_RETURN_COLUMN, "env_steps", "frames"} <= set(progress):
+        return _no_points()
     points = progress[KEYS + ["env_steps", "frames", TRAIN_RETURN_COLUMN]].rename(
         columns={TRAIN_RETURN_COLUMN: "score"}
     )
@@ -130,16 +140,16 @@ def _last_point(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def _tidy(points: pd.DataFrame) -> pd.DataFrame:
-    columns = KEYS + ["env_steps", "frames", "score", "source"]
-    return points[columns].sort_values(KEYS + ["env_steps"]).reset_index(drop=True)
+    return points[POINT_COLUMNS].sort_values(KEYS + ["env_steps"]).reset_index(drop=True)
 
 
 def _points(exp: Experiment) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(score points, training points) of the complete runs: the score points are evaluations when
     every complete run evaluated, else training returns (module doc)."""
     complete = exp.complete[KEYS].drop_duplicates()
-    evals = _eval_points(exp.eval).merge(complete, on=KEYS)
-    train = _train_points(exp.progress).merge(complete, on=KEYS)
+    # Complete runs' rows only, before any arithmetic: a corrupt run's table may hold text.
+    evals = _eval_points(_select(exp.eval, complete, inside=True))
+    train = _train_points(_select(exp.progress, complete, inside=True))
     every_run_evaluated = len(complete) > 0 and len(evals[KEYS].drop_duplicates()) == len(complete)
     return (evals if every_run_evaluated else train), train
 

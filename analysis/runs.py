@@ -149,14 +149,19 @@ def _missing(runs: pd.DataFrame, plan: dict[str, Any] | None) -> pd.DataFrame:
 
 
 def _read_plan(experiment_dir: Path) -> dict[str, Any] | None:
+    """The experiment's plan file as an object; ``{"error": why}`` (naming the file) when it is there
+    but unusable: not UTF-8, not JSON, not a JSON object, not readable."""
     for name in PLAN_FILES:
         path = experiment_dir / name
-        if path.exists():
-            try:
-                plan = json.loads(path.read_text())
-            except json.JSONDecodeError as e:
-                return {"error": f"{name} unreadable: {e}"}
-            return plan if isinstance(plan, dict) else {"plan": plan}
+        try:
+            plan = json.loads(path.read_text())
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            return {"error": f"{path} unreadable: {type(e).__name__}: {e}"}
+        if not isinstance(plan, dict):
+            return {"error": f"{path}: expected a JSON object, got {type(plan).__name__}"}
+        return plan
     return None
 
 
@@ -165,7 +170,7 @@ def load_experiment(experiment_dir: Path | str) -> Experiment:
     experiment_dir = Path(experiment_dir)
     if not experiment_dir.is_dir():
         raise FileNotFoundError(f"experiment directory {experiment_dir} does not exist")
-    paths = find_runs(experiment_dir)
+    paths = find_runs(experiment_dir)  # RunUnreadable (a ValueError) names a directory it may not read
     if not paths:
         raise FileNotFoundError(
             f"no run directories under {experiment_dir} (expected <arm>/<env>/seed<k>/ with config.json)"

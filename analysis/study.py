@@ -189,6 +189,11 @@ def study_markdown(study: Study, command: str, date: str, csv_path: str | None =
             f" (code: git commit {commits or 'not recorded'}{', with uncommitted changes' if dirty else ''})"
         )
     lines += [provenance + ".", ""]
+    if exp.plan is not None and "error" in exp.plan:
+        lines += [
+            f"Plan file unusable (expected runs and arm order not taken from it): {exp.plan['error']}.",
+            "",
+        ]
     if csv_path:
         lines += [f"Tidy result table (one row per run): `{csv_path}`.", ""]
     if study.verdict is not None and study.power is not None:

@@ -6,10 +6,14 @@
   ``OMP_NUM_THREADS`` = the job's torch threads), ``cores // threads`` of them by default. A machine
   keeps its slot kind from one invocation to the next, so a resumed run keeps its device.
 * **Logs.** Each attempt appends a header line and the child's stdout/stderr to ``<run>/log.txt``.
-* **Skip, resume, retry.** A run whose ``status.json`` says complete is skipped; any other run is
-  started with ``resume`` (``train`` continues from ``checkpoints/latest.pt`` if there is one). A job
+* **Skip, resume, retry.** A run whose ``status.json`` says complete (and whose ``progress.csv``
+  ends in a whole row at its budget: ``algorithms.rundir.completion``) is skipped; any other run is
+  started with ``resume`` (``train`` continues from ``checkpoints/latest.pt`` if there is one), with
+  one line first when its files need repair (a damaged ``status.json``, a torn last row). A job
   that exits non-zero, or exits 0 without status complete, is retried up to ``retries`` more times,
-  then marked failed in its ``status.json``; the other jobs go on.
+  then marked failed in its ``status.json``; the other jobs go on. A full disk
+  (``NO_SPACE_EXIT_CODE``) fails the job at once, and a run directory that may not be read fails
+  its task with one line.
 * **Ctrl-C.** Children run in their own sessions so the terminal's SIGINT reaches only this process,
   which forwards SIGINT to every child, waits ``grace_s`` for them to stop (a second Ctrl-C: at
   once), kills what is left, and returns 130. SIGTERM and SIGHUP are handled the same way. Rerunning
@@ -18,8 +22,10 @@
   calls ``follow_scheduler``: the kernel sends it SIGINT when the scheduler dies (Linux
   ``PR_SET_PDEATHSIG``; elsewhere a thread watches the parent pid), and it stops as on Ctrl-C, so a
   ``kill -9`` of the scheduler leaves no job running on.
-* **One writer per run.** A job holds its run directory's lock (``algorithms.rundir``) for its whole
-  life. A run whose lock is taken (a job of a scheduler killed a moment ago, still stopping, or of
+* **One writer per run.** The scheduler takes a run directory's lock (``algorithms.rundir``) before
+  it writes the attempt's header into the run's ``log.txt`` and hands it to the job it starts, which
+  holds it for its whole life: no second scheduler starts a job there in between. A run whose lock
+  is taken (a job of a scheduler killed a moment ago, still stopping, or of
   another scheduler) is not started: the scheduler waits up to ``busy_wait_s`` for the lock, then
   skips the run with one line (state ``busy``), having written nothing into it.
 * **Packed tasks** (``run --pack``): one process trains several runs (``Task.members``) on
@@ -39,6 +45,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import json
 import os
 import shlex
 import signal
@@ -52,12 +59,26 @@ from pathlib import Path
 from typing import IO
 
 from algorithms.configs import ConfigError
-from algorithms.rundir import LOG_FILE, PROGRESS_FILE, is_complete, lock_holder, set_status_if_free
+from algorithms.rundir import (
+    LOCK_FDS_ENV,
+    LOG_FILE,
+    PROGRESS_FILE,
+    RunBusy,
+    RunUnreadable,
+    completion,
+    is_complete,
+    lock_holder,
+    set_status_if_free,
+    take_lock,
+)
 
 # The scheduler's pid, in every job's environment: the job stops when that process dies.
 SCHEDULER_PID_ENV = "REPRO_SCHEDULER_PID"
 # Exit code of a job that found its run directory locked by another process (sysexits EX_TEMPFAIL).
 BUSY_EXIT_CODE = 75
+# Exit code of a job stopped by a full disk (ENOSPC; sysexits EX_IOERR): not retried, since another
+# attempt on the same disk fails the same way, and said in the scheduler's line.
+NO_SPACE_EXIT_CODE = 74
 # How long a run whose lock is taken is waited for before it is skipped: a job whose scheduler was
 # killed gets SIGINT at once and stops like on Ctrl-C, well within the scheduler's 30 s grace.
 BUSY_WAIT_S = 60.0
@@ -103,8 +124,13 @@ class Task:
         return [m.run_dir for m in self.runs]
 
     def unfinished(self) -> list[Path]:
-        """The run directories whose ``status.json`` does not say complete."""
-        return [d for d in self.run_dirs if not is_complete(d)]
+        """The run directories not finished: ``status.json`` does not say complete, or the last row
+        of ``progress.csv`` is torn or short of the run's budget (``completion``)."""
+        return [m.run_dir for m in self.runs if not is_complete(m.run_dir, m.steps)]
+
+    def damage(self) -> list[str]:
+        """What its runs' files say that needs repair before it runs (``completion``): one phrase each."""
+        return [f"{m.key}: {why}" for m in self.runs if (why := completion(m.run_dir, m.steps)[1])]
 
     def complete(self) -> bool:
         return not self.unfinished()
@@ -322,11 +348,32 @@ class Attempts:
         if returncode == 0 and task.complete():
             return Outcome(task.key, "complete", attempts, wall)
         why = f"exit code {returncode}" if returncode != 0 else "exited 0 without status complete"
-        if attempts <= self.retries:
+        if returncode == NO_SPACE_EXIT_CODE:
+            why = f"no space left on device (exit code {returncode}), not retried"
+        elif attempts <= self.retries:
             return None
         error = f"{why} after {attempts} attempt(s); see {self.log[task.key]}"
         mark_unfinished(task, "failed", error)
         return Outcome(task.key, "failed", attempts, wall, error)
+
+
+def take_locks(run_dirs: Sequence[Path]) -> dict[str, int]:
+    """The locks of ``run_dirs`` (created if needed), for the job about to start on them
+    (``algorithms.rundir.LOCK_FDS_ENV``: resolved path -> descriptor); ``RunBusy`` (none kept) when
+    another process holds one."""
+    locks: dict[str, int] = {}
+    try:
+        for run_dir in run_dirs:
+            try:
+                run_dir.mkdir(parents=True, exist_ok=True)
+            except PermissionError as error:
+                raise RunUnreadable.from_error(error, run_dir) from None
+            locks[str(run_dir.resolve())] = take_lock(run_dir)
+    except BaseException:
+        for fd in locks.values():
+            os.close(fd)
+        raise
+    return locks
 
 
 def log_dirs(run_dirs: Sequence[Path]) -> list[Path]:
@@ -367,12 +414,16 @@ def run_local(
     outcomes: dict[str, Outcome] = {}
     pending: list[Task] = []
     for task in tasks:
-        if task.complete():
-            outcomes[task.key] = Outcome(task.key, "skipped", 0, 0.0)
-        else:
-            pending.append(task)
-    if outcomes:
-        say(f"skipping {len(outcomes)} finished task(s); {len(pending)} to run on {len(slots)} slot(s)")
+        try:
+            if task.complete():
+                outcomes[task.key] = Outcome(task.key, "skipped", 0, 0.0)
+            else:
+                pending.append(task)
+        except RunUnreadable as error:
+            outcomes[task.key] = Outcome(task.key, "failed", 0, 0.0, str(error))
+            say(f"{task.key}: FAILED ({error})")
+    if skipped := sum(o.state == "skipped" for o in outcomes.values()):
+        say(f"skipping {skipped} finished task(s); {len(pending)} to run on {len(slots)} slot(s)")
     bar = Progress(tasks, progress)
     bar.done_steps = sum(t.steps for t in tasks if t.key in outcomes)
     attempts = Attempts(retries)
@@ -387,13 +438,22 @@ def run_local(
         bar.done_steps += task.steps
 
     def ready(task: Task) -> bool:
-        """Whether ``task`` can start now; settles it (skipped or busy) when it never will."""
-        if task.complete():  # finished meanwhile by another scheduler
-            done(task, Outcome(task.key, "skipped", 0, 0.0))
+        """Whether ``task`` can start now; settles it (skipped, busy, or failed when a run directory may
+        not be read) when it never will. Before its first attempt, says what of its runs it repairs."""
+        try:
+            if task.complete():  # finished meanwhile by another scheduler
+                done(task, Outcome(task.key, "skipped", 0, 0.0))
+                return False
+            held = task.holder()
+            repairs = task.damage() if held is None and task.key not in attempts.count else []
+        except RunUnreadable as error:
+            say(f"{task.key}: FAILED ({error})")
+            done(task, Outcome(task.key, "failed", attempts.count.get(task.key, 0), 0.0, str(error)))
             return False
-        held = task.holder()
         if held is None:
             busy_since.pop(task.key, None)
+            for line in repairs:
+                say(line)
             return True
         pid, run_dir = held
         who = f"pid {pid}" if pid else "another process"
@@ -414,6 +474,15 @@ def run_local(
                 if not ready(task):
                     continue
                 pending.remove(task)
+                try:
+                    locks = take_locks(task.run_dirs)
+                except RunBusy:  # taken since ``ready`` looked: waited for like any held run
+                    pending.append(task)
+                    continue
+                except RunUnreadable as error:
+                    say(f"{task.key}: FAILED ({error})")
+                    done(task, Outcome(task.key, "failed", attempts.count.get(task.key, 0), 0.0, str(error)))
+                    continue
                 slot = free.pop(0)
                 attempt = attempts.start(task)
                 argv = [*task.argv, "--device", slot.device]
@@ -421,7 +490,8 @@ def run_local(
                     log = open_log(task.run_dirs, attempt, slot.name, argv)
                     proc = subprocess.Popen(
                         argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                        env={**child_env, **slot.env}, start_new_session=True,
+                        env={**child_env, **slot.env, LOCK_FDS_ENV: json.dumps(locks)},
+                        start_new_session=True, pass_fds=tuple(locks.values()),
                     )  # fmt: skip
                 except OSError as e:  # disk full at the log, no memory to fork: this job cannot start
                     free.append(slot)
@@ -429,6 +499,9 @@ def run_local(
                     say(f"{task.key}: FAILED ({error})")
                     done(task, Outcome(task.key, "failed", attempt, 0.0, error))
                     continue
+                finally:
+                    for fd in locks.values():  # the job holds them now (or, not started, nobody)
+                        os.close(fd)
                 running[task.key] = (task, slot, proc, log)
             pending = [t for t in pending if t.key not in outcomes]
             time.sleep(poll_s)

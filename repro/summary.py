@@ -6,7 +6,10 @@ logging excluded), and the achieved replay ratio under both countings, ``trained
 the loss per env step, R2D2's) and ``with_burnin`` (burn-in steps included, rlpyt's). Totals are
 ratios of sums (steps over summed train time), not means of ratios. A run whose files are damaged
 (``algorithms.rundir.read_run``: rows that repeat or go backwards, a table that does not parse)
-shows state ``corrupt`` and is listed under the tables with what is wrong.
+shows state ``corrupt`` and is listed under the tables with what is wrong; a run read around damage
+(a torn last row: ``read_run``'s notes) is listed too, and one whose ``status.json`` says complete
+without a progress row shows ``incomplete``. A directory that may not be read raises
+``RunUnreadable`` (one line at the command line), never "no run directories".
 """
 
 from __future__ import annotations
@@ -51,7 +54,9 @@ def collect(experiment_dir: Path) -> list[RunThroughput]:
             values = {c: float(last[c]) if c in last and pd.notna(last[c]) else 0.0 for c in COLUMNS}
         rel = path.relative_to(experiment_dir).parts
         arm, env, seed = (rel + ("?", "?", "?"))[:3] if len(rel) < 3 else rel[-3:]
-        state = "corrupt" if run.status == "corrupt" else run.state or run.status
+        state = run.state or run.status
+        if run.status != "complete" and state == "complete" or run.status == "corrupt":
+            state = run.status
         out.append(RunThroughput(arm, env, seed, state, values, run.problems))
     return out
 
@@ -86,13 +91,14 @@ def summary_text(experiment_dir: Path) -> str:
         complete = sum(r.state == "complete" for r in chosen)
         totals.append((arm, f"{len(chosen)} runs", f"{complete} complete", "", *_derived(summed)))
     right = tuple(range(4, 12))
-    corrupt = [f"  {r.arm}/{r.env}/{r.seed}: {'; '.join(r.problems)}" for r in runs if r.state == "corrupt"]
-    damaged = (
-        "\n\ncorrupt runs (their numbers above cannot be trusted; not used for results):\n"
-        + "\n".join(corrupt)
-        if corrupt
-        else ""
-    )
+    damaged = ""
+    for title, chosen in (
+        ("corrupt runs (their numbers above cannot be trusted; not used for results)", ("corrupt",)),
+        ("complete runs read around damage (rerun the plan to repair them)", ("complete",)),
+    ):
+        listed = [f"  {r.arm}/{r.env}/{r.seed}: {'; '.join(r.problems)}" for r in runs
+                  if r.state in chosen and r.problems]  # fmt: skip
+        damaged += f"\n\n{title}:\n" + "\n".join(listed) if listed else ""
     return (
         f"throughput of {experiment_dir} (steps/s and updates/s over sampling + optimizing time; "
         "RR = replay ratio: trained steps per env step, and with burn-in steps included)\n\n"

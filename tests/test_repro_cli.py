@@ -128,6 +128,7 @@ def test_default_tables_apply_to_every_algorithm_key_by_key(tmp_path):
             log_interval_steps = { value = 1_000, source = "default" }
             [default.algo]
             replay_size_steps = { value = 500, source = "default: A2C and PPO have no replay" }
+            learning_starts_steps = { value = 500, source = "default: within the replay" }
             [ppo.runner]
             n_steps = { value = 8_000, source = "ppo" }
             """

@@ -470,10 +470,22 @@ BAD_VALUES = {
         "profile", '[r2d1.runner]\nlog_interval_steps = { value = 0, source = "x" }\n',
         "prof.toml 'runner.log_interval_steps': RunnerConfig.log_interval_steps must be >= 1, got 0",
     ),
-    "replay_too_small": (
+    "replay_smaller_than_a_batch": (
         "profile", '[r2d1.algo]\nreplay_size_steps = { value = 100, source = "x" }\n',
+        "prof.toml 'algo.replay_size_steps': r2d1.Config.replay_size_steps must be large enough for one "
+        "batch (batch_size_sequences=64 sequences, one per 40 steps), got 100",
+    ),
+    "replay_smaller_than_the_learning_start": (
+        "profile", '[r2d1.algo]\nreplay_size_steps = { value = 50_000, source = "x" }\n',
+        "prof.toml 'algo.replay_size_steps': r2d1.Config.replay_size_steps must be >= "
+        "learning_starts_steps=100,000, got 50000",
+    ),
+    "replay_too_small_for_the_envs": (
+        "profile", '[r2d1.algo]\nreplay_size_steps = { value = 20_000, source = "x" }\n'
+        'learning_starts_steps = { value = 20_000, source = "x" }\n',
         "prof.toml 'algo.replay_size_steps': the replay cannot hold one training item with "
-        "sampler.batch_B=256 on env 'pong': SequenceStorage: capacity_steps=100 gives 0 rows",
+        "sampler.batch_B=256 on env 'pong': SequenceStorage: capacity_steps=20000 gives 40 rows per env, too "
+        "few for sequences of 125",
     ),
     "plan_arm_dotdot": ("plan", 'arms = ["...toml"]\nenvs = ["pong"]\n', "'...toml' gives the arm name '..'"),
     "plan_env_outside": ("plan", 'arms = ["ARM"]\nenvs = ["../x"]\n', "'../x' is not a valid name"),
@@ -511,26 +523,39 @@ def test_bad_values_are_refused_in_one_line_before_anything_runs(case, tmp_path,
         assert elapsed < 1.0
 
 
-def test_a_dqn_replay_too_small_for_one_transition_is_refused_at_planning(tmp_path, capsys):
-    (tmp_path / "dqn.toml").write_text('[setting]\ntitle = "t"\ncitation = "c"\nbase = "dqn_minatar"\n')
-    plan = tmp_path / "plan.toml"
-    plan.write_text(f'[plan]\ntitle = "t"\narms = ["{tmp_path / "dqn.toml"}"]\nenvs = ["minatar_breakout"]\n'
-                    'envs_source = "s"\n')  # fmt: skip
+def test_a_dqn_replay_smaller_than_its_batch_is_refused_at_loading(tmp_path, capsys):
+    """Young & Tian's DQN (batch 32, replay start 5,000) with a replay of 16: before, ``repro show``
+    printed it and a run started, each batch drawing the 16 stored transitions over and over."""
     profile = tmp_path / "prof.toml"
     profile.write_text(
-        '[profile]\ndescription = "d"\n[dqn.algo]\nreplay_size_steps = { value = 3, source = "x" }\n'
+        '[profile]\ndescription = "d"\n[dqn.algo]\nreplay_size_steps = { value = 16, source = "x" }\n'
     )
     root = tmp_path / "runs"
-    code = main(
-        ["run", str(plan), "--seeds", "1", "--profile", str(profile), "--root", str(root), "--no-estimate"]
-    )
+    show = ["show", "dqn_minatar", "--profile", str(profile)]
+    run = [
+        "run",
+        "dqn_minatar",
+        "--seeds",
+        "1",
+        "--profile",
+        str(profile),
+        "--root",
+        str(root),
+        "--no-estimate",
+    ]
+    for command in (show, [*run, "--no-estimate"]):
+        code = main(command)
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1, err
+        assert (
+            "prof.toml 'algo.replay_size_steps': dqn.Config.replay_size_steps must be large enough for one "
+            "batch (batch_size=32 transitions), got 16" in err
+        )
+        assert not root.exists()
+    # A batch larger than the replay, set on the command line, names both.
+    assert main(["show", "dqn_minatar", "--set", "algo.batch_size=200000"]) == 2
     err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1, err
-    assert (
-        "prof.toml 'algo.replay_size_steps': the replay cannot hold one training item with sampler.batch_B=1 "
-        "on env 'minatar_breakout': TransitionStorage: capacity_steps=3 gives 3 rows per env" in err
-    )
-    assert not root.exists()
+    assert "replay_size_steps must be large enough for one batch (batch_size=200,000 transitions)" in err
 
 
 def test_repro_alone_prints_usage(capsys):

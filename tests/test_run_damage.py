@@ -1,0 +1,451 @@
+"""Damaged and unreadable run files, and the smaller faults of a hostile tester's second round: a
+damaged ``status.json`` does not stop a plan; a torn or lost progress row before a valid checkpoint
+is repaired from the last point the table and a checkpoint agree on, and said; reading (summary,
+study, report) never crashes on runs without rows or with garbage in them; directories that may
+not be read give one line and a non-zero exit; a full disk is said and not retried; ``run-job``
+stopped by SIGTERM says interrupted; two schedulers write one attempt header between them.
+
+Real jobs are A2C on CartPole (``tiny_setting``), the cheapest real training.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from interrupts import wait_for
+from tiny_setting import a2c_cartpole_setting
+
+from algorithms.algos import a2c
+from algorithms.envs.config import EnvConfig
+from algorithms.rundir import LOG_FILE, RunDir, read_run, run_path
+from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
+from analysis.__main__ import main as analysis_main
+from reports.__main__ import main as reports_main
+from repro.cli import main as repro_main
+from repro.scheduler import Task, detect_slots, last_env_steps, run_local
+from repro.summary import summary_text
+
+REPO = Path(__file__).resolve().parents[1]
+STEPS, LOG_EVERY = 2000, 200
+ROWS = list(range(LOG_EVERY, STEPS + 1, LOG_EVERY))
+
+
+# --- a plan of one A2C run, trained once per module and copied by each test -------------------------
+def write_plan(where: Path, n_steps: int = STEPS) -> Path:
+    setting = where / "a2c_cartpole.toml"
+    setting.write_text(a2c_cartpole_setting(n_steps, LOG_EVERY, "test"))
+    plan = where / "cartpole.toml"
+    plan.write_text(
+        f'[plan]\ntitle = "t"\narms = ["{setting}"]\nenvs = ["CartPole-v1"]\nenvs_source = "test"\n'
+    )
+    return plan
+
+
+def run_args(plan: Path, seeds: int = 1) -> list[str]:
+    root = str(plan.parent / "runs")
+    return ["run", str(plan), "--seeds", str(seeds), "--profile", "paper", "--root", root, "--jobs", "1",
+            "--no-estimate", "--no-progress"]  # fmt: skip
+
+
+def run_of(plan: Path, seed: int = 0) -> Path:
+    return plan.parent / "runs" / "cartpole-paper" / "a2c_cartpole" / "CartPole-v1" / f"seed{seed}"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    where = tmp_path_factory.mktemp("trained")
+    plan = write_plan(where)
+    done = subprocess.run([sys.executable, "-m", "repro", *run_args(plan)], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return where
+
+
+@pytest.fixture
+def plan(trained, tmp_path) -> Path:
+    """A copy of the trained plan's files and its complete run."""
+    shutil.copytree(trained, tmp_path, dirs_exist_ok=True)
+    return tmp_path / "cartpole.toml"
+
+
+def rows(run: Path) -> list[int]:
+    return read_run(run).progress["env_steps"].astype(int).tolist()
+
+
+def check_exact(run: Path) -> None:
+    data = read_run(run)
+    assert data.status == "complete" and not data.problems, data.problems
+    assert rows(run) == ROWS
+    assert data.eval["env_steps"].tolist() == [STEPS] * len(data.eval) and len(data.eval) >= 1
+
+
+def tear_last_row(path: Path, how: str) -> None:
+    """``torn``: the last row cut in half (no newline); ``half_with_newline``: cut in half, newline kept;
+    ``lost``: the whole last row gone."""
+    data = path.read_bytes()
+    start = data.rstrip(b"\n").rfind(b"\n") + 1
+    cut = start + (len(data) - start) // 2
+    path.write_bytes({"torn": data[:cut], "half_with_newline": data[:cut] + b"\n", "lost": data[:start]}[how])
+
+
+# --- a damaged status.json ----------------------------------------------------------------------------
+STATUS_DAMAGE = {
+    "random_bytes": b"\x8f\xff\x00\x13garbage\xfe",
+    "json_list": b"[]",
+    "json_string": b'"complete"',
+    "state_not_text": b'{"state": 5}',
+    "empty": b"",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(STATUS_DAMAGE))
+def test_a_damaged_status_json_is_said_and_the_run_resumed(plan, kind, capfd):
+    run = run_of(plan)
+    (run / "status.json").write_bytes(STATUS_DAMAGE[kind])
+    assert summary_text(plan.parent / "runs" / "cartpole-paper")  # the reader copes, before and after
+    assert repro_main(run_args(plan)) == 0
+    out, err = capfd.readouterr()
+    said = [line for line in err.splitlines() if "status.json" in line]
+    assert len(said) == 1 and said[0].endswith("running it again"), err
+    assert "Traceback" not in out + err and "1 complete, 0 skipped" in out
+    check_exact(run)
+    assert json.loads((run / "status.json").read_text())["state"] == "complete"
+
+
+# --- a torn or lost progress row before a valid checkpoint -------------------------------------------
+CONFIG = TrainConfig(
+    algo="a2c",
+    algo_config=a2c.Config(hidden_sizes=(16,)),
+    env=EnvConfig(id="CartPole-v1", kind="gym"),
+    sampler=SamplerConfig(batch_T=5, batch_B=2, eval_episodes=1, eval_max_steps=20),
+    runner=RunnerConfig(n_steps=STEPS, log_interval_steps=LOG_EVERY, seed=1),
+)
+
+
+@pytest.mark.parametrize("how", ["torn", "half_with_newline", "lost"])
+def test_a_lost_row_before_the_checkpoint_is_rerun_from_previous_and_said(tmp_path, monkeypatch, capfd, how):
+    """Stopped after its 5th checkpoint (1,000 env steps), then the row at 1,000 damaged: before, the
+    resumed run went on from 1,000 and the table read [..., 800, 1200, ...] with no word of it."""
+    run_dir = tmp_path / "run"
+    saves, real_save = [0], RunDir.save_checkpoint
+
+    def save_then_stop(self, state):
+        real_save(self, state)
+        saves[0] += 1
+        if saves[0] == 5:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunDir, "save_checkpoint", save_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        train(CONFIG, run_dir)
+    monkeypatch.setattr(RunDir, "save_checkpoint", real_save)
+    assert rows(run_dir) == ROWS[:5]
+    tear_last_row(run_dir / "progress.csv", how)
+    capfd.readouterr()
+
+    train(CONFIG, run_dir)
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "progress.csv ends at env_steps 800 without the row at 1,000 (torn or lost) that " in err
+    assert "checkpoints/latest.pt logged: resuming from previous.pt at 800 env steps" in err
+    check_exact(run_dir)
+
+
+def test_without_a_checkpoint_the_table_agrees_with_the_run_starts_afresh(tmp_path, capfd):
+    run = RunDir.open(tmp_path / "r", {"a": 1}, {"seed": 0})
+    for steps in (100, 200):
+        run.append_progress({"env_steps": steps})
+    run.save_checkpoint({"counters": {"env_steps": 200}, "runner": {"last_log_steps": 200}})
+    tear_last_row(run.path / "progress.csv", "lost")
+    checkpoint, repaired = run.recover()
+    assert checkpoint is None and not run.checkpoint_path.exists()
+    assert repaired == (
+        "progress.csv ends at env_steps 100 without the row at 200 (torn or lost) that checkpoints/latest.pt "
+        "logged: starting afresh, progress.csv and eval.csv emptied"
+    )
+    assert not (run.path / "progress.csv").exists()
+    run.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["torn", "half_with_newline", "lost"])
+def test_a_complete_run_with_a_damaged_last_row_is_not_skipped_but_repaired(plan, capfd, how):
+    run = run_of(plan)
+    tear_last_row(run / "progress.csv", how)
+    exp = plan.parent / "runs" / "cartpole-paper"
+    if how != "lost":  # read around, and listed, not passed over in silence
+        assert "complete runs read around damage" in summary_text(exp)
+        assert "dropped a torn last line" in summary_text(exp)
+    assert repro_main(run_args(plan)) == 0
+    out, err = capfd.readouterr()
+    said = "the last row of progress.csv is torn" if how != "lost" else "progress.csv ends at 1,800 of 2,000"
+    assert f"a2c_cartpole/CartPole-v1/seed0: status.json says complete but {said}" in err, err
+    assert "1 complete, 0 skipped" in out and "Traceback" not in out + err
+    assert "resuming from previous.pt at 1,800 env steps" in (run / LOG_FILE).read_text()
+    check_exact(run)
+    assert "read around damage" not in summary_text(exp)
+
+
+def test_cutting_a_table_back_keeps_the_bytes_of_the_rows_it_keeps(tmp_path):
+    """A resumed run's earlier rows must not change: re-serialising them through pandas wrote a NaN
+    logged as ``nan`` back as an empty cell and an int of a column with NaNs as a float."""
+    run = RunDir.open(tmp_path / "r", {"a": 1}, {"seed": 0})
+    for steps, episodes, ret in ((100, "", float("nan")), (200, 2, 1.5), (300, 3, 2.0)):
+        run.append_progress({"env_steps": steps, "episodes": episodes, "return": ret})
+    before = (run.path / "progress.csv").read_bytes()
+    assert run.progress.truncate_after("env_steps", 200) == 2
+    assert (run.path / "progress.csv").read_bytes() == before[: before.index(b"300,")]
+    run.close()
+
+
+# --- reading an experiment with no rows yet, or garbage in its runs -------------------------------------
+GARBAGE = {
+    "progress_random_bytes": {"progress.csv": bytes(range(256)) * 2},
+    "progress_header_only": {"progress.csv": b"env_steps,frames,return_mean\n"},
+    "progress_text": {"progress.csv": b"env_steps,frames,return_mean\n100,100,abc\n200,200,x\n"},
+    "progress_without_env_steps": {"progress.csv": b"frames,return_mean\n100,1\n"},
+    "progress_short_row_inside": {"progress.csv": b"env_steps,frames,return_mean\n100,100\n200,200,1\n"},
+    "eval_text": {
+        "eval.csv": b"env_steps,frames,updates,wall_time_s,episode,return,length\n200,200,1,1,0,abc,3\n"
+    },  # fmt: skip
+    "eval_one_column": {"eval.csv": b"env_steps\n200\n"},
+    "eval_random_bytes": {"eval.csv": bytes(range(255, -1, -1))},
+    "config_list": {"config.json": b"[]"},
+    "metadata_bytes": {"metadata.json": b"\xff\xfe\x00"},
+    "status_list": {"status.json": b"[]"},
+    "status_bytes": {"status.json": b"\x8f\xff"},
+    "status_a_directory": {"status.json/x": b""},
+    "plan_bytes": {"../../../plan.json": b"\xff\xfe{"},
+    "plan_list": {"../../../plan.json": b'["a"]'},
+}
+
+
+def write_run(root: Path, exp: str, seed: int, rows_: int = 2) -> Path:
+    run = RunDir.open(run_path(root, exp, "arm", "minatar_breakout", seed), {"a": 1}, {"seed": seed})
+    for k in range(1, rows_ + 1):
+        run.append_progress({"env_steps": 100 * k, "frames": 100 * k, "return_mean": float(k + seed)})
+    if rows_:
+        run.append_eval([{"env_steps": 100 * rows_, "frames": 100 * rows_, "updates": 1, "wall_time_s": 1,
+                          "episode": 0, "return": 1.0 + seed, "length": 3}])  # fmt: skip
+        run.set_status("complete")
+    run.close()
+    return run.path
+
+
+def read_everything(exp: Path, tmp_path: Path, capsys) -> dict[str, tuple[int, str, str]]:
+    """Exit code, stdout and stderr of the summary, the study and the report of ``exp``."""
+    found, report = {}, str(tmp_path / "r.html")
+    for name, call in (
+        ("summary", lambda: repro_main(["summary", str(exp)])),
+        ("study", lambda: analysis_main(["study", str(exp), "--reps", "100"])),
+        ("report", lambda: reports_main(["build", str(exp), "--reps", "100", "--out", report])),
+    ):
+        code = call()
+        out, err = capsys.readouterr()
+        found[name] = (code, out, err)
+    return found
+
+
+def test_reports_and_study_of_runs_without_rows_say_what_is_missing(tmp_path, capsys):
+    exp = tmp_path / "exp"
+    for seed in (0, 1):  # jobs just started: config, metadata, status running, no row yet
+        write_run(tmp_path, "exp", seed, rows_=0)
+    found = read_everything(exp, tmp_path, capsys)
+    assert all(code == 0 for code, _, _ in found.values()), found
+    study = found["study"][1]
+    assert "from 0 complete runs" in study and "no complete run has a score yet" in study
+    assert study.count("progress.csv missing") == 2
+    assert "progress.csv missing" in (tmp_path / "r.html").read_text()
+
+
+@pytest.mark.parametrize("kind", sorted(GARBAGE))
+def test_garbage_in_a_run_is_listed_not_a_crash(tmp_path, capsys, kind):
+    exp = tmp_path / "exp"
+    write_run(tmp_path, "exp", 0)
+    bad = write_run(tmp_path, "exp", 1)
+    for name, data in GARBAGE[kind].items():
+        path = bad / name
+        if path.parent.is_file():  # a directory where a run file belongs
+            path.parent.unlink()
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(data)
+    found = read_everything(exp, tmp_path, capsys)
+    for name, (code, _, err) in found.items():
+        assert code == 0 and err == "", (name, err)
+    study = found["study"][1]
+    if kind.startswith("plan"):  # the runs are fine; the plan file is named with what is wrong
+        assert (
+            f"Plan file unusable (expected runs and arm order not taken from it): {exp / 'plan.json'}"
+            in study
+        )
+        assert "from 2 complete runs" in study
+    else:  # the damaged run is left out and listed with why
+        assert "from 1 complete runs" in study
+        assert "arm/minatar_breakout/seed1: " in study.split("## Runs not used")[1]
+
+
+# --- directories that may not be read -------------------------------------------------------------------
+def without_file_permission_bypass() -> None:
+    """``preexec_fn``: as root, drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the bounding set, so
+    that the command run next holds neither (capabilities(7): at execve root's permitted set is the
+    bounding set) and file permissions apply to it as to any user."""
+    if os.geteuid() != 0:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (1, 2):  # linux/capability.h: CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def as_user(*args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", *args]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600,
+                          preexec_fn=without_file_permission_bypass)  # fmt: skip
+
+
+@pytest.fixture
+def locked_out(tmp_path):
+    """Makes a directory unreadable for the test, and readable again after it (for tmp_path's removal)."""
+    chmodded: list[Path] = []
+
+    def lock(path: Path) -> None:
+        path.chmod(0)
+        chmodded.append(path)
+
+    yield lock
+    for path in chmodded:
+        path.chmod(0o755)
+
+
+@pytest.mark.parametrize("what", ["experiment", "run"])
+def test_unreadable_directories_give_one_line_and_a_non_zero_exit(tmp_path, locked_out, what):
+    exp = tmp_path / "exp"
+    write_run(tmp_path, "exp", 0)
+    unreadable = exp if what == "experiment" else write_run(tmp_path, "exp", 1)
+    locked_out(unreadable)
+    for command, code in ((["repro", "summary"], 1), (["analysis", "study"], 2), (["reports", "build"], 2)):
+        done = as_user(*command, str(exp))
+        assert done.returncode == code, (command, done.stderr)
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, (command, done.stderr)
+        assert str(unreadable) in done.stderr and "Permission denied (check its permissions)" in done.stderr
+        assert "no run directories" not in done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_the_scheduler_fails_an_unreadable_run_in_one_line_and_runs_the_others(trained, tmp_path, locked_out):
+    plan = write_plan(tmp_path, 400)
+    unreadable = run_of(plan, 0)
+    unreadable.mkdir(parents=True)
+    locked_out(unreadable)
+    done = as_user("repro", *run_args(plan, seeds=2))
+    assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr, done.stderr[-3000:]
+    assert f"a2c_cartpole/CartPole-v1/seed0: FAILED ({unreadable}" in done.stderr
+    assert "Permission denied (check its permissions)" in done.stderr
+    assert "1 complete, 0 skipped (already complete), 1 failed" in done.stdout
+    assert read_run(run_of(plan, 1)).status == "complete"
+
+
+# --- run-job stopped by SIGTERM, a full disk, two schedulers at once ---------------------------------------
+@pytest.mark.slow
+def test_run_job_started_by_hand_and_sigtermed_says_interrupted(tmp_path):
+    plan = write_plan(tmp_path, 200_000)
+    run = tmp_path / "run"
+    job = subprocess.Popen(
+        [sys.executable, "-m", "repro", "run-job", "--arm", str(tmp_path / "a2c_cartpole.toml"), "--profile",
+         "paper", "--env", "CartPole-v1", "--seed", "0", "--run-dir", str(run)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    wait_for(lambda: last_env_steps(run) >= 2 * LOG_EVERY, 120, "two progress rows", job)
+    job.send_signal(signal.SIGTERM)
+    out, _ = job.communicate(timeout=60)
+    assert job.returncode == 130 and "Traceback" not in out, out[-3000:]
+    assert json.loads((run / "status.json").read_text())["state"] == "interrupted"
+    assert plan.exists()
+
+
+# The real run-job, with the disk filling up at its third progress row.
+FULL_DISK_JOB = textwrap.dedent(
+    """
+    import errno, sys
+    from algorithms import rundir
+    from repro.cli import main
+    real, written = rundir.CsvTable.append_many, []
+    def append_many(self, rows):
+        if self.path.name == "progress.csv" and len(written) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
+        written.extend(rows)
+        real(self, rows)
+    rundir.CsvTable.append_many = append_many
+    sys.exit(main(sys.argv[1:]))
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_full_disk_is_said_by_the_scheduler_and_not_retried(tmp_path):
+    write_plan(tmp_path)
+    run = tmp_path / "runs" / "seed0"
+    argv = (sys.executable, "-c", FULL_DISK_JOB, "run-job", "--arm", str(tmp_path / "a2c_cartpole.toml"),
+            "--profile", "paper", "--env", "CartPole-v1", "--seed", "0", "--run-dir", str(run))  # fmt: skip
+    events: list[str] = []
+    [outcome] = run_local([Task("r", run, argv, STEPS)], detect_slots(1, 1, n_gpus=0, cores=1), retries=2,
+                          progress=False, poll_s=0.05, on_event=events.append)  # fmt: skip
+    assert (outcome.state, outcome.attempts) == ("failed", 1)
+    assert events == [f"r: FAILED ({outcome.error})"]
+    assert outcome.error.startswith("no space left on device (exit code 74), not retried after 1 attempt(s)")
+    log = (run / LOG_FILE).read_text()
+    assert log.count("=== attempt") == 1 and "Traceback" not in log
+    assert f"error: no space left on device writing {run}/progress.csv" in log
+    status = json.loads((run / "status.json").read_text())
+    assert status == {**status, "state": "failed", "error": outcome.error}
+
+
+# A scheduler of one real job whose start takes START_S seconds before its first import (a loaded
+# machine's slow start), printing its events and outcome.
+SCHEDULER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from repro.scheduler import Task, detect_slots, run_local
+    run, job = Path(sys.argv[1]), sys.argv[2:]
+    slow_start = "import sys, time; time.sleep(3.0); from repro.cli import main; sys.exit(main(sys.argv[1:]))"
+    argv = (sys.executable, "-c", slow_start, *job)
+    slots = detect_slots(1, 1, n_gpus=0, cores=1)
+    [outcome] = run_local([Task("r", run, argv, 400)], slots, progress=False, poll_s=0.05, on_event=print)
+    print("outcome", outcome.state, flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+def test_two_schedulers_at_once_write_one_attempt_header(tmp_path):
+    """The second starts once the first has written its header and started a job that has not yet
+    taken the run's lock: before, the second saw the run free, wrote a header and started a job too."""
+    write_plan(tmp_path, 400)
+    run = tmp_path / "runs" / "seed0"
+    arm = str(tmp_path / "a2c_cartpole.toml")
+    job = ["run-job", "--arm", arm, "--profile", "paper", "--env", "CartPole-v1", "--seed", "0", "--run-dir",
+           str(run)]  # fmt: skip
+    cmd = [sys.executable, "-c", SCHEDULER, str(run), *job]
+    first = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_for(lambda: (run / LOG_FILE).exists(), 120, "the first scheduler's header", first)
+    second = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    out, _ = first.communicate(timeout=600)
+    assert "outcome complete" in out and "outcome skipped" in second.stdout, (
+        out + second.stdout + second.stderr
+    )
+    assert "is writing" in second.stdout
+    log = (run / LOG_FILE).read_text()
+    assert log.count("=== attempt") == 1 and "did not start" not in log, log
+    data = read_run(run)
+    assert data.status == "complete" and data.progress["env_steps"].tolist() == [200, 400]
