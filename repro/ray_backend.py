@@ -102,6 +102,14 @@ INTERRUPTED_CONNECTING = "interrupted while connecting to Ray: no job was starte
 # Files beside a setting file outside the repository travel with it up to this size in total.
 MAX_INPUT_BYTES = 1 << 20
 SCRATCH_DIR = "repro-ray"
+# The node IP of a local instance this process starts, and of the test clusters: loopback, so that
+# nothing of it connects over the host's interface address. Not 127.0.0.1 itself: Ray (2.60,
+# ``ray._private.services.resolve_ip_for_localhost``, applied to ``ray.init``'s ``_node_ip_address``,
+# ``ray start --node-ip-address`` and every cluster address) rewrites 127.0.0.1 and ``localhost`` to
+# the host's interface address on Linux, and leaves any other address alone; Linux routes all of
+# 127.0.0.0/8 over the loopback interface. Ray's servers still listen on every interface (its gRPC
+# servers bind 0.0.0.0 whatever the node IP).
+LOOPBACK_NODE_IP = "127.0.0.2"
 
 
 # --- connecting --------------------------------------------------------------------------------
@@ -139,6 +147,7 @@ def connect(address: str | None, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
     ``timeout_s``, or 3 s after a Ctrl-C (or SIGTERM, SIGHUP), this process prints the same one line
     and exits (2, or 130 after a signal): connecting comes before anything is written."""
     import ray
+    from ray._private import services
 
     if ray.is_initialized():
         return
@@ -178,6 +187,9 @@ def connect(address: str | None, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
     level = ray_logger.level
     ray_logger.setLevel(logging.ERROR)  # Ray's notices at connection are not ours to print
     threading.Thread(target=watchdog, name="ray-connect-watchdog", daemon=True).start()
+    # A local instance this process starts (no address, none to join) stays on loopback; one it
+    # joins keeps the node IP it was started with.
+    starting = not address and services.canonicalize_bootstrap_address(None) is None
     try:
         ray.init(
             address=address,
@@ -185,6 +197,7 @@ def connect(address: str | None, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
             include_dashboard=False,
             log_to_driver=False,
             configure_logging=False,
+            **({"_node_ip_address": LOOPBACK_NODE_IP} if starting else {}),
         )
     except KeyboardInterrupt:
         if not timed_out.is_set():

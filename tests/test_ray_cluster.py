@@ -9,8 +9,10 @@ killed mid-job (every process of it, by the ids this test started), the job retr
 from the driver's copy of its last checkpoint, then Ctrl-C on the driver; and at the end no Ray
 process of this test is left.
 
-Ray rewrites 127.0.0.1 to the host's own address (``ray._private.services.resolve_ip_for_localhost``),
-which Linux routes over the loopback interface: nothing leaves the machine.
+Every node is started with the loopback node IP ``repro.ray_backend.LOOPBACK_NODE_IP`` and the driver
+is given the head's address on it, so that every connection of the cluster is a loopback one (the
+test checks the established TCP connections of its processes). Ray rewrites 127.0.0.1 itself to the
+host's interface address, which is why that address is another of 127.0.0.0/8.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from interrupts import sigint_default, wait_for
 from tiny_setting import a2c_cartpole_setting, a2c_long_profile
 
 from algorithms.rundir import LOG_FILE, read_run
+from repro.ray_backend import LOOPBACK_NODE_IP
 from repro.scheduler import last_env_steps
 from repro.summary import summary_text
 
@@ -123,6 +126,45 @@ def kill_all(pids: list[int], sig: int) -> None:
             pass
 
 
+def _socket_inodes(pids: list[int]) -> set[str]:
+    inodes = set()
+    for pid in pids:
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:  # the process has ended
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(fd)
+            except OSError:  # closed meanwhile
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    return inodes
+
+
+def _ip(hex_address: str) -> str:
+    """An address of /proc/net/tcp[6] (hex, in host byte order per 32-bit word) as text."""
+    raw = bytes.fromhex(hex_address)
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    return socket.inet_ntop(socket.AF_INET if len(words) == 4 else socket.AF_INET6, words)
+
+
+def non_loopback_connections(pids: list[int]) -> list[str]:
+    """Established TCP connections of ``pids`` whose local end is not a loopback address."""
+    inodes, found = _socket_inodes(pids), []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, remote, state, inode = fields[1], fields[2], fields[3], fields[9]
+            if state != "01" or inode not in inodes:  # 01: ESTABLISHED
+                continue
+            ip = _ip(local.split(":")[0]).removeprefix("::ffff:")
+            if not (ip.startswith("127.") or ip == "::1"):
+                found.append(f"{ip} -> {_ip(remote.split(':')[0])}")
+    return found
+
+
 def free_ports(n: int) -> list[int]:
     socks = [socket.socket() for _ in range(n)]
     try:
@@ -143,6 +185,7 @@ class Node:
         self.scratch.mkdir(parents=True)
         ports = free_ports(5)
         cmd = [str(RAY), "start", "--block", "--disable-usage-stats", "--num-gpus", "0"]
+        cmd += ["--node-ip-address", LOOPBACK_NODE_IP]
         cmd += ["--temp-dir", str(self.dir / "ray"), "--dashboard-agent-listen-port", str(ports[0])]
         cmd += ["--dashboard-agent-grpc-port", str(ports[1]), "--metrics-export-port", str(ports[2])]
         cmd += ["--runtime-env-agent-port", str(ports[3]), *args]
@@ -228,7 +271,7 @@ def test_two_node_cluster_streams_results_survives_node_loss_and_ctrl_c(files):
     # (Ray's defaults: 5 x 3 s); the test waits 1 s instead.
     env |= {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "2"}
     head_port, client_port = free_ports(2)
-    address = f"127.0.0.1:{head_port}"
+    address = f"{LOOPBACK_NODE_IP}:{head_port}"
     # The second node starts at once: `ray start --address` waits for the head's GCS by itself.
     head = Node(
         "head", base,
@@ -280,6 +323,9 @@ def test_two_node_cluster_streams_results_survives_node_loss_and_ctrl_c(files):
             assert read_run(run).status != "complete"
             summary = summary_text(root / "cartpole-long")  # `repro summary` during the run
             assert "a2c_cartpole  CartPole-v1  seed0  running" in summary
+            # The nodes, the job on one and the driver talk over loopback only.
+            ours = [p for node in nodes for p in node.pids()] + process_tree(proc.pid)
+            assert non_loopback_connections(ours) == []
 
             node2.kill()
             # What the driver holds when the node dies: the retry must resume from this checkpoint.
@@ -346,3 +392,35 @@ def test_two_node_cluster_streams_results_survives_node_loss_and_ctrl_c(files):
     left = [p for node in nodes for p in node.seen if alive(p)]
     assert not left, f"Ray processes of this test still running: {left}"
     print(f"Ray processes on this machine (ps): {ray_before} before, {ray_process_count()} after")
+
+
+# A driver that starts a local instance (``repro run --backend ray`` without ``--address``), prints
+# its pid and what Ray says of the node IPs, then waits for its stdin to close.
+LOCAL_DRIVER = """
+import json, os, sys, ray
+from repro.ray_backend import connect
+connect(None)
+found = {"pid": os.getpid(), "nodes": [n["NodeManagerAddress"] for n in ray.nodes()],
+         "driver": ray.util.get_node_ip_address()}
+print(json.dumps(found), flush=True)
+sys.stdin.read()
+ray.shutdown()
+"""
+
+
+def test_a_local_instance_started_by_the_backend_stays_on_loopback():
+    # A temp directory of its own: no other local instance to join (``RAY_TMPDIR``, Ray's default
+    # temp directory), and short, for Ray's Unix socket paths.
+    base = Path(tempfile.mkdtemp(prefix="rl", dir="/tmp"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"RAY_TMPDIR": str(base)}
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.DEVNULL}
+    driver = subprocess.Popen([sys.executable, "-c", LOCAL_DRIVER], cwd=REPO, env=env, text=True, **pipes)
+    try:
+        found = json.loads(driver.stdout.readline() or "{}")
+        assert found.get("nodes") == [LOOPBACK_NODE_IP] and found["driver"] == LOOPBACK_NODE_IP, found
+        ours = process_tree(driver.pid)  # the instance's processes are the driver's children
+        assert len(ours) > 3 and non_loopback_connections(ours) == []
+    finally:
+        driver.communicate(timeout=120)
+        shutil.rmtree(base, ignore_errors=True)
+    assert driver.returncode == 0
