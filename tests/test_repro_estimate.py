@@ -212,6 +212,7 @@ def test_the_estimate_counts_only_what_is_left(files):
     done, half = jobs
     done.run_dir.mkdir(parents=True)
     (done.run_dir / "status.json").write_text(json.dumps({"state": "complete"}))
+    (done.run_dir / "progress.csv").write_text(f"env_steps,updates\n{done.n_steps},9\n")  # all of it
     half.run_dir.mkdir(parents=True)
     (half.run_dir / "progress.csv").write_text("env_steps,updates\n500,0\n1200,3\n")
     assert [steps_left(j) for j in jobs] == [0, 800]
