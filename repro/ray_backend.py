@@ -94,6 +94,9 @@ REPO = Path(__file__).resolve().parents[1]
 # Issue 19: an unreachable address is one line of ours within 30 s of the command, not minutes of Ray's
 # retries; planning takes seconds before it.
 CONNECT_TIMEOUT_S = 20.0
+# Starting a local instance (no address) is not waiting for a cluster that may not be there: it
+# took 27 s on the 2-core dev machine at load 8 (docs/results/run_integrity.md), past the 20 s above.
+LOCAL_START_TIMEOUT_S = 120.0
 # How long a job may wait in Ray's queue while none of the plan's jobs runs or finishes: a cluster
 # launcher or KubeRay takes minutes to add a node, so a few of those.
 QUEUE_TIMEOUT_S = 900.0
@@ -136,9 +139,10 @@ def _check_reachable(address: str, timeout_s: float) -> None:
         ) from None
 
 
-def connect(address: str | None, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+def connect(address: str | None, timeout_s: float | None = None) -> None:
     """Connect this process to Ray (``address`` ``None``: start or join a local instance), with the
-    repository as the runtime environment (``runtime_env``).
+    repository as the runtime environment (``runtime_env``). ``timeout_s`` defaults to
+    ``CONNECT_TIMEOUT_S`` with an address, ``LOCAL_START_TIMEOUT_S`` without.
 
     A ``host:port`` that does not accept a connection is a ``ConfigError`` within ``timeout_s / 6``.
     One that accepts but does not answer as Ray is one at ``timeout_s - 5``, when Ray's client is
@@ -151,9 +155,11 @@ def connect(address: str | None, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
 
     if ray.is_initialized():
         return
+    timeout_s = timeout_s or (CONNECT_TIMEOUT_S if address else LOCAL_START_TIMEOUT_S)
     if address:
         _check_reachable(address, timeout_s / 6)
-    message = f"error: the Ray cluster at {address} did not answer within {timeout_s:.0f} s"
+    what = f"the Ray cluster at {address}" if address else "the local Ray instance"
+    message = f"error: {what} did not answer within {timeout_s:.0f} s"
     timed_out, connected = threading.Event(), threading.Event()
     # Python's C-level handler writes the signal's number here even while the main thread is stuck.
     signals, wakeup = socket.socketpair()

@@ -413,10 +413,11 @@ def test_a_local_instance_started_by_the_backend_stays_on_loopback():
     # temp directory), and short, for Ray's Unix socket paths.
     base = Path(tempfile.mkdtemp(prefix="rl", dir="/tmp"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"RAY_TMPDIR": str(base)}
-    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.DEVNULL}
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
     driver = subprocess.Popen([sys.executable, "-c", LOCAL_DRIVER], cwd=REPO, env=env, text=True, **pipes)
     try:
-        found = json.loads(driver.stdout.readline() or "{}")
+        line = driver.stdout.readline()
+        found = json.loads(line) if line.startswith("{") else {"output": line + driver.stdout.read()}
         assert found.get("nodes") == [LOOPBACK_NODE_IP] and found["driver"] == LOOPBACK_NODE_IP, found
         ours = process_tree(driver.pid)  # the instance's processes are the driver's children
         assert len(ours) > 3 and non_loopback_connections(ours) == []
