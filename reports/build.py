@@ -106,7 +106,8 @@ def _table(table_id: str, frame: pd.DataFrame, columns: list[tuple[str, str]], c
 
 
 # --- plan and profile -----------------------------------------------------------------------------
-PLAN_FIELDS = ("plan", "title", "profile", "arms", "envs", "seeds")
+# "set": the command line's --set values (repro/record.py), a sweep's as key=a,b,c
+PLAN_FIELDS = ("plan", "title", "profile", "arms", "envs", "seeds", "set")
 
 
 def _plan_entries(plan: dict[str, Any] | None) -> list[dict[str, Any]]:

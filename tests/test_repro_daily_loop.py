@@ -89,6 +89,7 @@ def test_a_setting_runs_without_a_plan_with_a_sweep_seeds_and_tensorboard(files)
     html = (experiment / "report.html").read_text()
     (plan_row,) = _cells(html, "plan")
     assert plan_row[:2] == ["tiny", "setting tiny: A2C on CartPole (test)"] and plan_row[5] == "100,101"
+    assert plan_row[6] == "algo.learning_rate=1e-3,3e-3, algo.value_coef=0.25"
     (diff_row,) = _cells(html, "config-diff-table")
     assert diff_row == ["algo_config.learning_rate", "0.001 (command line)", "0.003 (command line)"]
     assert len(_cells(html, "command-line-table")) == 4  # 2 arms x 2 keys

@@ -288,7 +288,7 @@ def test_report_of_a_tiny_plan_shows_its_plan_and_the_profile_by_name(files):
     assert "no plan file" not in html
     plan_row = re.search(r'<table id="plan">.*?<tbody>\s*<tr>(.*?)</tr>', html, re.S).group(1)
     cells = re.findall(r"<td>(.*?)</td>", plan_row)
-    assert cells == ["cartpole", TITLE, "smoke", "a2c_cartpole", "CartPole-v1", "0"]  # the seeds run
+    assert cells == ["cartpole", TITLE, "smoke", "a2c_cartpole", "CartPole-v1", "0", "–"]  # no --set
     assert "<td>profile</td><td>smoke</td>" in html
     assert str(PROFILES_DIR) not in html
 
