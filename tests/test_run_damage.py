@@ -415,42 +415,55 @@ def test_a_full_disk_is_said_by_the_scheduler_and_not_retried(tmp_path):
     assert status == {**status, "state": "failed", "error": outcome.error}
 
 
-# A scheduler of one real job whose start takes START_S seconds before its first import (a loaded
-# machine's slow start), printing its events and outcome.
+# A scheduler of one real job whose start waits for a file to exist (standing in for the imports of a
+# loaded machine, which take seconds before the job takes its run's lock), printing its events.
 SCHEDULER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
     from repro.scheduler import Task, detect_slots, run_local
-    run, job = Path(sys.argv[1]), sys.argv[2:]
-    slow_start = "import sys, time; time.sleep(3.0); from repro.cli import main; sys.exit(main(sys.argv[1:]))"
-    argv = (sys.executable, "-c", slow_start, *job)
+    run, go, job = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+    slow_start = (
+        "import os, sys, time\\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.05)\\n"
+        "from repro.cli import main\\nsys.exit(main(sys.argv[2:]))"
+    )
+    argv = (sys.executable, "-c", slow_start, go, *job)
     slots = detect_slots(1, 1, n_gpus=0, cores=1)
-    [outcome] = run_local([Task("r", run, argv, 400)], slots, progress=False, poll_s=0.05, on_event=print)
-    print("outcome", outcome.state, flush=True)
+    say = lambda line: print(line, flush=True)
+    [outcome] = run_local([Task("r", run, argv, 400)], slots, progress=False, poll_s=0.05, on_event=say)
+    say(f"outcome {outcome.state}")
     """
 )
 
 
 @pytest.mark.slow
 def test_two_schedulers_at_once_write_one_attempt_header(tmp_path):
-    """The second starts once the first has written its header and started a job that has not yet
-    taken the run's lock: before, the second saw the run free, wrote a header and started a job too."""
+    """The second scheduler looks at the run while the first one's job is still starting (not yet
+    holding the run's lock): before, it saw the run free, wrote a header and started a job too."""
     write_plan(tmp_path, 400)
-    run = tmp_path / "runs" / "seed0"
+    run, go = tmp_path / "runs" / "seed0", tmp_path / "go"
     arm = str(tmp_path / "a2c_cartpole.toml")
     job = ["run-job", "--arm", arm, "--profile", "paper", "--env", "CartPole-v1", "--seed", "0", "--run-dir",
            str(run)]  # fmt: skip
-    cmd = [sys.executable, "-c", SCHEDULER, str(run), *job]
-    first = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cmd = [sys.executable, "-c", SCHEDULER, str(run), str(go), *job]
+    outputs = [tmp_path / "first.out", tmp_path / "second.out"]
+    with open(outputs[0], "w") as out:
+        first = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
     wait_for(lambda: (run / LOG_FILE).exists(), 120, "the first scheduler's header", first)
-    second = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
-    out, _ = first.communicate(timeout=600)
-    assert "outcome complete" in out and "outcome skipped" in second.stdout, (
-        out + second.stdout + second.stderr
-    )
-    assert "is writing" in second.stdout
+    with open(outputs[1], "w") as out:
+        second = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+
+    def decided() -> bool:  # it waits for the run (found it held), or it has started a job of its own
+        return "is writing" in outputs[1].read_text() or (run / LOG_FILE).read_text().count("===") > 1
+
+    wait_for(decided, 120, "the second scheduler to act", second)
+    go.touch()  # the jobs may start now
+    for proc in (first, second):
+        proc.wait(timeout=600)
+    first_out, second_out = (path.read_text() for path in outputs)
+    assert "outcome complete" in first_out and "outcome skipped" in second_out, first_out + second_out
     log = (run / LOG_FILE).read_text()
     assert log.count("=== attempt") == 1 and "did not start" not in log, log
+    assert "is writing" in second_out
     data = read_run(run)
     assert data.status == "complete" and data.progress["env_steps"].tolist() == [200, 400]
