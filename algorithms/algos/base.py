@@ -281,7 +281,13 @@ class WithoutCompiler:
 
 
 class Adam(WithoutCompiler, torch.optim.Adam):
-    """``torch.optim.Adam`` that does not import the compiler stack (``WithoutCompiler``)."""
+    """``torch.optim.Adam`` that does not import the compiler stack (``WithoutCompiler``; its
+    ``step`` is wrapped in ``_use_grad_for_differentiable``, which imports ``torch._dynamo`` on every
+    call for a ``torch.compile`` graph break: the same step here, gradient recording off as there)."""
+
+    def step(self, closure: Any = None) -> Any:
+        with torch.set_grad_enabled(self.defaults["differentiable"]):
+            return torch.optim.Adam.step.__wrapped__(self, closure)
 
 
 def adam(params: Iterable[Any], learning_rate: float, eps: float = 1e-8) -> torch.optim.Adam:
