@@ -441,8 +441,9 @@ class CsvTable:
 
         A value that is not a number (a second header line a crashed writer left inside the table)
         is dropped with them. The rows kept keep their bytes: a table read back and written anew
-        would come back formatted otherwise (a NaN written as ``nan`` back as an empty cell, an int
-        in a column with NaNs back as a float), so a resumed run's earlier rows would change."""
+        through pandas comes back formatted otherwise (floats with 15 significant digits instead of
+        Python's shortest repr, a NaN logged as ``nan`` as an empty cell, an int of a column with
+        NaNs as a float), so a resumed run's earlier rows would change (docs/results/run_integrity.md)."""
         if not self.path.exists():
             return 0
         table, _ = read_table(self.path)  # raises on a damaged table, as before any cut
