@@ -56,7 +56,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def _cmd_show(args: argparse.Namespace) -> int:
     from repro.inspect_settings import resolve_label, show_text
+    from repro.plans import is_plan, load_plan, plan_lines
 
+    if not args.setting.endswith(".toml") and "@" not in args.setting and is_plan(args.setting):
+        print("\n".join(plan_lines(load_plan(args.setting))))
+        return 0
     label = args.setting + (f"@{args.profile}" if args.profile else "")
     print(show_text(resolve_label(label, sets=args.set or ())))
     return 0
@@ -135,7 +139,7 @@ def _profile_arg(path: Path) -> str:
 def _tasks(jobs, cpus_per_job: int | None = None, packs=None, views: Sequence[str] = ()):
     """The scheduler's tasks: one per job (``run-job``), or one per pack of ``packs`` (``pack_jobs``;
     a pack of one is a job, of more a ``pack-job``)."""
-    from repro.plans import format_seeds
+    from repro.plans import format_deviation, format_seeds
     from repro.scheduler import Member, Task
 
     tasks = []
@@ -150,6 +154,8 @@ def _tasks(jobs, cpus_per_job: int | None = None, packs=None, views: Sequence[st
             argv += ["--run-dir", str(member.run_dir)]
         for key, text in j.overrides:
             argv += ["--set", f"{key}={text}"]
+        if j.deviation is not None:
+            argv += ["--deviation", format_deviation(j.deviation)]
         argv += list(views)
         if cpus_per_job is not None:  # the job's torch threads follow its CPUs
             argv += ["--threads", str(cpus_per_job)]
@@ -464,7 +470,7 @@ def _job_configs(args: argparse.Namespace, seeds: Sequence[int]) -> list:
     import dataclasses
 
     from algorithms.logger import TRACKER_ENV
-    from repro.plans import resolve_job_setting
+    from repro.plans import parse_deviation, resolve_job_setting
     from repro.profiles import load_profile
     from repro.settings import parse_overrides, train_config
 
@@ -475,7 +481,14 @@ def _job_configs(args: argparse.Namespace, seeds: Sequence[int]) -> list:
     configs = [
         train_config(
             *resolve_job_setting(
-                args.arm, profile, args.env, seed, args.device, threads=args.threads, point=point
+                args.arm,
+                profile,
+                args.env,
+                seed,
+                args.device,
+                threads=args.threads,
+                point=point,
+                deviation=parse_deviation(args.deviation) if args.deviation else None,
             )
         )
         for seed in seeds
@@ -578,8 +591,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="shipped settings, profiles and plans")
     p.set_defaults(func=_cmd_list)
 
-    p = sub.add_parser("show", help="a setting resolved, every value with its source")
-    p.add_argument("setting", help="name, NAME@PROFILE, or a path to a .toml file")
+    p = sub.add_parser("show", help="a setting resolved, every value with its source; a plan's arms")
+    p.add_argument("setting", help="name, NAME@PROFILE, a path to a .toml file, or a plan's name")
     p.add_argument("--profile", default=None)
     _add_set(p, "a value of the setting, shown with origin 'command line'")
     p.set_defaults(func=_cmd_show)
@@ -670,6 +683,9 @@ def build_parser() -> argparse.ArgumentParser:
             "--threads", type=int, default=None, help="torch threads (the scheduler's CPUs per job)"
         )
         _add_set(p, "the job's --set values")
+        p.add_argument(
+            "--deviation", default=None, metavar="SETTING:NAME:KEYS", help="an ablation arm's deviation"
+        )
         p.add_argument("--tensorboard", action="store_true")
         p.add_argument("--track", action="store_true")
         p.set_defaults(func=func)

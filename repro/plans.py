@@ -9,6 +9,13 @@ A plan (``repro/configs/plans/<name>.toml``)::
     envs_source = "where the env list comes from"
 
     seeds = "100-104"                                      # optional: the default of --seeds
+    ablate = "rlpyt_r2d1_published"                        # optional: leave-one-out arms (below)
+
+An ablation plan (``ablate``) has one arm, the base, and runs it beside the ``ablate`` setting and
+one arm per deviation between the two: the base with that deviation's keys set to the ablate
+setting's values, named ``<base>_with_<deviation>`` (``ablation_arms``). The deviations are the keys
+``repro diff BASE ABLATE`` lists, grouped as the ablate setting's ``[[setting.deviations]]`` tables declare
+(a key no group names is a deviation of its own); the values keep the ablate setting's sources.
 
 Each job is one (arm, env, seed) with its fully resolved ``TrainConfig`` (setting, then profile, then
 the command line's ``--set`` values, then the plan's env id and seed), and its run directory
@@ -53,6 +60,7 @@ from repro.settings import (
 PLANS_DIR = CONFIG_DIR / "plans"
 PLAN_KEYS = {
     "title": str, "description": str, "arms": list, "envs": list, "envs_source": str, "seeds": str | int,
+    "ablate": str,
 }  # fmt: skip
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 # Seeds per (arm, env): rliable's own studies use up to 100 runs per task (Agarwal et al. 2021); a
@@ -71,6 +79,17 @@ class Plan:
     envs_source: str
     seeds: str | None = None  # the plan's seed spec (``parse_seeds``), the default of ``--seeds``
     setting: str | None = None  # a setting run without a plan file (``setting_plan``): its name or path
+    ablate: str | None = None  # the setting whose deviations from the one arm make leave-one-out arms
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm of a plan: its name (the run directory's), the setting it loads, and for an ablation
+    arm the deviation switched on: ``(ablate setting, deviation name, keys)``."""
+
+    name: str
+    setting: str
+    deviation: tuple[str, str, tuple[str, ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +107,7 @@ class Job:
     config: Any
     # ``--set`` values of this job's arm, ``(key, text)`` as given: the job's command line repeats them
     overrides: tuple[tuple[str, str], ...] = ()
+    deviation: tuple[str, str, tuple[str, ...]] | None = None  # ``Arm.deviation`` of an ablation arm
 
     @property
     def key(self) -> str:
@@ -133,13 +153,18 @@ def load_plan(name: str, plans_dir: Path = PLANS_DIR) -> Plan:
             raise ConfigError(f"{path} [plan] 'envs': {env!r} is not a valid name (it names a directory)")
     for arm in meta["arms"]:
         check_arm_name(arm, f"{path} [plan] 'arms'")
+    if "ablate" in meta and len(meta["arms"]) != 1:
+        raise ConfigError(
+            f"{path} [plan] 'arms': an ablation plan (ablate = {meta['ablate']!r}) has one arm, the base "
+            f"its deviations are switched on in, got {len(meta['arms'])}"
+        )
     seeds = None
     if "seeds" in meta:
         seeds = str(meta["seeds"])
         parse_seeds(seeds, f"{path} [plan] 'seeds'")
     return Plan(
         path.stem, path, meta["title"], meta.get("description", ""), tuple(meta["arms"]), tuple(meta["envs"]),
-        meta["envs_source"], seeds,
+        meta["envs_source"], seeds, ablate=meta.get("ablate"),
     )  # fmt: skip
 
 
@@ -304,6 +329,131 @@ def format_seeds(seeds: Sequence[int]) -> str:
     return ",".join(parts)
 
 
+DEVIATION_INFIX = "_with_"
+
+
+def ablation_arms(
+    plan: Plan, settings_dir: Path = SETTINGS_DIR, schema: Schema = default_schema
+) -> list[Arm]:
+    """The arms of ``plan``: its settings, or for an ablation plan the ablate setting, the base and
+    one arm per deviation (module doc), in the ablate setting's declared order, undeclared keys last.
+    An ablate setting that declares no deviations, a declared key the algorithm lacks or one listed
+    twice, or two settings with no difference is a ``ConfigError`` naming the plan and key."""
+    if plan.ablate is None:
+        return [Arm(Path(a).stem if a.endswith(".toml") else a, a) for a in plan.arms]
+    from repro.inspect_settings import diff_rows, resolve_label
+
+    where = f"{plan.path} [plan] 'ablate'"
+    (base,) = plan.arms
+    check_arm_name(plan.ablate, where)
+    try:
+        a, b = resolve_label(base, settings_dir, schema), resolve_label(plan.ablate, settings_dir, schema)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    if a.setting.algo != b.setting.algo:
+        raise ConfigError(
+            f"{where}: {plan.ablate!r} is algorithm {b.setting.algo!r}, "
+            f"the base {base!r} is {a.setting.algo!r}"
+        )
+    declared = b.setting.deviations
+    if not declared:
+        raise ConfigError(
+            f"{where}: setting {plan.ablate!r} declares no deviation switches ([[setting.deviations]] in "
+            f"{b.setting.path})"
+        )
+    owner: dict[str, str] = {}
+    order: list[str] = []
+    for group in declared:
+        name, keys = (group.get(k) if isinstance(group, Mapping) else None for k in ("name", "keys"))
+        if (
+            set(group if isinstance(group, Mapping) else ()) != {"name", "keys"}
+            or not isinstance(name, str)
+            or not _NAME.match(name)
+            or not isinstance(keys, list)
+            or not keys
+        ):
+            raise ConfigError(
+                f"{where}: {b.setting.path} [[setting.deviations]] {group!r}: expected name = \"...\" "
+                "and keys = [\"section.key\", ...]"
+            )
+        for key in keys:
+            if not isinstance(key, str) or key not in b.entries:
+                raise ConfigError(
+                    f"{where}: {b.setting.path} deviation {name!r} names {key!r}, a switch algorithm "
+                    f"{b.setting.algo!r} lacks (keys are section.key of its settings)"
+                )
+            if key in owner:
+                raise ConfigError(
+                    f"{where}: {b.setting.path}: {key!r} is in deviations {owner[key]!r} and {name!r}"
+                )
+            owner[key] = name
+            order.append(key)
+    differing = [key for key, _, _ in diff_rows(a, b)]
+    if not differing:
+        raise ConfigError(f"{where}: {plan.ablate!r} and {base!r} do not differ: there is nothing to ablate")
+    groups: dict[str, list[str]] = {}
+    for key in order + differing:
+        if key in differing:
+            name = owner.get(key, key.replace(".", "_"))
+            if key not in groups.get(name, []):
+                groups.setdefault(name, []).append(key)
+    base_name, ablate_name = a.setting.name, b.setting.name
+    arms = [Arm(ablate_name, plan.ablate), Arm(base_name, base)]
+    arms += [
+        Arm(f"{base_name}{DEVIATION_INFIX}{name}", base, (plan.ablate, name, tuple(keys)))
+        for name, keys in groups.items()
+    ]
+    return arms
+
+
+def plan_lines(plan: Plan, settings_dir: Path = SETTINGS_DIR, schema: Schema = default_schema) -> list[str]:
+    """The plan's arms as ``show`` lists them: an ablation arm with the keys it takes from the ablate
+    setting and their values."""
+    lines = [f"plan:     {plan.name}  ({plan.path})", f"title:    {plan.title}"]
+    if plan.ablate:
+        lines.append(f"ablate:   {plan.ablate} against {plan.arms[0]}: one arm per deviation, both endpoints")
+    lines += [f"envs:     {', '.join(plan.envs)}", f"seeds:    {plan.seeds or '(give --seeds)'}", "arms:"]
+    ablate = load_setting(plan.ablate, settings_dir, schema) if plan.ablate else None
+    for arm in ablation_arms(plan, settings_dir, schema):
+        if arm.deviation is None or ablate is None:
+            lines.append(f"  {arm.name}")
+            continue
+        values = ", ".join(
+            f"{key}={_text(_deviation_entry(ablate, key, schema).value)}" for key in arm.deviation[2]
+        )
+        lines.append(f"  {arm.name}: {values}")
+    return lines
+
+
+def _text(value: Any) -> str:
+    return (
+        str(value).lower()
+        if isinstance(value, bool)
+        else repr(value)
+        if isinstance(value, str)
+        else str(value)
+    )
+
+
+def _deviation_entry(ablate: Setting, key: str, schema: Schema) -> Entry:
+    """The ablate setting's entry of ``key``, or the dataclass default it leaves the key at."""
+    from repro.settings import with_defaults
+
+    return with_defaults(ablate, schema(ablate.algo))[key]
+
+
+def parse_deviation(text: str) -> tuple[str, str, tuple[str, ...]]:
+    """``run-job --deviation SETTING:NAME:KEY,KEY`` -> ``Arm.deviation``."""
+    setting, name, keys = text.split(":", 2)
+    return setting, name, tuple(keys.split(","))
+
+
+def format_deviation(deviation: tuple[str, str, tuple[str, ...]]) -> str:
+    """``Arm.deviation`` as ``run-job --deviation`` takes it (``parse_deviation``)."""
+    setting, name, keys = deviation
+    return f"{setting}:{name}:{','.join(keys)}"
+
+
 def resolve_job_setting(
     arm: str,
     profile: Profile,
@@ -315,12 +465,17 @@ def resolve_job_setting(
     *,
     threads: int | None = None,
     point: Point | None = None,
+    deviation: tuple[str, str, tuple[str, ...]] | None = None,
 ) -> tuple[Setting, dict[str, type]]:
-    """The setting ``arm`` scaled by ``profile``, with the command line's ``--set`` values (``point``),
+    """The setting ``arm`` with an ablation arm's ``deviation`` (the ablate setting's entries of its
+    keys, sources kept), scaled by ``profile``, with the command line's ``--set`` values (``point``),
     the plan's env id and seed (and the slot's device, and the job's CPUs as its torch threads when
     the scheduler was given them)."""
     setting = load_setting(arm, settings_dir, schema)
     classes = schema(setting.algo)
+    if deviation is not None:
+        ablate = load_setting(deviation[0], settings_dir, schema)
+        setting = override(setting, {k: _deviation_entry(ablate, k, schema) for k in deviation[2]}, classes)
     setting = apply_profile(setting, profile, classes)
     if point:
         setting = override(setting, command_line_entries(point), classes)
@@ -397,15 +552,21 @@ def expand(
     if not _NAME.match(experiment):
         raise ConfigError(f"experiment name {experiment!r} is not a valid directory name")
     jobs = []
-    for arm, (suffix, point) in itertools.product(arms or plan.arms, points):
+    plan_arms = ablation_arms(plan, settings_dir, schema)
+    if arms:
+        by_name = {a.name: a for a in plan_arms}
+        plan_arms = [by_name[a] if a in by_name and plan.ablate else Arm(a, a) for a in arms]
+    for spec, (suffix, point) in itertools.product(plan_arms, points):
+        arm = spec.setting
         check_arm_name(arm, "ARMS" if arms else f"{plan.path} [plan] 'arms'")
         for env in envs or plan.envs:
             setting, classes = resolve_job_setting(
-                arm, profile, env, 0, None, settings_dir, schema, point=point
+                arm, profile, env, 0, None, settings_dir, schema, point=point, deviation=spec.deviation
             )
             config = train_config(setting, classes)
             check_extras(arm, config.env)
             check_model_fits(arm, config, setting)
+            name = (setting.name if spec.deviation is None else spec.name) + suffix
             for seed in seeds:
                 # The seed is the only per-seed value: replacing it re-validates just RunnerConfig,
                 # which keeps a large seed count quick to plan (the job resolves the same config).
@@ -413,15 +574,16 @@ def expand(
                 jobs.append(
                     Job(
                         experiment=experiment,
-                        arm=setting.name + suffix,
+                        arm=name,
                         setting=arm,
                         env=env,
                         seed=seed,
                         profile=profile.name,
                         profile_path=profile.path,
-                        run_dir=run_path(Path(root), experiment, setting.name + suffix, env, seed),
+                        run_dir=run_path(Path(root), experiment, name, env, seed),
                         config=dataclasses.replace(config, runner=runner),
                         overrides=tuple((key, text) for key, (text, _) in point.items()),
+                        deviation=spec.deviation,
                     )
                 )
     return jobs
@@ -436,7 +598,7 @@ def pack_jobs(jobs: Sequence[Job], k: int) -> list[tuple[Job, ...]]:
         raise ValueError(f"k must be >= 1, got {k}")
     if k == 1:
         return [(job,) for job in jobs]
-    groups: dict[tuple[str, Path, str], list[Job]] = {}
+    groups: dict[tuple[str, str, Path, str], list[Job]] = {}
     for job in jobs:
-        groups.setdefault((job.setting, job.profile_path, job.env), []).append(job)
+        groups.setdefault((job.setting, job.arm, job.profile_path, job.env), []).append(job)
     return [tuple(group[i : i + k]) for group in groups.values() for i in range(0, len(group), k)]

@@ -13,7 +13,8 @@ started is then reported missing, not silently absent), ``analysis.verdict`` ord
 Arms are the run-directory names (the setting's name, followed by its ``--set`` values when it has
 any). ``seeds`` is the seed spec of the seeds run (``repro.plans.format_seeds``: ``0-2``,
 ``100-104``, ``1,5,9``). A setting run without a plan file is recorded as a plan of its name whose
-``setting`` says so; ``set`` lists the command line's ``--set`` values, a sweep's as ``key=a,b,c``.
+``setting`` says so; ``set`` lists the command line's ``--set`` values, a sweep's as ``key=a,b,c``;
+``ablation`` of an ablation plan names its base arm, the ablate setting and each deviation arm's keys.
 The profile is named as
 ``repro.profiles.profile_label`` names it: a shipped profile by its name, another file by its path
 relative to the repository. Runs into an existing experiment add to its record: the same plan and
@@ -58,6 +59,11 @@ def plan_record(plan: Plan, jobs: list[Job], seeds: tuple[int, ...]) -> dict[str
     }
     if plan.setting is not None:
         entry["setting"] = plan.setting
+    deviations = {j.arm: list(j.deviation[2]) for j in jobs if j.deviation is not None}
+    if plan.ablate is not None:
+        # Which arm is the base each deviation arm is compared with (analysis.ablation).
+        base, ablate = (Path(a).stem for a in (plan.arms[0], plan.ablate))
+        entry["ablation"] = {"base": base, "ablate": ablate, "deviations": deviations}
     sets: dict[str, list[str]] = {}
     for job in jobs:
         for key, text in job.overrides:

@@ -59,7 +59,9 @@ ORIGINS: dict[str, str] = {
 }
 FILE_ORIGINS = ("published", "inherited", "code", "unverified", "derived", "harness")
 SECTIONS = ("algo", "env", "sampler", "runner")
-META_KEYS = {"title": str, "citation": str, "algo": str, "base": str, "description": str}
+# ``deviations``: named groups of keys, each one deviation of this setting from another (an ablation
+# plan's ``ablate``, repro/plans.py): ``[[setting.deviations]] name = "..." keys = ["section.key"]``.
+META_KEYS = {"title": str, "citation": str, "algo": str, "base": str, "description": str, "deviations": list}
 ENTRY_KEYS = ("value", "source", "origin")
 
 
@@ -85,6 +87,7 @@ class Setting:
     base: str | None
     description: str
     entries: dict[str, Entry]
+    deviations: Sequence[Any] = ()  # as the file declares them
 
     def section(self, section: str) -> dict[str, Any]:
         prefix = section + "."
@@ -187,7 +190,8 @@ def _read_file(path: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
                 f"{path} [setting]: unknown key '{key}'; " + unknown_key_message(key, list(META_KEYS))
             )
         if not isinstance(value, META_KEYS[key]):
-            raise ConfigError(f"{path} [setting] '{key}': expected a string, got {type(value).__name__}")
+            expected = "a list of tables" if META_KEYS[key] is list else "a string"
+            raise ConfigError(f"{path} [setting] '{key}': expected {expected}, got {type(value).__name__}")
     for key in ("title", "citation"):
         if key not in meta:
             raise ConfigError(f"{path} [setting]: missing required key '{key}'")
@@ -253,6 +257,7 @@ def load_setting(
         base=base_name,
         description=meta.get("description", ""),
         entries=entries,
+        deviations=tuple(meta.get("deviations", ())),
     )
     build_sections(setting, classes)
     return setting
