@@ -46,6 +46,7 @@ class EpsilonGreedyAgent(Agent):
         self.epsilon = epsilon
         self._epsilons_key: tuple | None = None
         self._epsilons = np.zeros(0, dtype=np.float32)
+        self._final_epsilons = np.zeros(0)
         self.n_actions = int(action_space.n)
         self.support = support
 
@@ -60,12 +61,18 @@ class EpsilonGreedyAgent(Agent):
             ranks, n_envs = self.env_ranks, max(self.global_batch, batch_size)
         else:  # set_env_ranks was not called: this copy acts for all envs
             ranks, n_envs = np.arange(batch_size), batch_size
-        # Computed again only when they can change: per step while annealing, else once per rank set.
+        # Computed again only when they can change: per step while annealing, else once per rank set;
+        # the values annealed to, once per rank set.
         annealing = self.env_steps < self.epsilon.decay_steps
-        key = (ranks.tobytes(), n_envs, self.env_steps if annealing else -1)
+        ranks_key = (ranks.tobytes(), n_envs)
+        key = (ranks_key, self.env_steps if annealing else -1)
         if key != self._epsilons_key:
+            if self._epsilons_key is None or self._epsilons_key[0] != ranks_key:
+                self._final_epsilons = self.epsilon.final_epsilons(ranks, n_envs)
             self._epsilons_key = key
-            self._epsilons = self.epsilon.sample_epsilons(self.env_steps, ranks, n_envs).astype(np.float32)
+            self._epsilons = self.epsilon.sample_epsilons(
+                self.env_steps, ranks, n_envs, self._final_epsilons
+            ).astype(np.float32)
         return self._epsilons
 
     def to_q(self, model_output: torch.Tensor) -> torch.Tensor:

@@ -106,13 +106,20 @@ class EpsilonSchedule:
         if self.apex_alpha < 0:
             raise ValueError(f"EpsilonSchedule.apex_alpha must be >= 0, got {self.apex_alpha!r}")
 
-    def sample_epsilons(self, env_steps: int, env_ranks: np.ndarray, n_envs: int) -> np.ndarray:
-        """Exploration epsilons [B] for the envs ``env_ranks`` (of ``n_envs`` in the whole sampler)."""
+    def final_epsilons(self, env_ranks: np.ndarray, n_envs: int) -> np.ndarray:
+        """The epsilons [B] the envs ``env_ranks`` (of ``n_envs``) anneal to, float64."""
         ranks = np.asarray(env_ranks)
         if self.per_env == "apex":
-            final = apex_epsilons(ranks, n_envs, self.apex_base, self.apex_alpha)
-        elif self.per_env == "log_spaced":
-            final = log_spaced_epsilons(ranks, n_envs, self.final_min, self.final)
-        else:
-            final = np.full(ranks.shape, self.final)
-        return linear_anneal(self.start, final, self.decay_steps, env_steps) * np.ones(ranks.shape)
+            return apex_epsilons(ranks, n_envs, self.apex_base, self.apex_alpha)
+        if self.per_env == "log_spaced":
+            return log_spaced_epsilons(ranks, n_envs, self.final_min, self.final)
+        return np.full(ranks.shape, self.final)
+
+    def sample_epsilons(
+        self, env_steps: int, env_ranks: np.ndarray, n_envs: int, final: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Exploration epsilons [B] for the envs ``env_ranks`` (of ``n_envs`` in the whole sampler);
+        ``final``: their ``final_epsilons`` if the caller keeps them (agents anneal on every step)."""
+        if final is None:
+            final = self.final_epsilons(env_ranks, n_envs)
+        return linear_anneal(self.start, final, self.decay_steps, env_steps) * np.ones(final.shape)

@@ -185,7 +185,12 @@ class QReplayLearner:
         multi-tensor kernels ``clip_grad_norm_`` computes it with, without its grouping and scaling
         work (docs/results/bench_minatar.md)."""
         if math.isinf(self.clip_grad_norm):
-            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            # The parameter list is kept: walking the model's modules for it cost as much as the
+            # norm of a MinAtar network's gradient (docs/results/bench_minatar.md).
+            params = self.__dict__.get("_norm_params")
+            if params is None:
+                params = self._norm_params = list(self.model.parameters())
+            grads = [p.grad for p in params if p.grad is not None]
             return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
         return torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
 
@@ -200,7 +205,9 @@ class QReplayLearner:
         device = self.agent.device
         for _ in range(n_updates):
             data, items, is_weights = self.replay.sample(batch_size)
-            batch = data.replace(is_weights=is_weights).to_torch(device)
+            batch = data.replace(is_weights=is_weights)
+            if device.type != "cpu":  # the replay gives CPU tensors: no move per leaf otherwise
+                batch = batch.to_torch(device)
             loss, priorities, info = self.loss(batch)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -212,8 +219,9 @@ class QReplayLearner:
             if self.updates % self.config.target_update_period_updates == 0:
                 self.target_model.load_state_dict(self.model.state_dict())
             info["loss"] = loss.detach()
-            for key, value in info.items():
-                diagnostics[key].append(float(value))
+            # One conversion for all of them: a float() per 0-dim tensor costs a few us each.
+            for key, value in zip(info, torch.stack(list(info.values())).tolist()):
+                diagnostics[key].append(value)
         return {key: sum(v) / len(v) if v else math.nan for key, v in diagnostics.items()}
 
 
@@ -260,7 +268,14 @@ class WithoutCompiler:
     """An optimizer mixin: ``Optimizer``'s ``add_param_group``, ``zero_grad``, ``state_dict`` and
     ``load_state_dict`` without the ``torch._disable_dynamo`` wrapper, whose first call imports the
     compiler stack (``torch._dynamo``, about 1 CPU second) only to keep ``torch.compile`` from
-    tracing them; nothing in this code base compiles (docs/results/r2d1_minatar_speed.md, "Startup")."""
+    tracing them; nothing in this code base compiles (docs/results/r2d1_minatar_speed.md, "Startup").
+
+    ``step`` is left unwrapped: ``Optimizer`` wraps every subclass's ``step`` for the profiler and
+    step hooks (``profile_hook_step``), tens of microseconds per update; nothing here registers step
+    hooks (docs/results/bench_minatar.md)."""
+
+    def _patch_step_function(self) -> None:
+        self._zero_grad_profile_name = f"Optimizer.zero_grad#{type(self).__name__}.zero_grad"
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         torch.optim.Optimizer.add_param_group.__wrapped__(self, param_group)
