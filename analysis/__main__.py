@@ -9,7 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from analysis.study import result_table, run_study, study_markdown
+from analysis.study import effects_path, result_table, run_study, study_markdown
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,8 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         date=dt.datetime.now(dt.UTC).date().isoformat() + " (UTC)",
         csv_path=str(args.csv) if args.csv else None,
     )
+    effects = effects_path(args.csv) if args.csv is not None and not found.effects.empty else None
     for path, write in (
         (args.csv, lambda p: result_table(found.scores).to_csv(p, index=False)),
+        (effects, lambda p: found.effects.to_csv(p, index=False)),
         (args.markdown, lambda p: p.write_text(markdown, encoding="utf-8")),
     ):
         if path is not None:

@@ -30,8 +30,8 @@ from analysis.scores import (
     published_at,
     r2d2_published_scores,
 )
+from repro.power import CI_SIZE
 
-CI_SIZE = 0.95
 METRICS: dict[str, Callable[[np.ndarray], float]] = {
     "IQM": metrics.aggregate_iqm,
     "Median": metrics.aggregate_median,

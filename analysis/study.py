@@ -10,18 +10,25 @@ live in ``docs/results`` with their provenance, not as prose in code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from analysis import aggregate, verdict
+from analysis.ablation import EFFECT_COLUMNS, PLANNED_DIFFERENCE, ablation_record, deviation_effects
 from analysis.curves import Scores, score_tables
+from analysis.learning import learning_table
 from analysis.runs import Experiment, load_experiment
 from analysis.scores import is_minatar, minatar_published_curves
 
 RESULT_COLUMNS = ["arm", "env", "seed", "env_steps", "frames", "final_return", "normalised", "source"]
+
+
+def effects_path(csv: Path) -> Path:
+    """Where ``python -m analysis study --csv PATH`` writes an ablation's deviation table: beside PATH."""
+    return csv.with_name(f"{csv.stem}_deviations.csv")
 
 
 def result_table(scores: Scores) -> pd.DataFrame:
@@ -29,6 +36,35 @@ def result_table(scores: Scores) -> pd.DataFrame:
     evaluation (``source`` says when a run had none and its last training returns stand in)."""
     table = scores.final.rename(columns={"score": "final_return"})[RESULT_COLUMNS]
     return table.sort_values(["arm", "env", "seed"]).reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class Checks:
+    """What every summary states beside the verdict: each arm's level against random play and the
+    published reference (``analysis.learning``; ``learning_lead``: ``verdict.learning_sentence`` of
+    every arm), and an ablation's deviation effects (``analysis.ablation``)."""
+
+    scores: Scores | None = None
+    learning: pd.DataFrame = field(default_factory=pd.DataFrame)
+    learning_reference: str = ""
+    learning_lead: str | None = None
+    effects: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=EFFECT_COLUMNS))
+
+
+def learning_checks(exp: Experiment, scores: Scores, reps: int = 2000, seed: int = 0) -> Checks:
+    """``Checks`` of the experiment's final scores; empty for the min-max fallback (no fixed scale)."""
+    matrices, games, _ = aggregate.score_matrices(scores.final)
+    if not matrices or not scores.comparable:
+        return Checks(scores)
+    learning, reference = learning_table(scores, matrices, games, reps, seed)
+    columns = ["arm", "iqm", "ci_low", "ci_high"]
+    levels = [verdict.ArmLevel(*r) for r in learning[columns].itertuples(index=False)]
+    lead = verdict.learning_sentence(levels, scores.scale, "%" if scores.percent else "")
+    record = ablation_record(exp.plan)
+    effects = (
+        deviation_effects(matrices, record, reps, seed) if record else pd.DataFrame(columns=EFFECT_COLUMNS)
+    )
+    return Checks(scores, learning, reference, lead, effects)
 
 
 @dataclass(frozen=True)
@@ -48,6 +84,23 @@ class Study:
     power: verdict.PowerStatement | None
     per_game: pd.DataFrame
     per_game_note: str
+    checks: Checks = field(default_factory=lambda: Checks())
+
+    @property
+    def learning(self) -> pd.DataFrame:
+        return self.checks.learning
+
+    @property
+    def learning_reference(self) -> str:
+        return self.checks.learning_reference
+
+    @property
+    def learning_lead(self) -> str | None:
+        return self.checks.learning_lead
+
+    @property
+    def effects(self) -> pd.DataFrame:
+        return self.checks.effects
 
 
 def _per_game(scores: Scores, reps: int, seed: int) -> tuple[pd.DataFrame, str]:
@@ -98,6 +151,7 @@ def run_study(
         power=power,
         per_game=per_game,
         per_game_note=note,
+        checks=learning_checks(exp, scores, reps, seed),
     )
 
 
@@ -177,6 +231,64 @@ def _per_game_lines(study: Study) -> list[str]:
     return ["## Per game", "", intro, "", *notes, *_md_table(columns, rows), ""]
 
 
+def learning_lines(study: Study | Checks) -> list[str]:
+    """The learning check: each arm's IQM against random play (0) and the published reference."""
+    if study.learning.empty:
+        return []
+    scale, unit = study.scores.scale, study.scores.unit
+    rows = [
+        [r.arm, ci_text(r.iqm, r.ci_low, r.ci_high, scale), fmt(r.learned), fmt(r.reference_iqm * scale),
+         fmt(r.share_of_reference)]
+        for r in study.learning.itertuples()
+    ]  # fmt: skip
+    columns = [
+        "arm",
+        f"IQM{unit} [95% CI]",
+        "above random play (0)",
+        f"reference IQM{unit}",
+        "share of reference",
+    ]
+    return [
+        "## Learning check",
+        "",
+        f"Each arm's IQM of final {study.scores.label} over the games of the aggregates (widened 95% "
+        f"stratified-bootstrap CI, analysis/verdict.py); random play is 0; the reference is "
+        f"{study.learning_reference}, its IQM over the same games.",
+        "",
+        *_md_table(columns, rows),
+        "",
+    ]
+
+
+def effect_lines(study: Study | Checks) -> list[str]:
+    """Each deviation's effect on the IQM, largest first (``analysis.ablation``)."""
+    if study.effects.empty:
+        return []
+    scale, unit = study.scores.scale, study.scores.difference_unit
+    in_units = f" ({unit.strip()})" if unit else ""
+    rows = [
+        [r.deviation, r.keys, ci_text(r.difference, r.ci_low, r.ci_high, scale), fmt(r.se * scale),
+         fmt(r.detectable * scale), fmt(r.power_at_planned)]
+        for r in study.effects.itertuples()
+    ]  # fmt: skip
+    columns = [
+        "deviation", "keys", f"IQM difference to the base{in_units} [95% CI]", f"standard error{in_units}",
+        f"detectable with 80% power{in_units}", f"power at {PLANNED_DIFFERENCE * scale:g}{unit}",
+    ]  # fmt: skip
+    base = study.effects.arm.iloc[0].rsplit("_with_", 1)[0]
+    return [
+        "## Each deviation's effect",
+        "",
+        f"IQM difference of each leave-one-out arm to {base} (the arm with that one deviation switched "
+        "on, minus the base), ordered by size; widened 95% stratified-bootstrap CIs; the smallest "
+        "difference this design detects with 80% power (two-sided, alpha 0.05), and its power against "
+        "the planned difference.",
+        "",
+        *_md_table(columns, rows),
+        "",
+    ]
+
+
 def study_markdown(study: Study, command: str, date: str, csv_path: str | None = None) -> str:
     """The summary page (module doc); ``command`` and ``date`` record how and when it was produced."""
     exp, scores = study.experiment, study.scores
@@ -196,6 +308,8 @@ def study_markdown(study: Study, command: str, date: str, csv_path: str | None =
         ]
     if csv_path:
         lines += [f"Tidy result table (one row per run): `{csv_path}`.", ""]
+        if not study.effects.empty:
+            lines += [f"Deviation table: `{effects_path(Path(csv_path))}`.", ""]
     if study.verdict is not None and study.power is not None:
         lines += [
             f"**Verdict.** {study.verdict.sentence}",
@@ -206,8 +320,11 @@ def study_markdown(study: Study, command: str, date: str, csv_path: str | None =
             "",
         ]
     else:
-        lines += ["No verdict: a verdict compares exactly two arms with an env in common.", ""]
-    lines += [f"Scores: {scores.normalisation}.", "", "## Aggregates", ""]
+        lead = f"{study.learning_lead} " if study.learning_lead else ""
+        lines += [f"{lead}No verdict: a verdict compares exactly two arms with an env in common.", ""]
+    lines += [f"Scores: {scores.normalisation}.", ""]
+    lines += learning_lines(study) + effect_lines(study)
+    lines += ["## Aggregates", ""]
     if study.aggregates.empty:
         lines += ["No env was run to completion by every arm: no aggregate.", ""]
     else:

@@ -28,33 +28,28 @@ both arms), and a shift of every run of B by ``delta`` moves the IQM difference 
 and leaves ``se`` unchanged, so a two-sided test at ``alpha`` detects it with probability
 ``Phi(delta / se - z) + Phi(-delta / se - z)``, ``z = Phi^-1(1 - alpha / 2)``; the detectable
 difference solves that for ``power`` (about 2.80 ``se`` at 80% and alpha 0.05).
+
+Learning check (``arm_levels``, ``learning_sentence``): each arm's IQM with the same widened
+stratified-bootstrap interval; on every comparable scale random play is 0 (human-, DQN- and
+reference-normalised scores all subtract random play), so an arm whose interval reaches 0 has not
+been shown to learn, and the verdict's first sentence says so: a difference between agents that play
+at random level is no answer to which algorithm is better.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import optimize, stats
 
-from analysis.aggregate import CI_SIZE, probability_of_improvement
+from analysis.aggregate import probability_of_improvement
+from repro.power import ALPHA, POWER, detectable_difference, iqm_rows, power_at, stratified_resamples
 
-ALPHA = 1 - CI_SIZE
-POWER = 0.8
-
-
-def _iqm_rows(samples: np.ndarray) -> np.ndarray:
-    """IQM of each resample ``[reps, runs, games]``: rliable's ``aggregate_iqm`` (25% trimmed mean of
-    all runs x games) on every row at once."""
-    return stats.trim_mean(samples.reshape(len(samples), -1), proportiontocut=0.25, axis=1)
-
-
-def _stratified_resamples(scores: np.ndarray, reps: int, rng: np.random.Generator) -> np.ndarray:
-    """``[reps, runs, games]``: each game's runs drawn with replacement (rliable's StratifiedBootstrap)."""
-    runs, games = scores.shape
-    return scores[rng.integers(0, runs, size=(reps, runs, games)), np.arange(games)]
+# The statistics are shared with the seed planner of the dry run (repro/power.py, one layer down).
+__all__ = ["ALPHA", "POWER", "detectable_difference", "power_at"]
 
 
 def iqm_difference(
@@ -68,40 +63,86 @@ def iqm_difference(
         raise ValueError(
             f"need two [runs, games] matrices of one shape, got {candidate.shape}, {baseline.shape}"
         )
-    point = float(_iqm_rows(candidate[None])[0] - _iqm_rows(baseline[None])[0])
+    point = float(iqm_rows(candidate[None])[0] - iqm_rows(baseline[None])[0])
     n = candidate.shape[0]
     if n < 2:
         return {"value": point, "ci_low": np.nan, "ci_high": np.nan, "se": np.nan}
     rng = np.random.default_rng(seed)
-    diffs = _iqm_rows(_stratified_resamples(candidate, reps, rng)) - _iqm_rows(
-        _stratified_resamples(baseline, reps, rng)
+    diffs = iqm_rows(stratified_resamples(candidate, reps, rng)) - iqm_rows(
+        stratified_resamples(baseline, reps, rng)
     )
+    lo, hi, se = _widened_interval(point, diffs, n)
+    return {"value": point, "ci_low": lo, "ci_high": hi, "se": se}
+
+
+def _widened_interval(point: float, resampled: np.ndarray, n: int) -> tuple[float, float, float]:
+    """``(ci_low, ci_high, se)`` of the percentile interval of ``resampled`` widened about ``point`` by
+    sqrt(n / (n - 1)) (module doc)."""
     widen = np.sqrt(n / (n - 1))
-    lo, hi = np.quantile(diffs, [ALPHA / 2, 1 - ALPHA / 2])
-    return {
-        "value": point,
-        "ci_low": float(point + widen * (lo - point)),
-        "ci_high": float(point + widen * (hi - point)),
-        "se": float(widen * np.std(diffs, ddof=1)),
-    }
+    lo, hi = np.quantile(resampled, [ALPHA / 2, 1 - ALPHA / 2])
+    return (
+        float(point + widen * (lo - point)),
+        float(point + widen * (hi - point)),
+        float(widen * np.std(resampled, ddof=1)),
+    )
 
 
-def power_at(shift: float, se: float, alpha: float = ALPHA) -> float:
-    """Probability that a two-sided test at ``alpha`` detects a true difference ``shift`` measured with
-    standard error ``se`` (normal approximation; module doc). ``power_at(0, se) == alpha``."""
-    z = stats.norm.ppf(1 - alpha / 2)
-    return float(stats.norm.cdf(shift / se - z) + stats.norm.cdf(-shift / se - z))
+@dataclass(frozen=True)
+class ArmLevel:
+    """One arm's IQM of normalised final scores with its widened 95% interval (NaN with one run per
+    game); ``learned``: the interval lies above random play (0)."""
+
+    arm: str
+    iqm: float
+    ci_low: float
+    ci_high: float
+
+    @property
+    def learned(self) -> bool:
+        return bool(self.ci_low > 0)
 
 
-def detectable_difference(se: float, power: float = POWER, alpha: float = ALPHA) -> float:
-    """The smallest difference ``power_at`` detects with probability ``power``: about
-    ``(z_{1 - alpha/2} + z_power) * se`` (2.80 se at 80% and alpha 0.05), solved exactly."""
-    if not power > alpha:
-        raise ValueError(f"power {power} must exceed alpha {alpha}: a zero shift is detected at alpha")
-    if se == 0:
-        return 0.0
-    z_sum = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
-    return float(optimize.brentq(lambda d: power_at(d, se, alpha) - power, 0.0, 2 * z_sum * se))
+def arm_levels(matrices: dict[str, np.ndarray], reps: int = 2000, seed: int = 0) -> list[ArmLevel]:
+    """``ArmLevel`` of each arm of ``matrices`` (``[runs, games]``), in their order."""
+    out = []
+    for arm, scores in matrices.items():
+        scores = np.asarray(scores, float)
+        point = float(iqm_rows(scores[None])[0])
+        if scores.shape[0] < 2:
+            out.append(ArmLevel(arm, point, np.nan, np.nan))
+            continue
+        resampled = iqm_rows(stratified_resamples(scores, reps, np.random.default_rng(seed)))
+        lo, hi, _ = _widened_interval(point, resampled, scores.shape[0])
+        out.append(ArmLevel(arm, point, lo, hi))
+    return out
+
+
+def learning_sentence(levels: Sequence[ArmLevel], scale: float = 1.0, unit: str = "") -> str | None:
+    """The sentence a verdict opens with when an arm has not been shown to learn (its IQM interval
+    includes random play, 0, or there is no interval); None when every arm has."""
+    untrained = [level for level in levels if not level.learned]
+    if not untrained:
+        return None
+
+    def level_text(level: ArmLevel) -> str:
+        if np.isnan(level.ci_low):
+            return f"{level.arm} {_num(level.iqm, scale)}{unit} (one seed per game: no interval)"
+        return f"{level.arm} {_interval(level.iqm, level.ci_low, level.ci_high, scale)}{unit}"
+
+    levels_text = "; ".join(level_text(level) for level in untrained)
+    if len(untrained) == len(levels):
+        subject = "Neither arm has" if len(levels) == 2 else "No arm has"
+        return (
+            f"{subject} learned at this budget: the comparison is between untrained agents "
+            f"(IQM with 95% CI including random play, 0: {levels_text})."
+        )
+    names = " and ".join(level.arm for level in untrained)
+    verb = "has" if len(untrained) == 1 else "have"
+    agents = "an untrained agent" if len(untrained) == 1 else "untrained agents"
+    return (
+        f"{names} {verb} not learned at this budget: the comparison is with {agents} "
+        f"(IQM with 95% CI including random play, 0: {levels_text})."
+    )
 
 
 def order_arms(
@@ -152,7 +193,8 @@ class Verdict:
     poi: dict[str, float]  # value, ci_low, ci_high
     iqm_difference: dict[str, float]  # value, ci_low, ci_high, se
     winner: str | None
-    sentence: str
+    sentence: str  # opens with the learning check when an arm has not learned
+    levels: tuple[ArmLevel, ...] = ()  # baseline's, candidate's
 
 
 def two_arm_verdict(
@@ -166,7 +208,25 @@ def two_arm_verdict(
     unit: str = "",
 ) -> Verdict:
     """The verdict of ``candidate`` (B) against ``baseline`` (A) (module doc). ``label``, ``scale`` and
-    ``unit`` only format the sentence (a score normalised in percent: 100, " percentage points")."""
+    ``unit`` only format the sentence (a score normalised in percent: 100, " percentage points").
+    The sentence opens with ``learning_sentence`` when an arm's IQM interval includes random play."""
+    found = _two_arm_verdict(matrices, baseline, candidate, reps, seed, label, scale, unit)
+    levels = arm_levels({arm: matrices[arm] for arm in (baseline, candidate)}, reps, seed)
+    lead = learning_sentence(levels, scale, "%" if unit.strip() == "percentage points" else unit)
+    sentence = f"{lead} {found.sentence}" if lead else found.sentence
+    return dataclasses.replace(found, sentence=sentence, levels=tuple(levels))
+
+
+def _two_arm_verdict(
+    matrices: dict[str, np.ndarray],
+    baseline: str,
+    candidate: str,
+    reps: int,
+    seed: int,
+    label: str,
+    scale: float,
+    unit: str,
+) -> Verdict:
     b, a = matrices[candidate], matrices[baseline]
     n_runs, n_games = a.shape
     diff = iqm_difference(b, a, reps=reps, seed=seed)

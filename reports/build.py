@@ -26,11 +26,12 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 
 from algorithms.configs import ConfigError
 from analysis import aggregate, verdict
+from analysis.ablation import PLANNED_DIFFERENCE
 from analysis.configdiff import InEffect, config_diff, effective_table, origins_table, run_effective_values
 from analysis.curves import EVAL_SOURCE, Scores, resample_curves, score_tables
 from analysis.runs import KEYS, Experiment, load_experiment
 from analysis.scores import Bounds, is_minatar, minatar_published_curves, minatar_reference_table
-from analysis.study import ci_text, fmt
+from analysis.study import Checks, ci_text, fmt, learning_checks
 from analysis.throughput import arm_throughput, run_throughput
 from reports import figures
 from repro.plans import format_seeds, parse_seeds
@@ -557,6 +558,61 @@ def _verdict_section(exp: Experiment, scores: Scores, reps: int, baseline: str |
     return section
 
 
+def _learning_section(study: Checks) -> Section | None:
+    """Each arm's level against random play and the published reference (``analysis.learning``)."""
+    if study.learning.empty:
+        return None
+    scale, unit = study.scores.scale, study.scores.unit
+    frame = study.learning.assign(
+        iqm_ci=[ci_text(r.iqm, r.ci_low, r.ci_high, scale) for r in study.learning.itertuples()],
+        reference=study.learning.reference_iqm * scale,
+    )
+    columns = [("arm", "arm"), (f"IQM{unit} [95% CI]", "iqm_ci"), ("above random play (0)", "learned"),
+               (f"reference IQM{unit}", "reference"),
+               ("share of reference", "share_of_reference")]  # fmt: skip
+    return Section(
+        "learning",
+        "Learning check",
+        f"Each arm's IQM of final {study.scores.label} (widened 95% stratified-bootstrap CI); random play "
+        f"is 0; the reference is {study.learning_reference}, its IQM over the same games.",
+        statements=[study.learning_lead] if study.learning_lead else [],
+        tables=[_table("learning-table", frame, columns)],
+    )
+
+
+def _effects_section(study: Checks) -> Section | None:
+    """Each deviation's effect on the IQM of an ablation experiment (``analysis.ablation``)."""
+    effects = study.effects
+    if effects.empty:
+        return None
+    scores = study.scores
+    scale, unit = scores.scale, scores.difference_unit
+    in_units = f" ({unit.strip()})" if unit else ""
+    frame = effects.assign(
+        difference_ci=[ci_text(r.difference, r.ci_low, r.ci_high, scale) for r in effects.itertuples()],
+        se_shown=effects.se * scale,
+        detectable_shown=effects.detectable * scale,
+    )
+    columns = [("deviation", "deviation"), ("keys", "keys"),
+               (f"IQM difference to the base{in_units} [95% CI]", "difference_ci"),
+               (f"standard error{in_units}", "se_shown"),
+               (f"detectable with 80% power{in_units}", "detectable_shown"),
+               (f"power at {PLANNED_DIFFERENCE * scale:g}{unit}", "power_at_planned")]  # fmt: skip
+    base = effects.arm.iloc[0].rsplit("_with_", 1)[0]
+    label = f"IQM difference to {base}{in_units}"
+    return Section(
+        "deviations",
+        "Each deviation's effect",
+        f"The base arm {base} with one deviation switched on, minus the base: IQM difference of final "
+        f"{scores.label}, widened 95% stratified-bootstrap CI, ordered by size; dotted lines: the smallest "
+        "difference detected with 80% power (two-sided, alpha 0.05).",
+        figures=[
+            Figure("fig-deviations", figures.deviation_effects(effects, label, scale), "deviation effects")
+        ],
+        tables=[_table("deviations-table", frame, columns)],
+    )
+
+
 def _shown_path(path: Path) -> str:
     """``path`` relative to the repository when inside it (no checkout's path in a report)."""
     resolved = Path(path).resolve()
@@ -786,12 +842,15 @@ def build_report(
         ]
     else:
         verdict_section = _verdict_section(exp, scores, reps, baseline)
+        checks = learning_checks(exp, scores, reps)
+        if verdict_section is None and checks.learning_lead:
+            verdict_section = Section("verdict", "Verdict", statements=[checks.learning_lead])
         aggregate_sections, left_out = _aggregate_sections(exp, scores, colours, reps)
         published = [_published_section(scores, colours, reps), _minatar_published_section(scores, reps)]
         sections = [
             section
             for section in (
-                [verdict_section]
+                [verdict_section, _learning_section(checks), _effects_section(checks)]
                 + aggregate_sections
                 + published
                 + [_curves_section(scores, colours, reps)]

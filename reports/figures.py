@@ -112,6 +112,28 @@ def probability_of_improvement(pois: pd.DataFrame) -> str:
     return to_data_uri(fig)
 
 
+def deviation_effects(effects: pd.DataFrame, xlabel: str, scale: float = 1.0) -> str:
+    """Each deviation's IQM difference to the base arm with its 95% CI, largest on top; the dotted
+    lines mark the smallest difference detected with 80% power either way."""
+    fig, ax = plt.subplots(figsize=(6.5, 0.5 * len(effects) + 1.3))
+    rows = list(effects.itertuples())[::-1]  # largest effect at the top
+    for i, row in enumerate(rows):
+        lo, hi, value = row.ci_low * scale, row.ci_high * scale, row.difference * scale
+        colour = "tab:red" if hi < 0 else "tab:green" if lo > 0 else "tab:grey"
+        ax.barh(i, hi - lo, left=lo, height=0.6, color=colour, alpha=0.5)
+        ax.plot([value, value], [i - 0.3, i + 0.3], color="black", linewidth=1.5)
+    detectable = effects.detectable.max() * scale
+    if np.isfinite(detectable):
+        for x in (-detectable, detectable):
+            ax.axvline(x, color="grey", linestyle=":", linewidth=1)
+    ax.axvline(0, color="grey", linestyle="--", linewidth=1)
+    ax.set_yticks(range(len(rows)), [r.deviation for r in rows])
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return to_data_uri(fig)
+
+
 def sample_efficiency(curves: pd.DataFrame, colours: dict[str, str], ylabel: str) -> str:
     fig, ax = plt.subplots(figsize=(5.5, 3.5))
     for arm, g in curves.groupby("arm"):

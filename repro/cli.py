@@ -105,6 +105,9 @@ def _plan_jobs(args: argparse.Namespace):
             f"'{args.plan}' is neither a plan nor a setting; " + unknown_key_message(args.plan, known)
         )
     spec = args.seeds if args.seeds is not None else plan.seeds
+    pilot = args.pilot or plan.pilot
+    if pilot:
+        spec = _power_plan(pilot, games or plan.envs, args.detect, args.seeds, spec)
     if spec is None:
         raise ConfigError("--seeds is required: a count (3: seeds 0..2), a range (100-104) or a list (1,5,9)")
     seeds = parse_seeds(spec)
@@ -113,6 +116,41 @@ def _plan_jobs(args: argparse.Namespace):
         overrides=overrides,
     )  # fmt: skip
     return plan, seeds, jobs
+
+
+def _power_plan(pilot: str, envs, detect: float, given: str | None, spec: str | None) -> str:
+    """Print the seeds per arm and game needed to detect an IQM difference of ``detect`` points with
+    80% power, from the pilot table (``repro.power``), and return the seed spec to run: ``given``
+    (``--seeds``) with the power it has, else that many seeds (at least ``MIN_SEEDS``) from the first
+    seed of the plan's ``spec`` (0 without one)."""
+    from repro.plans import format_seeds, parse_seeds
+    from repro.power import plan_seeds
+
+    if not detect > 0:
+        raise ConfigError(f"--detect {detect}: the IQM difference to detect must be positive (points)")
+    found = plan_seeds(pilot, envs, delta=detect / 100)
+    spread = ", ".join(f"{arm} {se * 100:.3g}" for arm, se in found.arm_se.items())
+    print(
+        f"power plan: pilot {found.source} ({found.pilot_seeds} seeds x {len(found.games)} games: "
+        f"{', '.join(found.games)}); SE of each arm's IQM (points): {spread}"
+    )
+    print(
+        f"  to detect an IQM difference of {detect:g} points with {found.power:.0%} power (two-sided, "
+        f"alpha 0.05) each arm needs {found.seeds} seeds per game (at least 5)"
+    )
+    if given is not None:
+        n = len(parse_seeds(given))
+        print(
+            f"  --seeds {given}: {n} seeds per game have {found.power_with(n):.0%} power at {detect:g} "
+            f"points; the smallest difference detected with {found.power:.0%} power is "
+            f"{found.detectable_with(n) * 100:.3g} points"
+        )
+        return given
+    # A count starts at seed 0; a range or list (fresh seeds, 100-104) at its first seed.
+    first = 0 if spec is None or str(spec).strip().isdigit() else parse_seeds(spec)[0]
+    chosen = format_seeds(list(range(first, first + found.seeds)))
+    print(f"  seeds: {chosen} (give --seeds to choose others)")
+    return chosen
 
 
 def _positive_int_arg(text: str | None, name: str) -> int | None:
@@ -618,6 +656,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tensorboard", action="store_true", help="TensorBoard event files in each run's tb/")
     p.add_argument(
         "--track", action="store_true", help="Weights & Biases (offline) per run when wandb is installed"
+    )
+    p.add_argument(
+        "--pilot",
+        default=None,
+        help="tidy results (python -m analysis study --csv) or an experiment dir with results.csv: plan the "
+        "seeds needed to detect --detect points (default: the plan's pilot)",
+    )
+    p.add_argument(
+        "--detect", type=float, default=10.0, help="IQM difference to detect with 80%% power, points (10)"
     )
     p.add_argument("--exp", default=None, help="experiment name (default <plan or setting>-<profile>)")
     p.add_argument("--root", default=str(DEFAULT_ROOT))

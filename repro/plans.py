@@ -10,6 +10,7 @@ A plan (``repro/configs/plans/<name>.toml``)::
 
     seeds = "100-104"                                      # optional: the default of --seeds
     ablate = "rlpyt_r2d1_published"                        # optional: leave-one-out arms (below)
+    pilot = "docs/results/r2d1_minatar.csv"                # optional: plan the seeds (repro/power.py)
 
 An ablation plan (``ablate``) has one arm, the base, and runs it beside the ``ablate`` setting and
 one arm per deviation between the two: the base with that deviation's keys set to the ablate
@@ -40,7 +41,7 @@ from typing import Any
 from algorithms.configs import ConfigError, unknown_key_message
 from algorithms.rundir import run_path
 from repro.extras import check_extras
-from repro.profiles import Profile, apply_profile, is_budget_key, load_profile
+from repro.profiles import REPO_ROOT, Profile, apply_profile, is_budget_key, load_profile
 from repro.settings import (
     CONFIG_DIR,
     SET_OPTION,
@@ -60,7 +61,7 @@ from repro.settings import (
 PLANS_DIR = CONFIG_DIR / "plans"
 PLAN_KEYS = {
     "title": str, "description": str, "arms": list, "envs": list, "envs_source": str, "seeds": str | int,
-    "ablate": str,
+    "ablate": str, "pilot": str,
 }  # fmt: skip
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 # Seeds per (arm, env): rliable's own studies use up to 100 runs per task (Agarwal et al. 2021); a
@@ -80,6 +81,7 @@ class Plan:
     seeds: str | None = None  # the plan's seed spec (``parse_seeds``), the default of ``--seeds``
     setting: str | None = None  # a setting run without a plan file (``setting_plan``): its name or path
     ablate: str | None = None  # the setting whose deviations from the one arm make leave-one-out arms
+    pilot: str | None = None  # tidy results the seed planner (repro/power.py) reads, relative to the repo
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,7 @@ def load_plan(name: str, plans_dir: Path = PLANS_DIR) -> Plan:
     return Plan(
         path.stem, path, meta["title"], meta.get("description", ""), tuple(meta["arms"]), tuple(meta["envs"]),
         meta["envs_source"], seeds, ablate=meta.get("ablate"),
+        pilot=str(REPO_ROOT / meta["pilot"]) if "pilot" in meta else None,
     )  # fmt: skip
 
 
@@ -373,8 +376,8 @@ def ablation_arms(
             or not keys
         ):
             raise ConfigError(
-                f"{where}: {b.setting.path} [[setting.deviations]] {group!r}: expected name = \"...\" "
-                "and keys = [\"section.key\", ...]"
+                f'{where}: {b.setting.path} [[setting.deviations]] {group!r}: expected name = "..." '
+                'and keys = ["section.key", ...]'
             )
         for key in keys:
             if not isinstance(key, str) or key not in b.entries:

@@ -337,7 +337,7 @@ def test_study_writes_result_table_and_markdown(experiment, minatar_data, tmp_pa
     assert f"{CORRECTED} is better than {PUBLISHED}" in verdict_line
     assert "**Power.** With 5 games x 3 seeds per arm" in text and "Method: normal approximation" in text
     sections = [line for line in text.splitlines() if line.startswith("## ")]
-    assert sections == ["## Aggregates", "## Per game", "## Runs not used"]
+    assert sections == ["## Learning check", "## Aggregates", "## Per game", "## Runs not used"]
     assert text.index("**Verdict.**") < text.index("## Aggregates")
     assert "| arm | IQM (%) | Median (%) | Mean (%) | Optimality gap (%) |" in text
     per_game = text[text.index("## Per game") : text.index("## Runs not used")]

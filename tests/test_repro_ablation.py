@@ -140,7 +140,10 @@ def test_an_undeclared_differing_key_is_a_deviation_of_its_own(tmp_path):
     "deviations, message",
     [
         (None, "declares no deviation switches"),
-        ('name = "typo"\nkeys = ["algo.nstep_done_bugg"]', "names 'algo.nstep_done_bugg', a switch algorithm 'r2d1' lacks"),
+        (
+            'name = "typo"\nkeys = ["algo.nstep_done_bugg"]',
+            "names 'algo.nstep_done_bugg', a switch algorithm 'r2d1' lacks",
+        ),
     ],
 )
 def test_bad_ablation_plans_are_one_line_exit_2_and_nothing_written(tmp_path, deviations, message):

@@ -1,0 +1,71 @@
+"""Each deviation's own effect in an ablation experiment (a plan with ``ablate``, repro/plans.py):
+the IQM difference of every leave-one-out arm to the base arm, with the verdict's widened 95%
+stratified-bootstrap interval (``analysis.verdict.iqm_difference``), the smallest difference the
+design detects with 80% power (``analysis.verdict.detectable_difference``) and the power it has
+against ``PLANNED_DIFFERENCE``; ordered by the size of the effect.
+
+The plan record (``plan.json``) names the base arm and each deviation arm's keys (``ablation``); an
+experiment without one has no deviation table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis import verdict
+
+# The IQM difference a study is planned to detect, in normalised-score units (10 points of a score
+# normalised in percent): the default of the seed planner (repro/power.py) too.
+PLANNED_DIFFERENCE = 0.10
+EFFECT_COLUMNS = [
+    "arm", "deviation", "keys", "difference", "ci_low", "ci_high", "se", "detectable", "power_at_planned",
+]  # fmt: skip
+
+
+def ablation_record(plan: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The ``ablation`` entry of the experiment's plan record, or None."""
+    for entry in (plan or {}).get("plans", []):
+        if isinstance(entry, dict) and isinstance(entry.get("ablation"), dict):
+            return entry["ablation"]
+    return None
+
+
+def deviation_effects(
+    matrices: dict[str, np.ndarray],
+    record: dict[str, Any],
+    reps: int = 2000,
+    seed: int = 0,
+    planned: float = PLANNED_DIFFERENCE,
+) -> pd.DataFrame:
+    """``EFFECT_COLUMNS``, one row per deviation arm present in ``matrices`` beside the base arm,
+    largest absolute difference first; empty when the base arm is absent."""
+    base = record["base"]
+    if base not in matrices:
+        return pd.DataFrame(columns=EFFECT_COLUMNS)
+    prefix = f"{base}_with_"
+    rows = []
+    for arm, keys in record.get("deviations", {}).items():
+        if arm not in matrices:
+            continue
+        diff = verdict.iqm_difference(matrices[arm], matrices[base], reps=reps, seed=seed)
+        se = diff["se"]
+        known = np.isfinite(se) and se > 0
+        rows.append(
+            [
+                arm,
+                arm.removeprefix(prefix),
+                ", ".join(keys),
+                diff["value"],
+                diff["ci_low"],
+                diff["ci_high"],
+                se,
+                verdict.detectable_difference(se) if known else np.nan,
+                verdict.power_at(planned, se) if known else np.nan,
+            ]
+        )
+    table = pd.DataFrame(rows, columns=EFFECT_COLUMNS)
+    order = table.difference.abs().sort_values(ascending=False, kind="stable").index
+    return table.loc[order].reset_index(drop=True)

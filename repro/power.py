@@ -1,0 +1,182 @@
+"""Seeds planned before running: how many seeds per arm and game a study needs to detect a stated IQM
+difference with 80% power, from a pilot's seed-to-seed spread.
+
+The statistics live here, one layer below ``analysis``, because both the scheduler's dry run (repro)
+and the verdict (``analysis.verdict``, which imports them) need them, and repro may not import
+analysis. The pilot enters as data, not as code: the tidy result table that ``python -m analysis study
+EXPERIMENT --csv PATH`` writes (one row per run, normalised final score in ``normalised``), committed
+under docs/results/ or written for any experiment directory; normalising scores is analysis's job.
+
+Model (the verdict's, analysis/verdict.py): the IQM over runs x games of a stratified bootstrap has
+standard error ``s_arm`` per arm, estimated on the pilot's ``n0`` seeds per game and widened by
+sqrt(n0 / (n0 - 1)); the IQM difference of two arms of ``n`` seeds has ``se(n) = sqrt(s_a^2 + s_b^2)
+* sqrt(n0 / n)`` (a mean-like statistic of n independent runs per game). The planned arms are not
+the pilot's, so both take the largest pilot arm's spread: ``se(n) = sqrt(2) * max s_arm * sqrt(n0 /
+n)``. A two-sided test at alpha detects a shift ``delta`` with probability ``power_at(delta, se)``;
+``seeds_needed`` is the smallest n (at least ``MIN_SEEDS``) whose ``detectable_difference`` is at
+most ``delta``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy import optimize, stats
+
+from algorithms.configs import ConfigError
+
+CI_SIZE = 0.95
+ALPHA = 1 - CI_SIZE
+POWER = 0.8
+# A study runs at least this many seeds per arm and game (Agarwal et al. 2021 use 5 as a floor for
+# interval estimates; fewer make the widened bootstrap interval of analysis/verdict.py very wide).
+MIN_SEEDS = 5
+# The IQM difference a study is planned to detect by default: 10 points of a normalised score in
+# percent (0.10 as a fraction).
+DETECT_POINTS = 10.0
+PILOT_COLUMNS = ("arm", "env", "seed", "normalised")
+
+
+def iqm_rows(samples: np.ndarray) -> np.ndarray:
+    """IQM of each resample ``[reps, runs, games]``: rliable's ``aggregate_iqm`` (25% trimmed mean of
+    all runs x games) on every row at once."""
+    return stats.trim_mean(samples.reshape(len(samples), -1), proportiontocut=0.25, axis=1)
+
+
+def stratified_resamples(scores: np.ndarray, reps: int, rng: np.random.Generator) -> np.ndarray:
+    """``[reps, runs, games]``: each game's runs drawn with replacement (rliable's StratifiedBootstrap)."""
+    runs, games = scores.shape
+    return scores[rng.integers(0, runs, size=(reps, runs, games)), np.arange(games)]
+
+
+def power_at(shift: float, se: float, alpha: float = ALPHA) -> float:
+    """Probability that a two-sided test at ``alpha`` detects a true difference ``shift`` measured with
+    standard error ``se`` (normal approximation). ``power_at(0, se) == alpha``."""
+    z = stats.norm.ppf(1 - alpha / 2)
+    return float(stats.norm.cdf(shift / se - z) + stats.norm.cdf(-shift / se - z))
+
+
+def detectable_difference(se: float, power: float = POWER, alpha: float = ALPHA) -> float:
+    """The smallest difference ``power_at`` detects with probability ``power``: about
+    ``(z_{1 - alpha/2} + z_power) * se`` (2.80 se at 80% and alpha 0.05), solved exactly."""
+    if not power > alpha:
+        raise ValueError(f"power {power} must exceed alpha {alpha}: a zero shift is detected at alpha")
+    if se == 0:
+        return 0.0
+    z_sum = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
+    return float(optimize.brentq(lambda d: power_at(d, se, alpha) - power, 0.0, 2 * z_sum * se))
+
+
+def arm_iqm_se(scores: np.ndarray, reps: int = 2000, seed: int = 0) -> float:
+    """Standard error of one arm's IQM over ``[runs, games]``: the stratified bootstrap's SD widened by
+    sqrt(n / (n - 1)) (analysis/verdict.py); NaN with one run per game."""
+    n = scores.shape[0]
+    if n < 2:
+        return float("nan")
+    resampled = iqm_rows(stratified_resamples(scores, reps, np.random.default_rng(seed)))
+    return float(np.sqrt(n / (n - 1)) * np.std(resampled, ddof=1))
+
+
+@dataclass(frozen=True)
+class PowerPlan:
+    """The seeds a study needs (module doc): ``seeds`` per arm and game (at least ``MIN_SEEDS``) to
+    detect ``delta`` with ``power``; ``se_per_seed``: the IQM difference's SE at one seed per game."""
+
+    source: str
+    games: tuple[str, ...]
+    pilot_seeds: int
+    arm_se: dict[str, float]
+    delta: float
+    power: float
+    se_per_seed: float
+    seeds: int
+
+    def se(self, n: int) -> float:
+        return self.se_per_seed / math.sqrt(n)
+
+    def power_with(self, n: int) -> float:
+        return power_at(self.delta, self.se(n))
+
+    def detectable_with(self, n: int) -> float:
+        return detectable_difference(self.se(n), self.power)
+
+
+def seeds_needed(se_per_seed: float, delta: float, power: float = POWER, minimum: int = MIN_SEEDS) -> int:
+    """The smallest n >= ``minimum`` with ``detectable_difference(se_per_seed / sqrt(n)) <= delta``."""
+    if not (delta > 0 and math.isfinite(se_per_seed)):
+        raise ValueError(f"need delta > 0 and a finite standard error, got {delta}, {se_per_seed}")
+    ratio = detectable_difference(1.0, power)  # detectable / se, the same for every se
+    return max(minimum, math.ceil((ratio * se_per_seed / delta) ** 2 - 1e-9))
+
+
+def read_pilot(
+    path: Path | str, envs: Sequence[str] | None = None
+) -> tuple[dict[str, np.ndarray], list[str]]:
+    """``({arm: [runs, games]}, games)`` of a tidy result table (``PILOT_COLUMNS``), on the games of
+    ``envs`` it has (all of its games when it has none of them), each arm cut to the seeds every game
+    has. A directory must hold the table as ``results.csv``. Problems are one-line ``ConfigError``s."""
+    path = Path(path)
+    if path.is_dir():
+        table = path / "results.csv"
+        if not table.is_file():
+            raise ConfigError(
+                f"--pilot {path}: no tidy result table {table}; write it with python -m analysis study "
+                f"{path} --csv {table}"
+            )
+        path = table
+    if not path.is_file():
+        raise ConfigError(f"--pilot {path}: no such file or experiment directory")
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    absent = [c for c in PILOT_COLUMNS if rows and c not in rows[0]]
+    if not rows or absent:
+        raise ConfigError(f"--pilot {path}: expected a tidy result table with columns {list(PILOT_COLUMNS)}")
+    scores: dict[str, dict[str, list[float]]] = {}
+    for row in rows:
+        try:
+            value = float(row["normalised"])
+        except ValueError:
+            raise ConfigError(
+                f"--pilot {path}: normalised score {row['normalised']!r} is not a number"
+            ) from None
+        scores.setdefault(row["arm"], {}).setdefault(row["env"], []).append(value)
+    all_games = sorted({g for per_arm in scores.values() for g in per_arm})
+    games = [g for g in all_games if envs and g in envs] or all_games
+    matrices = {}
+    for arm, per_game in scores.items():
+        if not all(g in per_game for g in games):
+            continue
+        n = min(len(per_game[g]) for g in games)
+        matrices[arm] = np.array([per_game[g][:n] for g in games], float).T
+    if not matrices or max(m.shape[0] for m in matrices.values()) < 2:
+        raise ConfigError(f"--pilot {path}: no arm has two or more seeds on every game of {games}")
+    return matrices, games
+
+
+def plan_seeds(
+    path: Path | str,
+    envs: Sequence[str] | None = None,
+    delta: float = DETECT_POINTS / 100,
+    power: float = POWER,
+    reps: int = 2000,
+) -> PowerPlan:
+    """The ``PowerPlan`` of a study on ``envs`` from the pilot table at ``path`` (module doc)."""
+    matrices, games = read_pilot(path, envs)
+    arm_se = {arm: arm_iqm_se(m, reps) for arm, m in matrices.items() if m.shape[0] >= 2}
+    n0 = max(m.shape[0] for m in matrices.values())
+    se_per_seed = math.sqrt(2) * max(arm_se[a] * math.sqrt(matrices[a].shape[0]) for a in arm_se)
+    return PowerPlan(
+        str(path),
+        tuple(games),
+        n0,
+        arm_se,
+        delta,
+        power,
+        se_per_seed,
+        seeds_needed(se_per_seed, delta, power),
+    )

@@ -1,0 +1,74 @@
+"""The learning check every verdict opens with: each arm's IQM against random play (0) and the
+published reference at the same frames, on untrained and trained synthetic runs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from analysis.study import run_study, study_markdown
+from analysis.synthetic import SyntheticArm, write_experiment
+from analysis.verdict import ArmLevel, learning_sentence
+
+GAMES = ["minatar_breakout", "minatar_space_invaders", "minatar_seaquest"]
+# MinAtar counts frames as env steps; 250k frames lie inside Young & Tian's read-off points.
+RUNS = {"n_steps": 250_000, "frameskip": 1}
+
+
+def _study(tmp_path, skills: dict[str, float], seeds=5, plan=None):
+    arms = {arm: SyntheticArm(skill, {"algo": arm}) for arm, skill in skills.items()}
+    exp = write_experiment(tmp_path, "exp", arms, GAMES, list(range(seeds)), **RUNS)
+    if plan is not None:
+        (exp / "plan.json").write_text(json.dumps(plan))
+    return run_study(exp, reps=400)
+
+
+def test_neither_arm_learned_is_the_first_sentence_of_the_verdict(tmp_path):
+    study = _study(tmp_path, {"a_published": 0.0, "b_corrected": 0.0})
+    first = study.verdict.sentence.split(": ")[0]
+    assert first == "Neither arm has learned at this budget"
+    assert study.verdict.sentence.startswith(
+        "Neither arm has learned at this budget: the comparison is between untrained agents"
+    )
+    assert not study.learning.learned.any()
+    assert all(r.ci_low <= 0 <= r.ci_high for r in study.learning.itertuples())
+    markdown = study_markdown(study, "cmd", "2026-12-04")
+    assert "**Verdict.** Neither arm has learned" in markdown and "## Learning check" in markdown
+
+
+def test_one_untrained_arm_is_named_first_and_trained_arms_get_no_warning(tmp_path):
+    study = _study(tmp_path, {"a_published": 0.0, "b_corrected": 1.0})
+    assert study.verdict.sentence.startswith(
+        "a_published has not learned at this budget: the comparison is with an untrained agent"
+    )
+    assert study.verdict.winner == "b_corrected"
+    trained = _study(tmp_path / "t", {"a_published": 0.9, "b_corrected": 1.0})
+    assert trained.learning.learned.all()
+    assert not trained.verdict.sentence.startswith(("Neither", "a_published has not", "b_corrected has not"))
+    assert trained.verdict.sentence == trained.verdict.sentence.lstrip()
+
+
+def test_the_reference_is_the_published_dqn_at_the_same_frames(tmp_path):
+    from analysis.scores import minatar_published_curves, minatar_reference_table, published_at
+
+    study = _study(tmp_path, {"a_published": 1.0, "b_corrected": 1.0})
+    curves = minatar_published_curves()
+    dqn = curves[curves.algo.str.lower() == "dqn"]
+    table = minatar_reference_table()
+    values = sorted(
+        float(table.normalise(g, published_at(dqn[dqn.env == g], 250_000)["return"])) for g in GAMES
+    )
+    # rliable's IQM (scipy's trim_mean at 0.25) trims floor(n / 4) values from each end: none of three.
+    expected = sum(values) / 3
+    assert study.learning.reference_iqm.iloc[0] == pytest.approx(expected)
+    assert "Young & Tian" in study.learning_reference
+
+
+def test_no_interval_with_one_seed_is_not_shown_to_learn():
+    sentence = learning_sentence([ArmLevel("a", 0.5, np.nan, np.nan), ArmLevel("b", 0.6, 0.1, 0.9)])
+    assert sentence.startswith("a has not learned at this budget")
+    assert "one seed per game: no interval" in sentence
+    assert learning_sentence([ArmLevel("a", 0.5, 0.2, 0.7)]) is None
+    assert learning_sentence([ArmLevel(x, 0, -1, 1) for x in "abc"]).startswith("No arm has learned")

@@ -1,0 +1,98 @@
+"""The seed planner (repro/power.py): hand-computed seed counts, a pilot of synthetic runs with known
+variance read through the tidy result table, the planned count checked by simulating the verdict's
+rule at that count, and the dry run's report."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from algorithms.configs import ConfigError
+from analysis.study import result_table, run_study
+from analysis.synthetic import SyntheticArm, write_experiment
+from analysis.verdict import iqm_difference
+from repro.power import detectable_difference, plan_seeds, power_at, read_pilot, seeds_needed
+
+REPO = Path(__file__).resolve().parents[1]
+GAMES = ["minatar_breakout", "minatar_space_invaders", "minatar_seaquest", "minatar_asterix"]
+# analysis/synthetic.py: each evaluation episode is level + noise * N(0, 1) in normalised units, and
+# a run's final score is the mean of 5 episodes, so its seed-to-seed SD is noise / sqrt(5).
+NOISE = 1.0
+SIGMA = NOISE / math.sqrt(5)
+
+
+def test_seeds_needed_by_hand():
+    ratio = detectable_difference(1.0)  # (z_0.975 + z_0.8) = 2.8016 standard errors
+    assert ratio == pytest.approx(1.959964 + 0.841621, abs=2e-3)
+    # se at one seed 0.5, delta 0.1: n >= (2.80 * 0.5 / 0.1)^2 = 196.2 -> 197
+    assert seeds_needed(0.5, 0.1) == math.ceil((ratio * 5) ** 2)
+    assert seeds_needed(0.01, 0.1) == 5  # never fewer than 5
+    assert power_at(0.1, 0.5 / math.sqrt(197)) >= 0.8 > power_at(0.1, 0.5 / math.sqrt(190))
+
+
+@pytest.fixture(scope="module")
+def pilot(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pilot")
+    arms = {"a": SyntheticArm(0.5, {"algo": "a"}), "b": SyntheticArm(0.5, {"algo": "b"})}
+    exp = write_experiment(
+        root, "pilot", arms, GAMES, list(range(8)), n_steps=250_000, frameskip=1, noise=NOISE
+    )
+    csv = exp / "results.csv"
+    result_table(run_study(exp, reps=200).scores).to_csv(csv, index=False)
+    return exp
+
+
+def test_the_planned_seeds_give_80_percent_power_under_the_verdicts_rule(pilot):
+    found = plan_seeds(pilot, GAMES, delta=0.3)
+    matrices, games = read_pilot(pilot, GAMES)
+    assert games == sorted(GAMES) and matrices["a"].shape == (8, 4)
+    assert all(np.std(m, ddof=1, axis=0).mean() == pytest.approx(SIGMA, rel=0.35) for m in matrices.values())
+    n = found.seeds
+    assert 6 <= n <= 60
+    # Simulate experiments with the known spread and a true shift of delta at n seeds per game: the
+    # verdict's interval excludes 0 in about 80% of them (fewer at half the seeds).
+    rng = np.random.default_rng(0)
+
+    def detected(seeds: int, sims: int = 150) -> float:
+        hits = 0
+        for _ in range(sims):
+            a = rng.normal(0.5, SIGMA, size=(seeds, 4))
+            b = rng.normal(0.5 + 0.3, SIGMA, size=(seeds, 4))
+            d = iqm_difference(b, a, reps=300, seed=int(rng.integers(1 << 30)))
+            hits += d["ci_low"] > 0
+        return hits / sims
+
+    assert 0.68 <= detected(n) <= 0.97
+    assert detected(max(2, n // 3)) < 0.6
+
+
+def test_bad_pilots_are_one_line_errors(tmp_path):
+    with pytest.raises(ConfigError, match="no tidy result table"):
+        read_pilot(tmp_path)
+    (tmp_path / "x.csv").write_text("arm,env\na,b\n")
+    with pytest.raises(ConfigError, match="expected a tidy result table"):
+        read_pilot(tmp_path / "x.csv")
+
+
+def test_the_dry_run_plans_seeds_from_the_committed_results_and_says_the_power_of_given_seeds():
+    def dry(*extra: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "repro", "run", "r2d1_minatar_ablation", "--profile", "smoke", "--dry-run",
+             "--no-estimate", *extra],
+            cwd=REPO, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    planned = dry("--detect", "2")
+    found = plan_seeds(REPO / "docs/results/r2d1_minatar.csv", delta=0.02)
+    assert f"each arm needs {found.seeds} seeds per game" in planned
+    assert f"seeds: 0-{found.seeds - 1}" in planned
+    assert planned.count("/minatar_breakout/seed0 ") == 11
+    given = dry("--seeds", "100-102")
+    assert "--seeds 100-102: 3 seeds per game have" in given and "/seed100" in given
