@@ -3,9 +3,14 @@
 The suite (``analysis/regress/suite.toml``) is a list of short CPU-sized tasks, each an arm of the
 reproduction layer run on one env (``make regress`` runs them through ``python -m repro run``). Each
 run is summarised by its **normalised area under the learning curve**: the mean evaluation return,
-integrated over env steps by the trapezoid rule, divided by the steps covered, and mapped to [0, 1]
-by the task's fixed score bounds (``score_min``, ``score_max``). AUC rewards learning early as well
-as ending high, and is far less noisy than the final score alone.
+integrated over env steps by the trapezoid rule, divided by the steps covered, and mapped by the
+env's score bounds: random play to 0 and the published reference to 1, from the one table of them,
+``analysis/data/gym_reference_scores.csv`` (``analysis.scores.gym_reference_bounds``, which reports
+use too). A task states ``score_min``/``score_max`` itself only for an env that table lacks. AUC
+rewards learning early as well as ending high, and is far less noisy than the final score alone.
+Normalisation is linear, so references computed under other bounds convert exactly
+(``rescale_auc``: the committed references were converted from the bounds [0, 500] for CartPole-v1
+and [-1600, 0] for Pendulum-v1 this way, not rerun).
 
 The test, per task: one-sided Welch t-test of H0 "the new runs' mean AUC is at least the
 reference's" against H1 "it is lower", and Holm's step-down correction over the tasks. A task
@@ -37,6 +42,7 @@ from scipy import stats
 
 from analysis.curves import raw_scores
 from analysis.runs import KEYS, load_experiment
+from analysis.scores import Bounds, gym_reference_bounds
 
 SUITE_FILE = Path(str(resources.files("analysis").joinpath("regress", "suite.toml")))
 REFERENCE_FILE = Path(str(resources.files("analysis").joinpath("data", "regress_reference.csv")))
@@ -62,8 +68,14 @@ class Suite:
     min_effect: float
 
 
-def load_suite(path: Path = SUITE_FILE) -> Suite:
-    """Read the suite TOML; a missing or mistyped key is a ``ValueError`` naming file and key."""
+BOUND_KEYS = ("score_min", "score_max", "score_source")
+
+
+def load_suite(path: Path = SUITE_FILE, bounds: Bounds | None = None) -> Suite:
+    """Read the suite TOML, each task's bounds from ``bounds`` (default the gymnasium reference
+    table); a missing or mistyped key, bounds stated for an env the table has (two homes) or missing
+    for one it lacks are a ``ValueError`` naming file and key."""
+    bounds = gym_reference_bounds() if bounds is None else bounds
     with open(path, "rb") as f:
         data = tomllib.load(f)
     head = data.get("suite", {})
@@ -82,10 +94,29 @@ def load_suite(path: Path = SUITE_FILE) -> Suite:
             "score_max": float,
             "score_source": str,
         }
+        env = entry.get("env")
+        stated = [key for key in BOUND_KEYS if key in entry]
+        if isinstance(env, str) and env in bounds.scores.index:
+            if stated:
+                raise ValueError(
+                    f"{path} [[task]] #{i}: {stated} for {env}, whose bounds are in {bounds.path.name}: "
+                    "remove them (one home for score bounds)"
+                )
+            row = bounds.scores.loc[env]
+            entry = {
+                **entry,
+                "score_min": float(row.low),
+                "score_max": float(row.high),
+                "score_source": f"{bounds.path.name}: random play ({row.low_source}) to the reference "
+                f"({row.high_source})",
+            }
         for key, kind in fields.items():
             value = entry.get(key)
             if not (isinstance(value, kind) or (kind is float and isinstance(value, int))):
-                raise ValueError(f"{path} [[task]] #{i}: '{key}' must be {kind.__name__}, got {value!r}")
+                absent = f" ({env!r} is not in {bounds.path.name})" if key in BOUND_KEYS else ""
+                raise ValueError(
+                    f"{path} [[task]] #{i}: '{key}' must be {kind.__name__}, got {value!r}{absent}"
+                )
         unknown = set(entry) - set(fields)
         if unknown:
             raise ValueError(f"{path} [[task]] #{i}: unknown keys {sorted(unknown)}")
@@ -109,6 +140,13 @@ def normalised_auc(env_steps: np.ndarray, score: np.ndarray, score_min: float, s
     span = env_steps[-1] - env_steps[0]
     mean = float(score[0]) if span == 0 else float(np.trapezoid(score, env_steps) / span)
     return (mean - score_min) / (score_max - score_min)
+
+
+def rescale_auc(auc: np.ndarray | float, old: tuple[float, float], new: tuple[float, float]) -> np.ndarray:
+    """The AUC under bounds ``new`` (min, max) of a curve whose AUC under ``old`` is ``auc``: exact,
+    since the AUC is the curve's mean mapped linearly (``normalised_auc``)."""
+    mean = old[0] + np.asarray(auc, dtype=float) * (old[1] - old[0])
+    return (mean - new[0]) / (new[1] - new[0])
 
 
 def run_summaries(experiment_dir: Path, suite: Suite) -> pd.DataFrame:

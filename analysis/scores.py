@@ -258,7 +258,7 @@ BOUNDS_FILE_KEYS = ("env", "score_min", "score_max")
 def read_bounds(path: Path | str) -> Bounds:
     """Score bounds from a file (``reports build --bounds FILE``): a CSV with columns ``env, score_min,
     score_max`` (optionally ``source``), a TOML file of ``[[env]]`` or ``[[task]]`` tables with the same
-    keys (``score_source`` for the source; ``analysis/regress/suite.toml`` is one), or a table in the
+    keys (``score_source`` for the source; a regression suite's task format), or a table in the
     shipped gymnasium format (``random``, ``reference``). A missing or unreadable file, a missing
     column or key, or bounds that are not finite with min < max raise ``ValueError`` naming the file."""
     import tomllib

@@ -32,8 +32,8 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         default=None,
         help="per-env score bounds (CSV env,score_min,score_max[,source], or TOML [[env]]/[[task]] tables "
-        "such as analysis/regress/suite.toml): 0 and 1 of the normalised score, for envs without a "
-        "shipped reference (analysis/data/gym_reference_scores.csv)",
+        "with those keys): 0 and 1 of the normalised score, for envs without a shipped reference "
+        "(analysis/data/gym_reference_scores.csv)",
     )
     build.add_argument(
         "--baseline",

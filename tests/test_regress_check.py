@@ -18,17 +18,11 @@ min_effect = 0.05
 arm = "dqn_like"
 env = "CartPole-v1"
 plan = "unused.toml"
-score_min = 0.0
-score_max = 500.0
-score_source = "CartPole-v1 returns"
 
 [[task]]
 arm = "ppo_like"
 env = "CartPole-v1"
 plan = "unused.toml"
-score_min = 0.0
-score_max = 500.0
-score_source = "CartPole-v1 returns"
 """
 
 
