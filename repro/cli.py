@@ -136,7 +136,8 @@ def _power_plan(pilot: str, envs, detect: float, given: str | None, spec: str | 
     )
     print(
         f"  to detect an IQM difference of {detect:g} points with {found.power:.0%} power (two-sided, "
-        f"alpha 0.05) each arm needs {found.seeds} seeds per game (at least 5)"
+        f"alpha 0.05; the spread's 80% upper limit, x{found.upper:.2f}) each arm needs {found.seeds} seeds "
+        "per game (at least 5)"
     )
     if given is not None:
         n = len(parse_seeds(given))

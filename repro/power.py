@@ -12,9 +12,17 @@ standard error ``s_arm`` per arm, estimated on the pilot's ``n0`` seeds per game
 sqrt(n0 / (n0 - 1)); the IQM difference of two arms of ``n`` seeds has ``se(n) = sqrt(s_a^2 + s_b^2)
 * sqrt(n0 / n)`` (a mean-like statistic of n independent runs per game). The planned arms are not
 the pilot's, so both take the largest pilot arm's spread: ``se(n) = sqrt(2) * max s_arm * sqrt(n0 /
-n)``. A two-sided test at alpha detects a shift ``delta`` with probability ``power_at(delta, se)``;
-``seeds_needed`` is the smallest n (at least ``MIN_SEEDS``) whose ``detectable_difference`` is at
-most ``delta``.
+n)``. A pilot of few seeds estimates that spread loosely, and a spread guessed low plans too few
+seeds: the plan uses the one-sided ``PILOT_CONFIDENCE`` upper confidence limit of the spread,
+``s * sqrt(df / chi2_{1 - PILOT_CONFIDENCE}(df))`` with ``df = games * (n0 - 1)`` (Browne 1995, "On the
+use of a pilot sample for sample size determination", Statistics in Medicine 14(17)). A two-sided
+test at alpha detects a shift ``delta`` with probability ``power_at(delta, se)``; ``seeds_needed`` is
+the smallest n (at least ``MIN_SEEDS``) whose ``detectable_difference`` is at most ``delta``.
+Measured on simulated pilots (8 seeds x 4 games of normal scores, SD 0.447, shift 0.3; 12 pilot
+draws, 80 simulated verdicts each, 2026-12-04): the planned seeds (median 15.5) detected the shift
+in 91% of verdicts on average, 90% with the pilot's own SD (median 14.5 seeds); one earlier pilot draw
+planned with its own SD gave 6 seeds and 57%. The planner errs high: both planned arms take the wider
+pilot arm's spread. ``tests/test_repro_power.py`` checks the rate averaged over pilot draws.
 """
 
 from __future__ import annotations
@@ -40,6 +48,15 @@ MIN_SEEDS = 5
 # percent (0.10 as a fraction).
 DETECT_POINTS = 10.0
 PILOT_COLUMNS = ("arm", "env", "seed", "normalised")
+# Browne (1995): planning with the 80% upper limit of the pilot's SD reaches the planned power for
+# most pilot draws, where the pilot's own SD falls short for about half of them.
+PILOT_CONFIDENCE = 0.8
+
+
+def pilot_inflation(games: int, seeds: int, confidence: float = PILOT_CONFIDENCE) -> float:
+    """Factor from a pilot's spread to its one-sided ``confidence`` upper limit (module doc)."""
+    df = games * (seeds - 1)
+    return math.sqrt(df / stats.chi2.ppf(1 - confidence, df))
 
 
 def iqm_rows(samples: np.ndarray) -> np.ndarray:
@@ -93,8 +110,9 @@ class PowerPlan:
     arm_se: dict[str, float]
     delta: float
     power: float
-    se_per_seed: float
+    se_per_seed: float  # with the pilot's upper limit (``upper``) applied
     seeds: int
+    upper: float = 1.0  # ``pilot_inflation`` of the widest arm
 
     def se(self, n: int) -> float:
         return self.se_per_seed / math.sqrt(n)
@@ -169,7 +187,10 @@ def plan_seeds(
     matrices, games = read_pilot(path, envs)
     arm_se = {arm: arm_iqm_se(m, reps) for arm, m in matrices.items() if m.shape[0] >= 2}
     n0 = max(m.shape[0] for m in matrices.values())
-    se_per_seed = math.sqrt(2) * max(arm_se[a] * math.sqrt(matrices[a].shape[0]) for a in arm_se)
+    widest = max(arm_se, key=lambda a: arm_se[a] * math.sqrt(matrices[a].shape[0]))
+    n_widest = matrices[widest].shape[0]
+    upper = pilot_inflation(len(games), n_widest)
+    se_per_seed = math.sqrt(2) * arm_se[widest] * math.sqrt(n_widest) * upper
     return PowerPlan(
         str(path),
         tuple(games),
@@ -179,4 +200,5 @@ def plan_seeds(
         power,
         se_per_seed,
         seeds_needed(se_per_seed, delta, power),
+        upper,
     )
