@@ -173,3 +173,19 @@ def test_show_lists_the_generated_arms_with_their_values():
         in done.stdout
     )
     assert json.dumps(PUBLISHED)[1:-1] in done.stdout
+
+
+def test_a_name_that_is_a_setting_and_a_plan_shows_the_setting_and_the_plan_by_path():
+    def show(name: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "repro", "show", name],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert show("r2d1_minatar").startswith("setting:  r2d1_minatar")
+    assert show("repro/configs/plans/r2d1_minatar.toml").startswith("plan:     r2d1_minatar")
