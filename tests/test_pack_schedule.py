@@ -220,11 +220,16 @@ def test_packed_task_skips_resumes_and_fails_per_member(toy_pack):
 @pytest.mark.slow
 def test_packed_task_on_ray(toy_pack):
     ray = pytest.importorskip("ray")
-    from repro.ray_backend import run_ray, runtime_env
+    from repro.ray_backend import LOOPBACK_NODE_IP, run_ray, runtime_env
 
     task = toy_pack(2, fail_after=1)
     ray.init(
-        num_cpus=2, address="local", runtime_env=runtime_env(), include_dashboard=False, log_to_driver=False
+        num_cpus=2,
+        address="local",
+        runtime_env=runtime_env(),
+        include_dashboard=False,
+        log_to_driver=False,
+        _node_ip_address=LOOPBACK_NODE_IP,  # stays on loopback (repro/ray_backend.py)
     )
     try:
         [outcome] = run_ray([task], retries=1, progress=False, poll_s=0.2, on_event=print)

@@ -196,11 +196,16 @@ def test_ctrl_c_stops_children_and_rerun_resumes(tmp_path, toy):
 @pytest.mark.slow
 def test_ray_backend_on_local_instance(toy):
     ray = pytest.importorskip("ray")
-    from repro.ray_backend import run_ray, runtime_env
+    from repro.ray_backend import LOOPBACK_NODE_IP, run_ray, runtime_env
 
     tasks = [toy("a", fail_attempts=1), toy("b")]
     ray.init(
-        num_cpus=2, address="local", runtime_env=runtime_env(), include_dashboard=False, log_to_driver=False
+        num_cpus=2,
+        address="local",
+        runtime_env=runtime_env(),
+        include_dashboard=False,
+        log_to_driver=False,
+        _node_ip_address=LOOPBACK_NODE_IP,  # stays on loopback (repro/ray_backend.py)
     )
     try:
         outcomes = run_ray(tasks, retries=1, progress=False, poll_s=0.2)
