@@ -12,7 +12,10 @@ scores subtract random play). The reference, per env, on the same scale:
   CleanRL's trained agents, ``analysis/data/gym_reference_scores.csv``).
 
 ``learning_table`` gives per arm its IQM with the verdict's widened 95% interval, whether that interval
-lies above random play, and the reference's IQM over the same games.
+lies above random play, and the reference's IQM over the same games. An arm whose final evaluation
+episodes stopped at the harness's cap (``capped_runs``: the smoke profile's 200 steps) is not shown to
+learn whatever its interval: cut episodes score on another scale (a cut Pong episode of an untrained
+agent scores about half of human, measured on `make reproduce-r2d1 PROFILE=smoke` runs of Pong).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import pandas as pd
 from scipy import stats
 
 from analysis import verdict
-from analysis.curves import Scores
+from analysis.curves import EVAL_SOURCE, Scores
+from analysis.runs import KEYS, Experiment
 from analysis.scores import (
     atari_game,
     human_random_table,
@@ -32,7 +36,34 @@ from analysis.scores import (
     r2d2_published_scores,
 )
 
-LEARNING_COLUMNS = ["arm", "iqm", "ci_low", "ci_high", "learned", "reference_iqm", "share_of_reference"]
+LEARNING_COLUMNS = [
+    "arm", "iqm", "ci_low", "ci_high", "eval_cap", "learned", "reference_iqm", "share_of_reference",
+]  # fmt: skip
+
+
+def capped_runs(exp: Experiment, scores: Scores) -> dict[tuple[str, str, int], int]:
+    """``{(arm, env, seed): cap}`` of the runs whose final evaluation episodes stopped at the harness's
+    cap (``sampler.eval_max_steps``, e.g. the smoke profile's 200 steps) instead of the env's own end:
+    their returns are cut short, on another scale than random play and the reference, which ran whole
+    episodes."""
+    if (
+        exp.eval.empty
+        or not {"length", "env_steps"} <= set(exp.eval)
+        or EVAL_SOURCE not in set(scores.final.source)
+    ):
+        return {}
+    last = exp.eval.merge(scores.final[KEYS + ["env_steps"]], on=KEYS + ["env_steps"])
+    capped = {}
+    for run, g in last.groupby(KEYS):
+        cap = exp.configs.get(run, {}).get("sampler", {}).get("eval_max_steps")
+        if isinstance(cap, int) and (g.length >= cap).any():
+            capped[run] = cap
+    return capped
+
+
+def arm_caps(exp: Experiment, scores: Scores) -> dict[str, int]:
+    """Arm -> the cap its capped runs' evaluations stopped at (``capped_runs``)."""
+    return {run[0]: cap for run, cap in sorted(capped_runs(exp, scores).items())}
 
 
 def reference_levels(scores: Scores, table: str = "r2d2") -> tuple[dict[str, float], str]:
@@ -66,10 +97,15 @@ def reference_levels(scores: Scores, table: str = "r2d2") -> tuple[dict[str, flo
 
 
 def learning_table(
-    scores: Scores, matrices: dict[str, np.ndarray], games: list[str], reps: int = 2000, seed: int = 0
+    scores: Scores,
+    matrices: dict[str, np.ndarray],
+    games: list[str],
+    reps: int = 2000,
+    seed: int = 0,
+    caps: dict[str, int] | None = None,
 ) -> tuple[pd.DataFrame, str]:
     """``(LEARNING_COLUMNS per arm, what the reference is)`` for ``matrices`` (``[runs, games]``,
-    ``analysis.aggregate.score_matrices``)."""
+    ``analysis.aggregate.score_matrices``); ``caps``: ``arm_caps``."""
     references, what = reference_levels(scores)
     values = np.array([references.get(g, np.nan) for g in games], float)
     reference_iqm = (
@@ -78,7 +114,18 @@ def learning_table(
         else np.nan
     )
     rows = []
-    for level in verdict.arm_levels(matrices, reps, seed):
+    for level in verdict.arm_levels(matrices, reps, seed, caps):
         share = level.iqm / reference_iqm if np.isfinite(reference_iqm) and reference_iqm > 0 else np.nan
-        rows.append([level.arm, level.iqm, level.ci_low, level.ci_high, level.learned, reference_iqm, share])
+        rows.append(
+            [
+                level.arm,
+                level.iqm,
+                level.ci_low,
+                level.ci_high,
+                level.cap,
+                level.learned,
+                reference_iqm,
+                share,
+            ]
+        )
     return pd.DataFrame(rows, columns=LEARNING_COLUMNS), what

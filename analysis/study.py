@@ -19,7 +19,7 @@ import pandas as pd
 from analysis import aggregate, verdict
 from analysis.ablation import EFFECT_COLUMNS, PLANNED_DIFFERENCE, ablation_record, deviation_effects
 from analysis.curves import Scores, score_tables
-from analysis.learning import learning_table
+from analysis.learning import arm_caps, learning_table
 from analysis.runs import Experiment, load_experiment
 from analysis.scores import is_minatar, minatar_published_curves
 
@@ -56,9 +56,11 @@ def learning_checks(exp: Experiment, scores: Scores, reps: int = 2000, seed: int
     matrices, games, _ = aggregate.score_matrices(scores.final)
     if not matrices or not scores.comparable:
         return Checks(scores)
-    learning, reference = learning_table(scores, matrices, games, reps, seed)
-    columns = ["arm", "iqm", "ci_low", "ci_high"]
-    levels = [verdict.ArmLevel(*r) for r in learning[columns].itertuples(index=False)]
+    learning, reference = learning_table(scores, matrices, games, reps, seed, arm_caps(exp, scores))
+    levels = [
+        verdict.ArmLevel(r.arm, r.iqm, r.ci_low, r.ci_high, None if pd.isna(r.eval_cap) else int(r.eval_cap))
+        for r in learning.itertuples()
+    ]
     lead = verdict.learning_sentence(levels, scores.scale, "%" if scores.percent else "")
     record = ablation_record(exp.plan)
     effects = (
@@ -134,7 +136,7 @@ def run_study(
     if len(matrices) == 2:
         a, b = verdict.order_arms(list(matrices), exp.plan, baseline)
         units = {"label": scores.label, "scale": scores.scale, "unit": scores.difference_unit}
-        found = verdict.two_arm_verdict(matrices, a, b, reps, seed, **units)
+        found = verdict.two_arm_verdict(matrices, a, b, reps, seed, **units, caps=arm_caps(exp, scores))
         power = verdict.power_statement(found, **units)
     per_game, note = _per_game(scores, reps, seed)
     return Study(
@@ -237,14 +239,15 @@ def learning_lines(study: Study | Checks) -> list[str]:
         return []
     scale, unit = study.scores.scale, study.scores.unit
     rows = [
-        [r.arm, ci_text(r.iqm, r.ci_low, r.ci_high, scale), fmt(r.learned), fmt(r.reference_iqm * scale),
-         fmt(r.share_of_reference)]
+        [r.arm, ci_text(r.iqm, r.ci_low, r.ci_high, scale), fmt(r.eval_cap), fmt(r.learned),
+         fmt(r.reference_iqm * scale), fmt(r.share_of_reference)]
         for r in study.learning.itertuples()
     ]  # fmt: skip
     columns = [
         "arm",
         f"IQM{unit} [95% CI]",
-        "above random play (0)",
+        "evaluations cut at (steps)",
+        "shown to learn (above random play, whole episodes)",
         f"reference IQM{unit}",
         "share of reference",
     ]

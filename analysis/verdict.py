@@ -90,48 +90,67 @@ def _widened_interval(point: float, resampled: np.ndarray, n: int) -> tuple[floa
 @dataclass(frozen=True)
 class ArmLevel:
     """One arm's IQM of normalised final scores with its widened 95% interval (NaN with one run per
-    game); ``learned``: the interval lies above random play (0)."""
+    game); ``cap``: the harness's cap on evaluation episodes where final evaluations stopped at it
+    (their returns are cut short, not on random play's scale); ``learned``: the interval lies above
+    random play (0) and the evaluations were whole."""
 
     arm: str
     iqm: float
     ci_low: float
     ci_high: float
+    cap: int | None = None
 
     @property
     def learned(self) -> bool:
-        return bool(self.ci_low > 0)
+        return bool(self.ci_low > 0) and self.cap is None
 
 
-def arm_levels(matrices: dict[str, np.ndarray], reps: int = 2000, seed: int = 0) -> list[ArmLevel]:
-    """``ArmLevel`` of each arm of ``matrices`` (``[runs, games]``), in their order."""
+def arm_levels(
+    matrices: dict[str, np.ndarray], reps: int = 2000, seed: int = 0, caps: dict[str, int] | None = None
+) -> list[ArmLevel]:
+    """``ArmLevel`` of each arm of ``matrices`` (``[runs, games]``), in their order; ``caps``: arm ->
+    the cap its final evaluation episodes stopped at (``analysis.learning.capped_runs``)."""
+    caps = caps or {}
     out = []
     for arm, scores in matrices.items():
         scores = np.asarray(scores, float)
         point = float(iqm_rows(scores[None])[0])
         if scores.shape[0] < 2:
-            out.append(ArmLevel(arm, point, np.nan, np.nan))
+            out.append(ArmLevel(arm, point, np.nan, np.nan, caps.get(arm)))
             continue
         resampled = iqm_rows(stratified_resamples(scores, reps, np.random.default_rng(seed)))
         lo, hi, _ = _widened_interval(point, resampled, scores.shape[0])
-        out.append(ArmLevel(arm, point, lo, hi))
+        out.append(ArmLevel(arm, point, lo, hi, caps.get(arm)))
     return out
 
 
 def learning_sentence(levels: Sequence[ArmLevel], scale: float = 1.0, unit: str = "") -> str | None:
     """The sentence a verdict opens with when an arm has not been shown to learn (its IQM interval
-    includes random play, 0, or there is no interval); None when every arm has."""
+    includes random play, 0, there is no interval, or its final evaluations were cut at the harness's
+    cap); None when every arm has."""
     untrained = [level for level in levels if not level.learned]
     if not untrained:
         return None
 
     def level_text(level: ArmLevel) -> str:
+        if level.cap is not None:
+            return (
+                f"{level.arm}'s final evaluation episodes stopped at the harness's cap of {level.cap} steps, "
+                "so its scores are not on random play's scale"
+            )
         if np.isnan(level.ci_low):
             return f"{level.arm} {_num(level.iqm, scale)}{unit} (one seed per game: no interval)"
         return f"{level.arm} {_interval(level.iqm, level.ci_low, level.ci_high, scale)}{unit}"
 
     levels_text = "; ".join(level_text(level) for level in untrained)
+    why = "IQM with 95% CI including random play, 0, or evaluations cut short"
     if len(untrained) == len(levels):
         subject = "Neither arm has" if len(levels) == 2 else "No arm has"
+        if any(level.cap is not None for level in untrained):
+            return (
+                f"{subject} been shown to learn at this budget: the comparison is between agents not shown "
+                f"to be trained ({why}: {levels_text})."
+            )
         return (
             f"{subject} learned at this budget: the comparison is between untrained agents "
             f"(IQM with 95% CI including random play, 0: {levels_text})."
@@ -140,8 +159,7 @@ def learning_sentence(levels: Sequence[ArmLevel], scale: float = 1.0, unit: str 
     verb = "has" if len(untrained) == 1 else "have"
     agents = "an untrained agent" if len(untrained) == 1 else "untrained agents"
     return (
-        f"{names} {verb} not learned at this budget: the comparison is with {agents} "
-        f"(IQM with 95% CI including random play, 0: {levels_text})."
+        f"{names} {verb} not learned at this budget: the comparison is with {agents} ({why}: {levels_text})."
     )
 
 
@@ -206,12 +224,14 @@ def two_arm_verdict(
     label: str = "normalised score",
     scale: float = 1.0,
     unit: str = "",
+    caps: dict[str, int] | None = None,
 ) -> Verdict:
-    """The verdict of ``candidate`` (B) against ``baseline`` (A) (module doc). ``label``, ``scale`` and
+    """The verdict of ``candidate`` (B) against ``baseline`` (A) (module doc); ``caps`` as ``arm_levels``
+    takes them. ``label``, ``scale`` and
     ``unit`` only format the sentence (a score normalised in percent: 100, " percentage points").
     The sentence opens with ``learning_sentence`` when an arm's IQM interval includes random play."""
     found = _two_arm_verdict(matrices, baseline, candidate, reps, seed, label, scale, unit)
-    levels = arm_levels({arm: matrices[arm] for arm in (baseline, candidate)}, reps, seed)
+    levels = arm_levels({arm: matrices[arm] for arm in (baseline, candidate)}, reps, seed, caps)
     lead = learning_sentence(levels, scale, "%" if unit.strip() == "percentage points" else unit)
     sentence = f"{lead} {found.sentence}" if lead else found.sentence
     return dataclasses.replace(found, sentence=sentence, levels=tuple(levels))

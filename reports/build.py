@@ -28,7 +28,8 @@ from algorithms.configs import ConfigError
 from analysis import aggregate, verdict
 from analysis.ablation import PLANNED_DIFFERENCE
 from analysis.configdiff import InEffect, config_diff, effective_table, origins_table, run_effective_values
-from analysis.curves import EVAL_SOURCE, Scores, resample_curves, score_tables
+from analysis.curves import Scores, resample_curves, score_tables
+from analysis.learning import arm_caps, capped_runs
 from analysis.runs import KEYS, Experiment, load_experiment
 from analysis.scores import Bounds, is_minatar, minatar_published_curves, minatar_reference_table
 from analysis.study import Checks, ci_text, fmt, learning_checks
@@ -352,21 +353,10 @@ def _capped_evaluations(exp: Experiment, scores: Scores) -> list[str]:
     """A note when final evaluation episodes stopped at the harness's cap (``sampler.eval_max_steps``,
     e.g. the smoke profile's 200 steps) instead of the env's own end: their returns are cut short, so
     they sit on another scale than random play and the reference, which ran whole episodes."""
-    if (
-        exp.eval.empty
-        or not {"length", "env_steps"} <= set(exp.eval)
-        or EVAL_SOURCE not in set(scores.final.source)
-    ):
-        return []
-    last = exp.eval.merge(scores.final[KEYS + ["env_steps"]], on=KEYS + ["env_steps"])
-    capped = set()
-    for run, g in last.groupby(KEYS):
-        cap = exp.configs.get(run, {}).get("sampler", {}).get("eval_max_steps")
-        if isinstance(cap, int) and (g.length >= cap).any():
-            capped.add((run, cap))
+    capped = capped_runs(exp, scores)
     if not capped:
         return []
-    caps = ", ".join(str(c) for c in sorted({c for _, c in capped}))
+    caps = ", ".join(str(c) for c in sorted(set(capped.values())))
     return [
         f"{len(capped)} of {len(scores.final)} runs ended final evaluation episodes at the harness's cap "
         f"(sampler.eval_max_steps = {caps} steps) before the env's own end: their returns are cut short, "
@@ -520,7 +510,7 @@ def _verdict_section(exp: Experiment, scores: Scores, reps: int, baseline: str |
     scale, diff_unit = scores.scale, scores.difference_unit
     in_units = f" ({diff_unit.strip()})" if diff_unit else ""
     found = verdict.two_arm_verdict(
-        matrices, a, b, reps=reps, label=scores.label, scale=scale, unit=diff_unit
+        matrices, a, b, reps=reps, label=scores.label, scale=scale, unit=diff_unit, caps=arm_caps(exp, scores)
     )
     power = verdict.power_statement(found, label=scores.label, scale=scale, unit=diff_unit)
     section = Section(
@@ -567,7 +557,8 @@ def _learning_section(study: Checks) -> Section | None:
         iqm_ci=[ci_text(r.iqm, r.ci_low, r.ci_high, scale) for r in study.learning.itertuples()],
         reference=study.learning.reference_iqm * scale,
     )
-    columns = [("arm", "arm"), (f"IQM{unit} [95% CI]", "iqm_ci"), ("above random play (0)", "learned"),
+    columns = [("arm", "arm"), (f"IQM{unit} [95% CI]", "iqm_ci"), ("evaluations cut at (steps)", "eval_cap"),
+               ("shown to learn (above random play, whole episodes)", "learned"),
                (f"reference IQM{unit}", "reference"),
                ("share of reference", "share_of_reference")]  # fmt: skip
     return Section(

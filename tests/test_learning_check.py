@@ -72,3 +72,20 @@ def test_no_interval_with_one_seed_is_not_shown_to_learn():
     assert "one seed per game: no interval" in sentence
     assert learning_sentence([ArmLevel("a", 0.5, 0.2, 0.7)]) is None
     assert learning_sentence([ArmLevel(x, 0, -1, 1) for x in "abc"]).startswith("No arm has learned")
+
+
+def test_evaluations_cut_at_the_harness_cap_are_not_shown_to_learn(tmp_path):
+    """The smoke profile's case: final evaluation episodes stopped at sampler.eval_max_steps score on
+    another scale than random play's whole episodes (Pong's cut episodes score half of human)."""
+    arms = {
+        arm: SyntheticArm(1.0, {"algo": arm, "sampler": {"eval_max_steps": 100}})
+        for arm in ("a_published", "b_corrected")
+    }
+    exp = write_experiment(tmp_path, "exp", arms, GAMES, list(range(3)), **RUNS)
+    study = run_study(exp, reps=300)
+    assert study.verdict.sentence.startswith(
+        "Neither arm has been shown to learn at this budget: the comparison is between agents not shown "
+        "to be trained"
+    )
+    assert "stopped at the harness's cap of 100 steps" in study.verdict.sentence
+    assert (study.learning.eval_cap == 100).all() and not study.learning.learned.any()
