@@ -8,6 +8,7 @@ algorithm's loss stays in its own file.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
+from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
 
 from algorithms.agents.base import Agent
 from algorithms.arrays import NamedArrays
@@ -271,8 +273,9 @@ class WithoutCompiler:
     tracing them; nothing in this code base compiles (docs/results/r2d1_minatar_speed.md, "Startup").
 
     ``step`` is left unwrapped: ``Optimizer`` wraps every subclass's ``step`` for the profiler and
-    step hooks (``profile_hook_step``), tens of microseconds per update; nothing here registers step
-    hooks (docs/results/bench_minatar.md)."""
+    step hooks (``profile_hook_step``), tens of microseconds per update (docs/results/bench_minatar.md).
+    A subclass's ``step`` is decorated with ``run_step_hooks`` instead, which runs registered step
+    hooks (the multi-GPU runner's gradient averaging registers one) and costs nothing without."""
 
     def _patch_step_function(self) -> None:
         self._zero_grad_profile_name = f"Optimizer.zero_grad#{type(self).__name__}.zero_grad"
@@ -295,11 +298,33 @@ class WithoutCompiler:
         torch.optim.Optimizer.load_state_dict.__wrapped__(self, state_dict)
 
 
+def run_step_hooks(step: Any) -> Any:
+    """Decorates a ``WithoutCompiler`` optimizer's ``step``: where step hooks are registered (global
+    or the optimizer's own), they run as ``Optimizer``'s own wrapper runs them (pre hooks may replace
+    the arguments; post hooks see them); without any, ``step`` runs directly."""
+
+    @functools.wraps(step)
+    def stepped(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+        pre = (*_global_optimizer_pre_hooks.values(), *self._optimizer_step_pre_hooks.values())
+        post = (*self._optimizer_step_post_hooks.values(), *_global_optimizer_post_hooks.values())
+        for hook in pre:
+            replaced = hook(self, args, kwargs)
+            if replaced is not None:
+                args, kwargs = replaced
+        out = step(self, *args, **kwargs)
+        for hook in post:
+            hook(self, args, kwargs)
+        return out
+
+    return stepped
+
+
 class Adam(WithoutCompiler, torch.optim.Adam):
     """``torch.optim.Adam`` that does not import the compiler stack (``WithoutCompiler``; its
     ``step`` is wrapped in ``_use_grad_for_differentiable``, which imports ``torch._dynamo`` on every
     call for a ``torch.compile`` graph break: the same step here, gradient recording off as there)."""
 
+    @run_step_hooks
     def step(self, closure: Any = None) -> Any:
         with torch.set_grad_enabled(self.defaults["differentiable"]):
             return torch.optim.Adam.step.__wrapped__(self, closure)

@@ -29,7 +29,7 @@ from torch import nn
 
 from algorithms.agents.dqn_agents import EpsilonGreedyAgent
 from algorithms.agents.epsilon import EpsilonSchedule
-from algorithms.algos.base import OptInfo, QReplayLearner, WithoutCompiler, adam
+from algorithms.algos.base import OptInfo, QReplayLearner, WithoutCompiler, adam, run_step_hooks
 from algorithms.arrays import NamedArrays
 from algorithms.configs import check_field, check_ranges
 from algorithms.functional.td import (
@@ -185,6 +185,7 @@ class CenteredRMSprop(WithoutCompiler, torch.optim.RMSprop):
             raise ValueError(f"CenteredRMSprop: unsupported settings {unsupported}")
         super().__init__(params, lr=lr, alpha=alpha, eps=eps, centered=True)
 
+    @run_step_hooks
     @torch.no_grad()
     def step(self, closure: Any = None) -> None:
         if closure is not None:

@@ -1,0 +1,66 @@
+"""The harness's optimizers skip ``Optimizer``'s per-step wrapper (algorithms/algos/base.py,
+``WithoutCompiler``) but must still run registered step hooks: the multi-GPU runner averages the
+critics' gradients over ranks in a global step pre-hook (algorithms/runners/ddp.py); without it
+the SAC replicas drifted apart."""
+
+import pytest
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+from algorithms.algos.base import adam
+from algorithms.algos.dqn import CenteredRMSprop
+
+
+def _optimizers(param):
+    return {
+        "adam": adam([param], learning_rate=0.1),
+        "centered_rmsprop": CenteredRMSprop([param], lr=0.1, alpha=0.95, eps=0.01),
+    }
+
+
+@pytest.mark.parametrize("name", ["adam", "centered_rmsprop"])
+def test_global_and_own_step_hooks_run_around_the_step(name):
+    param = torch.nn.Parameter(torch.ones(3))
+    optimizer = _optimizers(param)[name]
+    calls = []
+
+    def halve_gradient(opt, args, kwargs):  # a pre hook sees the gradient before the step
+        calls.append(("global pre", opt is optimizer, param.grad.clone()))
+        param.grad.mul_(0.5)
+
+    handles = [
+        register_optimizer_step_pre_hook(halve_gradient),
+        register_optimizer_step_post_hook(
+            lambda opt, a, k: calls.append(("global post", param.data.clone()))
+        ),
+        optimizer.register_step_pre_hook(lambda opt, a, k: calls.append(("own pre",))),
+        optimizer.register_step_post_hook(lambda opt, a, k: calls.append(("own post",))),
+    ]
+    try:
+        param.grad = torch.full((3,), 2.0)
+        optimizer.step()
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert [c[0] for c in calls] == ["global pre", "own pre", "own post", "global post"]
+    assert calls[0][1] and torch.equal(calls[0][2], torch.full((3,), 2.0))
+    assert torch.equal(param.grad, torch.ones(3))  # the step used the halved gradient
+    assert torch.equal(calls[3][1], param.data) and not torch.equal(param.data, torch.ones(3))
+
+
+@pytest.mark.parametrize("name", ["adam", "centered_rmsprop"])
+def test_a_hooked_step_equals_the_plain_step_with_the_hooks_effect(name):
+    hooked, plain = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3))
+
+    def halve_gradient(opt, args, kwargs):
+        opt.param_groups[0]["params"][0].grad.mul_(0.5)
+
+    handle = register_optimizer_step_pre_hook(halve_gradient)
+    try:
+        hooked.grad = torch.tensor([2.0, -4.0, 6.0])
+        _optimizers(hooked)[name].step()
+    finally:
+        handle.remove()
+    plain.grad = torch.tensor([1.0, -2.0, 3.0])
+    _optimizers(plain)[name].step()
+    assert torch.equal(hooked.data, plain.data)
