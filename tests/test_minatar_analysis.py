@@ -296,7 +296,7 @@ def test_report_of_a_minatar_experiment_opens_with_the_verdict(experiment, minat
     assert capsys.readouterr().out.strip() == str(out)
     html = out.read_text()
     order = _section_order(html)
-    assert order[:3] == ["verdict", "aggregates", "performance-profiles"]
+    assert order[:4] == ["verdict", "learning", "aggregates", "performance-profiles"]
     assert order.index("published-minatar") < order.index("learning-curves") < order.index("what-ran")
     assert '<section id="published">' not in html  # no Atari game
     statements = re.findall(r'<p class="statement">(.*?)</p>', html, re.S)
