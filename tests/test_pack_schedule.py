@@ -24,6 +24,7 @@ from analysis.runs import load_experiment
 from repro.cli import _packs, _tasks, main
 from repro.plans import expand, load_plan, pack_jobs
 from repro.scheduler import Member, Task, detect_slots, run_local
+from tests.local_ray import local_ray
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -219,19 +220,10 @@ def test_packed_task_skips_resumes_and_fails_per_member(toy_pack):
 @pytest.mark.ray
 @pytest.mark.slow
 def test_packed_task_on_ray(toy_pack):
-    ray = pytest.importorskip("ray")
-    from repro.ray_backend import LOOPBACK_NODE_IP, run_ray, runtime_env
+    from repro.ray_backend import run_ray
 
     task = toy_pack(2, fail_after=1)
-    ray.init(
-        num_cpus=2,
-        address="local",
-        runtime_env=runtime_env(),
-        include_dashboard=False,
-        log_to_driver=False,
-        _node_ip_address=LOOPBACK_NODE_IP,  # stays on loopback (repro/ray_backend.py)
-    )
-    try:
+    with local_ray():
         [outcome] = run_ray([task], retries=1, progress=False, poll_s=0.2, on_event=print)
         assert (outcome.state, outcome.attempts) == ("complete", 2)
         # Both members streamed back; the retry started from the driver's copies (seed0 complete), so
@@ -242,8 +234,6 @@ def test_packed_task_on_ray(toy_pack):
         assert "=== packed: this attempt's output is in ../seed0/log.txt" in log and "training seed1\n" in log
         assert "training seed0 seed1" in (a / LOG_FILE).read_text()
         assert [o.state for o in run_ray([task], progress=False)] == ["skipped"]
-    finally:
-        ray.shutdown()
 
 
 def test_pack_job_continues_members_alone_after_a_pack_mismatch(files, capsys):

@@ -23,6 +23,7 @@ from interrupts import sigint_default
 
 from algorithms.rundir import LOG_FILE, read_run
 from repro.scheduler import Task, detect_slots, last_env_steps, run_local
+from tests.local_ray import local_ray
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -195,19 +196,10 @@ def test_ctrl_c_stops_children_and_rerun_resumes(tmp_path, toy):
 @pytest.mark.ray
 @pytest.mark.slow
 def test_ray_backend_on_local_instance(toy):
-    ray = pytest.importorskip("ray")
-    from repro.ray_backend import LOOPBACK_NODE_IP, run_ray, runtime_env
+    from repro.ray_backend import run_ray
 
     tasks = [toy("a", fail_attempts=1), toy("b")]
-    ray.init(
-        num_cpus=2,
-        address="local",
-        runtime_env=runtime_env(),
-        include_dashboard=False,
-        log_to_driver=False,
-        _node_ip_address=LOOPBACK_NODE_IP,  # stays on loopback (repro/ray_backend.py)
-    )
-    try:
+    with local_ray():
         outcomes = run_ray(tasks, retries=1, progress=False, poll_s=0.2)
         assert [(o.state, o.attempts) for o in outcomes] == [("complete", 2), ("complete", 1)]
         assert all(read_run(t.run_dir).state == "complete" for t in tasks)
@@ -224,6 +216,4 @@ def test_ray_backend_on_local_instance(toy):
         [outcome] = run_ray([big], progress=False, poll_s=0.2, queue_timeout_s=2, on_event=lambda msg: None)
         assert outcome.state == "failed" and "in the Ray queue for a node with 3 CPU(s)" in outcome.error
         assert not big.run_dir.exists()
-    finally:
-        ray.shutdown()
     assert os.path.isdir(tasks[1].run_dir)
