@@ -149,7 +149,7 @@ def test_a_module_and_a_setting_run_through_repro_with_the_profile_default(toy):
     }
     cmd = [sys.executable, "-m", "repro", "run", str(toy / "toy.toml"), "--seeds", "1", "--profile", "smoke"]
     cmd += ["--root", str(root), "--jobs", "1", "--no-estimate", "--no-progress"]
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
     experiment = load_experiment(root / "toy-smoke")
@@ -189,6 +189,6 @@ def test_listing_the_algorithms_imports_no_algorithm_module():
         "assert not any(m.startswith('algorithms.algos.') for m in sys.modules); "
         "print(' '.join(names))"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["a2c", "c51", "ddpg", "dqn", "ppo", "r2d1", "rainbow", "sac", "td3"]

@@ -17,7 +17,7 @@ from bench.bench_minatar_dqn import COLUMNS, DEFAULT_REFERENCE, PackedQNetwork
 
 
 def run_bench(module: str, *args: str) -> None:
-    done = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-2000:]
 
 

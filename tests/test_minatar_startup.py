@@ -99,7 +99,7 @@ def test_making_and_stepping_every_game_loads_no_plotting_library():
         print(sorted(m for m in ("matplotlib", "seaborn", "minatar.environment") if m in sys.modules))
         """
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=1200)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 
@@ -129,7 +129,7 @@ def test_sigint_while_the_minatar_envs_are_made_stops_the_process(delay_s):
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=1200,
         preexec_fn=sigint_default,
     )
     assert "survived SIGINT" not in proc.stdout

@@ -117,7 +117,7 @@ def test_packed_plan_end_to_end_and_rerun_skips(files):
     cmd = [sys.executable, "-m", "repro", "run", str(files / "cartpole.toml"), "--seeds", "3"]
     cmd += ["--profile", str(files / "tiny.toml"), "--root", str(root), "--pack", "2", "--jobs", "2"]
     cmd += ["--no-estimate", "--no-progress"]
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "(3 jobs in 2 processes): 2 complete, 0 skipped" in done.stdout
     experiment = load_experiment(root / "cartpole-tiny")  # the analysis reader of the report
@@ -131,7 +131,7 @@ def test_packed_plan_end_to_end_and_rerun_skips(files):
     first, second = (root / "cartpole-tiny" / "dqn_cartpole" / "CartPole-v1" / f"seed{k}" for k in (0, 1))
     assert "pack-job" in (first / LOG_FILE).read_text()
     assert "=== packed: this attempt's output is in ../seed0/log.txt" in (second / LOG_FILE).read_text()
-    again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200)
     assert again.returncode == 0 and "0 complete, 2 skipped" in again.stdout
 
 

@@ -154,7 +154,7 @@ def test_bad_ablation_plans_are_one_line_exit_2_and_nothing_written(tmp_path, de
     done = subprocess.run(
         [sys.executable, "-m", "repro", "run", str(plan), "--seeds", "1", "--profile", "smoke",
          "--root", str(root), "--no-estimate", "--no-progress"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
+        cwd=REPO, capture_output=True, text=True, timeout=1200,
     )  # fmt: skip
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
@@ -165,7 +165,7 @@ def test_bad_ablation_plans_are_one_line_exit_2_and_nothing_written(tmp_path, de
 def test_show_lists_the_generated_arms_with_their_values():
     done = subprocess.run(
         [sys.executable, "-m", "repro", "show", "r2d1_minatar_ablation"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        cwd=REPO, capture_output=True, text=True, timeout=1200,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert (
@@ -182,7 +182,7 @@ def test_a_name_that_is_a_setting_and_a_plan_shows_the_setting_and_the_plan_by_p
             cwd=REPO,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=1200,
         )
         assert done.returncode == 0, done.stderr
         return done.stdout

@@ -37,7 +37,7 @@ def files(tmp_path):
 
 def repro(*args: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "repro", *args]
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200)
 
 
 def _cells(html: str, table: str) -> list[list[str]]:
@@ -83,7 +83,7 @@ def test_a_setting_runs_without_a_plan_with_a_sweep_seeds_and_tensorboard(files)
 
     built = subprocess.run(
         [sys.executable, "-m", "reports", "build", str(experiment), "--reps", "100"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
+        cwd=REPO, capture_output=True, text=True, timeout=1200,
     )  # fmt: skip
     assert built.returncode == 0, built.stderr[-3000:]
     html = (experiment / "report.html").read_text()
@@ -222,7 +222,7 @@ def test_a_setting_runs_on_its_own_env_or_on_envs_given(files, capsys):
 def test_make_passes_seed_specs_through():
     done = subprocess.run(
         ["make", "-n", "reproduce-r2d1", "SEEDS=100-104", "PROFILE=smoke", "-o", ".venv/.installed"],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
+        cwd=REPO, capture_output=True, text=True, timeout=1200,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert '--seeds "100-104"' in done.stdout

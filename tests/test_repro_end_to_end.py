@@ -41,7 +41,7 @@ def files(tmp_path):
 
 def repro(*args: str, **kwargs) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "repro", *args]
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, **kwargs)
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200, **kwargs)
 
 
 @pytest.mark.slow

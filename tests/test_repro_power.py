@@ -105,7 +105,7 @@ def test_the_dry_run_plans_seeds_from_the_committed_results_and_says_the_power_o
         done = subprocess.run(
             [sys.executable, "-m", "repro", "run", "r2d1_minatar_ablation", "--profile", "smoke", "--dry-run",
              "--no-estimate", *extra],
-            cwd=REPO, capture_output=True, text=True, timeout=300,
+            cwd=REPO, capture_output=True, text=True, timeout=1200,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         return done.stdout

@@ -186,7 +186,7 @@ def test_ctrl_c_stops_children_and_rerun_resumes(tmp_path, toy):
     assert last_env_steps(task.run_dir) == stopped_at, "the child kept running after Ctrl-C"
     assert read_run(task.run_dir).state != "complete"
 
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, cwd=REPO, timeout=60).stdout
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, cwd=REPO, timeout=1200).stdout
     assert out.strip() == "complete"
     starts = [e["start_step"] for e in events(task) if "start_step" in e]
     assert starts[0] == 0 and starts[1] >= stopped_at - 1  # resumed from its checkpoint

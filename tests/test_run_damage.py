@@ -65,7 +65,7 @@ def trained(tmp_path_factory) -> Path:
     where = tmp_path_factory.mktemp("trained")
     plan = write_plan(where)
     done = subprocess.run([sys.executable, "-m", "repro", *run_args(plan)], cwd=REPO, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+                          text=True, timeout=1200)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return where
 
@@ -314,7 +314,7 @@ def without_file_permission_bypass() -> None:
 
 def as_user(*args: str) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", *args]
-    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600,
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=1200,
                           preexec_fn=without_file_permission_bypass)  # fmt: skip
 
 
