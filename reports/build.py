@@ -549,7 +549,8 @@ def _verdict_section(exp: Experiment, scores: Scores, reps: int, baseline: str |
 
 
 def _learning_section(study: Checks) -> Section | None:
-    """Each arm's level against random play and the published reference (``analysis.learning``)."""
+    """Each arm's level against random play and the published reference (``analysis.learning``). Its
+    sentence for arms not shown to learn is the verdict's first (``build_report``), not repeated here."""
     if study.learning.empty:
         return None
     scale, unit = study.scores.scale, study.scores.unit
@@ -566,7 +567,6 @@ def _learning_section(study: Checks) -> Section | None:
         "Learning check",
         f"Each arm's IQM of final {study.scores.label} (widened 95% stratified-bootstrap CI); random play "
         f"is 0; the reference is {study.learning_reference}, its IQM over the same games.",
-        statements=[study.learning_lead] if study.learning_lead else [],
         tables=[_table("learning-table", frame, columns)],
     )
 

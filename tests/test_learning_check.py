@@ -11,6 +11,7 @@ import pytest
 from analysis.study import run_study, study_markdown
 from analysis.synthetic import SyntheticArm, write_experiment
 from analysis.verdict import ArmLevel, learning_sentence
+from reports.build import build_report
 
 GAMES = ["minatar_breakout", "minatar_space_invaders", "minatar_seaquest"]
 # MinAtar counts frames as env steps; 250k frames lie inside Young & Tian's read-off points.
@@ -36,6 +37,18 @@ def test_neither_arm_learned_is_the_first_sentence_of_the_verdict(tmp_path):
     assert all(r.ci_low <= 0 <= r.ci_high for r in study.learning.itertuples())
     markdown = study_markdown(study, "cmd", "2026-12-04")
     assert "**Verdict.** Neither arm has learned" in markdown and "## Learning check" in markdown
+    assert markdown.count("Neither arm has learned") == 1
+
+
+@pytest.mark.parametrize("skills", [{"a_published": 0.0, "b_corrected": 0.0}, {"a": 0.0, "b": 0.0, "c": 1.0}])
+def test_the_report_states_the_learning_sentence_once(tmp_path, skills):
+    """Two arms: the verdict opens with it; more arms: it is the verdict section. The learning check's
+    table follows without repeating it."""
+    arms = {arm: SyntheticArm(skill, {"algo": arm}) for arm, skill in skills.items()}
+    exp = write_experiment(tmp_path, "exp", arms, GAMES, list(range(3)), **RUNS)
+    html = build_report(exp, reps=100).read_text()
+    lead = "Neither arm has learned" if len(skills) == 2 else "a and b have not learned"
+    assert html.count(lead) == 1 and '<section id="learning">' in html
 
 
 def test_one_untrained_arm_is_named_first_and_trained_arms_get_no_warning(tmp_path):
