@@ -1,0 +1,71 @@
+"""Published values have one home: each algorithm's ``Config()`` defaults are its canonical settings
+file's values.
+
+A settings file whose ``[setting]`` table says ``defaults_of = "<algo>"`` is that algorithm's
+canonical setting (``r2d2_paper`` for ``r2d1``, ``dqn_nature`` for ``dqn``, ...). The file is where
+each value's source is written; the dataclass repeats its values so that code building ``Config()``
+directly runs the published setting, and the test of each algorithm, found through
+``algorithms.registry``, checks the two are equal field by field (through the settings loader, so a
+base file's values count). No list of algorithms or files is written here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from test_glossary import shipped_algorithms
+
+from algorithms import registry
+from repro.settings import SETTINGS_DIR, build_sections, default_schema, load_setting, read_toml
+
+
+def canonical_settings(settings_dir: Path = SETTINGS_DIR) -> dict[str, list[Path]]:
+    """Algorithm -> the settings files in ``settings_dir`` that declare ``defaults_of`` it."""
+    found: dict[str, list[Path]] = {}
+    for path in sorted(Path(settings_dir).glob("*.toml")):
+        algo = read_toml(path).get("setting", {}).get("defaults_of")
+        if algo is not None:
+            found.setdefault(algo, []).append(path)
+    return found
+
+
+def default_differences(algo: str, path: Path, settings_dir: Path = SETTINGS_DIR) -> list[str]:
+    """``field: Config() value != file value`` for each field where algorithm ``algo``'s ``Config()``
+    differs from the setting at ``path`` (its base included); a file for another algorithm is one
+    difference naming both."""
+    setting = load_setting(str(path), settings_dir)
+    if setting.algo != algo:
+        return [f"{path.name} is defaults_of {algo!r} but runs algo {setting.algo!r}"]
+    default = registry.config_class(algo)()
+    built = build_sections(setting, default_schema(algo))["algo"]
+    return [
+        f"{field.name}: Config() {getattr(default, field.name)!r} != {path.name} {getattr(built, field.name)!r}"
+        for field in dataclasses.fields(default)
+        if getattr(default, field.name) != getattr(built, field.name)
+    ]
+
+
+def test_every_shipped_algorithm_has_one_canonical_setting() -> None:
+    found = canonical_settings()
+    assert {algo: [p.name for p in paths] for algo, paths in found.items() if len(paths) > 1} == {}
+    assert sorted(found) == shipped_algorithms()
+
+
+@pytest.mark.parametrize("algo", shipped_algorithms())
+def test_config_defaults_are_the_canonical_settings_values(algo: str) -> None:
+    (path,) = canonical_settings()[algo]
+    assert default_differences(algo, path) == []
+
+
+def test_a_default_that_differs_from_its_file_is_named(tmp_path: Path) -> None:
+    # Guards the check: the R2D2 file with rlpyt's layer before the LSTM, and a file of another algo.
+    text = (SETTINGS_DIR / "r2d2_paper.toml").read_text()
+    assert text.count("fc_size = { value = 0,") == 1
+    (tmp_path / "r2d2_fc.toml").write_text(text.replace("fc_size = { value = 0,", "fc_size = { value = 512,"))
+    assert canonical_settings(tmp_path) == {"r2d1": [tmp_path / "r2d2_fc.toml"]}
+    assert default_differences("r2d1", tmp_path / "r2d2_fc.toml") == ["fc_size: Config() 0 != r2d2_fc.toml 512"]
+    assert default_differences("dqn", tmp_path / "r2d2_fc.toml") == [
+        "r2d2_fc.toml is defaults_of 'dqn' but runs algo 'r2d1'"
+    ]
