@@ -40,10 +40,14 @@ def default_differences(algo: str, path: Path, settings_dir: Path = SETTINGS_DIR
         return [f"{path.name} is defaults_of {algo!r} but runs algo {setting.algo!r}"]
     default = registry.config_class(algo)()
     built = build_sections(setting, default_schema(algo))["algo"]
-    return [
-        f"{field.name}: Config() {getattr(default, field.name)!r} != {path.name} {getattr(built, field.name)!r}"
+    pairs = {
+        field.name: (getattr(default, field.name), getattr(built, field.name))
         for field in dataclasses.fields(default)
-        if getattr(default, field.name) != getattr(built, field.name)
+    }
+    return [
+        f"{name}: Config() {mine!r} != {path.name} {theirs!r}"
+        for name, (mine, theirs) in pairs.items()
+        if mine != theirs
     ]
 
 
@@ -65,7 +69,8 @@ def test_a_default_that_differs_from_its_file_is_named(tmp_path: Path) -> None:
     assert text.count("fc_size = { value = 0,") == 1
     (tmp_path / "r2d2_fc.toml").write_text(text.replace("fc_size = { value = 0,", "fc_size = { value = 512,"))
     assert canonical_settings(tmp_path) == {"r2d1": [tmp_path / "r2d2_fc.toml"]}
-    assert default_differences("r2d1", tmp_path / "r2d2_fc.toml") == ["fc_size: Config() 0 != r2d2_fc.toml 512"]
+    differences = default_differences("r2d1", tmp_path / "r2d2_fc.toml")
+    assert differences == ["fc_size: Config() 0 != r2d2_fc.toml 512"]
     assert default_differences("dqn", tmp_path / "r2d2_fc.toml") == [
         "r2d2_fc.toml is defaults_of 'dqn' but runs algo 'r2d1'"
     ]
