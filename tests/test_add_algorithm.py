@@ -134,6 +134,7 @@ defaults_of = "toypkg.linear_q"
 learning_rate = { value = 0.01, source = "test" }
 discount = { value = 0.99, source = "test" }
 epsilon = { value = 0.1, source = "test" }
+learning_starts_steps = { value = 0, source = "test: the profile's default replaces it" }
 [env]
 id = { value = "CartPole-v1", source = "test" }
 kind = { value = "gym", source = "test" }

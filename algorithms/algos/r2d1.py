@@ -75,7 +75,7 @@ from algorithms.samplers.base import BatchSpec
 class Config:
     """R2D1 settings. The defaults are ``repro/configs/settings/r2d2_paper.toml``'s values (R2D2,
     Kapturowski et al. 2019, Table 2, Sec. 2.3 and the Appendix; each value's source is there), checked
-    equal by tests/test_config_defaults.py; fields that file does not give are noted here."""
+    equal by tests/test_config_defaults.py."""
 
     discount: float = 0.997
     n_step: int = 5
