@@ -560,6 +560,9 @@ def runner_config(algo: str, game: str, n_steps: int, kind: str) -> Any:
             learning_starts_steps=n_steps // 4,
             replay_size_steps=n_steps,
             eps_decay_steps=0,
+            # rlpyt's 512-unit layer before the LSTM (atari_r2d1_model.py), as the runner comparison
+            # in docs/results was measured with; R2D2's network (fc_size 0) is r2d1.Config's default.
+            fc_size=512,
         )
         sampler = SamplerConfig(batch_T=algo_config.sequence_period_steps, batch_B=8, eval_episodes=0)
         ratio = algo_config.replay_ratio

@@ -61,7 +61,17 @@ FILE_ORIGINS = ("published", "inherited", "code", "unverified", "derived", "harn
 SECTIONS = ("algo", "env", "sampler", "runner")
 # ``deviations``: named groups of keys, each one deviation of this setting from another (an ablation
 # plan's ``ablate``, repro/plans.py): ``[[setting.deviations]] name = "..." keys = ["section.key"]``.
-META_KEYS = {"title": str, "citation": str, "algo": str, "base": str, "description": str, "deviations": list}
+# ``defaults_of``: this file's [algo] values are that algorithm's ``Config()`` defaults, one test per
+# algorithm checks they are equal (tests/test_config_defaults.py): the published file is the source.
+META_KEYS = {
+    "title": str,
+    "citation": str,
+    "algo": str,
+    "base": str,
+    "description": str,
+    "deviations": list,
+    "defaults_of": str,
+}
 ENTRY_KEYS = ("value", "source", "origin")
 
 

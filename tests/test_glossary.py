@@ -3,11 +3,19 @@ the shipped data files, and no old name (``algorithms.configs.RENAMED``) is in u
 
 A name counts as listed when it opens a row of one of the Glossary's tables (``| `name` | ...``):
 a name that only appears in passing, in prose or in another name's row, is not explained.
+
+An algorithm's own field (one that only its ``Config`` declares; a subclass inherits it with its
+meaning) may instead be explained where it is declared, in the ``Attributes:`` section of that
+``Config``'s docstring (Google style), so that adding an algorithm is its module and its setting.
+A name is explained in one place: never in both. A name two configs declare is one idea across
+algorithms and has a Glossary row.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import itertools
 import re
 import tomllib
 from collections.abc import Iterator
@@ -31,6 +39,8 @@ DATA_FILE_GLOBS = (
     "docs/results/**/*.toml",
 )
 _ROW_NAME = re.compile(r"^\| `([^`]+)` \|", re.MULTILINE)
+# A Google-style ``Attributes:`` entry: ``    name: text`` or ``    name (type): text``.
+_ATTRIBUTE = re.compile(r"^    (\w+)(?: \([^)]*\))?: \S", re.MULTILINE)
 _RENAME_ROW = re.compile(r"^\| `([^`]+)` \| `([^`]+)` \|", re.MULTILINE)
 
 
@@ -62,8 +72,41 @@ def config_classes() -> list[type]:
     return [*algorithms, EnvConfig, SamplerConfig, RunnerConfig]
 
 
-def config_fields() -> set[str]:
-    return {field.name for cls in config_classes() for field in dataclasses.fields(cls)}
+def config_fields(classes: list[type]) -> set[str]:
+    return {field.name for cls in classes for field in dataclasses.fields(cls)}
+
+
+def attribute_docs(cls: type) -> set[str]:
+    """The names the ``Attributes:`` section of ``cls``'s own docstring explains."""
+    doc = inspect.cleandoc(vars(cls).get("__doc__") or "")
+    _, found, rest = doc.partition("\nAttributes:\n")
+    section = itertools.takewhile(lambda line: not line or line.startswith(" "), rest.splitlines())
+    return set(_ATTRIBUTE.findall("\n".join(section))) if found else set()
+
+
+def declared_by(cls: type, name: str) -> type:
+    """The class that declares field ``name`` of ``cls`` first (the base, where a subclass only
+    changes its default)."""
+    return [k for k in cls.__mro__ if name in inspect.get_annotations(k)][-1]
+
+
+def declarers(classes: list[type]) -> dict[str, set[type]]:
+    """Field name -> the classes that declare it, for the fields of ``classes``."""
+    found: dict[str, set[type]] = {}
+    for cls in classes:
+        for field in dataclasses.fields(cls):
+            found.setdefault(field.name, set()).add(declared_by(cls, field.name))
+    return found
+
+
+def documented_with_config(classes: list[type], own_only: bool = True) -> set[str]:
+    """Fields the ``Attributes:`` of a class that declares them explains: only those that one class
+    alone declares (``own_only``), or all of them."""
+    return {
+        name
+        for name, found in declarers(classes).items()
+        if (len(found) == 1 or not own_only) and any(name in attribute_docs(cls) for cls in found)
+    }
 
 
 def data_files() -> list[Path]:
@@ -96,23 +139,32 @@ def glossary_name(path: tuple[str, ...]) -> str:
     return ".".join(path[-2:])
 
 
-def file_keys() -> dict[str, set[str]]:
-    """Glossary name -> the data files (repository paths) that use it."""
+def file_keys(paths: list[Path] | None = None) -> dict[str, set[str]]:
+    """Glossary name -> the data files (``paths``, by default the shipped ones) that use it."""
     used: dict[str, set[str]] = {}
-    for path in data_files():
+    for path in data_files() if paths is None else paths:
         with path.open("rb") as f:
             for key in key_paths(tomllib.load(f)):
-                used.setdefault(glossary_name(key), set()).add(str(path.relative_to(ROOT)))
+                used.setdefault(glossary_name(key), set()).add(str(path))
     return used
 
 
-def required_names() -> set[str]:
-    return config_fields() | set(file_keys())
+def missing_from(
+    architecture_text: str, classes: list[type] | None = None, paths: list[Path] | None = None
+) -> list[str]:
+    """Fields of ``classes`` and keys of the data files at ``paths`` (by default the shipped ones)
+    that neither a glossary row nor the declaring ``Config``'s ``Attributes:`` explains."""
+    classes = config_classes() if classes is None else classes
+    required = config_fields(classes) | set(file_keys(paths))
+    explained = listed_names(glossary_section(architecture_text)) | documented_with_config(classes)
+    return sorted(required - explained)
 
 
-def missing_from(architecture_text: str) -> list[str]:
-    """Required names that no glossary row lists."""
-    return sorted(required_names() - listed_names(glossary_section(architecture_text)))
+def explained_twice(architecture_text: str, classes: list[type] | None = None) -> list[str]:
+    """Fields a glossary row and a declaring ``Config``'s ``Attributes:`` both explain."""
+    classes = config_classes() if classes is None else classes
+    listed = listed_names(glossary_section(architecture_text))
+    return sorted(listed & documented_with_config(classes, own_only=False))
 
 
 def test_the_inputs_are_found() -> None:
@@ -126,12 +178,57 @@ def test_the_inputs_are_found() -> None:
         "batch_B",
         "n_steps",
         "id",
-    } <= config_fields()
+    } <= config_fields(config_classes())
     assert {"setting.title", "value", "source", "discount"} <= set(file_keys())
 
 
-def test_every_config_field_and_file_key_has_a_glossary_row() -> None:
+def test_every_config_field_and_file_key_is_explained_once() -> None:
     assert missing_from(ARCHITECTURE.read_text()) == []
+    assert explained_twice(ARCHITECTURE.read_text()) == []
+
+
+@dataclasses.dataclass(frozen=True)
+class _Own:
+    """A config of its own.
+
+    Attributes:
+        own_rate (float): a field only this class declares,
+            explained here.
+        discount: gamma, as everywhere (a Glossary row explains it too).
+
+    Not an attribute:
+        stray_name: after the section.
+    """
+
+    own_rate: float = 0.1
+    stray_name: int = 0
+    discount: float = 0.99
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sub(_Own):
+    own_rate: float = 0.2  # a new default, the same field
+
+
+@dataclasses.dataclass(frozen=True)
+class _Other:
+    """Another config.
+
+    Attributes:
+        own_rate: the same name, declared again: one name, two ideas?
+    """
+
+    own_rate: float = 0.3
+
+
+def test_an_own_field_is_explained_where_it_is_declared_and_nowhere_else() -> None:
+    text, shipped = ARCHITECTURE.read_text(), config_classes()
+    assert attribute_docs(_Own) == {"own_rate", "discount"} and attribute_docs(_Sub) == set()
+    assert declared_by(_Sub, "own_rate") is _Own
+    assert missing_from(text, [*shipped, _Own, _Sub]) == ["stray_name"]
+    assert explained_twice(text, [*shipped, _Own, _Sub]) == ["discount"]
+    # Declared by two classes: a shared name needs a Glossary row.
+    assert missing_from(text, [*shipped, _Own, _Other]) == ["own_rate", "stray_name"]
 
 
 def test_a_deleted_row_is_reported() -> None:
@@ -148,7 +245,7 @@ def test_the_glossary_maps_every_old_name_to_its_new_one() -> None:
 
 
 def test_no_old_name_is_a_config_field_or_file_key() -> None:
-    fields = {old for old in RENAMED if old in config_fields()}
+    fields = {old for old in RENAMED if old in config_fields(config_classes())}
     in_files = {
         f"{name} ({', '.join(sorted(files))})"
         for name, files in file_keys().items()

@@ -52,6 +52,7 @@ class Config:
     coefficient 0.5 on mean((R - V)^2) (``value_coef`` 1 here, see below), gradient-norm clip 0.5.
     Deviation: the network is the Nature torso with its
     512-unit layer (Baselines' ``cnn``, also PPO's Atari network), not A3C's smaller 2013 torso.
+    The defaults are ``repro/configs/settings/a2c_atari.toml``'s values (tests/test_config_defaults.py).
     """
 
     discount: float = 0.99

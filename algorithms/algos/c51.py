@@ -35,7 +35,8 @@ class Config(dqn.Config):
     """C51 settings: Bellemare et al. 2017, Sec. 5 and Appendix, on top of Nature DQN's schedule
     (``dqn.Config``, Mnih et al. 2015, Extended Data Table 1): the distribution's support and the
     values C51 changes. ``loss`` is DQN's TD loss; C51's loss is the categorical cross-entropy, so
-    the field must keep its default."""
+    the field must keep its default. The defaults are ``repro/configs/settings/c51.toml``'s values
+    (tests/test_config_defaults.py)."""
 
     n_atoms: int = 51
     v_min: float = -10.0

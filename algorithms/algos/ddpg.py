@@ -37,6 +37,7 @@ class Config(QpgConfig):
     (Lillicrap: 64), Gaussian exploration N(0, 0.1) (Lillicrap: Ornstein-Uhlenbeck, theta 0.15,
     sigma 0.2), no observation normalisation, gamma 0.99, replay 1M, one update per env step, and
     the same uniform-random warm-up as TD3 (10,000 steps for HalfCheetah and Ant, 1,000 otherwise).
+    The defaults are ``repro/configs/settings/ddpg.toml``'s values (tests/test_config_defaults.py).
     """
 
     exploration_std: float = 0.1

@@ -53,7 +53,8 @@ LOSSES = ("huber", "squared")
 
 @dataclass(frozen=True)
 class Config:
-    """DQN settings. Defaults are Nature DQN (Mnih et al. 2015, Extended Data Table 1) unless noted.
+    """DQN settings. Defaults are Nature DQN (Mnih et al. 2015, Extended Data Table 1) unless noted:
+    ``repro/configs/settings/dqn_nature.toml``'s values, with their sources (tests/test_config_defaults.py).
 
     Counts are env steps (agent steps; 4 Atari frames each) or updates, as the names say. Dopamine's
     ``dqn_nature.gin`` reads the table the same way (e.g. 50k agent steps before learning).

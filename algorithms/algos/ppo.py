@@ -52,6 +52,7 @@ class Config:
     Baselines ``ppo2`` (``vf_coef=0.5``, ``max_grad_norm=0.5``, ``cliprange_vf=cliprange``,
     ``eps=1e-5``), the code behind the paper's results. Deviation: Baselines also normalised MuJoCo
     observations and rewards with running statistics (``VecNormalize``); that is not done here.
+    The defaults are ``repro/configs/settings/ppo_mujoco.toml``'s values (tests/test_config_defaults.py).
     """
 
     discount: float = 0.99

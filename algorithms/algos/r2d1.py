@@ -73,7 +73,9 @@ from algorithms.samplers.base import BatchSpec
 
 @dataclass(frozen=True)
 class Config:
-    """R2D1 settings; defaults from R2D2 (Kapturowski et al. 2019) Table 2 and Sec. 2.3 unless noted."""
+    """R2D1 settings. The defaults are ``repro/configs/settings/r2d2_paper.toml``'s values (R2D2,
+    Kapturowski et al. 2019, Table 2, Sec. 2.3 and the Appendix; each value's source is there), checked
+    equal by tests/test_config_defaults.py."""
 
     discount: float = 0.997
     n_step: int = 5
@@ -103,11 +105,13 @@ class Config:
     eps_per_env: Literal["same", "apex", "log_spaced"] = "apex"
     eps_final_min: float = 0.0005  # env 0's final epsilon with "log_spaced" (rlpyt's eps_final_min)
     eps_eval: float = 0.0  # R2D2 does not state one: greedy
-    # Network (R2D2 Appendix "Hyper-parameters"): conv torso -> fc 512 -> LSTM 512 -> dueling 512.
+    # Network (R2D2 Appendix "Hyper-parameters"): conv torso -> LSTM 512 -> dueling 512.
     # ``conv_torso``: the convolutions for (C, H, W) observations (``models.torsos.CONV_TORSOS``).
     conv_torso: str = "nature"
     lstm_size: int = 512
-    fc_size: int = 512  # rlpyt's layer between conv torso and LSTM; 0 = none (R2D2)
+    # A fully connected layer between the conv torso and the LSTM: none in R2D2 (its Appendix puts the
+    # LSTM after the conv torso), 512 in rlpyt's atari_r2d1_model.py (rlpyt_r2d1_published); 0 = none.
+    fc_size: int = 0
     head_hidden_size: int = 512
     mlp_hidden_sizes: tuple[int, ...] = (64, 64)  # torso for vector observations
     # rlpyt 2019 deviations (module docstring), all off = R2D2.

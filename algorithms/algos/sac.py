@@ -38,7 +38,8 @@ class Config(QpgConfig):
     batch 256, tau 0.005, one gradient step per env step, target update every step, target entropy
     -dim(A) (``target_entropy=None``). Not in the tables: the initial temperature (1.0, the authors'
     softlearning code) and the uniform-random warm-up, for which we use TD3's 10,000 steps
-    (Fujimoto et al. 2018, Sec. 6.1) so the two methods start from the same data.
+    (Fujimoto et al. 2018, Sec. 6.1) so the two methods start from the same data. The defaults are
+    ``repro/configs/settings/sac.toml``'s values (tests/test_config_defaults.py).
     """
 
     batch_size: int = 256

@@ -36,7 +36,8 @@ class Config(ddpg.Config):
     target smoothing N(0, 0.2) clipped to 0.5, policy delay 2, 400-300 ReLU networks, replay 1M,
     10,000 uniform-random steps for HalfCheetah and Ant (1,000 for the other tasks: the setting
     ``td3_1k_start``). Noise scales are in units of the action box's half-width (the paper's actions
-    are in [-1, 1]).
+    are in [-1, 1]). The defaults are ``repro/configs/settings/td3.toml``'s values
+    (tests/test_config_defaults.py).
     """
 
     target_noise_std: float = 0.2

@@ -1,8 +1,10 @@
 """Temporal-difference targets and losses for the DQN family: pure functions over shaped tensors.
 
-Naming follows rlax: ``_tm1`` is the step whose value is learned, ``_t`` the bootstrap step. ``B``
-is any batch shape (e.g. [B] for transitions, [T, B] for sequences), ``A`` the number of actions,
-``K`` the number of atoms. Targets are returned without gradient bookkeeping; callers compute them
+Suffixes: ``_t`` marks values at the bootstrap observation, the one the n-step window ends on
+(rlax's ``q_t``); ``_n`` the window's n-step return and discount. The step whose value is learned
+is no argument here: callers take Q(s, a) with :func:`select_action_values`. ``B`` is any batch
+shape (e.g. [B] for transitions, [T, B] for sequences), ``A`` the number of actions, ``K`` the
+number of atoms. Targets are returned without gradient bookkeeping; callers compute them
 under ``torch.no_grad()`` or detach them.
 
 * Q-learning target (Mnih et al. 2015, "Human-level control through deep RL", Alg. 1):
