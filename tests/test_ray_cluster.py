@@ -319,8 +319,11 @@ def test_two_node_cluster_streams_results_survives_node_loss_and_ctrl_c(files):
             mark("head's CPUs held")
             run = root / "cartpole-long" / "a2c_cartpole" / "CartPole-v1" / "seed0"
             proc = driver()
-            # Rows reach the driver while the job runs on the second node: at least one checkpoint's.
-            wait_for(lambda: last_env_steps(run) >= INTERVAL, 120, "rows from the second node", proc)
+            # Rows reach the driver while the job runs on the second node, and a checkpoint: the driver
+            # mirrors a round's rows before its checkpoint, so rows alone may come first.
+            latest = run / "checkpoints" / "latest.pt"
+            wait_for(lambda: last_env_steps(run) >= INTERVAL and latest.exists(), 120,
+                     "rows and a checkpoint from the second node", proc)  # fmt: skip
             mark("rows from the second node")
             log = (run / LOG_FILE).read_text()
             assert f"=== attempt 1 on ray node {ids['repro_node2']}" in log
@@ -336,7 +339,7 @@ def test_two_node_cluster_streams_results_survives_node_loss_and_ctrl_c(files):
             node2.kill()
             # What the driver holds when the node dies: the retry must resume from this checkpoint.
             # Checkpoint first: the driver writes a round's rows before its checkpoint.
-            kept_checkpoint = (run / "checkpoints" / "latest.pt").read_bytes()
+            kept_checkpoint = latest.read_bytes()
             kept_rows = (run / "progress.csv").read_text().splitlines()
             mark("second node killed")
         finally:
