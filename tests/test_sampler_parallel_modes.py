@@ -248,3 +248,13 @@ def test_thread_env_workers_refuse_a_synchronous_env(mode: str) -> None:
     with pytest.raises(ValueError, match="env_workers 'threads' needs an env that steps on its own threads"):
         sampler.initialize()
     sampler.shutdown()
+
+
+def test_alternating_refuses_a_batch_too_small_for_two_groups() -> None:
+    """Each of the alternating sampler's two groups needs an env: ``batch_B`` 1 is refused when the
+    sampler is built (``BaseSampler.min_batch_B``), before any env or worker starts."""
+    config = SamplerConfig(mode="alternating", batch_T=2, batch_B=1)
+    with pytest.raises(
+        ValueError, match=r"^SamplerConfig.batch_B must be >= 2 for mode 'alternating', got 1$"
+    ):
+        make_sampler("alternating", ENV, CartPoleAgentFactory()(), config, seed=0)

@@ -33,17 +33,10 @@ import torch
 
 from algorithms.agents.base import RankStreams
 from algorithms.arrays import NamedArrays, concatenate
-from algorithms.samplers.base import (
-    BaseSampler,
-    EnvStepper,
-    StepWriter,
-    allocate_samples,
-    env_seed,
-    env_spaces,
-    exploration_streams,
-    record_example,
-)
+from algorithms.samplers.base import BaseSampler, env_spaces
 from algorithms.samplers.parallel_gpu import group_env, group_stepper_args, worker_pids
+from algorithms.samplers.seeding import env_seed, exploration_streams
+from algorithms.samplers.stepper import EnvStepper, StepWriter, allocate_samples, record_example
 from algorithms.samplers.workers import split_ranks
 
 
@@ -80,21 +73,7 @@ class AlternatingSampler(BaseSampler):
     """Two groups of env workers (``config.n_workers`` processes split between them, at least one
     each; or, with ``env_workers="threads"``, each group's env threads)."""
 
-    def __init__(
-        self,
-        env_config: Any,
-        agent: Any,
-        config: Any,
-        seed: int,
-        start_env_steps: int = 0,
-        *,
-        agent_factory: Any = None,
-    ) -> None:
-        super().__init__(env_config, agent, config, seed, start_env_steps, agent_factory=agent_factory)
-        if config.batch_B < 2:
-            raise ValueError(
-                f"SamplerConfig.batch_B must be >= 2 for mode 'alternating', got {config.batch_B}"
-            )
+    min_batch_B = 2  # one env at least in each of the two groups
 
     def initialize(self) -> None:
         observation_space, action_space = env_spaces(self.env_config)

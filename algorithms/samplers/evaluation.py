@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from algorithms.samplers.base import EnvStepper, record_example
+from algorithms.samplers.stepper import EnvStepper, record_example
 
 if TYPE_CHECKING:
     from algorithms.agents.base import Agent, RankStreams

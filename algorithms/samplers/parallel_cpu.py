@@ -11,7 +11,7 @@ of ``fork``).
 
 Same seed, same samples as ``SerialSampler``, random exploration included: each worker's agent
 draws from the random streams of its own env ranks, built from the same seed as the serial
-sampler's (``exploration_streams``, ``algorithms.samplers.base``).
+sampler's (``exploration_streams``, ``algorithms.samplers.seeding``).
 """
 
 from __future__ import annotations
@@ -26,16 +26,9 @@ from algorithms.agents.base import RankStreams
 from algorithms.arrays import NamedArrays, buffer_from_example
 from algorithms.cpus import cpu_share
 from algorithms.envs.factory import make_vec_env
-from algorithms.samplers.base import (
-    BaseSampler,
-    EnvStepper,
-    StepWriter,
-    allocate_samples,
-    env_seed,
-    env_spaces,
-    exploration_streams,
-    record_example,
-)
+from algorithms.samplers.base import BaseSampler, env_spaces
+from algorithms.samplers.seeding import env_seed, exploration_streams
+from algorithms.samplers.stepper import EnvStepper, StepWriter, allocate_samples, record_example
 from algorithms.samplers.workers import SharedStateDict, WorkerGroup, split_ranks
 
 

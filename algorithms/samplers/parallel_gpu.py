@@ -12,7 +12,7 @@ together with the process sentinels so a dead worker is seen at once).
 
 ``RemoteVecEnv`` presents the workers as one vector env, so the per-step logic is the serial
 sampler's own ``EnvStepper``; with the same seed the samples are the serial sampler's, random
-exploration included (the agent draws from per-env-rank streams, ``algorithms.samplers.base``).
+exploration included (the agent draws from per-env-rank streams, ``algorithms.samplers.seeding``).
 
 With ``SamplerConfig.env_workers="threads"`` the workers are an env backend's own threads instead of
 processes (``group_env``): ale-py's native vector env steps its envs on C++ threads between ``send``
@@ -35,16 +35,9 @@ import torch
 from algorithms.arrays import NamedArrays
 from algorithms.cpus import cpu_share, pinned
 from algorithms.envs.factory import make_vec_env
-from algorithms.samplers.base import (
-    BaseSampler,
-    EnvStepper,
-    StepWriter,
-    allocate_samples,
-    env_seed,
-    env_spaces,
-    exploration_streams,
-    record_example,
-)
+from algorithms.samplers.base import BaseSampler, env_spaces
+from algorithms.samplers.seeding import env_seed, exploration_streams
+from algorithms.samplers.stepper import EnvStepper, StepWriter, allocate_samples, record_example
 from algorithms.samplers.workers import WorkerGroup, split_ranks
 
 

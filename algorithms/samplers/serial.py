@@ -1,7 +1,8 @@
 """The serial sampler: the reference mode, one process, the learner's agent acting on B envs.
 
 Every other mode must produce the same samples as this one for the same seed (see
-``algorithms.samplers.base`` for the shared per-step logic and the seeding rule).
+``algorithms.samplers.stepper`` for the shared per-step logic, ``algorithms.samplers.seeding`` for
+the seeding rule).
 """
 
 from __future__ import annotations
@@ -12,15 +13,9 @@ import numpy as np
 import torch
 
 from algorithms.arrays import NamedArrays
-from algorithms.samplers.base import (
-    BaseSampler,
-    EnvStepper,
-    StepWriter,
-    allocate_samples,
-    env_seed,
-    exploration_streams,
-    record_example,
-)
+from algorithms.samplers.base import BaseSampler
+from algorithms.samplers.seeding import env_seed, exploration_streams
+from algorithms.samplers.stepper import EnvStepper, StepWriter, allocate_samples, record_example
 
 if TYPE_CHECKING:
     from algorithms.agents.base import Agent

@@ -1,0 +1,272 @@
+"""The reader side: a run directory read without raising on damage (``read_run``: complete,
+incomplete or corrupt, with the problems found), the runs of an experiment (``find_runs``), and the
+cheap finished-or-not check a scheduler makes before starting a run (``completion``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from algorithms.rundir.layout import (
+    CONFIG_FILE,
+    EVAL_COLUMNS,
+    EVAL_FILE,
+    METADATA_FILE,
+    PROGRESS_FILE,
+    STATUS_FILE,
+    RunStatus,
+    RunUnreadable,
+)
+from algorithms.rundir.tables import read_table, sound_length
+
+
+@dataclass
+class RunData:
+    """One run as read from disk. ``status`` is complete / incomplete / corrupt; ``problems`` says why."""
+
+    path: Path
+    config: dict[str, Any] | None
+    metadata: dict[str, Any] | None
+    progress: pd.DataFrame
+    eval: pd.DataFrame
+    state: str | None
+    status: RunStatus
+    problems: list[str] = field(default_factory=list)
+
+
+def _read_json(path: Path, problems: list[str]) -> dict[str, Any] | None:
+    """The JSON object in ``path``; ``None`` with the reason in ``problems`` when it is missing or
+    damaged (not UTF-8, not JSON, not an object, not a file). ``RunUnreadable`` when not permitted."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        problems.append(f"{path.name} missing")
+        return None
+    except PermissionError as e:
+        raise RunUnreadable.from_error(e, path) from None
+    except (OSError, UnicodeDecodeError) as e:
+        problems.append(f"{path.name} unreadable: {type(e).__name__}: {e}")
+        return None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        problems.append(f"{path.name} unreadable: {e}")
+        return None
+    if not isinstance(obj, dict):
+        problems.append(f"{path.name}: expected a JSON object, got {type(obj).__name__}")
+        return None
+    return obj
+
+
+def read_status(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """``status.json`` of the run at ``path`` as ``(object, None)``; ``(None, None)`` when there is none
+    yet; ``(None, why)`` when it is damaged (the run counts as not finished: its next start rewrites it)."""
+    problems: list[str] = []
+    obj = _read_json(Path(path) / STATUS_FILE, problems)
+    if obj is not None and not isinstance(obj.get("state"), str | None):
+        return None, f"{STATUS_FILE}: 'state' is {obj['state']!r}, not a state"
+    damaged = [p for p in problems if not p.endswith("missing")]
+    return obj, damaged[0] if damaged else None
+
+
+def read_run(path: Path) -> RunData:
+    """Read a run directory without raising on damage (``RunUnreadable`` when it may not be read).
+
+    * corrupt: config.json / metadata.json unreadable or missing, or a table that does not parse,
+      whose rows are not numbers, or whose env steps repeat or go backwards;
+    * complete: status.json says complete and everything parses (a torn last line is tolerated
+      and listed in ``problems``; rerunning the plan repairs it: ``completion``);
+    * incomplete: readable, but still running, failed or killed, or its status.json damaged.
+    """
+    path = Path(path)
+    try:
+        return _read_run(path)
+    except PermissionError as error:
+        raise RunUnreadable.from_error(error, path) from None
+
+
+def _read_run(path: Path) -> RunData:
+    problems: list[str] = []
+    config = _read_json(path / CONFIG_FILE, problems)
+    metadata = _read_json(path / METADATA_FILE, problems)
+    status_obj, status_problem = read_status(path)
+    if status_problem is not None or status_obj is None:
+        problems.append(status_problem or f"{STATUS_FILE} missing")
+    corrupt = config is None or metadata is None
+    tables = {}
+    for name in (PROGRESS_FILE, EVAL_FILE):
+        try:
+            table, table_problems = read_table(path / name)
+        except PermissionError:
+            raise
+        except (pd.errors.ParserError, UnicodeDecodeError, ValueError, OSError) as e:
+            detail = (str(e).splitlines() or [type(e).__name__])[0]
+            table, table_problems = pd.DataFrame(), [f"{name} does not parse: {detail}"]
+            corrupt = True
+        tables[name] = table
+        problems.extend(p for p in table_problems if not p.endswith("missing") or name == PROGRESS_FILE)
+    for problem in (_progress_order(tables[PROGRESS_FILE]), _eval_order(tables[EVAL_FILE])):
+        if problem is not None:
+            problems.append(problem)
+            corrupt = True
+    state = status_obj.get("state") if status_obj else None
+    if corrupt:
+        status: RunStatus = "corrupt"
+    elif state == "complete" and not tables[PROGRESS_FILE].empty:
+        status = "complete"
+    else:
+        status = "incomplete"
+        if state == "failed" and status_obj and status_obj.get("error"):
+            problems.append(f"failed: {status_obj['error']}")
+    return RunData(path, config, metadata, tables[PROGRESS_FILE], tables[EVAL_FILE], state, status, problems)
+
+
+def _env_steps(table: pd.DataFrame, name: str) -> tuple[pd.Series | None, str | None]:
+    """``(env_steps, None)`` of a table whose cells are all numbers (or empty); ``(None, why)`` when
+    one is not (``_not_numbers``); ``(None, None)`` when there are no rows or no env_steps column."""
+    if table.empty or "env_steps" not in table:
+        return None, None
+    steps = pd.to_numeric(table["env_steps"], errors="coerce")
+    if steps.isna().any():
+        row = int(steps.isna().to_numpy().argmax()) + 2  # line in the file: header is line 1
+        return None, f"{name} damaged: line {row} is not a row of numbers (a second header?)"
+    if (problem := _not_numbers(table, name)) is not None:
+        return None, problem
+    return steps, None
+
+
+def _not_numbers(table: pd.DataFrame, name: str) -> str | None:
+    """Why ``table`` is damaged when a cell is neither a number nor empty (every column of both tables
+    holds numbers: counters, returns, diagnostics), or ``None``."""
+    for column in table.columns:
+        if table[column].dtype != object:
+            continue
+        values = table[column]
+        bad = values.notna() & pd.to_numeric(values, errors="coerce").isna()
+        if bad.any():
+            i = int(bad.to_numpy().argmax())
+            return f"{name} damaged: {column} {values.iloc[i]!r} at line {i + 2} is not a number"
+    return None
+
+
+def _progress_order(table: pd.DataFrame) -> str | None:
+    """Why ``progress.csv`` is damaged (cells that are not numbers, env steps that repeat or go
+    backwards), or ``None``."""
+    if not table.empty and "env_steps" not in table:
+        return f"{PROGRESS_FILE} damaged: no env_steps column"
+    steps, problem = _env_steps(table, PROGRESS_FILE)
+    if steps is None:
+        return problem
+    back = steps.diff().to_numpy()[1:] <= 0
+    if back.any():
+        i = int(back.argmax()) + 1
+        return (
+            f"{PROGRESS_FILE} damaged: env_steps {steps.iloc[i]:g} at line {i + 2} after "
+            f"{steps.iloc[i - 1]:g} (rows repeat or go backwards: two writers, or a restart that did "
+            "not cut the table)"
+        )
+    return None
+
+
+def _eval_order(table: pd.DataFrame) -> str | None:
+    """Why ``eval.csv`` is damaged (columns missing, cells that are not numbers, env steps going
+    backwards, an evaluation's episode twice), or ``None``."""
+    if lacking := [c for c in EVAL_COLUMNS if not table.empty and c not in table]:
+        return f"{EVAL_FILE} damaged: no {', '.join(lacking)} column"
+    steps, problem = _env_steps(table, EVAL_FILE)
+    if steps is None:
+        return problem
+    back = steps.diff().to_numpy()[1:] < 0
+    if back.any():
+        i = int(back.argmax()) + 1
+        return f"{EVAL_FILE} damaged: env_steps {steps.iloc[i]:g} at line {i + 2} after {steps.iloc[i - 1]:g}"
+    if "episode" not in table:
+        return None
+    repeated = table.assign(env_steps=steps).duplicated(["env_steps", "episode"]).to_numpy()
+    if repeated.any():
+        i = int(repeated.argmax())
+        episode = table["episode"].iloc[i]
+        return (
+            f"{EVAL_FILE} damaged: the evaluation at env_steps {steps.iloc[i]:g} has episode {episode} twice"
+        )
+    return None
+
+
+def find_runs(experiment_dir: Path) -> list[Path]:
+    """Every run directory under ``experiment_dir`` (a directory named seed<k> with any run file).
+    ``RunUnreadable`` names the first directory on the way that may not be read: an experiment that
+    cannot be listed is not one without runs."""
+    experiment_dir = Path(experiment_dir)
+
+    def refuse(error: OSError) -> None:
+        raise RunUnreadable.from_error(error, experiment_dir)
+
+    found = []
+    for top, dirs, _ in os.walk(experiment_dir, onerror=refuse):
+        for name in dirs:
+            p = Path(top, name)
+            if not (name.startswith("seed") and name[4:].isdigit()):
+                continue
+            try:
+                if any((p / f).exists() for f in (CONFIG_FILE, STATUS_FILE)):
+                    found.append(p)
+            except PermissionError as error:
+                raise RunUnreadable.from_error(error, p) from None
+    return sorted(found)
+
+
+def completion(path: Path, steps: int | None = None) -> tuple[bool, str | None]:
+    """Whether the run at ``path`` is finished, cheaply (``status.json`` and the tail of
+    ``progress.csv``), and, when it looks finished or damaged but is not, why (one phrase): a
+    damaged ``status.json``; complete, but the last progress row torn or missing, or (with ``steps``,
+    the run's env-step budget) the rows ending short of it. ``RunUnreadable`` when not permitted."""
+    status, damaged = read_status(path)
+    if damaged is not None:
+        return False, f"{damaged}: running it again"
+    if status is None:
+        return False, None
+    complete = status.get("state") == "complete"
+    said = f"{STATUS_FILE} says complete but " if complete else ""
+    progress = Path(path) / PROGRESS_FILE
+    try:
+        with open(progress, "rb") as f:
+            header = f.readline()
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(len(header), size - 65536))
+            tail = f.read()
+    except FileNotFoundError:
+        return False, f"{said}{PROGRESS_FILE} is missing: running it again" if complete else None
+    except PermissionError as error:
+        raise RunUnreadable.from_error(error, progress) from None
+    whole = tail[: sound_length(header + tail) - len(header)] if tail else tail
+    if len(whole) < len(tail):
+        return False, f"{said}the last row of {PROGRESS_FILE} is torn: repairing it"
+    if not complete:
+        return False, None
+    rows = [line for line in whole.split(b"\n") if line.strip()]
+    if not rows:
+        return False, f"{said}{PROGRESS_FILE} has no rows: running it again"
+    if steps is not None:
+        columns = header.decode(errors="replace").strip().split(",")
+        values = rows[-1].decode(errors="replace").split(",")
+        try:
+            last = int(float(dict(zip(columns, values))["env_steps"]))
+        except (KeyError, ValueError):
+            last = 0
+        if last < steps:
+            return False, (
+                f"{STATUS_FILE} says complete but {PROGRESS_FILE} ends at {last:,} of {steps:,} env steps: "
+                "repairing it"
+            )
+    return True, None
+
+
+def is_complete(path: Path, steps: int | None = None) -> bool:
+    """``completion``'s verdict: used to skip finished runs."""
+    return completion(path, steps)[0]

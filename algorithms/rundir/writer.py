@@ -1,0 +1,286 @@
+"""The writer side of one run directory (``RunDir``): opening it under its lock, its tables and
+status, checkpoints written, verified and rotated, and the recovery every start runs. torch is
+imported inside the checkpoint functions only.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from algorithms.rundir.atomic import _fsync_dir, _json_default, _now, atomic_write_json
+from algorithms.rundir.layout import (
+    CHECKPOINT_DIR,
+    CHECKPOINT_FILE,
+    CONFIG_FILE,
+    EFFECTIVE_VALUES_KEY,
+    EVAL_COLUMNS,
+    EVAL_FILE,
+    METADATA_FILE,
+    PREVIOUS_CHECKPOINT_FILE,
+    PROGRESS_FILE,
+    STATUS_FILE,
+    TENSORBOARD_DIR,
+    RunState,
+)
+from algorithms.rundir.lock import acquire_lock, release_lock
+from algorithms.rundir.meta import collect_metadata
+from algorithms.rundir.tables import CsvTable, read_table
+
+
+class RunDir:
+    """Writer side of one run directory. Build with ``RunDir.open``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.progress = CsvTable(self.path / PROGRESS_FILE)
+        self.eval = CsvTable(self.path / EVAL_FILE, EVAL_COLUMNS)
+        self._tb_writer = None
+        self._closed = False
+        self._latest_steps: int | None = None  # env steps of latest.pt, once saved or recovered here
+
+    @classmethod
+    def open(
+        cls,
+        path: Path,
+        config: dict[str, Any],
+        seeds: dict[str, int],
+        resume: bool = True,
+        effective_values: dict[str, dict[str, Any]] | None = None,
+        extra_metadata: dict[str, Any] | None = None,
+    ) -> RunDir:
+        """Create (or, with ``resume``, reopen) a run directory for ``config``, holding its lock until
+        ``close`` (``RunBusy`` when another process holds it; nothing is written then).
+
+        ``effective_values`` (``declared_effective_values``'s form) goes into a new run's metadata.json
+        under ``EFFECTIVE_VALUES_KEY``, so readers that import no Config class see what ran;
+        ``extra_metadata`` adds its keys there too (a packed member records its pack).
+
+        Reopening checks that the stored config equals ``config``: resuming a run under a different
+        config would silently mix two experiments in one table.
+        """
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        acquire_lock(path)
+        try:
+            config_file = path / CONFIG_FILE
+            if config_file.exists():
+                if not resume:
+                    raise FileExistsError(f"{path}: run directory exists; pass resume=True to continue it")
+                stored = json.loads(config_file.read_text())
+                fresh = json.loads(json.dumps(config, default=_json_default))
+                diff = _first_difference(stored, fresh)
+                if diff is not None:
+                    raise ValueError(f"{config_file}: cannot resume, config differs at {diff}")
+            else:
+                atomic_write_json(config_file, config)
+            if not (path / METADATA_FILE).exists():
+                metadata = collect_metadata(seeds)
+                if effective_values is not None:
+                    metadata[EFFECTIVE_VALUES_KEY] = effective_values
+                metadata.update(extra_metadata or {})
+                atomic_write_json(path / METADATA_FILE, metadata)
+            run = cls(path)
+            run.set_status("running")
+        except BaseException:
+            release_lock(path)
+            raise
+        return run
+
+    # tables
+    def append_progress(self, row: dict[str, Any]) -> None:
+        self.progress.append(row)
+
+    def append_eval(self, rows: list[dict[str, Any]]) -> None:
+        self.eval.append_many(rows)
+
+    def truncate_progress_after(self, env_steps: int, logged: bool = True, evaluated: bool = True) -> None:
+        """On resume: drop rows logged after the checkpoint at ``env_steps``, which will be logged again.
+
+        ``logged`` / ``evaluated``: whether the checkpoint was saved after its own step's progress row /
+        evaluation; if not, rows at ``env_steps`` itself came after it (the last step's evaluation
+        follows its checkpoint) and are dropped too."""
+        self.progress.truncate_after("env_steps", env_steps if logged else env_steps - 1)
+        self.eval.truncate_after("env_steps", env_steps if evaluated else env_steps - 1)
+
+    # status
+    def set_status(self, state: RunState, error: str | None = None) -> None:
+        atomic_write_json(self.path / STATUS_FILE, {"state": state, "updated": _now(), "error": error})
+
+    # checkpoints
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.path / CHECKPOINT_DIR / CHECKPOINT_FILE
+
+    @property
+    def previous_checkpoint_path(self) -> Path:
+        return self.path / CHECKPOINT_DIR / PREVIOUS_CHECKPOINT_FILE
+
+    def save_checkpoint(self, state: dict[str, Any]) -> None:
+        """Write ``state`` as the new ``latest.pt`` once it is complete on disk and verified; the one it
+        replaces stays as ``previous.pt``, unless both are at the same env steps (the last checkpoint
+        of a run repeated at its end, or after a resume): ``previous.pt`` then keeps the older one, a
+        point to go back to when the tables lack the latest one's rows (``recover``). A kill at any
+        point leaves a loadable checkpoint (the new one, or the old one as latest or previous) and
+        at most a temporary file ``recover`` removes."""
+        import torch
+
+        counters = state.get("counters")
+        steps = counters.get("env_steps") if isinstance(counters, dict) else None
+
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        latest, previous = self.checkpoint_path, self.previous_checkpoint_path
+        latest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=latest.parent, prefix=f".{latest.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(buf.getbuffer())
+                f.flush()
+                os.fsync(f.fileno())
+            verify_checkpoint(Path(tmp))
+            if latest.exists() and (steps is None or steps != self._latest_steps):
+                os.replace(latest, previous)
+            os.replace(tmp, latest)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self._latest_steps = steps
+        _fsync_dir(latest.parent)
+
+    def load_checkpoint(self) -> dict[str, Any] | None:
+        """``latest.pt`` (``None`` when there is none); ``recover`` has made sure it loads."""
+        if not self.checkpoint_path.exists():
+            return None
+        return _load_checkpoint(self.checkpoint_path)
+
+    def recover(self) -> tuple[dict[str, Any] | None, str | None]:
+        """Make the run agree with the newest checkpoint that loads, before the run writes anything.
+
+        Removes temporary files a kill left; replaces a ``latest.pt`` that does not load by
+        ``previous.pt`` (or drops both when neither loads); cuts ``progress.csv`` and ``eval.csv``
+        back to the checkpoint's env steps, or empties them without a checkpoint. A checkpoint whose
+        last logged row ``progress.csv`` lacks (``_missing_row``) is passed over like one that does
+        not load. Returns the checkpoint and one line saying what was repaired (``None`` when nothing
+        needed repair)."""
+        for directory in (self.path, self.path / CHECKPOINT_DIR):
+            for stale in directory.glob(".*.tmp"):
+                stale.unlink(missing_ok=True)
+        latest, previous = self.checkpoint_path, self.previous_checkpoint_path
+        checkpoint, why_not = None, []
+        for candidate in (latest, previous):
+            if not candidate.exists():
+                continue
+            try:
+                checkpoint = _load_checkpoint(candidate)
+                env_steps = int(checkpoint["counters"]["env_steps"])
+            except Exception as error:  # any way a damaged file fails to load or to make sense
+                checkpoint = None
+                detail = " ".join(str(error).split())[:160]
+                why_not.append(
+                    f"{candidate.relative_to(self.path)} does not load ({type(error).__name__}: {detail})"
+                )
+                continue
+            self.truncate_progress_after(env_steps)
+            gap = self._missing_row(checkpoint)
+            if gap is not None:
+                checkpoint = None
+                why_not.append(f"{PROGRESS_FILE} {gap} that {candidate.relative_to(self.path)} logged")
+                continue
+            if candidate != latest:
+                if not why_not:  # killed between save_checkpoint's two renames
+                    why_not.append(f"{latest.relative_to(self.path)} missing")
+                os.replace(candidate, latest)
+            self._latest_steps = env_steps
+            break
+        if checkpoint is None:
+            latest.unlink(missing_ok=True)
+            previous.unlink(missing_ok=True)
+            dropped = self.progress.clear() + self.eval.clear()
+            if why_not:
+                return None, f"{'; '.join(why_not)}: starting afresh, progress.csv and eval.csv emptied"
+            if dropped:
+                return (
+                    None,
+                    f"no checkpoint: starting afresh, {dropped} table row(s) of an earlier start removed",
+                )
+            return None, None
+        if why_not:
+            return checkpoint, (
+                f"{'; '.join(why_not)}: resuming from {PREVIOUS_CHECKPOINT_FILE} at {env_steps:,} env steps, "
+                "tables cut back to it"
+            )
+        return checkpoint, None
+
+    def _missing_row(self, checkpoint: dict[str, Any]) -> str | None:
+        """How ``progress.csv`` (already cut back to ``checkpoint``) lacks the last row the run had
+        logged when it saved ``checkpoint`` (its runner's ``last_log_steps``), or ``None`` when it has
+        it (or the checkpoint does not say). A torn row a crash left, that the table's repair dropped,
+        would otherwise leave a gap the resumed run never fills."""
+        runner = checkpoint.get("runner")
+        logged = runner.get("last_log_steps") if isinstance(runner, dict) else None
+        if not isinstance(logged, int) or logged <= 0:
+            return None
+        table, _ = read_table(self.progress.path)
+        steps = pd.to_numeric(table["env_steps"], errors="coerce") if "env_steps" in table else pd.Series()
+        before = steps[steps <= logged]
+        if len(before) and before.iloc[-1] == logged:
+            return None
+        end = f"ends at env_steps {before.iloc[-1]:,.0f}" if len(before) else "has no row"
+        return f"{end} without the row at {logged:,} (torn or lost)"
+
+    # tensorboard
+    def tensorboard_writer(self) -> Any:
+        if self._tb_writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb_writer = SummaryWriter(log_dir=str(self.path / TENSORBOARD_DIR))
+        return self._tb_writer
+
+    def close(self) -> None:
+        """Close the TensorBoard writer and release the run's lock (once per ``open``)."""
+        if self._tb_writer is not None:
+            self._tb_writer.close()
+            self._tb_writer = None
+        if not self._closed:
+            self._closed = True
+            release_lock(self.path)
+
+
+def verify_checkpoint(path: Path) -> None:
+    """Raise unless ``path`` is a complete checkpoint: a zip (``torch.save``'s format) whose members
+    all match their CRCs, so a truncated or bit-flipped file is caught before it is trusted."""
+    with zipfile.ZipFile(path) as archive:
+        bad = archive.testzip()
+    if bad is not None:
+        raise ValueError(f"{path.name}: member {bad} fails its CRC check")
+
+
+def _load_checkpoint(path: Path) -> dict[str, Any]:
+    import torch
+
+    verify_checkpoint(path)
+    state = torch.load(path, weights_only=True, map_location="cpu")
+    if not isinstance(state, dict):
+        raise ValueError(f"{path.name}: expected a dict, got {type(state).__name__}")
+    return state
+
+
+def _first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            name = f"{prefix}.{key}" if prefix else str(key)
+            if key not in a or key not in b:
+                return f"'{name}' (present in only one)"
+            found = _first_difference(a[key], b[key], name)
+            if found is not None:
+                return found
+        return None
+    return None if a == b else f"'{prefix}': stored {a!r}, now {b!r}"
