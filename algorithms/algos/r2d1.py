@@ -416,19 +416,18 @@ class Algo(QReplayLearner):
         q = model(flat.final_observation, flat.action, flat.reward, before)[0]
         return q.reshape(*lead, -1)
 
-    def packed_flags(self, batch: NamedArrays) -> dict[str, Any]:
-        """What the packed learner tells the loss about the members' stacked minibatch ``batch``
-        [K, L, B, ...] (``algorithms.packed``): whether any sequence has a time limit in its window."""
+    def data_branches(self, batch: NamedArrays) -> dict[str, Any]:
+        """Whether any sequence of ``batch`` [..., L, B] has a time limit where the loss bootstraps
+        from its final observation (``loss`` otherwise finds where by reading the data)."""
         c = self.config
         if "final_observation" not in batch:
-            return {"packed_truncations": False}
+            return {"any_time_limit": False}
         window = batch.truncated[
-            :, c.burn_in_steps : c.burn_in_steps + c.sequence_length_steps + c.n_step - 1
+            ..., c.burn_in_steps : c.burn_in_steps + c.sequence_length_steps + c.n_step - 1, :
         ]
-        return {"packed_truncations": bool(window.any())}
+        return {"any_time_limit": bool(window.any())}
 
-    # Set by the packed learner (``packed_flags``): under torch.func.vmap no branch may read the data.
-    packed_truncations: bool | None = None
+    any_time_limit = False  # set with ``data_independent`` (``data_branches``)
 
     def loss(self, batch: NamedArrays) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """Importance-weighted squared TD loss of the trained steps -> (loss, priorities [B], diagnostics)."""
@@ -450,11 +449,11 @@ class Algo(QReplayLearner):
         where = None
         if not full_observations:
             need_states = False
-        elif self.packed_truncations is None:
+        elif self.data_independent:  # the values at every step, kept where a time limit is (below)
+            need_states = self.any_time_limit
+        else:
             where = torch.nonzero(span, as_tuple=True)
             need_states = where[0].numel() > 0
-        else:  # packed: the values at every step, kept where a time limit is (below)
-            need_states = self.packed_truncations
         q_all, states = self.unroll(self.model, batch, need_states)
         with torch.no_grad():
             q_target_all, target_states = self.unroll(self.target_model, batch, need_states)
@@ -481,7 +480,7 @@ class Algo(QReplayLearner):
         valid_f = valid.to(delta.dtype)
         loss = (0.5 * delta**2 * valid_f * batch.is_weights).sum() / valid_f.sum().clamp(min=1.0)
         priorities = sequence_priority(
-            delta.detach(), c.priority_eta, valid, check_valid=self.packed_truncations is None
+            delta.detach(), c.priority_eta, valid, check_valid=not self.data_independent
         )
         diagnostics = {"q_mean": q.detach().mean(), "td_abs_mean": delta.detach().abs().mean()}
         return loss, priorities, diagnostics
