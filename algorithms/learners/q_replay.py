@@ -64,7 +64,9 @@ def replay_updates(
         draws = [learner.replay.sample(batch_size) for learner in learners]
         info, priorities = stepper.step(stepper.batch(draws))
         # One conversion for all of them: a float() per 0-dim tensor costs a few us each.
-        rows = torch.stack([info[key] for key in keys], dim=-1).view(-1, len(keys)).tolist()
+        rows = torch.stack([info[key] for key in keys], dim=-1).tolist()
+        if not isinstance(rows[0], list):  # one member's 0-dim values: one row
+            rows = [rows]
         for k in live:
             values = rows[k]
             if stepper.stops_failed and not math.isfinite(values[loss_at]):
@@ -222,5 +224,9 @@ class QReplayLearner:
 
     def run_updates(self, n_updates: int) -> dict[str, float]:
         """``n_updates`` minibatch steps (``replay_updates``); the diagnostics averaged over them."""
-        diagnostics, _ = replay_updates([self], [0], n_updates, SingleStepper(self))
+        # Kept: building it reads the model's device, which costs as much as the loop's own work.
+        stepper = self.__dict__.get("_stepper")
+        if stepper is None:
+            stepper = self._stepper = SingleStepper(self)
+        diagnostics, _ = replay_updates([self], [0], n_updates, stepper)
         return diagnostics[0]

@@ -25,6 +25,7 @@ import torch
 
 from algorithms.arrays import NamedArrays
 from algorithms.learners.common import OptInfo, nonfinite_loss
+from algorithms.learners.policy_gradient import minibatch_epochs
 from algorithms.learners.q_replay import Draw, replay_updates
 from algorithms.learners.qpg import qpg_update
 from algorithms.packed.optim import MemberOptimizer, stacked_optimizer
@@ -146,6 +147,7 @@ class PackedPpoLearner(PackedLearner):
     def __init__(self, algos: Sequence[Any]) -> None:
         super().__init__(algos, [a.agent.model for a in algos], algos[0].config.clip_grad_norm or math.inf)
         template = self.algos[0]
+        self.clip_epsilon = template.config.clip_epsilon  # the current call's (``update``)
 
         def member_loss(params, buffers, flat_minibatch, clip_epsilon):
             agent = member_view(template.agent, model=self.online.call({**params, **buffers}))
@@ -172,40 +174,46 @@ class PackedPpoLearner(PackedLearner):
     def update(
         self, members: Sequence[int], taken: Sequence[tuple[NamedArrays, int, list[tuple[torch.Tensor, ...]]]]
     ) -> list[tuple[OptInfo, str | None]]:
+        """The members' epochs (``minibatch_epochs``) with this learner as their stepper."""
         from algorithms.algos.ppo import MINIBATCH_DIAGNOSTICS
 
         algos = self.algos
         prepared = {k: (batch, orders) for k, (batch, _, orders) in zip(members, taken)}
         lead = algos[members[0]]
-        epochs, n_minibatches = lead.config.epochs, lead.n_minibatches
-        learning_rate, clip_epsilon = lead.schedule()
+        learning_rate, self.clip_epsilon = lead.schedule()
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         # A stopped member computes on a live member's data: fixed shapes, results unread.
         filler = prepared[members[0]]
+        member_data = [prepared.get(k, filler) for k in range(self.n_members)]
+        orders = [
+            [[(batch, order[epoch][j]) for batch, order in member_data] for j in range(lead.n_minibatches)]
+            for epoch in range(lead.config.epochs)
+        ]
         keys = (*MINIBATCH_DIAGNOSTICS, "loss")
-        totals = torch.zeros(len(keys), self.n_members)
-        device = lead.agent.device
-        for epoch in range(epochs):
-            for j in range(n_minibatches):
-                minibatches = []
-                for k, algo in enumerate(algos):
-                    batch, order = prepared.get(k, filler)
-                    minibatches.append(algo.minibatch(batch, order[epoch][j].to(device)))
-                grads, values = self.gradients(
-                    self.online.params, self.online.buffers, flatten(stack_members(minibatches)), clip_epsilon
-                )
-                values["grad_norm"] = self.apply_gradients(grads)
-                totals += torch.stack([values[key].detach().float().cpu() for key in keys])
-        updates = epochs * n_minibatches
-        means = (totals / updates).tolist()
+        totals, updates, _ = minibatch_epochs(self, orders, keys, target_kl=0.0)
+        values = {key: total.tolist() for key, total in totals.items()}
         results = []
         for k in members:
-            member = {key: means[i][k] for i, key in enumerate(keys)}
+            member = {key: values[key][k] / updates for key in keys}
             loss = member.pop("loss")
             failure = None if math.isfinite(loss) else nonfinite_loss(loss, member, updates)
             results.append((algos[k].opt_info(prepared[k][0], updates, member, False), failure))
         return results
+
+    def loss(
+        self, minibatches: list[tuple[NamedArrays, torch.Tensor]]
+    ) -> tuple[Any, dict[str, torch.Tensor]]:
+        """The members' gradients on their minibatches (each member's batch and indices), one vmapped
+        call, and their diagnostics [K]."""
+        device = self.algos[0].agent.device
+        stacked = stack_members(
+            [algo.minibatch(batch, idx.to(device)) for algo, (batch, idx) in zip(self.algos, minibatches)]
+        )
+        return self.gradients(self.online.params, self.online.buffers, flatten(stacked), self.clip_epsilon)
+
+    def step(self, grads: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.apply_gradients(grads)
 
 
 class PackedQpgLearner:
