@@ -174,8 +174,8 @@ class CenteredRMSprop(WithoutCompiler, torch.optim.RMSprop):
     times slower (docs/results/bench_minatar.md, "Where the time goes")."""
 
     def __init__(self, params: Any, lr: float, alpha: float, eps: float, **settings: Any) -> None:
-        """``settings``: the rest of ``RMSprop``'s defaults (a packed run rebuilds the optimizer from
-        them, ``algorithms.packed.optim``); only the ones this step implements are accepted."""
+        """``settings``: the rest of ``RMSprop``'s defaults, so that ``type(opt)(groups, **opt.defaults)``
+        rebuilds this optimizer; only the ones this step implements are accepted."""
         unsupported = {
             key: value
             for key, value in settings.items()

@@ -36,10 +36,9 @@ class R2D1Model(nn.Module):
     through ``recurrent.lstm_with_resets`` (one input product for all steps and a hand-written
     recurrence); otherwise the whole sequence goes through the fused LSTM in one call.
 
-    ``data_independent`` is set while ``torch.func`` transforms run the model (packed runs,
-    ``algorithms.packed``), where no branch may read the data and neither the fused LSTM nor the
-    hand-written recurrence has a batching rule: the LSTM then runs step by step in plain tensor
-    operations, resetting where ``reset`` says.
+    ``data_independent`` is set while ``torch.func`` transforms run the model, where no branch may
+    read the data and neither the fused LSTM nor the hand-written recurrence has a batching rule: the
+    LSTM then runs step by step in plain tensor operations, resetting where ``reset`` says.
     """
 
     data_independent: bool = False
@@ -93,7 +92,7 @@ class R2D1Model(nn.Module):
             )
         T, B = (lead[0], lead[1]) if len(lead) == 2 else (1, lead[0] if lead else 1)
         features = self.torso(observation.reshape(T, B, *self.observation_shape))
-        # A comparison, not F.one_hot, which reads the data (its range check) and so cannot run under vmap.
+        # A comparison, not F.one_hot, which reads the data (its range check): torch.func cannot batch it.
         actions = torch.arange(self.n_actions, device=prev_action.device)
         prev_action_one_hot = (prev_action.reshape(T, B, 1).long() == actions).to(features.dtype)
         lstm_input = torch.cat(
@@ -144,7 +143,7 @@ class R2D1Model(nn.Module):
         self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, reset: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The single-layer ``self.lstm`` one step at a time in plain tensor operations, which
-        ``torch.func.vmap`` can batch (the fused kernel and ``recurrent.lstm_with_resets`` cannot):
+        ``torch.func`` transforms can batch (the fused kernel and ``recurrent.lstm_with_resets`` cannot):
         ``x`` [T, B, D] from (h, c) [B, H], the state zeroed before step t where ``reset[t]``.
         Returns outputs and cell states [T, B, H] and the final (h, c) [B, H]."""
         lstm = self.lstm
