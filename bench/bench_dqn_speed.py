@@ -51,7 +51,7 @@ SETTING = "dqn_nature"
 NATURE = setting_configs(SETTING)["algo"]
 # Nature's minibatch 32 and update every 4 env steps are also SB3 DQN's defaults (batch_size=32,
 # train_freq=4).
-TRAIN_FREQ, BATCH_SIZE = NATURE.train_every_steps, NATURE.batch_size
+TRAIN_FREQ, BATCH_SIZE = NATURE.env_steps_per_update, NATURE.batch_size
 ENV = EnvConfig(id="pong", kind="atari", backend="native", num_threads=1)
 
 

@@ -304,7 +304,7 @@ def test_members_on_envs_with_the_same_spaces_equal_their_single_runs():
     def on(game: str, seed: int):
         env = EnvConfig(id=game, kind="minatar", full_action_space=True)
         config = tiny(
-            "dqn", 96, 4, 2, env=env, batch_size=8, train_every_steps=8, conv_torso="minatar", **REPLAY
+            "dqn", 96, 4, 2, env=env, batch_size=8, env_steps_per_update=8, conv_torso="minatar", **REPLAY
         )
         config = dataclasses.replace(
             config, algo_config=dataclasses.replace(config.algo_config, hidden_size=16)

@@ -71,7 +71,7 @@ class QpgConfig:
     replay_size_steps: int = 1_000_000
     random_steps: int = 10_000  # uniform-random actions for this many env steps
     learning_starts_steps: int = 10_000  # transitions in replay before the first update
-    updates_per_step: float = 1.0
+    env_steps_per_update: float = 1.0  # one update per this many new env steps (Sec. 6.1: 1)
 
     # A subclass's own fields, checked by kind (``check_ranges``).
     POSITIVE: ClassVar[tuple[str, ...]] = ()
@@ -82,7 +82,7 @@ class QpgConfig:
         check_ranges(
             self,
             unit=("discount",),
-            positive=("actor_learning_rate", "critic_learning_rate", "updates_per_step", *self.POSITIVE),
+            positive=("actor_learning_rate", "critic_learning_rate", "env_steps_per_update", *self.POSITIVE),
             positive_ints=("batch_size", "replay_size_steps", *self.POSITIVE_INTS),
             non_negative=("random_steps", *self.NON_NEGATIVE),
             sizes=("hidden_sizes",),
@@ -134,20 +134,21 @@ class ReplayFeed:
     Sampler batches go into a 1-step ``TransitionStorage`` with full observations, so a truncated
     episode's transition bootstraps from its stored ``final_observation`` and a terminal one not at
     all (``discount_n`` = 0). ``append`` returns how many updates are due: none until
-    ``learning_starts_steps`` transitions can be sampled, then ``updates_per_step`` per new env step
-    (fractions carried over). The replay is not checkpointed (Contract 4, runners/sync.py): after a
-    resume it refills to ``learning_starts_steps`` before training again.
+    ``learning_starts_steps`` transitions can be sampled, then one per ``env_steps_per_update`` new
+    env steps (the remainder carried over, as DQN's schedule does). The replay is not checkpointed
+    (Contract 4, runners/sync.py): after a resume it refills to ``learning_starts_steps`` before
+    training again.
     """
 
     def __init__(
-        self, capacity_steps: int, discount: float, learning_starts_steps: int, updates_per_step: float
+        self, capacity_steps: int, discount: float, learning_starts_steps: int, env_steps_per_update: float
     ):
         self.capacity_steps = int(capacity_steps)
         self.discount = float(discount)
         self.learning_starts_steps = int(learning_starts_steps)
-        self.updates_per_step = float(updates_per_step)
+        self.env_steps_per_update = float(env_steps_per_update)
         self.replay: ReplayBuffer | None = None
-        self.update_credit = 0.0
+        self.credit = 0.0  # env steps not yet matched by an update
 
     def append(self, samples: NamedArrays) -> int:
         if self.replay is None:  # the storage is laid out from the first batch's fields
@@ -165,10 +166,8 @@ class ReplayFeed:
         self.replay.append(samples)
         if len(self.replay) < self.learning_starts_steps:
             return 0
-        self.update_credit += samples.reward.numel() * self.updates_per_step
-        n_updates = int(self.update_credit)
-        self.update_credit -= n_updates
-        return n_updates
+        n_updates, self.credit = divmod(self.credit + samples.reward.numel(), self.env_steps_per_update)
+        return int(n_updates)
 
     def sample(self, batch_size: int, device: torch.device) -> NamedArrays:
         """A uniform minibatch of ``observation, action, return_n, discount_n, next_observation``."""
@@ -206,7 +205,10 @@ class QpgAlgo:
         self.actor_optimizer = adam(self.actor.parameters(), config.actor_learning_rate)
         self.critic = Critics(agent, config.hidden_sizes, self.N_CRITICS, config.critic_learning_rate)
         self.replay = ReplayFeed(
-            config.replay_size_steps, config.discount, config.learning_starts_steps, config.updates_per_step
+            config.replay_size_steps,
+            config.discount,
+            config.learning_starts_steps,
+            config.env_steps_per_update,
         )
 
     def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
