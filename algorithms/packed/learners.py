@@ -1,10 +1,12 @@
 """Packed learners: the members' updates as one computation over stacked parameters.
 
 Each learner wraps the K member algorithms a packed run built (one per seed, each exactly as a
-single run builds it) and replaces their update loop: every member keeps its own replay, update
-schedule, counters and random draws, and runs its own loss code (the algorithm's ``loss`` or
-``minibatch_loss``, mapped over the members by ``torch.func``); what the members share is one
-forward and backward pass over stacked networks and one optimizer step over stacked parameters.
+single run builds it) and is the stepper of their family's update loop (``algorithms.learners``:
+``replay_updates``, ``minibatch_epochs``, ``qpg_update``, the loops single runs use): every member
+keeps its own replay, update schedule, counters and random draws, and runs its own loss code (the
+algorithm's ``loss``, ``minibatch_loss`` or ``critic_loss`` and ``actor_loss``, mapped over the
+members by ``torch.func``); what the members share is one forward and backward pass over stacked
+networks and one optimizer step over stacked parameters.
 
 ``take(k, samples)`` gives member k its sampler batch, right after it sampled and with its global
 RNG state current (``runner.MemberRng``), so that it draws what its single run draws (its replay
