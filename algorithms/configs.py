@@ -33,22 +33,35 @@ class ConfigError(ValueError):
 
 
 # Old key -> current key (docs/ARCHITECTURE.md, Glossary). The old names came from the sources each
-# algorithm was first written after: rlpyt (min_steps_learn), SB3 / Baselines (max_grad_norm) and
-# the optimizers' own argument names.
+# algorithm was first written after: rlpyt (min_steps_learn), SB3 / Baselines (max_grad_norm), the
+# optimizers' own argument names, and two names of one update frequency (DQN's env steps per
+# update, the Q-value policy gradients' updates per env step).
 RENAMED: dict[str, str] = {
     "min_steps_learn": "learning_starts_steps",
     "max_grad_norm": "clip_grad_norm",
     "adam_eps": "optimizer_eps",
     "adam_epsilon": "optimizer_eps",
     "rmsprop_epsilon": "optimizer_eps",
+    "train_every_steps": "env_steps_per_update",
+    "updates_per_step": "env_steps_per_update",
 }
+# Old keys whose value is the reciprocal of the new key's.
+RECIPROCAL = frozenset({"updates_per_step"})
 
 
 def migrate_renamed(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
-    """``values`` with every old key (``RENAMED``) that names a field of ``cls`` under its new name:
-    how a ``config.json`` written before a rename is read."""
+    """``values`` with every old key (``RENAMED``) that names a field of ``cls`` under its new name
+    (its value inverted for a ``RECIPROCAL`` key): how a ``config.json`` written before a rename is
+    read."""
     known = set(field_types(cls))
-    return {RENAMED.get(k, k) if RENAMED.get(k) in known else k: v for k, v in values.items()}
+    migrated = {}
+    for key, value in values.items():
+        new = RENAMED.get(key)
+        if new in known:
+            migrated[new] = 1 / value if key in RECIPROCAL else value
+        else:
+            migrated[key] = value
+    return migrated
 
 
 def check_field(config: Any, condition: bool, field: str, what: str) -> None:
@@ -229,7 +242,8 @@ def check_keys(cls: type, values: Mapping[str, Any], where: str) -> None:
     known = list(field_types(cls))
     for key in values:
         if key in RENAMED and RENAMED[key] in known:
-            raise ConfigError(f"{where}: key '{key}' was renamed to '{RENAMED[key]}'")
+            reciprocal = f" (its reciprocal: 1 / {key})" if key in RECIPROCAL else ""
+            raise ConfigError(f"{where}: key '{key}' was renamed to '{RENAMED[key]}'{reciprocal}")
         if key not in known:
             raise ConfigError(
                 f"{where}: unknown key '{key}' for {cls.__module__}.{cls.__qualname__}; "
@@ -264,7 +278,7 @@ def check_replay_sizes(config: Any) -> None:
     one per ``sequence_period_steps`` env steps) and the env steps training waits for
     (``learning_starts_steps``). A smaller replay makes every batch repeat items (uniform draws
     with replacement), and DDPG, TD3 and SAC, which wait for that many stored transitions
-    (``algos.base.ReplayFeed``), would never train. Checked when a config is loaded (``build``:
+    (``learners.qpg.ReplayFeed``), would never train. Checked when a config is loaded (``build``:
     settings, profiles, plans, ``repro show``), not in ``__post_init__``, so that tests may still
     build tiny replays by hand."""
     size = getattr(config, "replay_size_steps", None)

@@ -52,7 +52,7 @@ SETTING = "dqn_sb3_speed"
 PEER = setting_configs(SETTING)["algo"]
 # Nature's minibatch 32 and update every 4 env steps are also SB3 DQN's defaults (batch_size=32,
 # train_freq=4).
-TRAIN_FREQ, BATCH_SIZE = PEER.train_every_steps, PEER.batch_size
+TRAIN_FREQ, BATCH_SIZE = PEER.env_steps_per_update, PEER.batch_size
 # SB3's target_update_interval counts env steps: the setting's updates at one per TRAIN_FREQ steps.
 TARGET_UPDATE_STEPS = PEER.target_update_period_updates * TRAIN_FREQ
 ENV = EnvConfig(id="pong", kind="atari", backend="native", num_threads=1)

@@ -117,7 +117,7 @@ def time_ours(config: TrainConfig, steps: int) -> dict[str, float]:
     finally:
         runner.sampler.shutdown()
     env_steps, updates = counters.env_steps - steps0, algo.updates - updates0
-    if updates < env_steps // config.algo_config.train_every_steps:
+    if updates < env_steps // config.algo_config.env_steps_per_update:
         raise RuntimeError(f"ours: {updates} updates in {env_steps} timed env steps")
     return {"env_steps": env_steps, "updates": updates, "seconds": seconds, "cpu_seconds": cpu_seconds}
 
@@ -299,7 +299,7 @@ def summarize(
         f"# DQN on MinAtar {args.game}: training throughput (env steps/s)",
         "",
         f"Machine: {cpu_model()}, {os.cpu_count()} logical CPUs, torch threads {args.threads}. "
-        f"Setting {args.setting}: batch {algo.batch_size}, one update per {algo.train_every_steps} "
+        f"Setting {args.setting}: batch {algo.batch_size}, one update per {algo.env_steps_per_update} "
         f"env step(s), replay {algo.replay_size_steps}; {args.steps} timed steps after each side's "
         f"replay start, median of {args.repeats}. The plain rows are updates per second (no env step "
         f"or action). 1-minute load average {loads[0]:.2f} at the start, {loads[1]:.2f} at the end.",

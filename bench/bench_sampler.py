@@ -553,7 +553,7 @@ def runner_config(algo: str, game: str, n_steps: int, kind: str) -> Any:
             learning_starts_steps=n_steps // 4, replay_size_steps=n_steps, eps_decay_steps=n_steps
         )
         sampler = SamplerConfig(batch_T=4, batch_B=8, eval_episodes=0)
-        ratio = algo_config.batch_size / algo_config.train_every_steps
+        ratio = algo_config.batch_size / algo_config.env_steps_per_update
     else:
         algo_config = r2d1.Config(
             batch_size_sequences=4,

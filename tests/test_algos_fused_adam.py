@@ -61,7 +61,7 @@ def test_ppo_fused_adam_matches_per_tensor_adam(recurrent):
 
 
 def test_dqn_adam_is_fused_and_matches_per_tensor_adam():
-    config = dqn.Config(optimizer="adam", batch_size=8, learning_starts_steps=16, train_every_steps=1)
+    config = dqn.Config(optimizer="adam", batch_size=8, learning_starts_steps=16, env_steps_per_update=1)
     fused, reference, initial = _fused_and_reference(
         lambda: dqn.Algo(config, dqn.build_agent(config, DQN_OBS, DQN_ACT), 1, BatchSpec(4, 4))
     )

@@ -18,7 +18,7 @@ def small_config(**kw) -> dqn.Config:
         batch_size=32,
         replay_size_steps=2_000,
         learning_starts_steps=64,
-        train_every_steps=1,
+        env_steps_per_update=1,
         target_update_period_updates=50,
         optimizer="adam",
         learning_rate=5e-3,
@@ -93,7 +93,7 @@ def test_dqn_loss_matches_hand_computed_target():
 
 def test_dqn_target_update_period_and_update_rate():
     algo = make_algo(
-        small_config(target_update_period_updates=10, train_every_steps=3, learning_starts_steps=32)
+        small_config(target_update_period_updates=10, env_steps_per_update=3, learning_starts_steps=32)
     )
     initial_target = [p.clone() for p in algo.target_model.parameters()]
     rng = np.random.default_rng(0)

@@ -21,7 +21,7 @@ def small(cls, **kw):
         batch_size=32,
         replay_size_steps=2_000,
         learning_starts_steps=64,
-        train_every_steps=1,
+        env_steps_per_update=1,
         target_update_period_updates=50,
         learning_rate=5e-3,
         optimizer_eps=1e-8,

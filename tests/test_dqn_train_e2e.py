@@ -13,9 +13,13 @@ from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
 torch.set_num_threads(1)
 REPLAY = dict(replay_size_steps=2_000, learning_starts_steps=200, mlp_hidden_sizes=(16,), eps_decay_steps=300)
 CONFIGS = {
-    "dqn": (dqn.Config(**REPLAY, batch_size=16, train_every_steps=8, double=True, dueling=True), 8, 1),
-    "c51": (c51.Config(**REPLAY, batch_size=16, train_every_steps=8, n_atoms=11, v_max=20.0), 8, 1),
-    "rainbow": (rainbow.Config(**REPLAY, batch_size=16, train_every_steps=8, n_atoms=11, v_max=20.0), 8, 1),
+    "dqn": (dqn.Config(**REPLAY, batch_size=16, env_steps_per_update=8, double=True, dueling=True), 8, 1),
+    "c51": (c51.Config(**REPLAY, batch_size=16, env_steps_per_update=8, n_atoms=11, v_max=20.0), 8, 1),
+    "rainbow": (
+        rainbow.Config(**REPLAY, batch_size=16, env_steps_per_update=8, n_atoms=11, v_max=20.0),
+        8,
+        1,
+    ),
     "r2d1": (
         r2d1.Config(
             replay_size_steps=4_000,

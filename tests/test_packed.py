@@ -45,7 +45,16 @@ PACKABLE = (
     "ddpg",
     "td3",
     "sac",
+    "r2d1_time_limits",
 )
+# R2D1 with a time limit of 12 steps: the trained windows of every minibatch hold time limits, so the
+# loss bootstraps from final observations, a branch the packed learner decides outside the transform
+# (``data_branches``) and the single run by reading the data.
+EXTRA = {
+    "r2d1_time_limits": dataclasses.replace(
+        CASES["r2d1"][0], env=dataclasses.replace(MASKED_CARTPOLE, max_episode_steps=12)
+    )
+}
 
 
 def seeded(config, seeds=SEEDS):
@@ -87,7 +96,7 @@ def replay_state(algo) -> tuple[list[np.ndarray], dict]:
 
 @pytest.mark.parametrize("name", PACKABLE)
 def test_member_equals_its_single_run_update_for_update(name):
-    config = CASES[name][0]
+    config = EXTRA[name] if name in EXTRA else CASES[name][0]
     iterations = config.runner.n_steps // config.sampler.batch_size
     packed, packed_snaps = run_packed(seeded(config), iterations)
     assert packed.failures == {}
@@ -304,7 +313,7 @@ def test_members_on_envs_with_the_same_spaces_equal_their_single_runs():
     def on(game: str, seed: int):
         env = EnvConfig(id=game, kind="minatar", full_action_space=True)
         config = tiny(
-            "dqn", 96, 4, 2, env=env, batch_size=8, train_every_steps=8, conv_torso="minatar", **REPLAY
+            "dqn", 96, 4, 2, env=env, batch_size=8, env_steps_per_update=8, conv_torso="minatar", **REPLAY
         )
         config = dataclasses.replace(
             config, algo_config=dataclasses.replace(config.algo_config, hidden_size=16)

@@ -277,7 +277,7 @@ def test_zoo_settings_are_in_this_harness_units():
     dqn = setting_configs("dqn_cartpole_zoo")
     # train_freq 256, gradient_steps 128: 128 updates per 256-step batch, the target copied once per
     # block; exploration_fraction 0.16 of 5e4 steps.
-    assert (dqn["sampler"].batch_T, dqn["algo"].train_every_steps) == (256, 2)
+    assert (dqn["sampler"].batch_T, dqn["algo"].env_steps_per_update) == (256, 2)
     assert (dqn["algo"].target_update_period_updates, dqn["algo"].eps_decay_steps) == (128, 8_000)
     # MountainCar-v0: target_update_interval 600 env steps at 8 updates per 16 steps; 0.2 x 1.2e5.
     car = setting_configs("dqn_mountaincar")["algo"]

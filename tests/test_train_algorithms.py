@@ -71,7 +71,7 @@ CASES = {
         None,
     ),
     # 160 steps, one update per 8 env steps once 64 are stored: at 64, 72, ..., 160, 13 updates.
-    "dqn": (tiny("dqn", 160, 4, 2, batch_size=16, train_every_steps=8, **REPLAY, **Q_NET), 13),
+    "dqn": (tiny("dqn", 160, 4, 2, batch_size=16, env_steps_per_update=8, **REPLAY, **Q_NET), 13),
     "dqn_double_dueling_prioritized_3step": (
         tiny(
             "dqn",
@@ -79,7 +79,7 @@ CASES = {
             4,
             2,
             batch_size=16,
-            train_every_steps=8,
+            env_steps_per_update=8,
             double=True,
             dueling=True,
             prioritized=True,
@@ -89,9 +89,9 @@ CASES = {
         ),
         None,
     ),
-    "c51": (tiny("c51", 160, 4, 2, batch_size=16, train_every_steps=8, n_atoms=11, **REPLAY, **Q_NET), 13),
+    "c51": (tiny("c51", 160, 4, 2, batch_size=16, env_steps_per_update=8, n_atoms=11, **REPLAY, **Q_NET), 13),
     "rainbow": (
-        tiny("rainbow", 160, 4, 2, batch_size=16, train_every_steps=8, n_atoms=11, **REPLAY, **Q_NET),
+        tiny("rainbow", 160, 4, 2, batch_size=16, env_steps_per_update=8, n_atoms=11, **REPLAY, **Q_NET),
         None,
     ),
     # 80 steps, one update per env step after the first 32 stored: 48 updates.
@@ -176,7 +176,7 @@ def test_replay_algorithm_resumes_with_an_empty_replay_that_it_refills(tmp_path,
     ``learning_starts_steps`` new steps before it updates again, and the counters say so."""
     from algorithms.algos import dqn
 
-    config = tiny("dqn", 160, 4, 2, batch_size=16, train_every_steps=8, **REPLAY, **Q_NET)
+    config = tiny("dqn", 160, 4, 2, batch_size=16, env_steps_per_update=8, **REPLAY, **Q_NET)
     original, calls = dqn.Algo.optimize, {"n": 0}
 
     def interrupted(self, itr, samples):

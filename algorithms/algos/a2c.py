@@ -29,7 +29,6 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-from torch import nn
 
 from algorithms.agents.pg_agents import PgAgent, actor_critic_agent
 from algorithms.algos.base import OptInfo, PgLearner, anneal_fraction, validate_pg_config
@@ -123,10 +122,7 @@ class Algo(PgLearner):
 
         log_prob, entropy, value = agent.evaluate(samples)  # [T, B]; both agents take whole columns here
         loss, parts = a2c_loss(log_prob, advantage, value, target, entropy, c.value_coef, c.entropy_coef)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(agent.model.parameters(), c.clip_grad_norm or float("inf"))
-        self.optimizer.step()
+        grad_norm = self.clipped_step(loss)
 
         diagnostics = {key: float(val) for key, val in parts.items()}
         diagnostics.update(

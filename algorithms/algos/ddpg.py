@@ -3,7 +3,7 @@ reinforcement learning", Algorithm 1), in the "Our DDPG" form of Fujimoto et al.
 Table 3), the re-tuned baseline TD3 is compared against.
 
 ``optimize`` appends each sampler batch to a uniform replay and, once ``learning_starts_steps``
-transitions are stored, makes ``updates_per_step`` updates per new env step. One update:
+transitions are stored, makes one update per ``env_steps_per_update`` new env steps. One update:
 
     y = r + discount_t * Q'(s', mu'(s'))
     critic: minimise (Q(s, a) - y)^2

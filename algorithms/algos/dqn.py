@@ -12,7 +12,7 @@ One update::
     every target_update_period_updates: Q_target <- Q
 
 ``optimize`` appends each sampler batch to the replay and, once ``learning_starts_steps`` env steps have
-been collected, runs one update per ``train_every_steps`` env steps (Nature: 4).
+been collected, runs one update per ``env_steps_per_update`` env steps (Nature: 4).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class Config:
     batch_size: int = 32
     replay_size_steps: int = 1_000_000
     learning_starts_steps: int = 50_000  # "replay start size"
-    train_every_steps: int = 4  # "update frequency": env steps (summed over envs) per update
+    env_steps_per_update: int = 4  # "update frequency": env steps (summed over envs) per update
     # The table says 10,000 "parameter updates", but DeepMind's code counted agent steps (target_q =
     # 10000 in run_gpu), i.e. 2,500 updates at one update per 4 steps; Dopamine and SB3 do the same.
     target_update_period_updates: int = 2_500
@@ -105,7 +105,7 @@ class Config:
             positive_ints=(
                 "batch_size",
                 "replay_size_steps",
-                "train_every_steps",
+                "env_steps_per_update",
                 "target_update_period_updates",
                 "n_step",
             ),
@@ -175,8 +175,8 @@ class CenteredRMSprop(WithoutCompiler, torch.optim.RMSprop):
     times slower (docs/results/bench_minatar.md, "Where the time goes")."""
 
     def __init__(self, params: Any, lr: float, alpha: float, eps: float, **settings: Any) -> None:
-        """``settings``: the rest of ``RMSprop``'s defaults (a packed run rebuilds the optimizer from
-        them, ``algorithms.packed.optim``); only the ones this step implements are accepted."""
+        """``settings``: the rest of ``RMSprop``'s defaults, so that ``type(opt)(groups, **opt.defaults)``
+        rebuilds this optimizer; only the ones this step implements are accepted."""
         unsupported = {
             key: value
             for key, value in settings.items()
@@ -286,12 +286,12 @@ class Algo(QReplayLearner):
 
     # --- the loop -------------------------------------------------------------------------------------
     def take_samples(self, samples: NamedArrays) -> int:
-        """Append the batch; once warm, one update is due per ``train_every_steps`` env steps."""
+        """Append the batch; once warm, one update is due per ``env_steps_per_update`` env steps."""
         self.append_samples(samples)
         if not self.warm:
             return 0
         self.credit += samples.reward.numel()
-        n_updates, self.credit = divmod(self.credit, self.config.train_every_steps)
+        n_updates, self.credit = divmod(self.credit, self.config.env_steps_per_update)
         return n_updates
 
     def append_samples(self, samples: NamedArrays) -> None:

@@ -29,7 +29,6 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-from torch import nn
 
 from algorithms.agents.pg_agents import PgAgent, RecurrentPgAgent, actor_critic_agent
 from algorithms.algos.base import OptInfo, PgLearner, adam, anneal_fraction, validate_pg_config
@@ -40,6 +39,7 @@ from algorithms.functional.advantages import (
     standardize_advantage,
 )
 from algorithms.functional.policy_losses import approx_kl, entropy_bonus, ppo_clipped_surrogate, value_loss
+from algorithms.learners.policy_gradient import minibatch_epochs
 
 
 @dataclass(frozen=True)
@@ -126,30 +126,16 @@ class Algo(PgLearner):
         return adam(params, self.config.learning_rate, self.config.optimizer_eps)
 
     def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
-        c, device = self.config, self.agent.device
         batch, n_items = self.training_batch(samples)
         learning_rate, clip_epsilon = self.schedule()
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
-        totals = dict.fromkeys(MINIBATCH_DIAGNOSTICS, 0.0)
-        updates, stopped_early = 0, False
-        for _ in range(c.epochs):
-            for idx in minibatch_indices(n_items, self.n_minibatches):
-                loss, values = self.minibatch_loss(self.minibatch(batch, idx.to(device)), clip_epsilon)
-                if c.target_kl > 0 and values["approx_kl"].item() > 1.5 * c.target_kl:
-                    stopped_early = True
-                    break
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                values["grad_norm"] = nn.utils.clip_grad_norm_(
-                    self.agent.model.parameters(), c.clip_grad_norm or float("inf")
-                )
-                self.optimizer.step()
-                updates += 1
-                for key in MINIBATCH_DIAGNOSTICS:
-                    totals[key] = totals[key] + values[key].detach()
-            if stopped_early:
-                break
+        # Each epoch's permutation drawn as the epoch starts: none after a KL stop.
+        orders = (minibatch_indices(n_items, self.n_minibatches) for _ in range(self.config.epochs))
+        stepper = Minibatches(self, batch, clip_epsilon)
+        totals, updates, stopped_early = minibatch_epochs(
+            stepper, orders, MINIBATCH_DIAGNOSTICS, self.config.target_kl
+        )
         means = {key: float(total) / updates if updates else float("nan") for key, total in totals.items()}
         return self.opt_info(batch, updates, means, stopped_early)
 
@@ -200,7 +186,7 @@ class Algo(PgLearner):
         self, mb: NamedArrays, clip_epsilon: float
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The clipped surrogate, value and entropy loss of a minibatch, and its diagnostics as tensors
-        (so that it also runs under ``torch.func.vmap`` for packed runs, ``algorithms.packed``)."""
+        (no float conversion, so that it also runs under ``torch.func`` transforms)."""
         c = self.config
         log_prob, entropy, value = self.agent.evaluate(mb)
         kl = approx_kl(log_prob, mb.agent_info.log_prob)
@@ -239,3 +225,19 @@ class Algo(PgLearner):
         return OptInfo(
             updates=updates, samples_trained=trained, samples_replayed=trained, diagnostics=diagnostics
         )
+
+
+class Minibatches:
+    """A single run's ``MinibatchStepper``: the minibatches of ``batch``, each loss backpropagated and
+    one clipped optimizer step (``PgLearner.clipped_step``)."""
+
+    def __init__(self, algo: Algo, batch: NamedArrays, clip_epsilon: float) -> None:
+        self.algo, self.batch, self.clip_epsilon = algo, batch, clip_epsilon
+        self.device = algo.agent.device
+
+    def loss(self, indices: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        minibatch = self.algo.minibatch(self.batch, indices.to(self.device))
+        return self.algo.minibatch_loss(minibatch, self.clip_epsilon)
+
+    def step(self, loss: torch.Tensor) -> torch.Tensor:
+        return self.algo.clipped_step(loss)

@@ -56,12 +56,12 @@ from torch import nn
 from algorithms.agents.dqn_agents import R2D1Agent
 from algorithms.agents.epsilon import EpsilonSchedule
 from algorithms.algos.base import OptInfo, QReplayLearner, adam
+from algorithms.algos.r2d1_targets import initial_sequence_priorities, sampler_td_errors, targets
 from algorithms.arrays import NamedArrays
 from algorithms.configs import check_field, check_ranges
 from algorithms.functional.priorities import sequence_priority
-from algorithms.functional.returns import rescaled_nstep_targets
 from algorithms.functional.td import select_action_values
-from algorithms.functional.value_rescaling import VALUE_TRANSFORMS, value_transform
+from algorithms.functional.value_rescaling import VALUE_TRANSFORMS
 from algorithms.models.r2d1_model import R2D1Model
 from algorithms.models.torsos import CONV_TORSOS
 from algorithms.replay.buffer import ReplayBuffer
@@ -211,63 +211,6 @@ def build_agent(config: Config, observation_space: gym.Space, action_space: gym.
         conv_torso=config.conv_torso,
     )
     return R2D1Agent(model, observation_space, action_space, config.epsilon_schedule)
-
-
-# --- targets and TD errors, shared by the loss and the sampler-side initial priorities ------------------
-
-
-def targets(
-    config: Config,
-    reward: torch.Tensor,
-    terminated: torch.Tensor,
-    truncated: torch.Tensor,
-    q_bootstrap: torch.Tensor,
-    n_step: int,
-) -> torch.Tensor:
-    """``functional.returns.rescaled_nstep_targets`` [L, B] with this config's discount, value
-    transform and n-step done switch (``q_bootstrap`` [L + 1, B])."""
-    return rescaled_nstep_targets(
-        reward,
-        terminated,
-        truncated,
-        q_bootstrap,
-        config.discount,
-        n_step,
-        value_transform(config.value_rescaling),
-        config.value_rescaling_eps,
-        nstep_done_bug=config.nstep_done_bug,
-    )
-
-
-def sampler_td_errors(config: Config, samples: NamedArrays, q_bootstrap_T: torch.Tensor) -> torch.Tensor:
-    """|TD errors| [T, B] of a sampler batch from the Q-values the sampler acted on (initial priorities).
-
-    ``samples.agent_info.q`` [T, B, A] are the online net's values at each observation and
-    ``q_bootstrap_T`` [B, A] those at the observation after the batch. The sampler has only the online
-    net, so the target is max_a Q (double Q-learning's argmax and evaluation coincide). n-step, or
-    1-step with ``initial_priority_one_step`` (rlpyt 2019). The sampler never evaluates the true final
-    observation of a time limit, so a window ending in truncation bootstraps from the next episode's
-    first observation here; only the initial priority of such a sequence is affected.
-    """
-    q = samples.agent_info.q
-    q_next = torch.cat([q, q_bootstrap_T.unsqueeze(0)], dim=0).max(dim=-1).values
-    n = 1 if config.initial_priority_one_step else config.n_step
-    y = targets(config, samples.reward, samples.terminated, samples.truncated, q_next, n)
-    return (select_action_values(q, samples.action) - y).abs()
-
-
-def initial_sequence_priorities(config: Config, td_abs: torch.Tensor) -> torch.Tensor:
-    """Priorities [B] of new sequences from the sampler's |TD errors| [T, B] over their trained steps.
-
-    ``initial_priority_half_segment`` 1 or 2 keeps only the first or second half of the trained steps
-    (rlpyt's ``input_priority_shift``, whose sampler batch was half a sequence long).
-    """
-    T = td_abs.shape[0]
-    if config.initial_priority_half_segment == 1:
-        td_abs = td_abs[: T // 2]
-    elif config.initial_priority_half_segment == 2:
-        td_abs = td_abs[T // 2 :]
-    return sequence_priority(td_abs, config.priority_eta)
 
 
 class Algo(QReplayLearner):
@@ -420,19 +363,18 @@ class Algo(QReplayLearner):
         q = model(flat.final_observation, flat.action, flat.reward, before)[0]
         return q.reshape(*lead, -1)
 
-    def packed_flags(self, batch: NamedArrays) -> dict[str, Any]:
-        """What the packed learner tells the loss about the members' stacked minibatch ``batch``
-        [K, L, B, ...] (``algorithms.packed``): whether any sequence has a time limit in its window."""
+    def data_branches(self, batch: NamedArrays) -> dict[str, Any]:
+        """Whether any sequence of ``batch`` [..., L, B] has a time limit where the loss bootstraps
+        from its final observation (``loss`` otherwise finds where by reading the data)."""
         c = self.config
         if "final_observation" not in batch:
-            return {"packed_truncations": False}
+            return {"any_time_limit": False}
         window = batch.truncated[
-            :, c.burn_in_steps : c.burn_in_steps + c.sequence_length_steps + c.n_step - 1
+            ..., c.burn_in_steps : c.burn_in_steps + c.sequence_length_steps + c.n_step - 1, :
         ]
-        return {"packed_truncations": bool(window.any())}
+        return {"any_time_limit": bool(window.any())}
 
-    # Set by the packed learner (``packed_flags``): under torch.func.vmap no branch may read the data.
-    packed_truncations: bool | None = None
+    any_time_limit = False  # set with ``data_independent`` (``data_branches``)
 
     def loss(self, batch: NamedArrays) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """Importance-weighted squared TD loss of the trained steps -> (loss, priorities [B], diagnostics)."""
@@ -454,11 +396,11 @@ class Algo(QReplayLearner):
         where = None
         if not full_observations:
             need_states = False
-        elif self.packed_truncations is None:
+        elif self.data_independent:  # the values at every step, kept where a time limit is (below)
+            need_states = self.any_time_limit
+        else:
             where = torch.nonzero(span, as_tuple=True)
             need_states = where[0].numel() > 0
-        else:  # packed: the values at every step, kept where a time limit is (below)
-            need_states = self.packed_truncations
         q_all, states = self.unroll(self.model, batch, need_states)
         with torch.no_grad():
             q_target_all, target_states = self.unroll(self.target_model, batch, need_states)
@@ -485,7 +427,7 @@ class Algo(QReplayLearner):
         valid_f = valid.to(delta.dtype)
         loss = (0.5 * delta**2 * valid_f * batch.is_weights).sum() / valid_f.sum().clamp(min=1.0)
         priorities = sequence_priority(
-            delta.detach(), c.priority_eta, valid, check_valid=self.packed_truncations is None
+            delta.detach(), c.priority_eta, valid, check_valid=not self.data_independent
         )
         diagnostics = {"q_mean": q.detach().mean(), "td_abs_mean": delta.detach().abs().mean()}
         return loss, priorities, diagnostics

@@ -3,7 +3,7 @@ Actor-Critic Algorithms and Applications", Algorithm 1; the original method: Haa
 "Soft Actor-Critic: Off-Policy Maximum Entropy Deep RL with a Stochastic Actor").
 
 ``optimize`` appends each sampler batch to a uniform replay and, once ``learning_starts_steps``
-transitions are stored, makes ``updates_per_step`` updates per new env step. One update:
+transitions are stored, makes one update per ``env_steps_per_update`` new env steps. One update:
 
     a' ~ pi(.|s');  y = r + discount_t * (min(Q1'(s', a'), Q2'(s', a')) - alpha log pi(a'|s'))   (eqs. 3, 5)
     critics: minimise 0.5 (Qi(s, a) - y)^2, i = 1, 2                                            (eq. 5)

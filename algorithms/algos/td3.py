@@ -2,7 +2,7 @@
 Methods", Algorithm 1).
 
 ``optimize`` appends each sampler batch to a uniform replay and, once ``learning_starts_steps``
-transitions are stored, makes ``updates_per_step`` updates per new env step. One update:
+transitions are stored, makes one update per ``env_steps_per_update`` new env steps. One update:
 
     a~ = clip(mu'(s') + clip(N(0, sigma), -c, c), low, high)         target policy smoothing (Sec. 5.3)
     y  = r + discount_t * min(Q1'(s', a~), Q2'(s', a~))               clipped double Q (Sec. 4.2)

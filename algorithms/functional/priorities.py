@@ -27,7 +27,7 @@ def sequence_priority(
         eta: mixing weight in [0, 1]; R2D2 uses 0.9.
         valid: optional [T, B] bool mask; padded steps (after an episode end, or beyond the data)
             are excluded from both the max and the mean. Every sequence needs one valid step.
-        check_valid: raise when one has none; off under ``torch.func.vmap`` (packed runs), where no
+        check_valid: raise when one has none; off under ``torch.func`` transforms, where no
             check may read the data (such a sequence then gets priority 0).
 
     Returns:

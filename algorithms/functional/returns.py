@@ -99,7 +99,9 @@ def nstep_returns(
     returns = torch.zeros_like(reward)
     done = torch.zeros_like(terminated)
     ended = torch.zeros_like(terminated)  # an episode end (either kind) already lies in the window
-    steps = torch.zeros_like(reward, dtype=torch.int64)  # like reward: batched too under torch.func.vmap
+    steps = torch.zeros_like(
+        reward, dtype=torch.int64
+    )  # like reward: batched too under torch.func transforms
     episode_end = terminated | truncated
     for k in range(min(n, T)):
         rows = T - k  # windows t < T - k still have a step t + k inside the batch

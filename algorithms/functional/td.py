@@ -122,7 +122,7 @@ def categorical_projection(
     batch_shape = values_t.shape[:-1]
     flat_probs = probs_t.reshape(-1, probs_t.shape[-1])
     out = torch.zeros(flat_probs.shape[0], num_atoms, dtype=probs_t.dtype, device=probs_t.device)
-    # Out of place: under torch.func.vmap (packed runs) the zeros are not batched but the mass is.
+    # Out of place: under torch.func transforms the zeros are not batched but the mass is.
     out = out.scatter_add(
         1, lower.reshape(flat_probs.shape).long(), flat_probs * weight_lower.reshape(flat_probs.shape)
     )

@@ -36,13 +36,12 @@ class R2D1Model(nn.Module):
     through ``recurrent.lstm_with_resets`` (one input product for all steps and a hand-written
     recurrence); otherwise the whole sequence goes through the fused LSTM in one call.
 
-    ``data_independent`` is set while ``torch.func`` transforms run the model (packed runs,
-    ``algorithms.packed``), where no branch may read the data and neither the fused LSTM nor the
-    hand-written recurrence has a batching rule: the LSTM then runs step by step in plain tensor
-    operations, resetting where ``reset`` says.
+    ``sequence_lstm`` runs the LSTM over the sequence, ``lstm_with_resets``'s signature; a caller
+    that runs the model under ``torch.func`` transforms, which batch neither the fused LSTM nor the
+    hand-written recurrence, sets one that they can batch for the time being.
     """
 
-    data_independent: bool = False
+    sequence_lstm = staticmethod(lstm_with_resets)
 
     def __init__(
         self,
@@ -93,7 +92,7 @@ class R2D1Model(nn.Module):
             )
         T, B = (lead[0], lead[1]) if len(lead) == 2 else (1, lead[0] if lead else 1)
         features = self.torso(observation.reshape(T, B, *self.observation_shape))
-        # A comparison, not F.one_hot, which reads the data (its range check) and so cannot run under vmap.
+        # A comparison, not F.one_hot, which reads the data (its range check): torch.func cannot batch it.
         actions = torch.arange(self.n_actions, device=prev_action.device)
         prev_action_one_hot = (prev_action.reshape(T, B, 1).long() == actions).to(features.dtype)
         lstm_input = torch.cat(
@@ -103,10 +102,7 @@ class R2D1Model(nn.Module):
             h0 = c0 = lstm_input.new_zeros(B, self.lstm_size)
         else:
             h0, c0 = state.h.reshape(B, self.lstm_size), state.c.reshape(B, self.lstm_size)
-        if self.data_independent:
-            lstm_out, h, c, cells = self._stepwise_lstm(lstm_input, h0, c0, reset)
-        else:
-            lstm_out, h, c, cells = lstm_with_resets(self.lstm, lstm_input, h0, c0, reset, return_states)
+        lstm_out, h, c, cells = self.sequence_lstm(self.lstm, lstm_input, h0, c0, reset, return_states)
         q = self.head(lstm_out).reshape(*lead, self.n_actions)
         state_shape = (B, self.lstm_size) if len(lead) else (self.lstm_size,)
         next_state = NamedArrays(h=h.reshape(state_shape), c=c.reshape(state_shape))
@@ -139,25 +135,3 @@ class R2D1Model(nn.Module):
             lstm_input, (h, c), lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0
         )
         return self.head(h), h, c
-
-    def _stepwise_lstm(
-        self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, reset: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The single-layer ``self.lstm`` one step at a time in plain tensor operations, which
-        ``torch.func.vmap`` can batch (the fused kernel and ``recurrent.lstm_with_resets`` cannot):
-        ``x`` [T, B, D] from (h, c) [B, H], the state zeroed before step t where ``reset[t]``.
-        Returns outputs and cell states [T, B, H] and the final (h, c) [B, H]."""
-        lstm = self.lstm
-        projected = x @ lstm.weight_ih_l0.T + lstm.bias_ih_l0 + lstm.bias_hh_l0  # [T, B, 4H]
-        keep = None if reset is None else (~reset.reshape(x.shape[0], -1, 1)).to(x.dtype)
-        outputs, cells = [], []
-        for t in range(x.shape[0]):
-            if keep is not None:
-                h, c = h * keep[t], c * keep[t]
-            # PyTorch's gate order: input, forget, cell, output.
-            i, f, g, o = (projected[t] + h @ lstm.weight_hh_l0.T).chunk(4, dim=-1)
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-            h = torch.sigmoid(o) * torch.tanh(c)
-            outputs.append(h)
-            cells.append(c)
-        return torch.stack(outputs), h, c, torch.stack(cells)

@@ -34,8 +34,9 @@ __all__ = ["PackMismatch", "check_packable", "learner_class", "train_packed"]
 
 def learner_class(algo: str) -> Any:
     """The packed learner of algorithm ``algo`` (``ValueError`` when it has none)."""
-    from algorithms.algos.base import QpgAlgo, QReplayLearner
     from algorithms.algos.ppo import Algo as Ppo
+    from algorithms.learners.q_replay import QReplayLearner
+    from algorithms.learners.qpg import QpgAlgo
     from algorithms.packed.learners import PackedPpoLearner, PackedQLearner, PackedQpgLearner
 
     cls = registry.algo_module(algo).Algo

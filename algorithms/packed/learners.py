@@ -1,10 +1,12 @@
 """Packed learners: the members' updates as one computation over stacked parameters.
 
 Each learner wraps the K member algorithms a packed run built (one per seed, each exactly as a
-single run builds it) and replaces their update loop: every member keeps its own replay, update
-schedule, counters and random draws, and runs its own loss code (the algorithm's ``loss`` or
-``minibatch_loss``, mapped over the members by ``torch.func``); what the members share is one
-forward and backward pass over stacked networks and one optimizer step over stacked parameters.
+single run builds it) and is the stepper of their family's update loop (``algorithms.learners``:
+``replay_updates``, ``minibatch_epochs``, ``qpg_update``, the loops single runs use): every member
+keeps its own replay, update schedule, counters and random draws, and runs its own loss code (the
+algorithm's ``loss``, ``minibatch_loss`` or ``critic_loss`` and ``actor_loss``, mapped over the
+members by ``torch.func``); what the members share is one forward and backward pass over stacked
+networks and one optimizer step over stacked parameters.
 
 ``take(k, samples)`` gives member k its sampler batch, right after it sampled and with its global
 RNG state current (``runner.MemberRng``), so that it draws what its single run draws (its replay
@@ -23,8 +25,11 @@ from typing import Any
 
 import torch
 
-from algorithms.algos.base import OptInfo
 from algorithms.arrays import NamedArrays
+from algorithms.learners.common import OptInfo, nonfinite_loss
+from algorithms.learners.policy_gradient import minibatch_epochs
+from algorithms.learners.q_replay import Draw, replay_updates
+from algorithms.learners.qpg import qpg_update
 from algorithms.packed.optim import MemberOptimizer, stacked_optimizer
 from algorithms.packed.stack import (
     StackedParameters,
@@ -35,11 +40,6 @@ from algorithms.packed.stack import (
     stack_members,
     unflatten,
 )
-
-
-def _failure(loss: float, diagnostics: dict[str, float], updates: int) -> str:
-    shown = ", ".join(f"{key}={value:.4g}" for key, value in diagnostics.items())
-    return f"loss became {loss} at update {updates}; last diagnostics: {shown}"
 
 
 class PackedLearner:
@@ -59,7 +59,7 @@ class PackedLearner:
             algo.optimizer = MemberOptimizer(self.optimizer, k)
         self.clip_grad_norm = clip_grad_norm
 
-    def step(self, grads: dict[str, torch.Tensor]) -> torch.Tensor:
+    def apply_gradients(self, grads: dict[str, torch.Tensor]) -> torch.Tensor:
         """Install the members' gradients, clip each member's, take the optimizer step; returns the
         gradient norms before clipping [K]."""
         for name, param in self.online.params.items():
@@ -70,7 +70,8 @@ class PackedLearner:
 
 
 class PackedQLearner(PackedLearner):
-    """The replay-based Q-learners (``QReplayLearner``: DQN, C51, Rainbow, R2D1), packed.
+    """The replay-based Q-learners (``QReplayLearner``: DQN, C51, Rainbow, R2D1), packed: their update
+    loop (``replay_updates``) with this learner as its stepper.
 
     One update: each member draws its own minibatch from its own replay (uniform, or prioritized
     from its own sum tree), the members' losses and gradients come from one vmapped call of the
@@ -78,18 +79,23 @@ class PackedQLearner(PackedLearner):
     hard target update (all members reach the period together) is one copy of the stacks.
     """
 
+    # A member whose loss is not finite stops; the others' computations never read its slices.
+    stops_failed = True
+
     def __init__(self, algos: Sequence[Any]) -> None:
         super().__init__(algos, [a.model for a in algos], algos[0].clip_grad_norm)
         self.target = StackedParameters([a.target_model for a in self.algos], requires_grad=False)
         template = self.algos[0]
-        self.flags: dict[str, Any] = {}  # the minibatch's ``packed_flags``, set before each call
+        self.device = template.agent.device
+        self.branches: dict[str, Any] = {}  # the minibatch's ``data_branches``, set before each call
 
         def member_loss(params, buffers, target_params, target_buffers, flat_batch):
             view = member_view(
                 template,
                 model=self.online.call({**params, **buffers}),
                 target_model=self.target.call({**target_params, **target_buffers}),
-                **self.flags,
+                data_independent=True,
+                **self.branches,
             )
             loss, priorities, info = view.loss(unflatten(flat_batch))
             return loss, (loss.detach(), priorities, info)
@@ -108,57 +114,30 @@ class PackedQLearner(PackedLearner):
         n_updates = taken[0]
         if n_updates == 0 or not self.algos[members[0]].warm:
             return [(self.algos[k].train(0, 0), None) for k in members]
-        diagnostics, failures = self.run_updates(n_updates, members)
+        diagnostics, failures = replay_updates(self.algos, members, n_updates, self)
         return [(self.algos[k].opt_info(n_updates, diagnostics[k]), failures.get(k)) for k in members]
 
-    def run_updates(
-        self, n_updates: int, members: Sequence[int]
-    ) -> tuple[dict[int, dict[str, float]], dict[int, str]]:
-        """``n_updates`` packed updates; each member's mean diagnostics, and the members whose loss
-        was not finite (their priorities and update counts are not written from then on)."""
-        algos, live = self.algos, set(members)
-        batch_size, update_priorities = algos[0].minibatch()
-        keys = algos[0].diagnostic_keys
-        sums: dict[int, dict[str, float]] = {k: dict.fromkeys(keys, 0.0) for k in members}
-        counts = dict.fromkeys(members, 0)
-        failures: dict[int, str] = {}
-        device = algos[0].agent.device
-        done = algos[members[0]].updates  # every live member's count: they update in lockstep
-        for _ in range(n_updates):
-            draws = [a.replay.sample(batch_size) for a in algos]  # a stopped member's too: fixed shapes
-            batch = stack_members([data.replace(is_weights=w) for data, _, w in draws]).to_torch(device)
-            self.flags = algos[0].packed_flags(batch)
-            with self.online.transformed(), self.target.transformed():
-                grads, (loss, priorities, info) = self.gradients(
-                    self.online.params,
-                    self.online.buffers,
-                    self.target.params,
-                    self.target.buffers,
-                    flatten(batch),
-                )
-            info["grad_norm"] = self.step(grads)
-            info["loss"] = loss
-            values = {key: info[key].tolist() for key in keys}
-            for k in sorted(live):
-                member_values = {key: values[key][k] for key in keys}
-                if not math.isfinite(member_values["loss"]):
-                    mean = {key: sums[k][key] / counts[k] if counts[k] else math.nan for key in keys}
-                    failures[k] = _failure(member_values["loss"], mean, algos[k].updates + 1)
-                    live.discard(k)
-                    continue
-                if update_priorities:
-                    algos[k].replay.update_priorities(draws[k][1], priorities[k].cpu())
-                algos[k].updates += 1
-                counts[k] += 1
-                for key in keys:
-                    sums[k][key] += member_values[key]
-            done += 1
-            if done % algos[0].config.target_update_period_updates == 0:
-                self.target.copy_from(self.online)
-        diagnostics = {
-            k: {key: sums[k][key] / counts[k] if counts[k] else math.nan for key in keys} for k in members
-        }
-        return diagnostics, failures
+    def batch(self, draws: list[Draw]) -> NamedArrays:
+        """The members' minibatches stacked, [K, ...]; a stopped member's too (fixed shapes)."""
+        return stack_members([data.replace(is_weights=w) for data, _, w in draws]).to_torch(self.device)
+
+    def step(self, batch: NamedArrays) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """One vmapped gradient of the members' losses and one step of the stacked optimizer."""
+        self.branches = self.algos[0].data_branches(batch)
+        with self.online.transformed(), self.target.transformed():
+            grads, (loss, priorities, info) = self.gradients(
+                self.online.params,
+                self.online.buffers,
+                self.target.params,
+                self.target.buffers,
+                flatten(batch),
+            )
+        info["grad_norm"] = self.apply_gradients(grads)
+        info["loss"] = loss
+        return info, priorities
+
+    def sync_targets(self) -> None:
+        self.target.copy_from(self.online)
 
 
 class PackedPpoLearner(PackedLearner):
@@ -170,6 +149,7 @@ class PackedPpoLearner(PackedLearner):
     def __init__(self, algos: Sequence[Any]) -> None:
         super().__init__(algos, [a.agent.model for a in algos], algos[0].config.clip_grad_norm or math.inf)
         template = self.algos[0]
+        self.clip_epsilon = template.config.clip_epsilon  # the current call's (``update``)
 
         def member_loss(params, buffers, flat_minibatch, clip_epsilon):
             agent = member_view(template.agent, model=self.online.call({**params, **buffers}))
@@ -196,40 +176,46 @@ class PackedPpoLearner(PackedLearner):
     def update(
         self, members: Sequence[int], taken: Sequence[tuple[NamedArrays, int, list[tuple[torch.Tensor, ...]]]]
     ) -> list[tuple[OptInfo, str | None]]:
+        """The members' epochs (``minibatch_epochs``) with this learner as their stepper."""
         from algorithms.algos.ppo import MINIBATCH_DIAGNOSTICS
 
         algos = self.algos
         prepared = {k: (batch, orders) for k, (batch, _, orders) in zip(members, taken)}
         lead = algos[members[0]]
-        epochs, n_minibatches = lead.config.epochs, lead.n_minibatches
-        learning_rate, clip_epsilon = lead.schedule()
+        learning_rate, self.clip_epsilon = lead.schedule()
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         # A stopped member computes on a live member's data: fixed shapes, results unread.
         filler = prepared[members[0]]
+        member_data = [prepared.get(k, filler) for k in range(self.n_members)]
+        orders = [
+            [[(batch, order[epoch][j]) for batch, order in member_data] for j in range(lead.n_minibatches)]
+            for epoch in range(lead.config.epochs)
+        ]
         keys = (*MINIBATCH_DIAGNOSTICS, "loss")
-        totals = torch.zeros(len(keys), self.n_members)
-        device = lead.agent.device
-        for epoch in range(epochs):
-            for j in range(n_minibatches):
-                minibatches = []
-                for k, algo in enumerate(algos):
-                    batch, order = prepared.get(k, filler)
-                    minibatches.append(algo.minibatch(batch, order[epoch][j].to(device)))
-                grads, values = self.gradients(
-                    self.online.params, self.online.buffers, flatten(stack_members(minibatches)), clip_epsilon
-                )
-                values["grad_norm"] = self.step(grads)
-                totals += torch.stack([values[key].detach().float().cpu() for key in keys])
-        updates = epochs * n_minibatches
-        means = (totals / updates).tolist()
+        totals, updates, _ = minibatch_epochs(self, orders, keys, target_kl=0.0)
+        values = {key: total.tolist() for key, total in totals.items()}
         results = []
         for k in members:
-            member = {key: means[i][k] for i, key in enumerate(keys)}
+            member = {key: values[key][k] / updates for key in keys}
             loss = member.pop("loss")
-            failure = None if math.isfinite(loss) else _failure(loss, member, updates)
+            failure = None if math.isfinite(loss) else nonfinite_loss(loss, member, updates)
             results.append((algos[k].opt_info(prepared[k][0], updates, member, False), failure))
         return results
+
+    def loss(
+        self, minibatches: list[tuple[NamedArrays, torch.Tensor]]
+    ) -> tuple[Any, dict[str, torch.Tensor]]:
+        """The members' gradients on their minibatches (each member's batch and indices), one vmapped
+        call, and their diagnostics [K]."""
+        device = self.algos[0].agent.device
+        stacked = stack_members(
+            [algo.minibatch(batch, idx.to(device)) for algo, (batch, idx) in zip(self.algos, minibatches)]
+        )
+        return self.gradients(self.online.params, self.online.buffers, flatten(stacked), self.clip_epsilon)
+
+    def step(self, grads: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.apply_gradients(grads)
 
 
 class PackedQpgLearner:
@@ -242,6 +228,7 @@ class PackedQpgLearner:
     def __init__(self, algos: Sequence[Any]) -> None:
         self.algos = list(algos)
         self.n_members = len(self.algos)
+        self.members: Sequence[int] = range(self.n_members)  # those training, set by each ``update``
         template = self.algos[0]
         self.actor = StackedParameters([a.actor for a in self.algos], requires_grad=True)
         self.critic = StackedParameters([a.critic.q for a in self.algos], requires_grad=True)
@@ -296,23 +283,20 @@ class PackedQpgLearner:
 
     def take(self, k: int, samples: NamedArrays) -> list[tuple[NamedArrays, dict[str, torch.Tensor]]]:
         """Member ``k`` appends its batch to its replay and draws the minibatches and random draws of
-        the updates it now owes, in its single run's order."""
+        the updates it now owes (``QpgAlgo.draws``), in its single run's order."""
         algo = self.algos[k]
-        draws = []
-        for _ in range(algo.replay.append(samples)):
-            batch = algo.replay.sample(algo.config.batch_size, algo.agent.device)
-            draws.append((batch, algo.draw_noise(batch)))
-        return draws
+        return list(algo.draws(algo.replay.append(samples)))
 
     def update(
         self, members: Sequence[int], taken: Sequence[list[tuple[NamedArrays, dict[str, torch.Tensor]]]]
     ) -> list[tuple[OptInfo, str | None]]:
+        """The members' updates: each one ``qpg_update`` with this learner as its stepper."""
         if len({len(t) for t in taken}) > 1:
             raise RuntimeError(
                 f"packed members owe different numbers of updates {[len(t) for t in taken]}; "
                 "they must be in lockstep"
             )
-        algos = self.algos
+        self.members = members
         own = dict(zip(members, taken))
         filler = taken[0]  # a stopped member computes on a live member's data: fixed shapes, unread
         infos: dict[int, list[dict[str, float]]] = {k: [] for k in members}
@@ -321,28 +305,7 @@ class PackedQpgLearner:
             batches = [own.get(k, filler)[i] for k in range(self.n_members)]
             batch = flatten(stack_members([b for b, _ in batches]))
             noise = {key: torch.stack([n[key] for _, n in batches]) for key in batches[0][1]}
-            grads, info = self.critic_gradients(
-                self.critic.tensors(),
-                self.inputs("actor", "actor_target", "critic_target", "log_alpha"),
-                batch,
-                noise,
-            )
-            self.step(self.critic_optimizer, self.critic.params, grads)
-            due = {algos[k].count_update() for k in members}
-            if len(due) > 1:
-                raise RuntimeError(
-                    "packed members disagree on whether the actor updates; they must be in lockstep"
-                )
-            if due.pop():
-                trained, params = {"actor": self.actor.tensors()}, dict(self.actor.params)
-                untrained = ["critic", "actor_target", "critic_target", "log_alpha"]
-                if self.tuned_alpha:
-                    trained["log_alpha"] = params["log_alpha"] = self.log_alpha
-                    untrained.remove("log_alpha")
-                grads, actor_info = self.actor_gradients(trained, self.inputs(*untrained), batch, noise)
-                self.step(self.actor_optimizer, params, {**grads.pop("actor"), **grads})
-                self.update_targets()
-                info.update(actor_info)
+            info = qpg_update(self, batch, noise)
             values = {key: value.tolist() for key, value in info.items()}
             for k in members:
                 if k in failures:
@@ -350,9 +313,40 @@ class PackedQpgLearner:
                 member = {key: values[key][k] for key in values}
                 loss = member.get("critic_loss", 0.0) + member.get("actor_loss", 0.0)
                 if not math.isfinite(loss):
-                    failures[k] = _failure(loss, member, len(infos[k]) + 1)
+                    failures[k] = nonfinite_loss(loss, member, len(infos[k]) + 1)
                 infos[k].append(member)
-        return [(algos[k].opt_info(infos[k]), failures.get(k)) for k in members]
+        return [(self.algos[k].opt_info(infos[k]), failures.get(k)) for k in members]
+
+    def critic_step(self, batch: dict[str, Any], noise: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One vmapped critic gradient over the members and one stacked Adam step."""
+        grads, info = self.critic_gradients(
+            self.critic.tensors(),
+            self.inputs("actor", "actor_target", "critic_target", "log_alpha"),
+            batch,
+            noise,
+        )
+        self.apply(self.critic_optimizer, self.critic.params, grads)
+        return info
+
+    def count_update(self) -> bool:
+        """Every training member counts its update; they agree on the actor's turn (lockstep)."""
+        due = {self.algos[k].count_update() for k in self.members}
+        if len(due) > 1:
+            raise RuntimeError(
+                "packed members disagree on whether the actor updates; they must be in lockstep"
+            )
+        return due.pop()
+
+    def actor_step(self, batch: dict[str, Any], noise: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One vmapped actor (and temperature) gradient over the updated critics, one stacked Adam step."""
+        trained, params = {"actor": self.actor.tensors()}, dict(self.actor.params)
+        untrained = ["critic", "actor_target", "critic_target", "log_alpha"]
+        if self.tuned_alpha:
+            trained["log_alpha"] = params["log_alpha"] = self.log_alpha
+            untrained.remove("log_alpha")
+        grads, info = self.actor_gradients(trained, self.inputs(*untrained), batch, noise)
+        self.apply(self.actor_optimizer, params, {**grads.pop("actor"), **grads})
+        return info
 
     def inputs(self, *names: str) -> dict[str, Any]:
         """The named networks' stacked tensors (``log_alpha``: SAC's temperature), as values the
@@ -373,7 +367,7 @@ class PackedQpgLearner:
         return found
 
     @staticmethod
-    def step(optimizer: torch.optim.Optimizer, params: dict[str, Any], grads: dict[str, Any]) -> None:
+    def apply(optimizer: torch.optim.Optimizer, params: dict[str, Any], grads: dict[str, Any]) -> None:
         """Install ``grads`` on ``params`` (by name) and step ``optimizer``."""
         for name, param in params.items():
             param.grad = grads[name]

@@ -1,0 +1,112 @@
+"""What the actor-critic policy gradients (A2C, PPO) share: the learning-rate schedule, the config
+checks, the learner's optimizer and checkpoint, and PPO's epochs of minibatch steps
+(``minibatch_epochs``), which single and packed runs share through a ``MinibatchStepper``: a
+single run's backpropagates through ``ppo.Algo.minibatch_loss``, a packed run's
+(``algorithms.packed.learners``) computes K members' gradients at once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from algorithms.agents.base import Agent
+from algorithms.configs import check_field, check_ranges
+from algorithms.models.torsos import CONV_TORSOS
+
+
+def anneal_fraction(env_steps: int, anneal_env_steps: int) -> float:
+    """1 at the start of training, falling linearly to 0 at ``anneal_env_steps`` (1 if that is 0).
+
+    ``env_steps`` is the run's count (``agent.env_steps``, set by the runner before ``optimize``),
+    not one process's iterations x batch: under data-parallel training every rank then anneals on
+    the global count.
+    """
+    if anneal_env_steps == 0:
+        return 1.0
+    return max(0.0, 1.0 - env_steps / anneal_env_steps)
+
+
+def validate_pg_config(
+    config: Any,
+    positive: tuple[str, ...] = (),
+    positive_ints: tuple[str, ...] = (),
+    non_negative: tuple[str, ...] = (),
+) -> None:
+    """The field checks of the A2C and PPO configs: the fields both have, plus the named extra ones.
+    Raises ``ValueError`` naming ``<algo>.Config.<field>`` and its value."""
+    check_ranges(
+        config,
+        unit=("discount", "gae_lambda"),
+        positive=("learning_rate", "optimizer_eps", *positive),
+        positive_ints=("lstm_size", *positive_ints),
+        non_negative=("value_coef", "entropy_coef", "clip_grad_norm", "anneal_env_steps", *non_negative),
+        sizes=("hidden_sizes",),
+    )
+    check_field(config, config.conv_torso in CONV_TORSOS, "conv_torso", f"one of {CONV_TORSOS}")
+
+
+class PgLearner:
+    """What the A2C and PPO learners share: the config, the agent, the [T, B] batch shape and one
+    optimizer over the model (``make_optimizer``), checkpointed with ``state_dict``."""
+
+    def __init__(self, config: Any, agent: Agent, counters_frameskip: int, batch_spec: Any) -> None:
+        self.config = config
+        self.agent = agent
+        self.T, self.B = int(batch_spec.T), int(batch_spec.B)
+        self.optimizer = self.make_optimizer(agent.model.parameters())
+
+    def make_optimizer(self, params: Iterable[Any]) -> torch.optim.Optimizer:
+        raise NotImplementedError
+
+    def clipped_step(self, loss: torch.Tensor) -> torch.Tensor:
+        """One optimizer step on ``loss``, the gradient clipped to 2-norm ``config.clip_grad_norm``
+        (0: not clipped); returns the norm before clipping."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        norm = nn.utils.clip_grad_norm_(self.agent.model.parameters(), self.config.clip_grad_norm or math.inf)
+        self.optimizer.step()
+        return norm
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+class MinibatchStepper(Protocol):
+    """The seam between ``minibatch_epochs`` and the run kind: one minibatch's loss and step."""
+
+    def loss(self, indices: Any) -> tuple[Any, dict[str, torch.Tensor]]:
+        """The loss of the minibatch at ``indices`` (or, computed with it, its gradients) and its
+        diagnostics as tensors (``approx_kl`` among them)."""
+
+    def step(self, loss: Any) -> torch.Tensor:
+        """The optimizer step on what ``loss`` returned; returns the gradient norm before clipping."""
+
+
+def minibatch_epochs(
+    stepper: MinibatchStepper, orders: Iterable[Iterable[Any]], keys: Sequence[str], target_kl: float
+) -> tuple[dict[str, Any], int, bool]:
+    """One optimizer step per minibatch of each epoch (``orders``: per epoch, the minibatches'
+    indices, drawn when the epoch starts), stopped before the step whose approximate KL to the
+    sampling policy exceeds 1.5 x ``target_kl`` (0: never; Spinning Up's PPO, Stable-Baselines3's
+    ``target_kl``). Returns the diagnostics ``keys`` summed over the steps (``grad_norm`` among
+    them), the number of steps and whether the KL stopped them."""
+    totals: dict[str, Any] = dict.fromkeys(keys, 0.0)
+    updates = 0
+    for order in orders:
+        for indices in order:
+            loss, values = stepper.loss(indices)
+            if target_kl > 0 and values["approx_kl"].item() > 1.5 * target_kl:
+                return totals, updates, True
+            values["grad_norm"] = stepper.step(loss)
+            updates += 1
+            for key in keys:
+                totals[key] = totals[key] + values[key].detach()
+    return totals, updates, False

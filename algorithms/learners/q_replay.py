@@ -1,0 +1,232 @@
+"""Q-learning from replay: the learner state and update loop DQN (C51, Rainbow) and R2D1 share, in
+single and packed runs (``replay_updates``).
+
+One update: every member draws a minibatch from its own replay; the stepper computes the loss's
+gradient and takes one clipped optimizer step (``Stepper``); each member writes the new priorities
+of the items it drew and counts the update; every ``target_update_period_updates`` updates the
+target network becomes a copy of the online one. A single run is one member with
+``SingleStepper``; a packed run's stepper (``algorithms.packed.learners``) steps K members at once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import torch
+
+from algorithms.arrays import NamedArrays
+from algorithms.learners.common import OptInfo, nonfinite_loss
+from algorithms.replay.observations import observations_for
+
+# One member's replay draw: (minibatch, drawn items, importance-sampling weights).
+Draw = tuple[NamedArrays, Any, Any]
+
+
+class Stepper(Protocol):
+    """The seam between the update loop and the run kind: one update's gradient and optimizer step."""
+
+    # Whether a member whose loss is not finite stops (a packed run's other members go on) or trains
+    # on (a single run: the runner sees the non-finite diagnostics).
+    stops_failed: bool
+
+    def batch(self, draws: list[Draw]) -> NamedArrays:
+        """The loss's input from the members' draws, on the learner's device."""
+
+    def step(self, batch: NamedArrays) -> tuple[dict[str, torch.Tensor], Any]:
+        """Gradient and optimizer step on ``batch``. Returns the diagnostics (the loss's, ``loss`` and
+        ``grad_norm``: 0-dim tensors for one member, ``[K]`` for K) and the new priorities
+        indexable by member."""
+
+    def sync_targets(self) -> None:
+        """The hard target update: target <- online."""
+
+
+def replay_updates(
+    learners: Sequence[Any], members: Sequence[int], n_updates: int, stepper: Stepper
+) -> tuple[dict[int, dict[str, float]], dict[int, str]]:
+    """``n_updates`` updates of the ``members`` (indices into ``learners``, ascending) still
+    training; each member's diagnostics averaged over its updates, and the members that stopped
+    (``Stepper.stops_failed``) with why. A stopped member still draws (fixed shapes), but its
+    priorities and update count are not written from then on."""
+    first = learners[members[0]]
+    batch_size, update_priorities = first.minibatch()
+    keys = first.diagnostic_keys
+    loss_at = keys.index("loss")
+    period = first.config.target_update_period_updates
+    sums = {k: [0.0] * len(keys) for k in members}
+    counts = dict.fromkeys(members, 0)
+    failures: dict[int, str] = {}
+    live = list(members)
+    done = first.updates  # every live member's count: they update in lockstep
+    for _ in range(n_updates):
+        draws = [learner.replay.sample(batch_size) for learner in learners]
+        info, priorities = stepper.step(stepper.batch(draws))
+        # One conversion for all of them: a float() per 0-dim tensor costs a few us each.
+        rows = torch.stack([info[key] for key in keys], dim=-1).tolist()
+        if not isinstance(rows[0], list):  # one member's 0-dim values: one row
+            rows = [rows]
+        for k in live:
+            values = rows[k]
+            if stepper.stops_failed and not math.isfinite(values[loss_at]):
+                mean = means(keys, sums[k], counts[k])
+                failures[k] = nonfinite_loss(values[loss_at], mean, learners[k].updates + 1)
+                continue
+            if update_priorities:
+                learners[k].replay.update_priorities(draws[k][1], priorities[k].cpu())
+            learners[k].updates += 1
+            counts[k] += 1
+            sums[k] = [total + value for total, value in zip(sums[k], values)]
+        if failures:
+            live = [k for k in live if k not in failures]
+        done += 1
+        if done % period == 0:
+            stepper.sync_targets()
+    return {k: means(keys, sums[k], counts[k]) for k in members}, failures
+
+
+def means(keys: Sequence[str], sums: list[float], count: int) -> dict[str, float]:
+    return {key: total / count if count else math.nan for key, total in zip(keys, sums)}
+
+
+class SingleStepper:
+    """A single run's update step: backpropagation through the learner's ``loss``, the gradient
+    clipped (``QReplayLearner.clip_gradients``), one step of its optimizer."""
+
+    stops_failed = False
+
+    def __init__(self, learner: QReplayLearner) -> None:
+        self.learner = learner
+        self.device = learner.agent.device
+
+    def batch(self, draws: list[Draw]) -> NamedArrays:
+        ((data, _, is_weights),) = draws
+        batch = data.replace(is_weights=is_weights)
+        if self.device.type != "cpu":  # the replay gives CPU tensors: no move per leaf otherwise
+            batch = batch.to_torch(self.device)
+        return batch
+
+    def step(self, batch: NamedArrays) -> tuple[dict[str, torch.Tensor], Any]:
+        learner = self.learner
+        loss, priorities, info = learner.loss(batch)
+        learner.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        info["grad_norm"] = learner.clip_gradients()
+        learner.optimizer.step()
+        info["loss"] = loss.detach()
+        return info, (priorities,)
+
+    def sync_targets(self) -> None:
+        self.learner.target_model.load_state_dict(self.learner.model.state_dict())
+
+
+class QReplayLearner:
+    """The learner state DQN (with C51 and Rainbow) and R2D1 share: the warm-up test, the replay's
+    storage and selector seed, the checkpoint, and a single run's ``updates`` minibatch steps
+    (``replay_updates`` with ``SingleStepper``), each a replay draw, ``loss(batch) -> (loss,
+    priorities, info)``, one clipped optimizer step, new priorities for the drawn items and the
+    periodic hard target sync.
+
+    Checkpointed state (``state_dict``): target network, optimizer, update count and ``credit``, the
+    update schedule carried between calls (DQN: env steps not yet matched by an update; R2D1:
+    replayed steps owed to the replay ratio), stored under the subclass's ``credit_key``.
+
+    Subclasses set ``config`` (with ``learning_starts_steps`` and ``target_update_period_updates``),
+    ``agent``, ``model``, ``target_model``, ``optimizer``, ``clip_grad_norm``, ``replay``,
+    ``replay_steps``, ``updates``, ``diagnostic_keys`` and ``loss``.
+    """
+
+    # Set while a ``torch.func`` transform runs ``loss``, where no branch may read the data; what the
+    # branches would have read is then set with it (``data_branches``).
+    data_independent = False
+
+    @property
+    def warm(self) -> bool:
+        """Enough steps to learn from. Counted per process: a resumed run refills its replay first."""
+        return (
+            self.replay is not None
+            and self.replay_steps >= self.config.learning_starts_steps
+            and len(self.replay) > 0
+        )
+
+    credit_key: str
+
+    def new_storage(self, storage_cls: type, example: NamedArrays, **kwargs: Any) -> Any:
+        """``storage_cls`` (transitions or sequences) holding ``replay_size_steps`` env steps of this
+        run's B envs, each frame stored once when observations are frame stacks (``observations_for``)."""
+        observations = observations_for(example.observation)
+        return storage_cls(self.config.replay_size_steps, self.batch_spec.B, example, observations, **kwargs)
+
+    @staticmethod
+    def selector_seed() -> int:
+        """The replay selector's numpy seed, drawn from torch's global RNG (seeded by ``train()``) so
+        that runs repeat."""
+        return int(torch.randint(2**31 - 1, ()))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "target_model": self.target_model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "updates": self.updates,
+            self.credit_key: self.credit,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.target_model.load_state_dict(state["target_model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = int(state["updates"])
+        self.credit = type(self.credit)(state[self.credit_key])
+
+    def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
+        """Append the batch, then the updates it makes due (``take_samples``)."""
+        return self.train(itr, self.take_samples(samples))
+
+    def take_samples(self, samples: NamedArrays) -> int:
+        """Append a sampler batch to the replay; returns how many updates are now due."""
+        raise NotImplementedError
+
+    def minibatch(self) -> tuple[int, bool]:
+        """(items per minibatch, whether updates write new priorities)."""
+        raise NotImplementedError
+
+    def opt_info(self, n_updates: int, diagnostics: dict[str, float]) -> OptInfo:
+        """What ``n_updates`` updates did, with their averaged ``diagnostics``."""
+        raise NotImplementedError
+
+    def data_branches(self, batch: NamedArrays) -> dict[str, Any]:
+        """What ``loss`` reads from the data to choose its branches, for ``batch`` with leading
+        dimensions: a caller that runs the loss under a ``torch.func`` transform, where no branch may
+        read the data, computes these outside it and sets them as attributes of the loss's
+        algorithm. None by default."""
+        return {}
+
+    def train(self, itr: int, n_updates: int) -> OptInfo:
+        """``n_updates`` updates from the replay (none while warming up: NaN diagnostics)."""
+        if not self.warm:
+            return OptInfo(diagnostics=dict.fromkeys(self.diagnostic_keys, math.nan))
+        return self.opt_info(n_updates, self.run_updates(n_updates))
+
+    def clip_gradients(self) -> torch.Tensor:
+        """Clip the model's gradient to 2-norm ``clip_grad_norm``; returns the norm before clipping.
+        With clipping off (inf) only the norm is computed, for the ``grad_norm`` diagnostic: the two
+        multi-tensor kernels ``clip_grad_norm_`` computes it with, without its grouping and scaling
+        work (docs/results/bench_minatar.md)."""
+        if math.isinf(self.clip_grad_norm):
+            # The parameter list is kept: walking the model's modules for it cost as much as the
+            # norm of a MinAtar network's gradient (docs/results/bench_minatar.md).
+            params = self.__dict__.get("_norm_params")
+            if params is None:
+                params = self._norm_params = list(self.model.parameters())
+            grads = [p.grad for p in params if p.grad is not None]
+            return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+        return torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
+
+    def run_updates(self, n_updates: int) -> dict[str, float]:
+        """``n_updates`` minibatch steps (``replay_updates``); the diagnostics averaged over them."""
+        # Kept: building it reads the model's device, which costs as much as the loop's own work.
+        stepper = self.__dict__.get("_stepper")
+        if stepper is None:
+            stepper = self._stepper = SingleStepper(self)
+        diagnostics, _ = replay_updates([self], [0], n_updates, stepper)
+        return diagnostics[0]
