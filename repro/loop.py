@@ -126,24 +126,29 @@ class Attempts:
         return Outcome(task.key, "failed", attempts, wall, error)
 
 
-def _say(msg: str) -> None:
+def say_stderr(msg: str) -> None:
+    """The scheduler's lines, by default: on stderr, below the progress bar."""
     print(msg, file=sys.stderr, flush=True)
 
 
+@dataclass(frozen=True)
+class Policy:
+    """How the loop runs the tasks (module docstring): retries of a failed task, the progress bar,
+    seconds the jobs get to stop on Ctrl-C, between two looks at the attempts, and for a held run."""
+
+    retries: int
+    progress: bool
+    grace_s: float
+    poll_s: float
+    busy_wait_s: float
+
+
 def run_tasks(
-    tasks: Sequence[Task],
-    backend: Backend,
-    retries: int = 2,
-    progress: bool = True,
-    grace_s: float = 30.0,
-    poll_s: float = 0.5,
-    on_event: Callable[[str], None] | None = None,
-    busy_wait_s: float = BUSY_WAIT_S,
-    where: str = "",
+    tasks: Sequence[Task], backend: Backend, policy: Policy, say: Callable[[str], None], where: str
 ) -> list[Outcome]:
     """Run ``tasks`` on ``backend``; one outcome per task (see the module docstring). ``where``
     (``3 slot(s)``) ends the line that says how many tasks were skipped."""
-    say = on_event or _say
+    retries, busy_wait_s = policy.retries, policy.busy_wait_s
     outcomes: dict[str, Outcome] = {}
     pending: list[Task] = []
     for task in tasks:
@@ -157,7 +162,7 @@ def run_tasks(
             say(f"{task.key}: FAILED ({error})")
     if skipped := sum(o.state == "skipped" for o in outcomes.values()):
         say(f"skipping {skipped} finished task(s); {len(pending)} to run on {where}")
-    bar = Progress(tasks, progress)
+    bar = Progress(tasks, policy.progress)
     bar.done_steps = sum(t.steps for t in tasks if t.key in outcomes)
     attempts = Attempts(retries)
     busy_since: dict[str, float] = {}
@@ -239,7 +244,7 @@ def run_tasks(
                     pending.remove(task)
                     start(task)
             pending = [t for t in pending if t.key not in outcomes]
-            for end in backend.wait(poll_s):
+            for end in backend.wait(policy.poll_s):
                 ended(end)
             running = backend.running()
             n_failed = sum(o.state == "failed" for o in outcomes.values())
@@ -248,7 +253,7 @@ def run_tasks(
                 f"done {len(outcomes)}/{len(tasks)} running {len(running)} failed {n_failed}",
             )
     except KeyboardInterrupt:
-        for task in backend.stop(grace_s):
+        for task in backend.stop(policy.grace_s):
             # A job that stopped by itself said so in status.json; one that had to be killed did not.
             mark_unfinished(task, "interrupted", f"the {backend.who} was interrupted")
     finally:

@@ -67,13 +67,11 @@ from typing import Any
 from algorithms.configs import ConfigError
 from algorithms.rundir import LOG_FILE, RunBusy, acquire_lock, release_lock
 from repro.job_side import BUSY_EXIT_CODE, SCHEDULER_PID_ENV
-from repro.loop import BUSY_WAIT_S, Ended, run_tasks
+from repro.loop import BUSY_WAIT_S, Ended, Policy, run_tasks, say_stderr
 from repro.mirror import Changes, apply_changes, read_dir
 from repro.mirror import Mirror as Mirror
-from repro.ray_connect import INTERRUPTED_CONNECTING as INTERRUPTED_CONNECTING
 from repro.ray_connect import LOOPBACK_NODE_IP as LOOPBACK_NODE_IP
 from repro.ray_connect import REPO, connect, disconnect, gpus_per_job_default, job_size
-from repro.ray_connect import check_fits as check_fits
 from repro.ray_connect import runtime_env as runtime_env
 from repro.tasks import Outcome, Task, open_log
 
@@ -442,7 +440,7 @@ def run_ray(
     job on a cluster with GPUs, else none."""
     import ray
 
-    say = on_event or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    say = on_event or say_stderr
     started_here = not ray.is_initialized()
     connect(address)
     try:
@@ -454,9 +452,8 @@ def run_ray(
             f"ray: {resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs; {n_jobs} job(s) to run"
             + (", run directories on the shared file system" if shared_fs else ", results streamed here")
         )
-        return run_tasks(
-            tasks, backend, retries, progress, grace_s, poll_s, say, busy_wait_s, where="the Ray cluster"
-        )
+        policy = Policy(retries, progress, grace_s, poll_s, busy_wait_s)
+        return run_tasks(tasks, backend, policy, say, "the Ray cluster")
     finally:
         if started_here:
             disconnect()

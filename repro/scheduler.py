@@ -43,7 +43,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -57,7 +56,7 @@ from repro.job_side import NO_SPACE_EXIT_CODE as NO_SPACE_EXIT_CODE
 from repro.job_side import SCHEDULER_PID_ENV
 from repro.job_side import follow_scheduler as follow_scheduler
 from repro.job_side import stop_on_signals as stop_on_signals
-from repro.loop import BUSY_WAIT_S, Ended, run_tasks
+from repro.loop import BUSY_WAIT_S, Ended, Policy, run_tasks, say_stderr
 from repro.tasks import Member as Member
 from repro.tasks import Outcome, Task, open_log
 from repro.tasks import last_env_steps as last_env_steps
@@ -210,11 +209,9 @@ def run_local(
     busy_wait_s: float = BUSY_WAIT_S,
 ) -> list[Outcome]:
     """Run ``tasks`` on ``slots``; returns one outcome per task (see the module docstring)."""
-    say = on_event or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    backend = LocalBackend(slots, say)
-    return run_tasks(
-        tasks, backend, retries, progress, grace_s, poll_s, say, busy_wait_s, where=f"{len(slots)} slot(s)"
-    )
+    say = on_event or say_stderr
+    policy = Policy(retries, progress, grace_s, poll_s, busy_wait_s)
+    return run_tasks(tasks, LocalBackend(slots, say), policy, say, f"{len(slots)} slot(s)")
 
 
 def _stop_jobs(procs: list[subprocess.Popen], grace_s: float, say: Callable[[str], None]) -> None:
