@@ -212,6 +212,7 @@ def run_tasks(
             attempts.cancel(task)
             pending.append(task)
         except RunUnreadable as error:
+            attempts.cancel(task)
             fail(task, str(error))
         except OSError as e:  # disk full at the log, no memory to fork: this job cannot start
             fail(task, f"cannot start: {e.strerror or e} ({e.filename or task.argv[0]})")

@@ -9,14 +9,9 @@ Ctrl-C) is ``repro.loop``'s, shared with the Ray backend; this module is the loc
   ``OMP_NUM_THREADS`` = the job's torch threads), ``cores // threads`` of them by default. A machine
   keeps its slot kind from one invocation to the next, so a resumed run keeps its device.
 * **Logs.** Each attempt appends a header line and the child's stdout/stderr to ``<run>/log.txt``.
-* **Skip, resume, retry.** A run whose ``status.json`` says complete (and whose ``progress.csv``
-  ends in a whole row at its budget: ``algorithms.rundir.completion``) is skipped; any other run is
-  started with ``resume`` (``train`` continues from ``checkpoints/latest.pt`` if there is one), with
-  one line first when its files need repair (a damaged ``status.json``, a torn last row). A job
-  that exits non-zero, or exits 0 without status complete, is retried up to ``retries`` more times,
-  then marked failed in its ``status.json``; the other jobs go on. A full disk
-  (``NO_SPACE_EXIT_CODE``) fails the job at once, and a run directory that may not be read fails
-  its task with one line.
+* **Resume.** A run not complete is started with ``resume`` (``train`` continues from
+  ``checkpoints/latest.pt`` if there is one); which runs are skipped, retried or marked failed is
+  the loop's (``repro.loop``).
 * **Ctrl-C.** Children run in their own sessions so the terminal's SIGINT reaches only this process,
   which forwards SIGINT to every child, waits ``grace_s`` for them to stop (a second Ctrl-C: at
   once), kills what is left, and returns 130. SIGTERM and SIGHUP are handled the same way. Rerunning
