@@ -1,5 +1,12 @@
-"""Ablation plans: the arms of a plan with ``ablate`` (leave-one-out arms, ``repro.plans``' module
-docstring), and the plan's arms as ``show`` lists them."""
+"""Ablation plans (a plan with ``ablate``, ``repro.plans``): their arms, and a plan's arms as ``show``
+lists them.
+
+An ablation plan (``ablate``) has one arm, the base, and runs it beside the ``ablate`` setting and
+one arm per deviation between the two: the base with that deviation's keys set to the ablate
+setting's values, named ``<base>_with_<deviation>`` (``ablation_arms``). The deviations are the keys
+``repro diff BASE ABLATE`` lists, grouped as the ablate setting's ``[[setting.deviations]]`` tables declare
+(a key no group names is a deviation of its own); the values keep the ablate setting's sources.
+"""
 
 from __future__ import annotations
 

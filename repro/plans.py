@@ -9,14 +9,10 @@ A plan (``repro/configs/plans/<name>.toml``)::
     envs_source = "where the env list comes from"
 
     seeds = "100-104"                                      # optional: the default of --seeds
-    ablate = "rlpyt_r2d1_published"                        # optional: leave-one-out arms (below)
+    ablate = "rlpyt_r2d1_published"                        # optional: leave-one-out arms (repro/ablation.py)
     pilot = "docs/results/r2d1_minatar.csv"                # optional: plan the seeds (repro/power.py)
 
-An ablation plan (``ablate``) has one arm, the base, and runs it beside the ``ablate`` setting and
-one arm per deviation between the two: the base with that deviation's keys set to the ablate
-setting's values, named ``<base>_with_<deviation>`` (``ablation_arms``). The deviations are the keys
-``repro diff BASE ABLATE`` lists, grouped as the ablate setting's ``[[setting.deviations]]`` tables declare
-(a key no group names is a deviation of its own); the values keep the ablate setting's sources.
+An ablation plan (``ablate``) runs leave-one-out arms beside its one arm (``repro.ablation``).
 
 Each job is one (arm, env, seed) with its fully resolved ``TrainConfig`` (setting, then profile, then
 the command line's ``--set`` values, then the plan's env id and seed), and its run directory
