@@ -9,14 +9,10 @@ A plan (``repro/configs/plans/<name>.toml``)::
     envs_source = "where the env list comes from"
 
     seeds = "100-104"                                      # optional: the default of --seeds
-    ablate = "rlpyt_r2d1_published"                        # optional: leave-one-out arms (below)
+    ablate = "rlpyt_r2d1_published"                        # optional: leave-one-out arms (repro/ablation.py)
     pilot = "docs/results/r2d1_minatar.csv"                # optional: plan the seeds (repro/power.py)
 
-An ablation plan (``ablate``) has one arm, the base, and runs it beside the ``ablate`` setting and
-one arm per deviation between the two: the base with that deviation's keys set to the ablate
-setting's values, named ``<base>_with_<deviation>`` (``ablation_arms``). The deviations are the keys
-``repro diff BASE ABLATE`` lists, grouped as the ablate setting's ``[[setting.deviations]]`` tables declare
-(a key no group names is a deviation of its own); the values keep the ablate setting's sources.
+An ablation plan (``ablate``) runs leave-one-out arms beside its one arm (``repro.ablation``).
 
 Each job is one (arm, env, seed) with its fully resolved ``TrainConfig`` (setting, then profile, then
 the command line's ``--set`` values, then the plan's env id and seed), and its run directory
@@ -40,7 +36,16 @@ from typing import Any
 
 from algorithms.configs import ConfigError, unknown_key_message
 from algorithms.rundir import run_path
+from repro.ablation import DEVIATION_INFIX as DEVIATION_INFIX
+from repro.ablation import Arm, ablation_arms, deviation_entry
+from repro.ablation import plan_lines as plan_lines
 from repro.extras import check_extras
+from repro.plan_args import MAX_SEEDS as MAX_SEEDS
+from repro.plan_args import NAME, check_arm_name, parse_seeds
+from repro.plan_args import format_deviation as format_deviation
+from repro.plan_args import format_seeds as format_seeds
+from repro.plan_args import parse_deviation as parse_deviation
+from repro.plan_args import parse_list as parse_list
 from repro.profiles import REPO_ROOT, Profile, apply_profile, is_budget_key, load_profile
 from repro.settings import (
     CONFIG_DIR,
@@ -63,10 +68,6 @@ PLAN_KEYS = {
     "title": str, "description": str, "arms": list, "envs": list, "envs_source": str, "seeds": str | int,
     "ablate": str, "pilot": str,
 }  # fmt: skip
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-# Seeds per (arm, env): rliable's own studies use up to 100 runs per task (Agarwal et al. 2021); a
-# thousand is far past any study, and more is a typo that would plan (and record) a huge grid.
-MAX_SEEDS = 1000
 
 
 @dataclass(frozen=True)
@@ -82,16 +83,6 @@ class Plan:
     setting: str | None = None  # a setting run without a plan file (``setting_plan``): its name or path
     ablate: str | None = None  # the setting whose deviations from the one arm make leave-one-out arms
     pilot: str | None = None  # tidy results the seed planner (repro/power.py) reads, relative to the repo
-
-
-@dataclass(frozen=True)
-class Arm:
-    """One arm of a plan: its name (the run directory's), the setting it loads, and for an ablation
-    arm the deviation switched on: ``(ablate setting, deviation name, keys)``."""
-
-    name: str
-    setting: str
-    deviation: tuple[str, str, tuple[str, ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -151,7 +142,7 @@ def load_plan(name: str, plans_dir: Path = PLANS_DIR) -> Plan:
         if not meta[key] or not all(isinstance(v, str) for v in meta[key]):
             raise ConfigError(f"{path} [plan] '{key}': expected a non-empty list of strings")
     for env in meta["envs"]:
-        if not _NAME.match(env):
+        if not NAME.match(env):
             raise ConfigError(f"{path} [plan] 'envs': {env!r} is not a valid name (it names a directory)")
     for arm in meta["arms"]:
         check_arm_name(arm, f"{path} [plan] 'arms'")
@@ -205,84 +196,6 @@ def setting_plan(
     )  # fmt: skip
 
 
-def check_arm_name(arm: str, where: str) -> None:
-    """An arm is a setting's name or a path to its ``.toml`` file; the name (the file's stem) names
-    the arm's directory, so it must be a plain name: ``...toml`` would make the arm ``..``."""
-    name = Path(arm).stem if arm.endswith(".toml") else arm
-    if not _NAME.match(name):
-        raise ConfigError(
-            f"{where}: {arm!r} gives the arm name {name!r}, which is not a valid directory name"
-        )
-
-
-def parse_list(text: str | Sequence[str] | None, what: str, paths: bool = False) -> tuple[str, ...] | None:
-    """``"pong, qbert"`` (or the values of a repeated option) -> ``("pong", "qbert")``; empty or None
-    -> None (use the plan's own). ``paths``: an item may also be a path to a ``.toml`` file (arms)."""
-    if text is None:
-        return None
-    texts = [text] if isinstance(text, str) else list(text)
-    items = tuple(t.strip() for part in texts for t in part.split(",") if t.strip())
-    if not items:
-        return None
-    for item in items:
-        if paths and item.endswith(".toml"):
-            check_arm_name(item, what)
-        elif not _NAME.match(item):
-            raise ConfigError(f"{what}: {item!r} is not a valid name")
-    if len(set(items)) != len(items):
-        raise ConfigError(f"{what}: duplicate entries in {', '.join(texts)!r}")
-    return items
-
-
-_COUNT = re.compile(r"^\d+$")
-_RANGE = re.compile(r"^(\d+)-(\d+)$")
-
-
-def parse_seeds(spec: Any, what: str = "--seeds") -> tuple[int, ...]:
-    """The seeds of a seed spec, the one reading of ``--seeds``, ``SEEDS`` and a plan's ``seeds``:
-    ``3`` (a count: seeds 0, 1, 2), ``100-104`` (a range, both ends included) or ``1,5,9`` (a list of
-    seeds and ranges); a sequence of seeds is checked as such. A spec that is none of these, a range
-    that goes down, a repeated seed or more than ``MAX_SEEDS`` seeds is a ``ConfigError`` of one line
-    naming ``what`` and the spec."""
-    if isinstance(spec, tuple | list):  # seeds already read
-        spec = format_seeds(list(spec)) if spec else ""
-    text = str(spec).strip()
-
-    def bad(why: str) -> ConfigError:
-        return ConfigError(f"{what} {text!r}: {why}")
-
-    if _COUNT.match(text) and not isinstance(spec, bool):
-        count = int(text)
-        if count < 1:
-            raise bad("a count of seeds must be at least 1")
-        if count > MAX_SEEDS:
-            raise bad(f"{count} seeds; at most {MAX_SEEDS}")
-        return tuple(range(count))
-    seeds: list[int] = []
-    for item in text.split(","):
-        item = item.strip()
-        found = _RANGE.match(item)
-        if found:
-            first, last = int(found.group(1)), int(found.group(2))
-            if last < first:
-                raise bad(f"the range {item} goes down (write {last}-{first})")
-            if last - first + 1 + len(seeds) > MAX_SEEDS:
-                raise bad(f"more than {MAX_SEEDS} seeds")
-            seeds.extend(range(first, last + 1))
-        elif _COUNT.match(item) and "," in text:
-            seeds.append(int(item))
-        else:
-            raise bad(
-                f"{item!r} is not a seed; give a count (3: seeds 0..2), a range (100-104) or a list (1,5,9)"
-            )
-    if len(seeds) > MAX_SEEDS:
-        raise bad(f"{len(seeds)} seeds; at most {MAX_SEEDS}")
-    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
-    if repeated:
-        raise bad(f"seed {repeated[0]} is listed twice")
-    return tuple(seeds)
-
-
 Point = dict[str, tuple[str, Any]]  # one value per ``--set`` key: "section.key" -> (text, value)
 
 
@@ -315,148 +228,6 @@ def _name_part(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.\-]+", "_", text).strip("_") or "empty"
 
 
-def format_seeds(seeds: Sequence[int]) -> str:
-    """A seed spec ``parse_seeds`` reads back as ``seeds``: runs of three or more as ranges, others
-    listed: ``(0, 1, 2)`` -> ``"0-2"``, ``(1, 5, 9)`` -> ``"1,5,9"``; one seed k is ``"k-k"``, since
-    ``"7"`` reads as a count."""
-    parts, i = [], 0
-    while i < len(seeds):
-        j = i
-        while j + 1 < len(seeds) and seeds[j + 1] == seeds[j] + 1:
-            j += 1
-        if j - i >= 2 or len(seeds) == 1:
-            parts.append(f"{seeds[i]}-{seeds[j]}")
-        else:
-            parts.extend(str(s) for s in seeds[i : j + 1])
-        i = j + 1
-    return ",".join(parts)
-
-
-DEVIATION_INFIX = "_with_"
-
-
-def ablation_arms(
-    plan: Plan, settings_dir: Path = SETTINGS_DIR, schema: Schema = default_schema
-) -> list[Arm]:
-    """The arms of ``plan``: its settings, or for an ablation plan the ablate setting, the base and
-    one arm per deviation (module doc), in the ablate setting's declared order, undeclared keys last.
-    An ablate setting that declares no deviations, a declared key the algorithm lacks or one listed
-    twice, or two settings with no difference is a ``ConfigError`` naming the plan and key."""
-    if plan.ablate is None:
-        return [Arm(Path(a).stem if a.endswith(".toml") else a, a) for a in plan.arms]
-    from repro.inspect_settings import diff_rows, resolve_label
-
-    where = f"{plan.path} [plan] 'ablate'"
-    (base,) = plan.arms
-    check_arm_name(plan.ablate, where)
-    try:
-        a, b = resolve_label(base, settings_dir, schema), resolve_label(plan.ablate, settings_dir, schema)
-    except ConfigError as e:
-        raise ConfigError(f"{where}: {e}") from None
-    if a.setting.algo != b.setting.algo:
-        raise ConfigError(
-            f"{where}: {plan.ablate!r} is algorithm {b.setting.algo!r}, "
-            f"the base {base!r} is {a.setting.algo!r}"
-        )
-    declared = b.setting.deviations
-    if not declared:
-        raise ConfigError(
-            f"{where}: setting {plan.ablate!r} declares no deviation switches ([[setting.deviations]] in "
-            f"{b.setting.path})"
-        )
-    owner: dict[str, str] = {}
-    order: list[str] = []
-    for group in declared:
-        name, keys = (group.get(k) if isinstance(group, Mapping) else None for k in ("name", "keys"))
-        if (
-            set(group if isinstance(group, Mapping) else ()) != {"name", "keys"}
-            or not isinstance(name, str)
-            or not _NAME.match(name)
-            or not isinstance(keys, list)
-            or not keys
-        ):
-            raise ConfigError(
-                f'{where}: {b.setting.path} [[setting.deviations]] {group!r}: expected name = "..." '
-                'and keys = ["section.key", ...]'
-            )
-        for key in keys:
-            if not isinstance(key, str) or key not in b.entries:
-                raise ConfigError(
-                    f"{where}: {b.setting.path} deviation {name!r} names {key!r}, a switch algorithm "
-                    f"{b.setting.algo!r} lacks (keys are section.key of its settings)"
-                )
-            if key in owner:
-                raise ConfigError(
-                    f"{where}: {b.setting.path}: {key!r} is in deviations {owner[key]!r} and {name!r}"
-                )
-            owner[key] = name
-            order.append(key)
-    differing = [key for key, _, _ in diff_rows(a, b)]
-    if not differing:
-        raise ConfigError(f"{where}: {plan.ablate!r} and {base!r} do not differ: there is nothing to ablate")
-    groups: dict[str, list[str]] = {}
-    for key in order + differing:
-        if key in differing:
-            name = owner.get(key, key.replace(".", "_"))
-            if key not in groups.get(name, []):
-                groups.setdefault(name, []).append(key)
-    base_name, ablate_name = a.setting.name, b.setting.name
-    arms = [Arm(ablate_name, plan.ablate), Arm(base_name, base)]
-    arms += [
-        Arm(f"{base_name}{DEVIATION_INFIX}{name}", base, (plan.ablate, name, tuple(keys)))
-        for name, keys in groups.items()
-    ]
-    return arms
-
-
-def plan_lines(plan: Plan, settings_dir: Path = SETTINGS_DIR, schema: Schema = default_schema) -> list[str]:
-    """The plan's arms as ``show`` lists them: an ablation arm with the keys it takes from the ablate
-    setting and their values."""
-    lines = [f"plan:     {plan.name}  ({plan.path})", f"title:    {plan.title}"]
-    if plan.ablate:
-        lines.append(f"ablate:   {plan.ablate} against {plan.arms[0]}: one arm per deviation, both endpoints")
-    lines += [f"envs:     {', '.join(plan.envs)}", f"seeds:    {plan.seeds or '(give --seeds)'}", "arms:"]
-    ablate = load_setting(plan.ablate, settings_dir, schema) if plan.ablate else None
-    for arm in ablation_arms(plan, settings_dir, schema):
-        if arm.deviation is None or ablate is None:
-            lines.append(f"  {arm.name}")
-            continue
-        values = ", ".join(
-            f"{key}={_text(_deviation_entry(ablate, key, schema).value)}" for key in arm.deviation[2]
-        )
-        lines.append(f"  {arm.name}: {values}")
-    return lines
-
-
-def _text(value: Any) -> str:
-    return (
-        str(value).lower()
-        if isinstance(value, bool)
-        else repr(value)
-        if isinstance(value, str)
-        else str(value)
-    )
-
-
-def _deviation_entry(ablate: Setting, key: str, schema: Schema) -> Entry:
-    """The ablate setting's entry of ``key``, or the dataclass default it leaves the key at."""
-    from repro.settings import with_defaults
-
-    return with_defaults(ablate, schema(ablate.algo))[key]
-
-
-def parse_deviation(text: str) -> tuple[str, str, tuple[str, ...]]:
-    """``run-job --deviation SETTING:NAME:KEY,KEY`` -> ``Arm.deviation``."""
-    setting, name, keys = text.split(":", 2)
-    return setting, name, tuple(keys.split(","))
-
-
-def format_deviation(deviation: tuple[str, str, tuple[str, ...]]) -> str:
-    """``Arm.deviation`` as ``run-job --deviation`` takes it (``parse_deviation``)."""
-    setting, name, keys = deviation
-    return f"{setting}:{name}:{','.join(keys)}"
-
-
 def resolve_job_setting(
     arm: str,
     profile: Profile,
@@ -478,7 +249,7 @@ def resolve_job_setting(
     classes = schema(setting.algo)
     if deviation is not None:
         ablate = load_setting(deviation[0], settings_dir, schema)
-        setting = override(setting, {k: _deviation_entry(ablate, k, schema) for k in deviation[2]}, classes)
+        setting = override(setting, {k: deviation_entry(ablate, k, schema) for k in deviation[2]}, classes)
     setting = apply_profile(setting, profile, classes)
     if point:
         setting = override(setting, command_line_entries(point), classes)
@@ -552,7 +323,7 @@ def expand(
     points = sweep_points(overrides)
     profile = load_profile(profile_name)
     experiment = experiment or f"{plan.name}-{profile.name}"
-    if not _NAME.match(experiment):
+    if not NAME.match(experiment):
         raise ConfigError(f"experiment name {experiment!r} is not a valid directory name")
     jobs = []
     plan_arms = ablation_arms(plan, settings_dir, schema)

@@ -21,7 +21,8 @@ import pytest
 from algorithms.rundir import LOG_FILE, acquire_lock, read_run, release_lock
 from algorithms.train import train
 from analysis.runs import load_experiment
-from repro.cli import _packs, _tasks, main
+from repro.cli import main
+from repro.cli_run import _packs, _tasks
 from repro.plans import expand, load_plan, pack_jobs
 from repro.scheduler import Member, Task, detect_slots, run_local
 from tests.local_ray import local_ray

@@ -130,7 +130,7 @@ def test_slots_with_gpu_fractions_and_whole_gpus():
 
 
 def test_cpus_per_job_become_the_jobs_torch_threads():
-    from repro.cli import _tasks
+    from repro.cli_run import _tasks
     from repro.plans import expand, load_plan, resolve_job_setting
     from repro.profiles import load_profile
 
@@ -184,7 +184,7 @@ def closed_port() -> int:
 
 
 def test_resource_values():
-    from repro.cli import _gpus_arg, _positive_int_arg
+    from repro.cli_run import _gpus_arg, _positive_int_arg
 
     def cpus(text):
         return _positive_int_arg(text, "CPUS_PER_JOB")

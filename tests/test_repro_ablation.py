@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from algorithms.configs import ConfigError
-from repro.cli import _job_configs, _tasks, build_parser
+from repro.cli import build_parser
+from repro.cli_job import _job_configs
+from repro.cli_run import _tasks
 from repro.inspect_settings import diff_rows, resolve_label
 from repro.plans import ablation_arms, expand, load_plan, pack_jobs, resolve_job_setting
 from repro.profiles import load_profile

@@ -1,0 +1,343 @@
+"""``python -m repro run``: plan the jobs, check what they ask for, estimate their duration, write
+the plan record, then run them on the local or the Ray backend and print what happened.
+
+The command line's bad input is a ``ConfigError`` (one line, exit 2) before anything is written;
+``cmd_run`` returns 1 when a job failed for good or its run was busy, and 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from algorithms.configs import ConfigError
+from repro.cli_estimate import print_estimate
+
+
+def _plan_jobs(args: argparse.Namespace):
+    """``(plan, seeds, jobs)`` of ``run``: a plan (a name or a ``.toml`` file with ``[plan]``), or a
+    setting (a name or a ``.toml`` file with ``[setting]``) run on ``--env`` (default its own env)."""
+    from algorithms.configs import unknown_key_message
+    from repro.plans import available_plans, expand, is_plan, load_plan, parse_list, parse_seeds, setting_plan
+    from repro.settings import available_settings, parse_overrides
+
+    overrides = parse_overrides(args.set or [])
+    env_option = parse_list(args.env, "--env")
+    arms = games = None
+    if is_plan(args.plan):
+        if env_option:
+            raise ConfigError(
+                f"--env {','.join(env_option)}: --env names the envs of a setting; plan '{args.plan}' "
+                "takes --games"
+            )
+        plan = load_plan(args.plan)
+        games = parse_list(args.games, "--games")
+        arms = parse_list(args.arms, "--arms", paths=True)
+    elif args.plan.endswith(".toml") or args.plan in available_settings():
+        if args.arms:
+            raise ConfigError(
+                f"--arms {args.arms}: --arms replaces a plan's arms, and '{args.plan}' is a setting "
+                "(compare values of one setting with --set key=a,b)"
+            )
+        plan = setting_plan(args.plan, env_option or parse_list(args.games, "--games"))
+    else:
+        known = available_plans() + available_settings()
+        raise ConfigError(
+            f"'{args.plan}' is neither a plan nor a setting; " + unknown_key_message(args.plan, known)
+        )
+    spec = args.seeds if args.seeds is not None else plan.seeds
+    pilot = args.pilot or plan.pilot
+    if pilot:
+        spec = _power_plan(pilot, games or plan.envs, args.detect, args.seeds, spec)
+    if spec is None:
+        raise ConfigError("--seeds is required: a count (3: seeds 0..2), a range (100-104) or a list (1,5,9)")
+    seeds = parse_seeds(spec)
+    jobs = expand(
+        plan, seeds, args.profile, Path(args.root), experiment=args.exp or None, envs=games, arms=arms,
+        overrides=overrides,
+    )  # fmt: skip
+    return plan, seeds, jobs
+
+
+def _power_plan(pilot: str, envs, detect: float, given: str | None, spec: str | None) -> str:
+    """Print the seeds per arm and game needed to detect an IQM difference of ``detect`` points with
+    80% power, from the pilot table (``repro.power``), and return the seed spec to run: ``given``
+    (``--seeds``) with the power it has, else that many seeds (at least ``MIN_SEEDS``) from the first
+    seed of the plan's ``spec`` (0 without one)."""
+    from repro.plans import format_seeds, parse_seeds
+    from repro.power import plan_seeds
+
+    if not detect > 0:
+        raise ConfigError(f"--detect {detect}: the IQM difference to detect must be positive (points)")
+    found = plan_seeds(pilot, envs, delta=detect / 100)
+    spread = ", ".join(f"{arm} {se * 100:.3g}" for arm, se in found.arm_se.items())
+    print(
+        f"power plan: pilot {found.source} ({found.pilot_seeds} seeds x {len(found.games)} games: "
+        f"{', '.join(found.games)}); SE of each arm's IQM (points): {spread}"
+    )
+    print(
+        f"  to detect an IQM difference of {detect:g} points with {found.power:.0%} power (two-sided, "
+        f"alpha 0.05; the spread's 80% upper limit, x{found.upper:.2f}) each arm needs {found.seeds} seeds "
+        "per game (at least 5)"
+    )
+    if given is not None:
+        n = len(parse_seeds(given))
+        print(
+            f"  --seeds {given}: {n} seeds per game have {found.power_with(n):.0%} power at {detect:g} "
+            f"points; the smallest difference detected with {found.power:.0%} power is "
+            f"{found.detectable_with(n) * 100:.3g} points"
+        )
+        return given
+    # A count starts at seed 0; a range or list (fresh seeds, 100-104) at its first seed.
+    first = 0 if spec is None or str(spec).strip().isdigit() else parse_seeds(spec)[0]
+    chosen = format_seeds(list(range(first, first + found.seeds)))
+    print(f"  seeds: {chosen} (give --seeds to choose others)")
+    return chosen
+
+
+def _positive_int_arg(text: str | None, name: str) -> int | None:
+    """``JOBS`` or ``CPUS_PER_JOB``: empty (the default: ``None``) or a positive integer."""
+    if text is None or not str(text).strip():
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"{name} must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value}")
+    return value
+
+
+def _profile_arg(path: Path) -> str:
+    """A shipped profile by its name, so that job command lines (recorded in each run's
+    metadata.json) carry no path of this checkout; any other profile file by its absolute path."""
+    from repro.profiles import is_shipped
+
+    return path.stem if is_shipped(path) else str(Path(path).resolve())
+
+
+def _tasks(jobs, cpus_per_job: int | None = None, packs=None, views: Sequence[str] = ()):
+    """The scheduler's tasks: one per job (``run-job``), or one per pack of ``packs`` (``pack_jobs``;
+    a pack of one is a job, of more a ``pack-job``)."""
+    from repro.plans import format_deviation, format_seeds
+    from repro.tasks import Member, Task
+
+    tasks = []
+    for pack in packs or [(j,) for j in jobs]:
+        j = pack[0]
+        argv = [sys.executable, "-m", "repro", "run-job" if len(pack) == 1 else "pack-job"]
+        argv += ["--arm", j.setting, "--profile", _profile_arg(j.profile_path), "--env", j.env]
+        argv += (
+            ["--seed", str(j.seed)] if len(pack) == 1 else ["--seeds", format_seeds([m.seed for m in pack])]
+        )
+        for member in pack:
+            argv += ["--run-dir", str(member.run_dir)]
+        for key, text in j.overrides:
+            argv += ["--set", f"{key}={text}"]
+        if j.deviation is not None:
+            argv += ["--deviation", format_deviation(j.deviation)]
+        argv += list(views)
+        if cpus_per_job is not None:  # the job's torch threads follow its CPUs
+            argv += ["--threads", str(cpus_per_job)]
+        threads = cpus_per_job or j.config.runner.torch_threads
+        if len(pack) == 1:
+            tasks.append(Task(j.key, j.run_dir, tuple(argv), j.n_steps, threads))
+        else:
+            members = [Member(m.key, m.run_dir, m.n_steps) for m in pack]
+            tasks.append(Task.packed(_pack_key(pack), members, argv, threads))
+    return tasks
+
+
+def _pack_key(pack) -> str:
+    return f"{pack[0].arm}/{pack[0].env}/seeds{','.join(str(j.seed) for j in pack)}"
+
+
+def _packs(text: str | None, jobs, n_slots: int, backend: str):
+    """``(packs, K)`` for ``--pack`` (``PACK``): empty or 1, every job alone; K, the jobs of one
+    arm and env K at a time (``repro.plans.pack_jobs``), each pack checked with
+    ``algorithms.packed.check_packable`` (a ``ConfigError`` naming the arm when it cannot pack);
+    ``auto``, K = min(seeds of an arm and env, ceil(jobs / slots)): 1 when every job gets a slot,
+    else packs just large enough to start every (arm, env)'s jobs at once, up to all its seeds;
+    an arm that cannot pack then runs unpacked, said in one line."""
+    from repro.plans import pack_jobs
+
+    text = (text or "").strip()
+    auto = text == "auto"
+    if auto:
+        if backend == "ray":
+            raise ConfigError("PACK=auto sizes packs to this machine's slots; with BACKEND=ray give PACK=<K>")
+        seeds = max(len(group) for group in pack_jobs(jobs, len(jobs)))
+        k = min(seeds, math.ceil(len(jobs) / n_slots))
+        why = "every job gets a slot" if k == 1 else f"up to {k} seeds of an arm and env per process"
+        print(f"--pack auto: K={k} ({len(jobs)} jobs, {n_slots} slot(s): {why})")
+    else:
+        try:
+            k = _positive_int_arg(text, "PACK") or 1
+        except ConfigError:
+            raise ConfigError(f"PACK must be a positive integer or 'auto', got {text!r}") from None
+    packs = pack_jobs(jobs, k)
+    if k == 1:
+        return packs, 1
+    from algorithms.packed import check_packable
+
+    out, unpacked = [], set()
+    for pack in packs:
+        arm = pack[0].arm
+        if len(pack) > 1 and arm not in unpacked:
+            try:
+                check_packable([j.config for j in pack])
+            except ValueError as e:
+                why = str(e).splitlines()[0].removeprefix("packing: ")
+                if not auto:
+                    raise ConfigError(f"--pack {k}: arm '{arm}' cannot be packed: {why}") from None
+                print(f"--pack auto: {arm} runs unpacked ({why})")
+                unpacked.add(arm)
+        out.extend([(j,) for j in pack] if arm in unpacked else [pack])
+    return out, k
+
+
+def _gpus_arg(text: str | None) -> float | None:
+    """``GPUS_PER_JOB``: 0, a fraction of one GPU (0.25 puts four jobs on a GPU) or whole GPUs."""
+    if text is None or not str(text).strip():
+        return None
+    try:
+        gpus = float(text)
+    except ValueError:
+        gpus = math.nan
+    if not (math.isfinite(gpus) and gpus >= 0 and (gpus <= 1 or gpus.is_integer())):
+        raise ConfigError(f"GPUS_PER_JOB must be 0, a fraction up to 1 or a whole number, got {text!r}")
+    return gpus
+
+
+def _connect_ray(args, jobs, tasks) -> int | None:
+    """Check the run directories can be written, connect to the Ray cluster and check it can take the
+    jobs, before anything is written; an exit code when not (130: Ctrl-C while connecting; bad input
+    is a ``ConfigError``)."""
+    from repro import ray_connect
+    from repro.ray_backend import check_storage
+
+    check_storage([j.run_dir for j in jobs])
+    try:
+        ray_connect.connect(args.address)
+        gpus = _gpus_arg(args.gpus_per_job)
+        if gpus is None:
+            gpus = ray_connect.gpus_per_job_default()
+        ray_connect.check_fits(max(t.threads for t in tasks), gpus)
+    except KeyboardInterrupt:
+        print(ray_connect.INTERRUPTED_CONNECTING, file=sys.stderr)
+        return 130
+    return None
+
+
+def _dry_run(plan, jobs, n_slots: int, slot_kind: str, packs, k: int) -> None:
+    from repro.tables import human_count, render
+
+    print(f"plan {plan.name}: {plan.title}")
+    print(f"experiment directory: {jobs[0].run_dir.parents[2]}")
+    rows = [(j.key, human_count(j.n_steps), human_count(j.frames), j.config.runner.device) for j in jobs]
+    print(render(["job", "env steps", "frames", "device"], rows, align_right=(1, 2)))
+    steps = sum(j.n_steps for j in jobs)
+    frames = sum(j.frames for j in jobs)
+    print(
+        f"\n{len(jobs)} jobs, {steps:,} env steps, {frames:,} frames in total; {n_slots} {slot_kind} slot(s)"
+    )
+    if k > 1:
+        rows = [(p[0].arm, p[0].env, ",".join(str(j.seed) for j in p), len(p)) for p in packs]
+        print(f"\npacks (--pack {k}): {len(packs)} process(es) for {len(jobs)} jobs")
+        print(render(["arm", "env", "seeds", "K"], rows, align_right=(3,)))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from repro.scheduler import detect_slots, stop_on_signals
+
+    stop_on_signals()  # SIGTERM and SIGHUP stop the run as Ctrl-C does, from planning on
+    plan, seeds, jobs = _plan_jobs(args)
+    n_jobs = _positive_int_arg(args.jobs, "JOBS")
+    if args.retries < 0:
+        raise ConfigError(f"--retries must be >= 0, got {args.retries}")
+    if args.backend not in ("local", "ray"):
+        raise ConfigError(f"BACKEND must be 'local' or 'ray', got {args.backend!r}")
+    cpus_per_job = _positive_int_arg(args.cpus_per_job, "CPUS_PER_JOB")
+    gpus_per_job = _gpus_arg(args.gpus_per_job)
+    threads = cpus_per_job or max(j.config.runner.torch_threads for j in jobs)
+    if args.backend == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise ConfigError("BACKEND=ray needs the ray extra: pip install -e '.[ray]'") from None
+    slots = detect_slots(n_jobs, threads, gpus_per_job=gpus_per_job if args.backend == "local" else None)
+    packs, pack = _packs(args.pack, jobs, len(slots), args.backend)
+    if args.dry_run:
+        _dry_run(plan, jobs, len(slots), slots[0].device if args.backend == "local" else "ray", packs, pack)
+        if args.estimate:
+            print_estimate(
+                plan, jobs, slots, fresh=args.reprobe, may_probe=args.probe, packs=packs, k=pack,
+                always_probe=args.probe,
+            )  # fmt: skip
+        return 0
+    if args.estimate and args.backend == "local":
+        try:
+            print_estimate(plan, jobs, slots, fresh=False, may_probe=args.probe, packs=packs, k=pack)
+        except KeyboardInterrupt:
+            print("interrupted while estimating: no job was started")
+            return 130
+    from algorithms.logger import tracker_available
+    from repro.record import write_plan_record
+
+    if args.track and not tracker_available():
+        print("--track: wandb is not installed (pip install wandb); runs are not tracked", file=sys.stderr)
+    views = (["--tensorboard"] if args.tensorboard else []) + (["--track"] if args.track else [])
+    tasks = _tasks(jobs, cpus_per_job, packs, views)
+    if args.backend == "ray" and (code := _connect_ray(args, jobs, tasks)) is not None:
+        return code
+    try:
+        write_plan_record(jobs[0].run_dir.parents[2], plan, jobs, seeds)
+    except OSError as e:  # a full disk or a read-only root: nothing can run, say so in one line
+        where = jobs[0].run_dir.parents[2]
+        print(f"error: cannot write the plan record in {where}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    start = time.perf_counter()
+    if args.backend == "ray":
+        from repro.ray_backend import run_ray
+
+        outcomes = run_ray(
+            tasks, address=args.address, retries=args.retries, progress=not args.no_progress,
+            gpus_per_job=gpus_per_job, shared_fs=args.shared_fs,
+        )  # fmt: skip
+    else:
+        from repro.scheduler import run_local
+
+        what = (
+            f"{len(jobs)} jobs in {len(tasks)} processes" if len(tasks) < len(jobs) else f"{len(jobs)} jobs"
+        )
+        print(f"{what} on {len(slots)} {slots[0].device} slot(s)", file=sys.stderr)
+        outcomes = run_local(tasks, slots, retries=args.retries, progress=not args.no_progress)
+    wall = time.perf_counter() - start
+    counts = {
+        s: sum(o.state == s for o in outcomes)
+        for s in ("complete", "skipped", "failed", "interrupted", "busy")
+    }
+    ran_steps = sum(t.steps for t, o in zip(tasks, outcomes) if o.state == "complete")
+    busy = f", {counts['busy']} busy (written by another process)" if counts["busy"] else ""
+    packed = f" ({len(jobs)} jobs in {len(tasks)} processes)" if len(tasks) < len(jobs) else ""
+    print(
+        f"{plan.name}{packed}: {counts['complete']} complete, {counts['skipped']} skipped (already "
+        f"complete), {counts['failed']} failed, {counts['interrupted']} interrupted{busy} in {wall:.0f} s "
+        f"wall ({ran_steps / wall if wall else 0:,.0f} env steps/s over the machine)"
+    )
+    for o in outcomes:
+        if o.state in ("failed", "busy"):
+            print(f"  {o.state}: {o.key}: {o.error}")
+    experiment_dir = jobs[0].run_dir.parents[2]
+    if experiment_dir.is_dir():
+        from repro.summary import summary_text
+
+        print("\n" + summary_text(experiment_dir))
+    if counts["interrupted"]:
+        print("interrupted: rerun the same command to continue from the checkpoints")
+        return 130
+    return 1 if counts["failed"] or counts["busy"] else 0

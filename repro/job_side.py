@@ -1,0 +1,70 @@
+"""The job's side of the scheduler (``repro.scheduler``, ``repro.ray_backend``): its exit codes, and
+stopping as on Ctrl-C when the scheduler dies.
+
+A job learns its scheduler's pid (``SCHEDULER_PID_ENV``) and calls ``follow_scheduler``: the kernel
+sends it SIGINT when the scheduler dies (Linux ``PR_SET_PDEATHSIG``; elsewhere a thread watches the
+parent pid), and it stops as on Ctrl-C, so a ``kill -9`` of the scheduler leaves no job running on.
+Kept apart from the scheduler so that a job's start-up imports only this.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+# The scheduler's pid, in every job's environment: the job stops when that process dies.
+SCHEDULER_PID_ENV = "REPRO_SCHEDULER_PID"
+# Exit code of a job that found its run directory locked by another process (sysexits EX_TEMPFAIL).
+BUSY_EXIT_CODE = 75
+# Exit code of a job stopped by a full disk (ENOSPC; sysexits EX_IOERR): not retried, since another
+# attempt on the same disk fails the same way, and said in the scheduler's line.
+NO_SPACE_EXIT_CODE = 74
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def stop_on_signals() -> None:
+    """SIGINT, SIGTERM and SIGHUP raise ``KeyboardInterrupt`` in the main thread, also where the
+    process was started with SIGINT ignored (a shell's background job): every stop is a Ctrl-C."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.default_int_handler)
+
+
+def _parent_death_signal(sig: int) -> bool:
+    """Ask the kernel to send ``sig`` when the parent dies (Linux); whether it was armed."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent: int, poll_s: float) -> None:
+    while os.getppid() == parent:
+        time.sleep(poll_s)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def follow_scheduler(use_prctl: bool = True, poll_s: float = 1.0) -> None:
+    """In a job started by ``run_local``: stop as on Ctrl-C (``KeyboardInterrupt``) when the
+    scheduler dies, by the kernel's parent-death signal or, where there is none, a thread that
+    polls the parent pid every ``poll_s``. Raises ``KeyboardInterrupt`` at once when the scheduler
+    is already gone. Does nothing in a process the scheduler did not start."""
+    text = os.environ.get(SCHEDULER_PID_ENV, "")
+    if not text.isdigit():
+        return
+    parent = int(text)
+    stop_on_signals()
+    if not (use_prctl and _parent_death_signal(signal.SIGINT)):
+        threading.Thread(
+            target=_watch_parent, args=(parent, poll_s), name="watch-scheduler", daemon=True
+        ).start()
+    if os.getppid() != parent:  # it died before the signal was armed
+        raise KeyboardInterrupt
