@@ -165,6 +165,34 @@ def test_checkpoint_round_trip_weights_only_with_rng(tmp_path):
     assert not list(run.checkpoint_path.parent.glob("*.tmp"))
 
 
+@pytest.mark.parametrize("links", [True, False])
+def test_latest_checkpoint_is_never_absent_while_the_next_is_saved(tmp_path, monkeypatch, links):
+    """The Ray driver mirrors a run directory while its job checkpoints (repro/mirror.py): between
+    any two file operations ``latest.pt`` exists, and the one it replaces becomes ``previous.pt``;
+    also where the file system has no hard links."""
+    import algorithms.rundir.writer as writer
+
+    run = make_run(tmp_path)
+    latest = run.checkpoint_path
+    run.save_checkpoint({"w": torch.zeros(1), "counters": Counters(env_steps=5).state_dict()})
+    real_replace = writer.os.replace
+    seen = []
+
+    def replace(src, dst):
+        real_replace(src, dst)
+        seen.append(latest.exists())
+
+    monkeypatch.setattr(writer.os, "replace", replace)
+    if not links:
+        monkeypatch.setattr(writer.os, "link", lambda *a: (_ for _ in ()).throw(OSError("no links")))
+    run.save_checkpoint({"w": torch.ones(1), "counters": Counters(env_steps=10).state_dict()})
+    assert seen and all(seen)
+    assert torch.equal(run.load_checkpoint()["w"], torch.ones(1))
+    previous = torch.load(run.previous_checkpoint_path, weights_only=True)
+    assert torch.equal(previous["w"], torch.zeros(1))
+    assert not list(latest.parent.glob(".*.tmp"))
+
+
 def test_find_runs(tmp_path):
     for seed in (0, 1):
         RunDir.open(run_path(tmp_path, "exp", "a", "pong", seed), CONFIG, {"seed": seed})

@@ -8,6 +8,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import secrets
+import shutil
 import tempfile
 import zipfile
 from pathlib import Path
@@ -129,7 +131,9 @@ class RunDir:
         of a run repeated at its end, or after a resume): ``previous.pt`` then keeps the older one, a
         point to go back to when the tables lack the latest one's rows (``recover``). A kill at any
         point leaves a loadable checkpoint (the new one, or the old one as latest or previous) and
-        at most a temporary file ``recover`` removes."""
+        at most a temporary file ``recover`` removes. ``latest.pt`` is never absent once written: a
+        reader between the two steps (the Ray driver's mirror, ``repro/mirror.py``) would otherwise
+        see it deleted."""
         import torch
 
         counters = state.get("counters")
@@ -147,7 +151,7 @@ class RunDir:
                 os.fsync(f.fileno())
             verify_checkpoint(Path(tmp))
             if latest.exists() and (steps is None or steps != self._latest_steps):
-                os.replace(latest, previous)
+                _keep_as(latest, previous)
             os.replace(tmp, latest)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -284,3 +288,18 @@ def _first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
                 return found
         return None
     return None if a == b else f"'{prefix}': stored {a!r}, now {b!r}"
+
+
+def _keep_as(source: Path, target: Path) -> None:
+    """Make ``target`` a copy of ``source`` without ever removing ``source``: a hard link (or, where
+    the file system has none, a copy) under a temporary name, then renamed over ``target``."""
+    tmp = target.with_name(f".{target.name}.{secrets.token_hex(8)}.tmp")
+    try:
+        try:
+            os.link(source, tmp)
+        except OSError:
+            shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
