@@ -66,7 +66,10 @@ def test_trains_end_to_end(algo, tmp_path):
 def test_pong_trains_with_thread_env_workers(kind, tmp_path):
     """``train()`` with the alternating sampler whose env workers are the native env's threads (in
     the learner's process, or in the async runner's sampler process): the config reaches the
-    sampler (and ``config.json``), and the run trains on real frames."""
+    sampler (and ``config.json``), and the run trains on real frames. The async runner's throttle
+    (one trained sample per env step after warm-up) holds its sampler back until the optimizer has
+    made updates: unthrottled, a loaded machine sampled all 64 steps before the first update."""
+    throttle = {"replay_ratio_target": 1.0} if kind == "async" else {}
     config = TrainConfig(
         algo="dqn",
         algo_config=dqn.Config(
@@ -76,7 +79,7 @@ def test_pong_trains_with_thread_env_workers(kind, tmp_path):
         sampler=SamplerConfig(
             mode="alternating", batch_T=4, batch_B=2, env_workers="threads", eval_episodes=0
         ),
-        runner=RunnerConfig(kind=kind, n_steps=64, log_interval_steps=32, seed=0),
+        runner=RunnerConfig(kind=kind, n_steps=64, log_interval_steps=32, seed=0, **throttle),
     )
     counters = train(config, tmp_path / "run")
     run = read_run(tmp_path / "run")

@@ -332,6 +332,10 @@ class AsyncRunner(SyncRunner):
             learn_start = self.progress[_LEARN_START]
             if target > 0 and learn_start >= 0:
                 behind = self.counted() < target * (steps - learn_start)
+            elif target > 0:
+                # Not started yet: try on each arrival, also after the last one, so that a sampler
+                # that outran the warm-up (a loaded machine) still leaves a throttled run training.
+                behind = True
             else:
                 behind = not sampling_done  # no throttle: train whenever there is data
             if self.split and behind and data_since_idle:
