@@ -193,6 +193,20 @@ def test_latest_checkpoint_is_never_absent_while_the_next_is_saved(tmp_path, mon
     assert not list(latest.parent.glob(".*.tmp"))
 
 
+def test_a_checkpoint_saved_after_a_kill_between_link_and_rename_leaves_no_temporary_file(tmp_path):
+    """A kill after previous.pt became a link to latest.pt and before the new latest.pt: the next
+    save keeps that file as previous.pt (renaming another link of the same file onto it would do
+    nothing and leave the temporary name behind)."""
+    run = make_run(tmp_path)
+    run.save_checkpoint({"w": torch.zeros(1), "counters": Counters(env_steps=5).state_dict()})
+    run.previous_checkpoint_path.unlink(missing_ok=True)
+    run.previous_checkpoint_path.hardlink_to(run.checkpoint_path)
+    run.save_checkpoint({"w": torch.ones(1), "counters": Counters(env_steps=10).state_dict()})
+    assert not list(run.checkpoint_path.parent.glob(".*.tmp"))
+    assert torch.equal(torch.load(run.previous_checkpoint_path, weights_only=True)["w"], torch.zeros(1))
+    assert torch.equal(run.load_checkpoint()["w"], torch.ones(1))
+
+
 def test_find_runs(tmp_path):
     for seed in (0, 1):
         RunDir.open(run_path(tmp_path, "exp", "a", "pong", seed), CONFIG, {"seed": seed})

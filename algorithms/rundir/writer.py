@@ -292,7 +292,11 @@ def _first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
 
 def _keep_as(source: Path, target: Path) -> None:
     """Make ``target`` a copy of ``source`` without ever removing ``source``: a hard link (or, where
-    the file system has none, a copy) under a temporary name, then renamed over ``target``."""
+    the file system has none, a copy) under a temporary name, then renamed over ``target``. When
+    ``target`` already is ``source`` (a kill came between the link and the new ``latest.pt``), there
+    is nothing to do: a rename onto another link of the same file would leave the temporary name."""
+    if target.exists() and os.path.samefile(source, target):
+        return
     tmp = target.with_name(f".{target.name}.{secrets.token_hex(8)}.tmp")
     try:
         try:
