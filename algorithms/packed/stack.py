@@ -171,14 +171,9 @@ def clip_member_gradients(params: dict[str, nn.Parameter], max_norm: float) -> t
     return norms
 
 
-def stepwise_lstm(
-    lstm: nn.LSTM,
-    x: torch.Tensor,
-    h: torch.Tensor,
-    c: torch.Tensor,
-    reset: torch.Tensor | None,
-    return_cells: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def stepwise_lstm(lstm: nn.LSTM, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor,
+                  reset: torch.Tensor | None,
+                  return_cells: bool = False) -> tuple[torch.Tensor, ...]:  # fmt: skip
     """``models.recurrent.lstm_with_resets`` one step at a time in plain tensor operations, which
     ``torch.func`` transforms can batch (the fused kernel and the hand-written recurrence there have
     no batching rule): the single-layer ``lstm`` over ``x`` [T, B, D] from (h, c) [B, H], the state
