@@ -144,7 +144,7 @@ bench-packed: $(STAMP)
 bench-sampler: $(STAMP)
 	$(PY) -m bench.bench_sampler --out runs/bench/sampler.csv $(SAMPLER_ARGS)
 
-# DQN-family learning checks (issue 3): 5 seeds per arm; LEARN_DQN_ARGS="--arms dqn --seeds 2 --budget-scale 0.5"
+# DQN-family learning checks: 5 seeds per arm; LEARN_DQN_ARGS="--arms dqn --seeds 2 --budget-scale 0.5"
 bench-learn-dqn: $(STAMP)
 	$(PY) -m bench.bench_learn_dqn --out runs/bench/learn_dqn.csv $(LEARN_DQN_ARGS)
 
@@ -157,7 +157,7 @@ bench-dqn-speed: $(STAMP_BENCH)
 bench-replay: $(STAMP_BENCH)
 	$(PY) -m bench.bench_replay --out runs/bench/replay.csv $(REPLAY_ARGS)
 
-# Policy-gradient learning checks (issue 4): 5 seeds per arm;
+# Policy-gradient learning checks: 5 seeds per arm;
 # LEARN_PG_ARGS="--arms ppo_cartpole,sac_pendulum --seeds 2 --budget-scale 0.5 --jobs 2"
 bench-learn-pg: $(STAMP)
 	$(PY) -m bench.bench_learn_pg --out runs/bench/learn_pg.csv $(LEARN_PG_ARGS)

@@ -15,10 +15,10 @@ work. Each repeat builds a fresh learner, fills ``--learning-starts`` steps (not
 the CSV, the median of the repeats and two ratios in a Markdown summary: that of the medians, and
 the median of each repeat's ratio (the two learners of a repeat run back to back, so load drifts
 on a shared machine hit both alike), with a 95% percentile-bootstrap CI of that median over the
-repeats: on a shared machine single repeats' ratios spread by +-20%, so a target such as issue 3's
+repeats: on a shared machine single repeats' ratios spread by +-20%, so a target such as
 1.3x is shown only where the CI's lower bound clears it (``--repeats 9`` or more for a usable CI).
 
-Torch threads: all the machine's cores by default (the setting of issue 3's reference figure, SB3
+Torch threads: all the machine's cores by default (the setting of the reference figure, SB3
 at about 116 steps/s here), ``--threads 1`` for one. Every figure is given twice: per second of
 wall-clock time and per second of this process's CPU time (``time.process_time``, all its
 threads). With one thread on an idle machine the two agree; with more, CPU seconds add up over the

@@ -1,6 +1,6 @@
 """Learning checks for the DQN family and R2D1, run through ``algorithms.train.train``.
 
-Arms (issue 3, item 5), each over several seeds, scored by the mean return of the final evaluation
+Arms, each over several seeds, scored by the mean return of the final evaluation
 (``SamplerConfig.eval_episodes`` greedy episodes after the last training step):
 
 | arm | setting | env | budget (env steps) | pass |

@@ -1,7 +1,7 @@
 """Learning checks for policy gradients (A2C, PPO, recurrent PPO) and Q-value policy gradients
 (DDPG, TD3, SAC), run through ``algorithms.train.train``.
 
-Arms (issue 4, item 5), each over several seeds, scored by the mean return of the final evaluation
+Arms, each over several seeds, scored by the mean return of the final evaluation
 (``SamplerConfig.eval_episodes`` eval-mode episodes after the last training step: the most likely
 action for PPO/A2C, the policy mean for SAC, mu(s) for DDPG/TD3):
 

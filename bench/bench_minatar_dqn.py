@@ -269,7 +269,7 @@ def time_reference(dqn_py: Path, game: str, steps: int, seed: int, threads: int)
 
 
 IMPLS = ("ours", "reference", "plain", "plain_compiled", "plain_packed")
-PACKED_MEMBERS = 5  # issue 20's five-seed study in one process
+PACKED_MEMBERS = 5  # a five-seed study in one process (docs/results/packed.md)
 NAMES = {
     "ours": "this code base",
     "reference": "MinAtar examples/dqn.py",

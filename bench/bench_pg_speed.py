@@ -9,14 +9,13 @@
 
 Both learners step the very same env objects: this code base's vector envs, handed to SB3 through
 its ``VecEnv`` interface (``sb3_vec_env``), with the same torch thread count (all cores by default,
-the setting of issue 4's reference figures; ``--threads 1`` for one), so only the learners
-differ. The figure is env steps per second of sampling + learning; every repeat goes to the CSV, the
-median of the repeats and two ratios to the Markdown summary: that of the medians, and the median
-of the repeats' own ratios (the two learners of a repeat run back to back) with its 95% bootstrap
-CI over the repeats. Every figure is given per second of
-wall-clock time and per second of this process's CPU time (``time.process_time``, all threads): on
-an idle machine they agree; on a shared one the wall-clock figure also counts the time other jobs
-held the cores, and the CPU-time figure compares the learners' work.
+``--threads 1`` for one), so only the learners differ. The figure is env steps per second of
+sampling + learning; every repeat goes to the CSV, the median of the repeats and two ratios to the
+Markdown summary: that of the medians, and the median of the repeats' own ratios (the two learners
+of a repeat run back to back) with its 95% bootstrap CI over the repeats. Every figure is given per
+second of wall-clock time and per second of this process's CPU time (``time.process_time``, all
+threads): on an idle machine they agree; on a shared one the wall-clock figure also counts the time
+other jobs held the cores, and the CPU-time figure compares the learners' work.
 
 The machine's limit for each configuration comes from costs measured in the same run, with this
 code base's components: the vectorised env step (``t_env``), one batched action selection

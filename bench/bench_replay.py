@@ -1,6 +1,6 @@
 """Replay speed and memory: prioritized sample + priority update against cpprb; frame replay bytes per step.
 
-1. Prioritized replay throughput (issue 3, item 6). Both replays hold ``--capacity`` (1M) transitions
+1. Prioritized replay throughput. Both replays hold ``--capacity`` (1M) transitions
    of a 4-dim float32 observation (obs, action, reward, next obs, done, as cpprb's example), filled
    before timing; one cycle is ``sample(batch)`` (data, indices, IS weights) followed by a priority
    update of the sampled items with fresh random priorities. Ours is

@@ -11,7 +11,7 @@ batch not timed):
    with the same preprocessing, ``send`` / ``recv`` and nothing else) stepping the same number of
    envs with random actions on the same number of env threads. The two are timed interleaved, a
    raw segment of T steps before each sampler batch, and the ratio is taken per repeat (median of
-   the repeats' ratios), so that load drifts on a shared machine hit both alike. Target (issue 5):
+   the repeats' ratios), so that load drifts on a shared machine hit both alike. Target:
    every mode >= 0.9 of the raw rate. Row ``vec_env``: this project's Contract 1 wrapper of the same
    env (``NativeAtariVecEnv``: same-step autoreset, episode statistics, reward clipping) stepped
    the same way, the part of every mode's cost that is not the sampler's. Rows ``floor_*``: the

@@ -1,4 +1,4 @@
-"""Random kills over a real plan (issue 19's demonstration): the scheduler and its jobs are killed at
+"""Random kills over a real plan (docs/results/run_integrity.md): the scheduler and its jobs are killed at
 random moments, the scheduler command is rerun at once after each of its deaths, and at the end
 every run's rows are checked against its config, and the machine's processes and ``/dev/shm``
 entries are counted before and after.

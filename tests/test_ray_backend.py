@@ -216,7 +216,7 @@ def test_ray_bad_input_is_one_line_and_exit_2(tmp_path, where, message):
     )
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith(message), done.stderr
-    # Issue 19: within 30 s, not Ray's minutes of retries; planning comes first (seconds on an idle
+    # Within 30 s, not Ray's minutes of retries; planning comes first (seconds on an idle
     # machine, more while the suite loads it).
     assert not root.exists() and seconds < 60
 

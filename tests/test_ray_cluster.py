@@ -1,4 +1,4 @@
-"""The Ray backend on a real two-node Ray cluster on this machine (issue 22).
+"""The Ray backend on a real two-node Ray cluster on this machine (docs/ray_cluster.md).
 
 A head (``ray start --head``) and a second node (``ray start --address``), each with its own temp
 directory and scratch space (``$TMPDIR``), and a custom resource that names it. The driver is

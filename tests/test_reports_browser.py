@@ -32,7 +32,7 @@ def test_report_renders_in_chromium(tmp_path):
     assert check.errors == []
     assert len(check.images) == 7 and check.broken_images == []
     assert all(img["naturalWidth"] > 100 and img["height"] > 50 for img in check.images)
-    # The results first, opening with the two-arm verdict (issue 18); what ran and its settings after
+    # The results first, opening with the two-arm verdict; what ran and its settings after
     # them; the problems last.
     assert check.sections[0] == "verdict" and check.sections[-1] == "problems"
     assert check.sections.index("aggregates") < check.sections.index("what-ran")

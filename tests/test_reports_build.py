@@ -56,7 +56,8 @@ def test_damaged_runs_are_listed_and_the_report_still_builds(tmp_path, capsys):
     (exp / "corrected/CartPole-v1/seed2/status.json").write_text(
         json.dumps({"state": "failed", "updated": "now", "error": "CUDA out of memory"})
     )
-    # A run "complete" by its status whose last row was written twice (two writers, issue 19).
+    # A run "complete" by its status whose last row was written twice (two writers,
+    # docs/results/run_integrity.md).
     repeated = exp / "published/CartPole-v1/seed1/progress.csv"
     repeated.write_text(repeated.read_text() + repeated.read_text().splitlines()[-1] + "\n")
     assert main(["build", str(exp), "--reps", "100"]) == 0

@@ -1,6 +1,6 @@
 """What ``python -m repro run`` says before it starts (the estimated duration, and a hint at smaller
 runs when that is days), the plan record it leaves in the experiment directory, the report's plan and
-profile read from that record, and the R2D1 arms' step budget (issue 18, item 9).
+profile read from that record, and the R2D1 arms' step budget.
 
 The scheduler is replaced by a stand-in wherever no job needs to run, and probe results are put into
 the cache (or the probe is replaced), so nothing here trains except the one end-to-end report test.

@@ -107,7 +107,7 @@ def test_inheritance_overrides_and_keeps_sources(tmp_path):
         base = "base"
 
         [algo]
-        gamma = { value = 0.99, source = "fixed: see issue 1" }
+        gamma = { value = 0.99, source = "fixed: see note 1" }
         n_step = { value = 3, source = "Sec. 3" }
         """,
     )
@@ -115,7 +115,7 @@ def test_inheritance_overrides_and_keeps_sources(tmp_path):
     assert child.algo == "toy" and child.base == "base"
     assert child.entries["algo.lr"].source == "Table 1"  # inherited entry keeps its source
     assert child.entries["algo.gamma"] == Entry(
-        0.99, "fixed: see issue 1", "published", str(tmp_path / "child.toml")
+        0.99, "fixed: see note 1", "published", str(tmp_path / "child.toml")
     )
     classes = toy_schema("toy")
 
