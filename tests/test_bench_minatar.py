@@ -5,6 +5,7 @@ and MinAtar's reference DQN where its scratch copy exists) and ``bench.bench_env
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 
@@ -170,3 +171,28 @@ def test_r2d1_bench_times_the_job_loop_beside_the_plain_floor(tmp_path):
     summary = out.with_suffix(".md").read_text()
     assert "Command: `python -m bench.bench_r2d1_minatar" in summary
     assert "| CPU ms per update |" in summary and "env steps per CPU second" in summary
+
+
+@pytest.mark.slow
+def test_update_ab_bench_times_two_trees_in_turn(tmp_path):
+    """``bench.bench_update_ab`` on this tree against itself: both learners start, count the same calls
+    per update, and each tree gets its timed segments; a path that is not a source tree is one line."""
+    from pathlib import Path
+
+    repo = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.bench_update_ab", "--old", repo, "--new", repo,
+         "--setting", "dqn_minatar", "--updates", "2", "--rounds", "2", "--calls"],
+        capture_output=True, text=True, timeout=1200, cwd=repo,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    old, new = (json.loads(line.split(" ", 2)[2]) for line in lines[:2])
+    assert old["parameters"] == new["parameters"] > 0 and old["calls_per_update"] > 0
+    assert lines[2].startswith("old: median") and len(lines[2].split("segments ")[1].split()) == 2
+    assert lines[-1].startswith("new / old: median")
+    bad = subprocess.run(
+        [sys.executable, "-m", "bench.bench_update_ab", "--old", str(tmp_path), "--new", repo],
+        capture_output=True, text=True, timeout=1200, cwd=repo,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "not a source tree of this project" in bad.stderr.splitlines()[-1]
