@@ -3,11 +3,14 @@
 critics' gradients over ranks in a global step pre-hook (algorithms/runners/ddp.py); without it
 the SAC replicas drifted apart."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from algorithms.algos.base import adam
+from algorithms.algos.base import RMSprop, adam
 from algorithms.algos.dqn import CenteredRMSprop
 
 
@@ -15,10 +18,11 @@ def _optimizers(param):
     return {
         "adam": adam([param], learning_rate=0.1),
         "centered_rmsprop": CenteredRMSprop([param], lr=0.1, alpha=0.95, eps=0.01),
+        "rmsprop": RMSprop([param], lr=0.1, alpha=0.99, eps=1e-5),  # A2C's
     }
 
 
-@pytest.mark.parametrize("name", ["adam", "centered_rmsprop"])
+@pytest.mark.parametrize("name", ["adam", "centered_rmsprop", "rmsprop"])
 def test_global_and_own_step_hooks_run_around_the_step(name):
     param = torch.nn.Parameter(torch.ones(3))
     optimizer = _optimizers(param)[name]
@@ -48,7 +52,7 @@ def test_global_and_own_step_hooks_run_around_the_step(name):
     assert torch.equal(calls[3][1], param.data) and not torch.equal(param.data, torch.ones(3))
 
 
-@pytest.mark.parametrize("name", ["adam", "centered_rmsprop"])
+@pytest.mark.parametrize("name", ["adam", "centered_rmsprop", "rmsprop"])
 def test_a_hooked_step_equals_the_plain_step_with_the_hooks_effect(name):
     hooked, plain = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3))
 
@@ -64,3 +68,26 @@ def test_a_hooked_step_equals_the_plain_step_with_the_hooks_effect(name):
     plain.grad = torch.tensor([1.0, -2.0, 3.0])
     _optimizers(plain)[name].step()
     assert torch.equal(hooked.data, plain.data)
+
+
+def test_a2c_rmsprop_steps_as_torchs_without_importing_the_compiler():
+    """A2C's optimizer: the same parameters as ``torch.optim.RMSprop`` after several steps, and no
+    ``torch._dynamo`` import on the way (about 1 CPU s of a job's startup,
+    docs/results/r2d1_minatar_speed.md)."""
+    code = """
+import sys, torch
+from algorithms.algos.base import RMSprop
+def run(optimizer_class):
+    p = torch.nn.Parameter(torch.linspace(-1, 1, 5))
+    opt = optimizer_class([p], lr=0.01, alpha=0.99, eps=1e-5)
+    for step in range(4):
+        p.grad = torch.sin(p.detach() * (step + 1))
+        opt.step()
+    return p.data
+ours = run(RMSprop)
+dynamo = "torch._dynamo" in sys.modules  # before torch's own optimizer imports it
+print(torch.equal(ours, run(torch.optim.RMSprop)), dynamo)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "False"]

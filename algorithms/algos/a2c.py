@@ -31,7 +31,7 @@ import gymnasium as gym
 import torch
 
 from algorithms.agents.pg_agents import PgAgent, actor_critic_agent
-from algorithms.algos.base import OptInfo, PgLearner, anneal_fraction, validate_pg_config
+from algorithms.algos.base import OptInfo, PgLearner, RMSprop, anneal_fraction, validate_pg_config
 from algorithms.configs import check_field
 from algorithms.functional.advantages import (
     discounted_returns,
@@ -90,7 +90,7 @@ class Algo(PgLearner):
 
     def make_optimizer(self, params: Iterable[Any]) -> torch.optim.Optimizer:
         c = self.config
-        return torch.optim.RMSprop(params, lr=c.learning_rate, alpha=c.rmsprop_alpha, eps=c.optimizer_eps)
+        return RMSprop(params, lr=c.learning_rate, alpha=c.rmsprop_alpha, eps=c.optimizer_eps)
 
     def optimize(self, itr: int, samples) -> OptInfo:
         c, agent = self.config, self.agent

@@ -5,7 +5,7 @@ family's shared learner: ``QReplayLearner`` (DQN, C51, Rainbow, R2D1), ``PgLearn
 ``Algo``, so the registry does not take it for an algorithm (``algorithms.registry``).
 """
 
-from algorithms.learners.common import OptInfo, WithoutCompiler, adam, minimize, run_step_hooks
+from algorithms.learners.common import OptInfo, RMSprop, WithoutCompiler, adam, minimize, run_step_hooks
 from algorithms.learners.policy_gradient import PgLearner, anneal_fraction, validate_pg_config
 from algorithms.learners.q_replay import QReplayLearner
 from algorithms.learners.qpg import Critics, QpgAlgo, QpgConfig, ReplayFeed
@@ -17,6 +17,7 @@ __all__ = [
     "QReplayLearner",
     "QpgAlgo",
     "QpgConfig",
+    "RMSprop",
     "ReplayFeed",
     "WithoutCompiler",
     "adam",

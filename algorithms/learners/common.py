@@ -93,6 +93,16 @@ class Adam(WithoutCompiler, torch.optim.Adam):
             return torch.optim.Adam.step.__wrapped__(self, closure)
 
 
+class RMSprop(WithoutCompiler, torch.optim.RMSprop):
+    """``torch.optim.RMSprop`` without the compiler import, as ``Adam`` above: the same step, gradient
+    recording off."""
+
+    @run_step_hooks
+    def step(self, closure: Any = None) -> Any:
+        with torch.set_grad_enabled(self.defaults["differentiable"]):
+            return torch.optim.RMSprop.step.__wrapped__(self, closure)
+
+
 def adam(params: Iterable[Any], learning_rate: float, eps: float = 1e-8) -> torch.optim.Adam:
     """Adam with the fused kernel: one pass over all tensors of the group per step instead of the CPU
     default's per-tensor loop, same update rule up to float rounding (tests/test_qpg_algos.py,
