@@ -68,7 +68,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def _cmd_show(args: argparse.Namespace) -> int:
     from repro.inspect_settings import resolve_label, show_text
-    from repro.plans import is_plan, load_plan, plan_lines
+    from repro.plans import PLANS_DIR, is_plan, load_plan, plan_lines
     from repro.settings import available_settings
 
     # A name that is both (r2d1_minatar) is the setting; its plan shows by path.
@@ -78,6 +78,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
         return 0
     label = args.setting + (f"@{args.profile}" if args.profile else "")
     print(show_text(resolve_label(label, sets=args.set or ())))
+    if setting_name and is_plan(args.setting):
+        path = os.path.relpath(PLANS_DIR / f"{args.setting}.toml")
+        print(f"\nnote: {args.setting} is also a plan; `python -m repro show {path}` shows its arms")
     return 0
 
 

@@ -229,6 +229,17 @@ def test_show_and_diff_exit_zero(capsys):
     assert "algo.epochs" in capsys.readouterr().out
 
 
+def test_show_of_a_name_that_is_setting_and_plan_says_how_to_see_the_plan(capsys):
+    assert main(["show", "r2d1_minatar"]) == 0
+    out = capsys.readouterr().out
+    assert "algo.replay_ratio" in out  # the setting
+    note = out.strip().splitlines()[-1]
+    assert note.startswith("note: r2d1_minatar is also a plan; `python -m repro show ")
+    plan = note.split("show ")[1].split("`")[0]
+    assert main(["show", plan]) == 0 and "arm" in capsys.readouterr().out
+    assert main(["show", "ppo_atari"]) == 0 and "note:" not in capsys.readouterr().out
+
+
 BAD_INPUT = {
     "unknown_setting": (["show", "r2d3_paper"], "unknown setting 'r2d3_paper'"),
     "unknown_setting_in_diff": (["diff", "ppo_atari", "ppo_atary"], "unknown setting 'ppo_atary'"),
