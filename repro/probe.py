@@ -69,7 +69,9 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from algorithms.rundir import atomic_write_json, is_complete
+import pandas as pd
+
+from algorithms.rundir import atomic_write_json, is_complete, read_table
 from repro.plans import Job
 from repro.scheduler import cpu_cores, last_env_steps
 
@@ -220,16 +222,23 @@ def job_evaluation_seconds(eval_csv: Path | None, probe_s: float, probed, job) -
     """One evaluation of the job (sampler config ``job``) from the probe's (``probed``, its episodes in
     ``eval_csv``, ``probe_s`` seconds): the probe's seconds per evaluation step times the job's
     episodes x the probe's mean episode length, or the job's cap where every probe episode was cut."""
-    import pandas as pd
-
     if not job.eval_episodes or eval_csv is None or not eval_csv.is_file():
         return 0.0
-    lengths = pd.read_csv(eval_csv).get("length")
+    lengths = _table(eval_csv).get("length")
     if lengths is None or not len(lengths) or lengths.sum() <= 0:
         return 0.0
     cut = bool((lengths >= probed.eval_max_steps).all()) and job.eval_max_steps > probed.eval_max_steps
     length = job.eval_max_steps if cut else min(float(lengths.mean()), job.eval_max_steps)
     return probe_s / float(lengths.sum()) * job.eval_episodes * length
+
+
+def _table(path: Path) -> pd.DataFrame:
+    """A probe's table as the run directory's reader reads it (a torn last line dropped); empty when
+    the table is damaged, so that the estimate goes without that figure instead of failing."""
+    try:
+        return read_table(path)[0]
+    except ValueError:
+        return pd.DataFrame()
 
 
 def _learning_start(config) -> int:
@@ -240,12 +249,10 @@ def segment_costs(progress: Path | None, learning_start: int, members: int = 1) 
     """Over the probe's progress segments that start at or after ``learning_start``, the cheapest
     cost per env step, the cost of all of them together and the dearest (of ``members`` packed
     members: per member env step); NaNs with fewer than two such segments."""
-    import pandas as pd
-
     nan = (math.nan, math.nan, math.nan)
     if progress is None or not progress.is_file():
         return nan
-    rows = pd.read_csv(progress)
+    rows = _table(progress)
     if not {"env_steps", "time_sampling_s", "time_optimizing_s"} <= set(rows) or len(rows) < 3:
         return nan
     steps = rows.env_steps.to_numpy(float)

@@ -352,3 +352,12 @@ def test_segment_costs_and_the_job_evaluation_by_hand(tmp_path):
     # every probe episode was cut at the probe's 4,000 steps: the job's run to its own cap
     assert job_evaluation_seconds(evals, 8.0, probed, job) == pytest.approx(8.0 / 8000 * 10 * 27_000)
     assert job_evaluation_seconds(evals, 8.0, probed, SamplerConfig(eval_episodes=0)) == 0.0
+    # A torn last row (a probe killed while writing) is dropped; a damaged table gives no figure.
+    progress.write_bytes(progress.read_bytes() + b"6000,5.0")
+    assert segment_costs(progress, learning_start=1000) == pytest.approx((0.001, 6.5 / 4000, 0.002))
+    progress.write_text(
+        "env_steps,time_sampling_s,time_optimizing_s\n500,0.5\n1000,1.0,0.0,9\n2000,1.5,0.5\n"
+    )
+    assert all(map(math.isnan, segment_costs(progress, learning_start=0)))
+    evals.write_text("env_steps,episode,return,length\n5000,0,1.0\n5000,1,2.0,300,7\n")
+    assert job_evaluation_seconds(evals, 2.0, probed, job) == 0.0
