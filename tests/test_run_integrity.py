@@ -161,18 +161,32 @@ def test_kill_during_a_checkpoint_write(tmp_path, capfd, pause):
     assert capfd.readouterr().err == ""
 
 
+def replace_with(path: Path, data: bytes) -> None:
+    """``path`` as a new file holding ``data`` (other hard links to the old file keep its bytes)."""
+    path.unlink()
+    path.write_bytes(data)
+
+
 @pytest.mark.slow
-def test_truncated_checkpoint_falls_back_to_previous_then_to_a_fresh_start(tmp_path, capfd):
+@pytest.mark.parametrize("pause", [None, "5:2"], ids=["after-five-rows", "inside-the-fifth-save"])
+def test_truncated_checkpoint_falls_back_to_previous_then_to_a_fresh_start(tmp_path, capfd, pause):
+    """Killed at some point after five rows, or inside the fifth checkpoint's save where previous.pt
+    has become a link to latest.pt and the new latest.pt is not renamed in yet."""
     run_dir = tmp_path / "run"
-    child = start_child(CONFIG, run_dir)
-    wait_for(lambda: last_env_steps(run_dir) >= 1000, 120, "five progress rows", child)
+    child = start_child(CONFIG, run_dir, pause)
+    if pause:
+        assert child.stdout.readline().strip() == "paused"
+    else:
+        wait_for(lambda: last_env_steps(run_dir) >= 1000, 120, "five progress rows", child)
     child.kill()
     child.wait()
     checkpoints = run_dir / "checkpoints"
     latest = checkpoints / "latest.pt"
     previous_steps = torch.load(checkpoints / "previous.pt", weights_only=True)["counters"]["env_steps"]
     # Then the last checkpoint was truncated (a copy of the run directory cut short, a full disk).
-    latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])
+    # Damage goes into new files: killed inside a save, previous.pt may still be a hard link to
+    # latest.pt (RunDir.save_checkpoint), and writing in place would damage both names at once.
+    replace_with(latest, latest.read_bytes()[: latest.stat().st_size // 2])
 
     train(CONFIG, run_dir)
     err = capfd.readouterr().err
@@ -184,7 +198,7 @@ def test_truncated_checkpoint_falls_back_to_previous_then_to_a_fresh_start(tmp_p
     for path in (latest, checkpoints / "previous.pt"):
         data = bytearray(path.read_bytes())
         data[len(data) // 2] ^= 0xFF  # one flipped byte inside a tensor: caught by the CRC check
-        path.write_bytes(bytes(data))
+        replace_with(path, bytes(data))
     RunDir.open(run_dir, config_to_dict(CONFIG), {"seed": 1}).close()
     train(CONFIG, run_dir)
     err = capfd.readouterr().err
