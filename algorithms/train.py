@@ -337,11 +337,11 @@ def train(config: TrainConfig, run_dir: Path | str, resume: bool = True) -> Coun
     """
     import importlib
 
-    import torch
+    from algorithms.process import configure_process
 
     if not isinstance(config, TrainConfig):
         raise TypeError(f"train: config must be a TrainConfig, got {type(config).__name__}")
-    torch.set_num_threads(config.runner.torch_threads)
+    configure_process(config.runner.torch_threads)
     run = open_run(config, run_dir, resume)
     module, function = RUNNERS[config.runner.kind].split(":")
     try:

@@ -66,6 +66,7 @@ import numpy as np
 import torch
 
 from algorithms.envs.minatar import MINATAR_GAMES
+from algorithms.process import retain_freed_memory
 from algorithms.runners.sync import SyncRunner
 from algorithms.train import TrainConfig
 from bench import speed
@@ -97,7 +98,9 @@ def setting_config(game: str, seed: int, setting: str = SETTING) -> TrainConfig:
 
 def time_ours(config: TrainConfig, steps: int) -> dict[str, float]:
     """``steps`` env steps of the synchronous runner's loop from its first update on (build, the
-    replay start and the first update not timed)."""
+    replay start and the first update not timed), keeping freed memory as a job does
+    (``retain_freed_memory``)."""
+    retain_freed_memory()
     runner = SyncRunner.build(config, None, None)
     counters, algo = runner.counters, runner.algo
 

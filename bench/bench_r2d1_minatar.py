@@ -84,9 +84,10 @@ def timed_loop(iteration, env_steps, steps: int) -> np.ndarray:
 
 def ours_rate(game: str, steps: int, updates: int, seed: int, threads: int) -> dict[str, float]:
     """In a fresh process: this code base's job loop (module docstring)."""
+    from algorithms.process import configure_process
     from algorithms.runners.sync import SyncRunner
 
-    torch.set_num_threads(threads)
+    configure_process(threads)
     config = setting_config(game, seed)
     runner = SyncRunner.build(config, None, None)
     counters, algo = runner.counters, runner.algo

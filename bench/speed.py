@@ -31,6 +31,7 @@ import torch
 
 from algorithms.envs.config import EnvConfig
 from algorithms.envs.factory import make_vec_env
+from algorithms.process import retain_freed_memory
 from algorithms.samplers.base import BatchSpec, env_spaces
 from algorithms.samplers.serial import SerialSampler
 from algorithms.train import SamplerConfig
@@ -88,7 +89,8 @@ def train_rate(
 ) -> np.ndarray:
     """Env steps per (wall-clock, CPU) second of ``timed_itrs`` iterations of sample + optimize after
     ``untimed_itrs`` untimed ones (allocations, first-call overheads, filling a replay); shuts the
-    sampler down."""
+    sampler down. The process keeps freed memory as a training job's does (``retain_freed_memory``)."""
+    retain_freed_memory()
     steps_per_itr = sampler.batch_spec.size
     start = clocks()
     for itr in range(untimed_itrs + timed_itrs):

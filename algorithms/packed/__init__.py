@@ -127,14 +127,13 @@ def train_packed(
     env steps (each can then be continued alone with ``train``). A member whose loss turns non-finite
     is marked failed and the others finish; then ``RuntimeError`` names the failed members.
     """
-    import torch
-
+    from algorithms.process import configure_process
     from algorithms.train import INTERRUPTED, open_run
 
     check_packable(configs)
     if len(run_dirs) != len(configs):
         raise ValueError(f"train_packed: {len(configs)} configs but {len(run_dirs)} run directories")
-    torch.set_num_threads(configs[0].runner.torch_threads)
+    configure_process(configs[0].runner.torch_threads)
     runs = []
     failures: dict[int, str] = {}
     try:

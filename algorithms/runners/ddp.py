@@ -53,6 +53,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from algorithms.algos.base import OptInfo
 from algorithms.counters import Counters
+from algorithms.process import configure_process
 from algorithms.rundir import RunDir, rng_state
 from algorithms.runners.sync import SyncRunner, finite_mean
 from algorithms.samplers.base import BaseSampler
@@ -244,7 +245,7 @@ def _rank_main(
     """Entry point of rank ``rank`` in its spawned process."""
     runner_config = config.runner
     world_size = runner_config.n_gpus
-    torch.set_num_threads(runner_config.torch_threads)
+    configure_process(runner_config.torch_threads)
     device = rank_device(runner_config.device, rank)
     if device.startswith("cuda"):
         torch.cuda.set_device(device)

@@ -47,6 +47,7 @@ from typing import Any, Protocol
 import torch
 
 from algorithms.cpus import pin_process
+from algorithms.process import configure_process
 
 # Seconds a worker may take to build its envs and agent, and to answer an ordinary command.
 START_TIMEOUT_S = 120.0
@@ -113,7 +114,7 @@ def _worker_main(
     try:
         try:
             pin_process(cpus, name)  # before the body starts threads: they inherit the CPUs
-            torch.set_num_threads(torch_threads)
+            configure_process(torch_threads)
             body = body_factory()
             fast = getattr(body, fast_command) if fast_command else None
         except Exception:
