@@ -69,10 +69,23 @@ def config(algo: str, env: EnvConfig, checkpoint_replay: str = "auto", **algo_kw
     )
 
 
+# 16 env steps per batch over 3 per update: a remainder carries from batch to batch.
+QPG = dict(
+    batch_size=16,
+    replay_size_steps=200,
+    random_steps=16,
+    learning_starts_steps=32,
+    env_steps_per_update=3.0,
+    hidden_sizes=(16,),
+)
+PENDULUM = EnvConfig(id="Pendulum-v1", kind="gym")
+
 CASES = {
     "r2d1_minatar": config("r2d1", MINATAR, **R2D1),
     "dqn_minatar": config("dqn", MINATAR, **{**DQN, "conv_torso": "minatar"}),
     "dqn_cartpole": config("dqn", CARTPOLE, **DQN),
+    "sac_pendulum": config("sac", PENDULUM, **QPG),
+    "td3_pendulum": config("td3", PENDULUM, **QPG),
 }
 
 
@@ -117,7 +130,10 @@ def assert_same_envs(a: dict, b: dict) -> None:
     assert_same_tensors(a, b, "env")
     for one, other in zip(left, right, strict=True):
         for t in range(300):
-            action = t % one.action_space.n
+            space = one.action_space
+            action = (
+                t % space.n if hasattr(space, "n") else space.low + (space.high - space.low) * (t % 7) / 6
+            )
             step, other_step = one.step(action), other.step(action)
             assert (step[0] == other_step[0]).all() and step[1:4] == other_step[1:4], t
             if step[2] or step[3]:
