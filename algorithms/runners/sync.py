@@ -308,10 +308,7 @@ class SyncRunner:
 
     # --- the loop ---------------------------------------------------------------------------------
     def run(self) -> Counters:
-        self.sampler.initialize()
-        if self.sampler_state is not None:
-            self.sampler.load_state_dict(self.sampler_state)
-            self.sampler_state = None
+        self.start_sampler()
         self.start_logger()
         try:
             while self.counters.env_steps < self.config.runner.n_steps:
@@ -323,6 +320,13 @@ class SyncRunner:
             if self.logger is not None:
                 self.logger.close()
         return self.counters
+
+    def start_sampler(self) -> None:
+        """Build the sampler's envs and reset them, or continue them from the checkpoint's state."""
+        self.sampler.initialize()
+        if self.sampler_state is not None:
+            self.sampler.load_state_dict(self.sampler_state)
+            self.sampler_state = None
 
     def start_logger(self, description: str = "") -> None:
         """The console bar and progress-table writer (where this process writes the run directory)."""
