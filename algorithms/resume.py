@@ -113,10 +113,11 @@ def pickle_objects(objects: Any) -> torch.Tensor:
 
 class EnvUnpickler(pickle.Unpickler):
     """An unpickler that names only what env objects are made of (see the module docstring):
-    numpy's reconstructors of arrays, dtypes, scalars and random generators, and classes defined in
-    the env packages. A game module of MinAtar is found in ``sys.modules`` (the resumed run built
-    its envs first), never imported: importing the ``minatar`` package is slow and swallows Ctrl-C
-    (``algorithms.envs.minatar``)."""
+    numpy's reconstructors of arrays, dtypes, scalars and random generators, and classes of
+    gymnasium and ``algorithms.envs`` already imported (the resumed run built its envs first),
+    never importing a module. A MinAtar game is pickled by ``MinAtarEnv`` as its attributes, not as
+    an object of its class: naming the class would import the ``minatar`` package, which is slow and
+    swallows Ctrl-C (``algorithms.envs.minatar``)."""
 
     NUMPY = {
         ("numpy", "dtype"),
@@ -132,7 +133,7 @@ class EnvUnpickler(pickle.Unpickler):
         ("numpy.random._pcg64", "PCG64"),
         ("numpy.random._mt19937", "MT19937"),
     }
-    CLASS_MODULES = ("gymnasium.", "minatar.environments.", "algorithms.envs.")
+    CLASS_MODULES = ("gymnasium.", "algorithms.envs.")
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in self.NUMPY:
