@@ -93,9 +93,9 @@ def without_clocks(table: pd.DataFrame) -> pd.DataFrame:
     return table.drop(columns=[c for c in table.columns if "time" in c or "per_second" in c])
 
 
-def interrupted_then_resumed(config: TrainConfig, run_dir, monkeypatch, at_call: int) -> None:
-    """Train ``config`` into ``run_dir``, stopped by a Ctrl-C in its ``at_call``-th optimize call,
-    then train it again (the resume)."""
+def interrupted(config: TrainConfig, run_dir, monkeypatch, at_call: int = 15) -> Path:
+    """Train ``config`` into ``run_dir``, stopped by a Ctrl-C in its ``at_call``-th optimize call;
+    returns the path of its latest.pt."""
     algo_class = registry.algo_module(config.algo).Algo
     original, calls = algo_class.optimize, {"n": 0}
 
@@ -109,6 +109,13 @@ def interrupted_then_resumed(config: TrainConfig, run_dir, monkeypatch, at_call:
         patch.setattr(algo_class, "optimize", optimize)
         with pytest.raises(KeyboardInterrupt):
             train(config, run_dir)
+    return run_dir / "checkpoints" / "latest.pt"
+
+
+def interrupted_then_resumed(config: TrainConfig, run_dir, monkeypatch, at_call: int) -> None:
+    """Train ``config`` into ``run_dir``, stopped by a Ctrl-C in its ``at_call``-th optimize call,
+    then train it again (the resume)."""
+    interrupted(config, run_dir, monkeypatch, at_call)
     train(config, run_dir)
 
 
@@ -207,24 +214,6 @@ def test_a_checkpoint_too_large_for_auto_leaves_the_replay_out_and_says_so(tmp_p
     assert "the envs' state" not in err  # the envs still went in
     checkpoint = torch.load(tmp_path / "r" / "checkpoints" / "latest.pt", weights_only=True)
     assert "replay" not in checkpoint and "sampler" in checkpoint
-
-
-def interrupted(config: TrainConfig, run_dir, monkeypatch, at_call: int = 15) -> Path:
-    """``interrupted_then_resumed`` without the resume; returns the path of latest.pt."""
-    algo_class = registry.algo_module(config.algo).Algo
-    original, calls = algo_class.optimize, {"n": 0}
-
-    def optimize(self, itr, samples):
-        calls["n"] += 1
-        if calls["n"] == at_call:
-            raise KeyboardInterrupt
-        return original(self, itr, samples)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(algo_class, "optimize", optimize)
-        with pytest.raises(KeyboardInterrupt):
-            train(config, run_dir)
-    return run_dir / "checkpoints" / "latest.pt"
 
 
 class Evil:
