@@ -201,19 +201,28 @@ def test_never_resumes_as_before_and_says_so(tmp_path, monkeypatch, capfd):
     assert (auto.set_index("env_steps")["updates"] > updates).loc[224:].all()
 
 
-def test_a_checkpoint_too_large_for_auto_leaves_the_replay_out_and_says_so(tmp_path, monkeypatch, capfd):
-    import algorithms.resume
-
+def test_a_replay_too_large_for_auto_is_left_out_and_said_so_and_always_saves_it(
+    tmp_path, monkeypatch, capfd
+):
     torch.set_num_threads(1)
-    monkeypatch.setattr(algorithms.resume, "AUTO_REPLAY_LIMIT_BYTES", 1_000)
+    monkeypatch.setattr(resume, "AUTO_REPLAY_LIMIT_BYTES", 1_000)
     config = CASES["dqn_cartpole"]
-    interrupted_then_resumed(config, tmp_path / "r", monkeypatch, at_call=15)
+    interrupted_then_resumed(config, tmp_path / "auto", monkeypatch, at_call=15)
     err = capfd.readouterr().err
     assert err.count("over 0 GiB, so checkpoints leave it out") == 2  # once per process run
     assert "resuming at 192 env steps without the replay (it refills" in err
     assert "the envs' state" not in err  # the envs still went in
-    checkpoint = torch.load(tmp_path / "r" / "checkpoints" / "latest.pt", weights_only=True)
+    checkpoint = torch.load(tmp_path / "auto" / "checkpoints" / "latest.pt", weights_only=True)
     assert "replay" not in checkpoint and "sampler" in checkpoint
+
+    always = dataclasses.replace(
+        config, runner=dataclasses.replace(config.runner, checkpoint_replay="always")
+    )
+    interrupted_then_resumed(always, tmp_path / "always", monkeypatch, at_call=15)
+    err = capfd.readouterr().err
+    assert "leave it out" not in err and "resuming" not in err
+    checkpoint = torch.load(tmp_path / "always" / "checkpoints" / "latest.pt", weights_only=True)
+    assert resume.nbytes(checkpoint["replay"]) > 1_000 and "sampler" in checkpoint
 
 
 class Evil:
