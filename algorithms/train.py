@@ -38,6 +38,7 @@ SAMPLER_MODES = ("serial", "cpu", "gpu", "alternating")
 ENV_WORKER_KINDS = ("processes", "threads")
 RUNNER_KINDS = ("sync", "async", "ddp")
 REPLAY_RATIO_COUNTINGS = ("trained", "with_burnin")
+CHECKPOINT_REPLAY = ("auto", "always", "never")
 _DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
 
 # Contract 1: the env package defines EnvConfig; imported lazily so that reading a config.json does
@@ -140,6 +141,16 @@ class RunnerConfig:
     All intervals are in env steps (not frames, not iterations). A boundary is crossed at the first
     sampler batch that reaches it, so with batches that do not divide the interval, rows land at
     the first multiple of the batch size past each boundary.
+
+    ``checkpoint_replay``: whether checkpoints also hold the replay and the sampler's state (envs,
+    agent inputs and recurrent state, running episodes, exploration streams), so that a resumed run
+    continues update for update as if it had not stopped (``algorithms.runners.sync``). ``"always"``
+    saves them; ``"never"`` leaves them out (a resumed run refills its replay before training again
+    and starts fresh episodes); ``"auto"`` saves them unless the replay's arrays exceed 1 GiB
+    (``algorithms.resume.AUTO_REPLAY_LIMIT_BYTES``: a MinAtar replay goes in, a 1M-step Atari one,
+    ~7 GB, does not), and says so on stderr (the job's log.txt) when it leaves the replay out.
+    Env states that cannot be saved (ALE) and the async and DDP runners keep today's resume, said
+    once on stderr.
     """
 
     kind: str = "sync"
@@ -161,10 +172,17 @@ class RunnerConfig:
     async_sampler_cpus: str = ""
     async_optimizer_cpus: str = ""
     tensorboard: bool = False
+    checkpoint_replay: str = "auto"
 
     def __post_init__(self) -> None:
         check_types(self)
         check_field(self, self.kind in RUNNER_KINDS, "kind", f"one of {RUNNER_KINDS}")
+        check_field(
+            self,
+            self.checkpoint_replay in CHECKPOINT_REPLAY,
+            "checkpoint_replay",
+            f"one of {CHECKPOINT_REPLAY}",
+        )
         check_field(self, self.n_steps >= 1, "n_steps", ">= 1")
         check_field(self, self.n_steps <= MAX_ENV_STEPS, "n_steps", f"<= {MAX_ENV_STEPS:.0e}")
         for field in ("log_interval_steps", "eval_interval_steps", "checkpoint_interval_steps"):

@@ -85,17 +85,21 @@ def test_a_game_pickles_and_keeps_its_state():
     )
 
 
-def test_making_and_stepping_every_game_loads_no_plotting_library():
+def test_making_stepping_and_checkpointing_every_game_loads_no_plotting_library():
+    """Also a checkpoint's pickling of the envs (``algorithms.resume``): pickle imports the module of
+    every class it names, and naming a game's class would run the ``minatar`` package's ``__init__``."""
     code = textwrap.dedent(
         """
         import sys
         import algorithms.train
         from algorithms.envs.factory import make_vec_env
         from algorithms.envs.minatar import MINATAR_GAMES, MinAtarEnv
+        from algorithms.resume import pickle_objects, unpickle_objects
         for game in MINATAR_GAMES.values():
             env = MinAtarEnv(game)
             env.reset(seed=0)
             env.step(1)
+            unpickle_objects(pickle_objects([env]))[0].step(1)
         print(sorted(m for m in ("matplotlib", "seaborn", "minatar.environment") if m in sys.modules))
         """
     )

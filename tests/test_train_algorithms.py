@@ -3,6 +3,7 @@ complete run directory whose counters add up. Learning is checked by the benchma
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -171,12 +172,20 @@ def test_tiny_run_with_parallel_cpu_sampler_through_the_agent_factory(tmp_path):
     assert data.progress["env_steps"].tolist() == [64]
 
 
-def test_replay_algorithm_resumes_with_an_empty_replay_that_it_refills(tmp_path, monkeypatch):
-    """Replay contents are not checkpointed (algorithms.runners.sync): after a resume DQN stores
-    ``learning_starts_steps`` new steps before it updates again, and the counters say so."""
+@pytest.mark.parametrize("checkpoint_replay", ["never", "auto"])
+def test_replay_algorithm_resumes_with_an_empty_replay_that_it_refills(
+    tmp_path, monkeypatch, checkpoint_replay
+):
+    """With ``checkpoint_replay = "never"`` replay contents are not checkpointed
+    (algorithms.runners.sync): after a resume DQN stores ``learning_starts_steps`` new steps before
+    it updates again, and the counters say so. By default ("auto") it resumes with its replay and
+    updates as if it had not stopped."""
     from algorithms.algos import dqn
 
     config = tiny("dqn", 160, 4, 2, batch_size=16, env_steps_per_update=8, **REPLAY, **Q_NET)
+    config = dataclasses.replace(
+        config, runner=dataclasses.replace(config.runner, checkpoint_replay=checkpoint_replay)
+    )
     original, calls = dqn.Algo.optimize, {"n": 0}
 
     def interrupted(self, itr, samples):
@@ -192,6 +201,9 @@ def test_replay_algorithm_resumes_with_an_empty_replay_that_it_refills(tmp_path,
     counters = train(config, tmp_path / "run")
     progress = read_run(tmp_path / "run").progress
     assert progress["env_steps"].tolist() == [80, 160]
+    if checkpoint_replay == "auto":  # updates at 64, 72, ..., 160 as in an uninterrupted run
+        assert progress["updates"].tolist() == [3, 13]
+        return
     # Updates at 64, 72, 80 before the checkpoint; after it, the replay refills from step 80 and
     # learning restarts once 64 steps are stored: updates at 144, 152, 160.
     assert progress["updates"].tolist() == [3, 6]

@@ -62,6 +62,7 @@ def test_sampler_config_rejects_bad_values_naming_the_field(kwargs, field):
         ({"replay_ratio_target": -0.1}, "replay_ratio_target"),
         ({"replay_ratio_counting": "both"}, "replay_ratio_counting"),
         ({"tensorboard": 1}, "tensorboard"),
+        ({"checkpoint_replay": "yes"}, "checkpoint_replay"),
         ({"n_steps": "100"}, "n_steps"),
     ],
 )

@@ -70,7 +70,8 @@ def test_train_writes_a_complete_run_directory(tmp_path):
     assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "complete"
     checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "latest.pt", weights_only=True)
     assert checkpoint["counters"]["env_steps"] == 400
-    assert set(checkpoint) == {"format", "agent", "algo", "counters", "rng", "runner"}
+    # The probe algorithm has no replay; its envs go in ("sampler", RunnerConfig.checkpoint_replay).
+    assert set(checkpoint) == {"format", "agent", "algo", "counters", "rng", "runner", "sampler"}
 
 
 def test_budget_not_divisible_by_the_batch_logs_a_final_row(tmp_path):

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from algorithms.arrays import NamedArrays
+from algorithms.resume import generator_state, set_generator_state
 
 Mode = Literal["sample", "eval", "train"]
 
@@ -48,6 +49,18 @@ class RankStreams:
             sequence = np.random.SeedSequence(self.seed, spawn_key=(rank,))
             generator = self._generators[rank] = np.random.Generator(np.random.PCG64(sequence))
         return generator
+
+    def state_dict(self) -> dict[str, Any]:
+        """The seed and each stream's position (JSON text of its ``PCG64`` state), for a checkpoint."""
+        positions = {rank: generator_state(g) for rank, g in self._generators.items()}
+        return {"seed": self.seed, "positions": positions}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue every stream from where ``state_dict`` saw it; streams not used then start afresh."""
+        self.seed = int(state["seed"])
+        self._generators = {}
+        for rank, position in state["positions"].items():
+            set_generator_state(self._generator(int(rank)), position)
 
     def uniform(self, ranks: np.ndarray, shape: tuple[int, ...] = ()) -> torch.Tensor:
         """float32 [len(ranks), *shape], uniform on [0, 1); row i from rank ``ranks[i]``'s stream."""

@@ -239,7 +239,7 @@ class Algo(QReplayLearner):
         self.optimizer = make_optimizer(config, self.model.parameters())
         self.batch_spec = BatchSpec(*batch_spec)
         self.replay: ReplayBuffer | None = None  # built from the first batch's example step
-        self.replay_steps = 0  # steps in the replay since this process started (not checkpointed)
+        self.replay_steps = 0  # steps appended since the replay was empty (``replay_state_dict``)
         self.updates = 0
         self.credit = 0  # env steps not yet matched by an update
         self.clip_grad_norm = config.clip_grad_norm if config.clip_grad_norm > 0 else math.inf
@@ -296,9 +296,7 @@ class Algo(QReplayLearner):
 
     def append_samples(self, samples: NamedArrays) -> None:
         """Add a [T, B] sampler batch to the replay (Contract 4's async extension)."""
-        if self.replay is None:
-            self.replay = self.build_replay(samples.replace(bootstrap=None)[0, 0])
-        self.replay.append(samples)
+        self.ensure_replay(samples).append(samples)
         self.replay_steps += samples.reward.numel()
 
     def minibatch(self) -> tuple[int, bool]:

@@ -68,6 +68,7 @@ from algorithms.replay.buffer import ReplayBuffer
 from algorithms.replay.observations import observations_for
 from algorithms.replay.selectors import PrioritizedSelector
 from algorithms.replay.sequences import SequenceStorage, sequence_rows
+from algorithms.resume import tree_from_state, tree_state
 from algorithms.samplers.base import BatchSpec
 
 
@@ -228,7 +229,7 @@ class Algo(QReplayLearner):
         self.optimizer = adam(self.model.parameters(), config.learning_rate, config.optimizer_eps)
         self.batch_spec = BatchSpec(*batch_spec)
         self.replay: ReplayBuffer | None = None  # built from the first batch's example step
-        self.replay_steps = 0  # steps appended by this process (the replay is not checkpointed)
+        self.replay_steps = 0  # steps appended since the replay was empty (``replay_state_dict``)
         self.updates = 0
         self.clip_grad_norm = config.clip_grad_norm if config.clip_grad_norm > 0 else math.inf
         self.credit = 0.0  # replayed steps owed to the replay-ratio target
@@ -271,9 +272,7 @@ class Algo(QReplayLearner):
     def append_samples(self, samples: NamedArrays) -> None:
         """Store a sampler batch and give the sequences it completes their initial priorities
         (also Contract 4's async extension)."""
-        if self.replay is None:
-            self.replay = self.build_replay(samples.replace(bootstrap=None)[0, 0])
-        storage = self.replay.storage
+        storage = self.ensure_replay(samples).storage
         t0 = storage.ring.t
         self.replay.append(samples)
         t = storage.ring.t
@@ -315,6 +314,20 @@ class Algo(QReplayLearner):
         if self._td_history.shape[0] > keep:
             drop = self._td_history.shape[0] - keep
             self._td_history, self._td_first_row = self._td_history[drop:], self._td_first_row + drop
+
+    def replay_extra_state(self) -> dict[str, Any]:
+        """The sampler TD errors of sequences not yet complete and the last batch's fields awaiting
+        its bootstrap values: the initial priorities of the next sequences are computed from them."""
+        return {
+            "td_history": self._td_history.clone(),
+            "td_first_row": self._td_first_row,
+            "pending": tree_state(self._pending),
+        }
+
+    def load_replay_extra_state(self, state: dict[str, Any]) -> None:
+        self._td_history = state["td_history"].clone()
+        self._td_first_row = int(state["td_first_row"])
+        self._pending = tree_from_state(state["pending"])
 
     # --- the loss -----------------------------------------------------------------------------------
     def unroll(self, model: nn.Module, batch: NamedArrays, need_states: bool) -> tuple[torch.Tensor, Any]:

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from algorithms.arrays import NamedArrays
 
@@ -148,6 +150,31 @@ class VecEnv(ABC):
                 episode_length=episode_length,
             ),
         )
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """The envs' state between steps, for a checkpoint (``algorithms.resume``), or None where the
+        backend cannot save it (ALE's emulators). Objects come back pickled (``resume.pickle_objects``)."""
+        backend = self._backend_state()
+        if backend is None:
+            return None
+        return {
+            "episode_return": torch.from_numpy(self._episode_return.copy()),
+            "episode_length": torch.from_numpy(self._episode_length.copy()),
+            "backend": backend,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state_dict``'s state, its objects already unpickled (``resume.unpickle_tree``)."""
+        self._episode_return[:] = state["episode_return"].numpy()
+        self._episode_length[:] = state["episode_length"].numpy()
+        self._load_backend_state(state["backend"])
+
+    def _backend_state(self) -> dict[str, Any] | None:
+        """The backend's own part of ``state_dict``; None: it cannot be saved."""
+        return None
+
+    def _load_backend_state(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} saves no state")
 
     @abstractmethod
     def close(self) -> None:

@@ -78,4 +78,11 @@ def make_vec_env(config: EnvConfig, num_envs: int, seed: int, *, first_rank: int
             raise ValueError(
                 f"EnvConfig.id: {config.id!r} has a {space} observation space; Contract 1 needs arrays"
             )
-    return GymnasiumVecEnv(envs, seeds, config.env_frameskip, config.clip_rewards, config.episodic_life)
+    return GymnasiumVecEnv(
+        envs,
+        seeds,
+        config.env_frameskip,
+        config.clip_rewards,
+        config.episodic_life,
+        saveable=config.kind != "atari",  # an ALE env pickles without its emulator state
+    )

@@ -7,10 +7,15 @@ backend is checked against, and classic-control / MuJoCo steps are cheap next to
 
 from __future__ import annotations
 
+import pickle
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
+import torch
 
 from algorithms.envs.base import RawStep, VecEnv
+from algorithms.resume import PICKLED, pickle_objects
 
 
 class GymnasiumVecEnv(VecEnv):
@@ -18,6 +23,8 @@ class GymnasiumVecEnv(VecEnv):
 
     ``seeds[i]`` seeds env i at the first reset; later resets continue its random stream. Life
     loss is read from ``info["lives"]`` where the env reports it (ALE) and is False otherwise.
+    ``saveable``: the envs pickle with their whole state (MinAtar games, classic control), so a
+    checkpoint can hold them (``state_dict``); False for ALE, whose emulator state does not.
     """
 
     def __init__(
@@ -27,8 +34,10 @@ class GymnasiumVecEnv(VecEnv):
         frameskip: int,
         clip_rewards: bool,
         episodic_life: bool,
+        saveable: bool = True,
     ) -> None:
         super().__init__(len(envs), frameskip, clip_rewards, episodic_life)
+        self.saveable = saveable
         self._envs = envs
         self._seeds = [int(s) for s in seeds]
         self._seeded = False
@@ -74,6 +83,28 @@ class GymnasiumVecEnv(VecEnv):
             final_observation=np.stack(final_observations),
             life_loss=life_loss,
         )
+
+    def _backend_state(self) -> dict[str, Any] | None:
+        if not self.saveable:
+            return None
+        try:
+            envs = pickle_objects(self._envs)
+        except (pickle.PicklingError, TypeError, AttributeError):  # an env holding a handle
+            return None
+        return {
+            "envs": {PICKLED: envs},
+            "lives": torch.from_numpy(self._lives.copy()),
+            "seeded": self._seeded,
+        }
+
+    def _load_backend_state(self, state: dict[str, Any]) -> None:
+        envs = state["envs"]
+        if not isinstance(envs, list) or len(envs) != self.num_envs:
+            raise ValueError(f"env state: {self.num_envs} envs expected, the checkpoint has another count")
+        self.close()
+        self._envs = envs
+        self._lives[:] = state["lives"].numpy()
+        self._seeded = bool(state["seeded"])
 
     def close(self) -> None:
         for env in self._envs:

@@ -110,6 +110,24 @@ class MinAtarEnv(gym.Env):
         self.observation_space = gym.spaces.Box(0, 1, shape=(c, h, w), dtype=bool)
         self.action_space = gym.spaces.Discrete(len(self._actions))
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled with the game as (name, attributes): pickling the game object itself would name
+        its class, and pickle imports a class's module to check it, which here runs the ``minatar``
+        package's ``__init__`` (see the module docstring). A checkpoint pickles the envs
+        (``algorithms.resume``)."""
+        state = self.__dict__.copy()
+        state["_game"] = (self.game, vars(self._game).copy())
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        game, attributes = state["_game"]
+        if game not in MINATAR_GAMES.values():
+            raise ValueError(f"MinAtarEnv: unknown game {game!r} in pickled state")
+        cls = _game_module(game).Env
+        state["_game"] = cls.__new__(cls)
+        state["_game"].__dict__.update(attributes)
+        self.__dict__.update(state)
+
     def _observation(self) -> np.ndarray:
         return np.ascontiguousarray(self._game.state().transpose(2, 0, 1))
 

@@ -16,9 +16,11 @@ from typing import Any, Protocol
 
 import torch
 
-from algorithms.arrays import NamedArrays
+from algorithms.arrays import NamedArrays, to_torch
 from algorithms.learners.common import OptInfo, nonfinite_loss
+from algorithms.replay.buffer import ReplayBuffer
 from algorithms.replay.observations import observations_for
+from algorithms.resume import tree_from_state, tree_state
 
 # One member's replay draw: (minibatch, drawn items, importance-sampling weights).
 Draw = tuple[NamedArrays, Any, Any]
@@ -130,7 +132,10 @@ class QReplayLearner:
 
     Checkpointed state (``state_dict``): target network, optimizer, update count and ``credit``, the
     update schedule carried between calls (DQN: env steps not yet matched by an update; R2D1:
-    replayed steps owed to the replay ratio), stored under the subclass's ``credit_key``.
+    replayed steps owed to the replay ratio), stored under the subclass's ``credit_key``. The
+    replay goes into checkpoints on its own (``replay_state_dict``: its contents, priorities and
+    generators, the steps appended, and a subclass's ``replay_extra_state``), when the runner's
+    ``checkpoint_replay`` setting asks for it.
 
     Subclasses set ``config`` (with ``learning_starts_steps`` and ``target_update_period_updates``),
     ``agent``, ``model``, ``target_model``, ``optimizer``, ``clip_grad_norm``, ``replay``,
@@ -143,7 +148,8 @@ class QReplayLearner:
 
     @property
     def warm(self) -> bool:
-        """Enough steps to learn from. Counted per process: a resumed run refills its replay first."""
+        """Enough steps to learn from: counted since the replay was last empty, so a run resumed
+        without its replay (``checkpoint_replay``) refills it first."""
         return (
             self.replay is not None
             and self.replay_steps >= self.config.learning_starts_steps
@@ -157,6 +163,41 @@ class QReplayLearner:
         run's B envs, each frame stored once when observations are frame stacks (``observations_for``)."""
         observations = observations_for(example.observation)
         return storage_cls(self.config.replay_size_steps, self.batch_spec.B, example, observations, **kwargs)
+
+    def ensure_replay(self, samples: NamedArrays) -> ReplayBuffer:
+        """The replay, built on the first sampler batch from its first step (a copy, kept for
+        ``replay_state_dict``: a resumed run builds the same layout before any batch)."""
+        if self.replay is None:
+            self.replay_example = samples.replace(bootstrap=None)[0, 0].map(lambda x: to_torch(x).clone())
+            self.replay = self.build_replay(self.replay_example)
+        return self.replay
+
+    def replay_state_dict(self) -> dict[str, Any] | None:
+        """The replay and what goes with it, for a checkpoint (None before the first batch)."""
+        if self.replay is None:
+            return None
+        return {
+            "example": tree_state(self.replay_example),
+            "buffer": self.replay.state_dict(),
+            "replay_steps": self.replay_steps,
+            **self.replay_extra_state(),
+        }
+
+    def load_replay_state_dict(self, state: dict[str, Any]) -> None:
+        """Rebuild the replay ``replay_state_dict`` saved (before the run's RNG states are restored:
+        building draws the selector's seed, which the saved generator state then replaces)."""
+        self.replay_example = tree_from_state(state["example"])
+        self.replay = self.build_replay(self.replay_example)
+        self.replay.load_state_dict(state["buffer"])
+        self.replay_steps = int(state["replay_steps"])
+        self.load_replay_extra_state(state)
+
+    def replay_extra_state(self) -> dict[str, Any]:
+        """A subclass's state tied to the replay's contents (R2D1: TD errors of unfinished sequences)."""
+        return {}
+
+    def load_replay_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore ``replay_extra_state``'s keys from ``state``."""
 
     @staticmethod
     def selector_seed() -> int:

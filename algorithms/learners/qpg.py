@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Protocol
 import torch
 
 from algorithms.agents.base import Agent
-from algorithms.arrays import NamedArrays
+from algorithms.arrays import NamedArrays, to_torch
 from algorithms.configs import check_field, check_ranges
 from algorithms.functional.policy_losses import polyak_update_
 from algorithms.learners.common import OptInfo, adam, minimize
@@ -25,6 +25,7 @@ from algorithms.replay.buffer import ReplayBuffer
 from algorithms.replay.observations import FullObservations
 from algorithms.replay.selectors import UniformSelector
 from algorithms.replay.transitions import TransitionStorage
+from algorithms.resume import tree_from_state, tree_state
 
 Noise = dict[str, torch.Tensor]
 
@@ -135,9 +136,9 @@ class ReplayFeed:
     episode's transition bootstraps from its stored ``final_observation`` and a terminal one not at
     all (``discount_n`` = 0). ``append`` returns how many updates are due: none until
     ``learning_starts_steps`` transitions can be sampled, then one per ``env_steps_per_update`` new
-    env steps (the remainder carried over, as DQN's schedule does). The replay is not checkpointed
-    (Contract 4, runners/sync.py): after a resume it refills to ``learning_starts_steps`` before
-    training again.
+    env steps (the remainder carried over, as DQN's schedule does). Checkpoints hold the replay and
+    that remainder as ``RunnerConfig.checkpoint_replay`` asks (``state_dict``); a run resumed
+    without them refills the replay to ``learning_starts_steps`` before training again.
     """
 
     def __init__(
@@ -148,21 +149,44 @@ class ReplayFeed:
         self.learning_starts_steps = int(learning_starts_steps)
         self.env_steps_per_update = float(env_steps_per_update)
         self.replay: ReplayBuffer | None = None
+        self.example: NamedArrays | None = None  # one step of the first batch, the replay's layout
         self.credit = 0.0  # env steps not yet matched by an update
 
+    def build(self, example: NamedArrays, num_envs: int) -> None:
+        """The replay, laid out from one step of the first batch (kept for ``state_dict``)."""
+        self.example = example
+        storage = TransitionStorage(
+            self.capacity_steps,
+            num_envs=num_envs,
+            example=example,
+            observations=FullObservations(),
+            n_step=1,
+            gamma=self.discount,
+        )
+        # Seeded from torch's global RNG, which train() seeds: same seed, same minibatches.
+        sampler = UniformSelector(storage.num_items, seed=int(torch.randint(2**31 - 1, ()).item()))
+        self.replay = ReplayBuffer(storage, sampler)
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """The replay and the carried env steps, for a checkpoint (None before the first batch)."""
+        if self.replay is None:
+            return None
+        return {
+            "example": tree_state(self.example),
+            "num_envs": self.replay.storage.ring.num_envs,
+            "buffer": self.replay.state_dict(),
+            "credit": self.credit,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.build(tree_from_state(state["example"]), int(state["num_envs"]))
+        self.replay.load_state_dict(state["buffer"])
+        self.credit = float(state["credit"])
+
     def append(self, samples: NamedArrays) -> int:
-        if self.replay is None:  # the storage is laid out from the first batch's fields
-            storage = TransitionStorage(
-                self.capacity_steps,
-                num_envs=samples.reward.shape[1],
-                example=samples.replace(bootstrap=None)[0, 0],
-                observations=FullObservations(),
-                n_step=1,
-                gamma=self.discount,
-            )
-            # Seeded from torch's global RNG, which train() seeds: same seed, same minibatches.
-            sampler = UniformSelector(storage.num_items, seed=int(torch.randint(2**31 - 1, ()).item()))
-            self.replay = ReplayBuffer(storage, sampler)
+        if self.replay is None:
+            example = samples.replace(bootstrap=None)[0, 0].map(lambda x: to_torch(x).clone())
+            self.build(example, samples.reward.shape[1])
         self.replay.append(samples)
         if len(self.replay) < self.learning_starts_steps:
             return 0
@@ -277,6 +301,13 @@ class QpgAlgo:
         polyak_update_(self.critic.target, self.critic.q, self.config.tau)
         if self.actor_target is not None:
             polyak_update_(self.actor_target, self.actor, self.config.tau)
+
+    def replay_state_dict(self) -> dict[str, Any] | None:
+        """The replay and its update schedule, for a checkpoint (``ReplayFeed.state_dict``)."""
+        return self.replay.state_dict()
+
+    def load_replay_state_dict(self, state: dict[str, Any]) -> None:
+        self.replay.load_state_dict(state)
 
     def state_dict(self) -> dict[str, Any]:
         state = {**self.critic.state_dict(), "actor_optimizer": self.actor_optimizer.state_dict()}

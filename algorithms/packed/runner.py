@@ -123,7 +123,7 @@ class PackedRunner:
         """Every member's envs and logger, as ``SyncRunner.run`` starts them."""
         for k, member in enumerate(self.members):
             with self.rng(k):
-                member.sampler.initialize()
+                member.start_sampler()
                 seed = member.config.runner.seed
                 member.start_logger(f"{member.config.algo} {member.config.env.id} seed {seed}")
 

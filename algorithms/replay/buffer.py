@@ -32,13 +32,14 @@ valid. That is how R2D2-style initial priorities computed by the actor for a who
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from algorithms.arrays import NamedArrays, to_numpy
 from algorithms.replay.selectors import PrioritizedSelector, UniformSelector
+from algorithms.resume import arrays_state, generator_state, load_arrays, prefixed, set_generator_state
 
 
 class Storage(Protocol):
@@ -49,6 +50,8 @@ class Storage(Protocol):
     def valid(self, items: np.ndarray) -> np.ndarray: ...
 
     def extract(self, items: np.ndarray) -> NamedArrays: ...
+
+    def state_arrays(self) -> dict[str, np.ndarray]: ...
 
 
 class ReplayBuffer:
@@ -75,6 +78,25 @@ class ReplayBuffer:
         self.selector.on_write(written, priorities)
         self.selector.set_valid(changed, self.storage.valid(changed))
         return written
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """The storage's and the selector's arrays, restored in place on resume."""
+        return {
+            **prefixed("storage", self.storage.state_arrays()),
+            **prefixed("selector", self.selector.state_arrays()),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Contents, cursor, priorities and random generators as tensors and strings (what
+        ``torch.load(weights_only=True)`` reads back); the tensors share the replay's memory."""
+        generators = {name: generator_state(rng) for name, rng in self.selector.generators().items()}
+        return {"arrays": arrays_state(self.state_arrays()), "generators": generators}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict``'s contents into this replay (built with the same layout) in place."""
+        load_arrays(self.state_arrays(), state["arrays"], "replay")
+        for name, rng in self.selector.generators().items():
+            set_generator_state(rng, state["generators"][name])
 
     def sample(self, batch_size: int) -> tuple[NamedArrays, np.ndarray, torch.Tensor]:
         if batch_size < 1:

@@ -47,6 +47,9 @@ class FullObservations:
     def nbytes(self) -> int:
         return self._observation.nbytes + self._final.nbytes
 
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        return {"observation": self._observation, "final_observation": self._final}
+
     def write(self, positions: slice | np.ndarray, samples: NamedArrays) -> None:
         """Store ``observation`` and ``final_observation`` [T, B, *obs] at ring rows ``positions`` [T]."""
         self._observation[positions] = np.asarray(samples.observation)
@@ -86,6 +89,9 @@ class FrameObservations:
     @property
     def nbytes(self) -> int:
         return self._frames.nbytes
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        return {"frames": self._frames}
 
     def write(self, positions: slice | np.ndarray, samples: NamedArrays) -> None:
         """Store the newest frame of each ``samples.observation`` [T, B, frame_stack, H, W]."""

@@ -77,6 +77,16 @@ class StepRing:
     def nbytes(self) -> int:
         return sum(leaf.nbytes for leaf in self.fields.leaves()) + self.observations.nbytes
 
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays that hold the ring's contents and cursor (a checkpoint saves and restores them
+        in place: ``algorithms.resume``)."""
+        return {
+            **{f"fields.{name}": leaf for name, leaf in self.fields.flat_items()},
+            "cursor": self._cursor,
+            "last_done": self._last_done,
+            **{f"observations.{name}": a for name, a in self.observations.state_arrays().items()},
+        }
+
     def absolute(self, positions: np.ndarray) -> np.ndarray:
         """Absolute row of each ring row in ``positions``; negative where never written."""
         base = self.t - self.rows

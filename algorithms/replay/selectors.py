@@ -60,6 +60,13 @@ class UniformSelector:
     def num_valid(self) -> int:
         return int(self._counts[1])
 
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays of the selector's state, for a checkpoint (``algorithms.resume``)."""
+        return {"valid": self._valid, "counts": self._counts}
+
+    def generators(self) -> dict[str, np.random.Generator]:
+        return {"draws": self._rng}
+
     def on_write(self, items: np.ndarray, priorities: np.ndarray | None = None) -> None:
         if priorities is not None:
             raise ValueError("UniformSelector: priorities given on write, but this selector is uniform")
@@ -146,6 +153,15 @@ class PrioritizedSelector:
     @property
     def num_valid(self) -> int:
         return int(self._state[2])
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """The selector's arrays (sum tree included), for a checkpoint (``algorithms.resume``)."""
+        tree = {f"tree.{name}": array for name, array in self.tree.state_arrays().items()}
+        return {"priority": self._priority, "valid": self._valid, "state": self._state, **tree}
+
+    def generators(self) -> dict[str, np.random.Generator]:
+        tree = {f"tree.{name}": rng for name, rng in self.tree.generators().items()}
+        return {"draws": self._rng, **tree}
 
     @property
     def beta(self) -> float:

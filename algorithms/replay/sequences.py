@@ -112,6 +112,15 @@ class SequenceStorage:
         states = 0 if self._states is None else sum(leaf.nbytes for leaf in _leaves(self._states))
         return self.ring.nbytes + states
 
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """The ring's arrays and the stored recurrent states (``StepRing.state_arrays``)."""
+        arrays = self.ring.state_arrays()
+        if isinstance(self._states, NamedArrays):
+            arrays.update({f"states.{name}": leaf for name, leaf in self._states.flat_items()})
+        elif self._states is not None:
+            arrays["states"] = self._states
+        return arrays
+
     def sequence_starts(self, first_row: int, stop_row: int) -> np.ndarray:
         """Absolute rows in [first_row, stop_row) where sequences start (multiples of ``stride``, >= 0)."""
         first = max(first_row, 0)

@@ -52,6 +52,7 @@ class SumTree:
         sizes = [top * K**d for d in range(depth + 1)]
         flat = buffer_from_example(np.zeros((), dtype=np.float64), sum(sizes), shared=shared)
         flat = flat.numpy() if shared else flat
+        self._flat = flat  # every level, one after another (``state_arrays``)
         offsets = np.cumsum([0, *sizes])
         self._top = flat[: sizes[0]]
         self._nodes = [flat[offsets[d] : offsets[d + 1]] for d in range(depth + 1)]  # flat, per level
@@ -59,6 +60,13 @@ class SumTree:
         self._rng = np.random.default_rng(capacity)  # only for the rare redraws in ``find``
         # Column j of this matrix sums children 0 .. j-1: children @ it is the mass left of each child.
         self._exclusive_prefix = np.triu(np.ones((K, K)), k=1)
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """The nodes of every level (one array) for a checkpoint (``algorithms.resume``)."""
+        return {"nodes": self._flat}
+
+    def generators(self) -> dict[str, np.random.Generator]:
+        return {"redraw": self._rng}
 
     @property
     def total(self) -> float:

@@ -107,6 +107,10 @@ class TransitionStorage:
     def nbytes(self) -> int:
         return self.ring.nbytes
 
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """Everything stored (the n-step returns are ring fields): ``StepRing.state_arrays``."""
+        return self.ring.state_arrays()
+
     def _items(self, first_row: int, stop_row: int) -> np.ndarray:
         """Items of absolute rows [first_row, stop_row) for all envs."""
         B = self.ring.num_envs

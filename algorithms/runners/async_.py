@@ -195,6 +195,10 @@ class AsyncRunner(SyncRunner):
     checkpoints are the synchronous runner's.
     """
 
+    # The sampler's envs live in another process and the replay is written by another thread:
+    # checkpoints hold neither, and a resume refills the replay and starts fresh episodes.
+    saves_run_state = False
+
     @classmethod
     def make_sampler(
         cls, config: TrainConfig, agent: Agent, start_env_steps: int, rank: int, world_size: int

@@ -149,6 +149,9 @@ class GradientAverager:
 class DdpRunner(SyncRunner):
     """One rank of a data-parallel run (see the module docstring)."""
 
+    # Each rank holds its own envs and replay: checkpoints (rank 0's) hold neither.
+    saves_run_state = False
+
     @classmethod
     def prepare_agent(cls, agent: Agent) -> None:
         device = agent.device

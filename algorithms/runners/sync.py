@@ -17,14 +17,22 @@ were not at the final step, and a final checkpoint.
 
 Checkpoints (``checkpoints/latest.pt``, plain tensors and numbers, ``torch.load(weights_only=True)``)
 hold the agent's parameters, ``algo.state_dict()`` (optimizer, target networks, schedules),
-the counters, the global RNG states and the runner's own boundaries and pending log window.
-**Replay contents are not saved**: a replay-based algorithm restarts with an empty replay and
-refills it before training again (the counters keep counting from the checkpoint), which keeps
-checkpoints small (a 1M-step Atari replay is ~7 GB). Environment state is not saved either: a
-resumed run starts fresh episodes from envs seeded by (run seed, resume step), see
-``algorithms.samplers.base``. On resume, progress and eval rows logged after the checkpoint are
-dropped (``RunDir.truncate_progress_after``) and logged again as the run passes those steps, so the
-table has every boundary exactly once.
+the counters, the global RNG states and the runner's own boundaries and pending log window, and,
+as ``RunnerConfig.checkpoint_replay`` asks (by default unless the replay's arrays exceed 1 GiB),
+``"replay"``: the replay's contents, priorities, cursors and generators with the algorithm's state
+tied to them (``algo.replay_state_dict()``; R2D1's TD errors of unfinished sequences), and
+``"sampler"``: the envs (pickled objects in a uint8 tensor, read back by a restricted unpickler:
+``algorithms.resume``), the agent's next inputs and recurrent state, the running episodes' returns
+and lengths, and the exploration streams' positions (``sampler.state_dict()``). With both, a run
+resumed from a checkpoint continues update for update as the uninterrupted one
+(tests/test_resume_exact.py). Without the replay (``"never"``, too large, a checkpoint from before
+this), a replay-based algorithm restarts with an empty replay and refills it before training again
+(the counters keep counting from the checkpoint); without the sampler's state (also where envs
+cannot save theirs: ALE; and under the async and DDP runners), a resumed run starts fresh episodes
+from envs seeded by (run seed, resume step), see ``algorithms.samplers.seeding``; either is said
+once on stderr. On resume, progress and eval rows logged after the checkpoint are dropped
+(``RunDir.truncate_progress_after``) and logged again as the run passes those steps, so the table
+has every boundary exactly once.
 
 Time not spent sampling, optimizing or evaluating (progress rows, checkpoints) counts as
 "logging"; throughput excludes evaluation and logging (``Counters``).
@@ -33,6 +41,7 @@ Time not spent sampling, optimizing or evaluating (progress rows, checkpoints) c
 from __future__ import annotations
 
 import math
+import pickle
 import random
 import sys
 from dataclasses import dataclass, field
@@ -41,10 +50,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from algorithms import registry
+from algorithms import registry, resume
 from algorithms.algos.base import OptInfo
 from algorithms.counters import Counters
 from algorithms.logger import RunLogger
+from algorithms.resume import unpickle_tree
 from algorithms.rundir import RunDir, rng_state, set_rng_state
 from algorithms.samplers import base as samplers
 from algorithms.samplers.base import BaseSampler, BatchSpec, env_spaces
@@ -168,6 +178,8 @@ class SyncRunner:
             self.last_log_steps = state["last_log_steps"]
             self.last_eval_steps = state["last_eval_steps"]
         self.logger: RunLogger | None = None
+        self.sampler_state: dict[str, Any] | None = None  # a checkpoint's, loaded once the envs exist
+        self._said: set[str] = set()
 
     @classmethod
     def build(
@@ -196,6 +208,7 @@ class SyncRunner:
         )
         if rank > 0:
             seed_everything(rank_seed(config.runner.seed, rank))
+        sampler_state = None
         if checkpoint is None:
             counters = Counters(frameskip=config.env.env_frameskip)
         else:
@@ -217,6 +230,7 @@ class SyncRunner:
                     "it was written by another model layout: start the run afresh"
                 ) from None
             counters = Counters.from_state_dict(checkpoint["counters"])
+            sampler_state = cls.restore_run_state(config, run, checkpoint, algo, counters.env_steps)
             set_rng_state(cls.rng_of_rank(checkpoint, rank))
             if run is not None:
                 steps, state = counters.env_steps, checkpoint["runner"]
@@ -225,8 +239,45 @@ class SyncRunner:
                     logged=state["last_log_steps"] == steps,
                     evaluated=state["last_eval_steps"] == steps,
                 )
-        sampler = cls.make_sampler(config, agent, counters.env_steps, rank, world_size)
-        return cls(config, run, agent, algo, sampler, counters, checkpoint, rank, world_size)
+        start = counters.env_steps if sampler_state is None else int(sampler_state["start_env_steps"])
+        sampler = cls.make_sampler(config, agent, start, rank, world_size)
+        runner = cls(config, run, agent, algo, sampler, counters, checkpoint, rank, world_size)
+        runner.sampler_state = sampler_state
+        return runner
+
+    # Whether this runner's checkpoints can hold the replay and the sampler's state (module docstring).
+    saves_run_state = True
+
+    @classmethod
+    def restore_run_state(
+        cls, config: TrainConfig, run: RunDir | None, checkpoint: dict[str, Any], algo: Any, env_steps: int
+    ) -> dict[str, Any] | None:
+        """Load the checkpoint's replay into ``algo`` and return its sampler state, its objects
+        unpickled (None when it has none); say on stderr what the resume cannot continue exactly.
+        Runs before the RNG states are restored: rebuilding the replay draws a selector seed."""
+        missing = []
+        if checkpoint.get("replay") is not None:
+            algo.load_replay_state_dict(checkpoint["replay"])
+        elif "replay" not in checkpoint and hasattr(algo, "replay_state_dict"):
+            missing.append("the replay (it refills before training resumes)")
+        sampler_state = checkpoint.get("sampler")
+        if sampler_state is not None:
+            try:
+                sampler_state = unpickle_tree(sampler_state)
+            except (pickle.UnpicklingError, EOFError, ValueError) as error:
+                missing.append(f"the envs' state, which does not load ({error})")
+                sampler_state = None
+        else:
+            missing.append("the envs' state (fresh episodes from seeds mixed with the resume step)")
+        if missing and run is not None:
+            print(
+                f"{run.path}: resuming at {env_steps:,} env steps without {' or '.join(missing)} "
+                f"(checkpoint_replay = {config.runner.checkpoint_replay!r}, runner {config.runner.kind!r}): "
+                "the run will not continue as the uninterrupted one would have",
+                file=sys.stderr,
+                flush=True,
+            )
+        return sampler_state
 
     @classmethod
     def prepare_agent(cls, agent: Agent) -> None:
@@ -257,7 +308,7 @@ class SyncRunner:
 
     # --- the loop ---------------------------------------------------------------------------------
     def run(self) -> Counters:
-        self.sampler.initialize()
+        self.start_sampler()
         self.start_logger()
         try:
             while self.counters.env_steps < self.config.runner.n_steps:
@@ -269,6 +320,13 @@ class SyncRunner:
             if self.logger is not None:
                 self.logger.close()
         return self.counters
+
+    def start_sampler(self) -> None:
+        """Build the sampler's envs and reset them, or continue them from the checkpoint's state."""
+        self.sampler.initialize()
+        if self.sampler_state is not None:
+            self.sampler.load_state_dict(self.sampler_state)
+            self.sampler_state = None
 
     def start_logger(self, description: str = "") -> None:
         """The console bar and progress-table writer (where this process writes the run directory)."""
@@ -378,6 +436,51 @@ class SyncRunner:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a resumed run needs (see the module docstring for what is left out)."""
+        return {**self.core_state_dict(), **self.run_state_dict()}
+
+    def run_state_dict(self) -> dict[str, Any]:
+        """The replay and the sampler's state, as ``checkpoint_replay`` asks (module docstring);
+        what is left out is said once on stderr."""
+        setting, kind = self.config.runner.checkpoint_replay, self.config.runner.kind
+        if setting == "never":
+            return {}
+        if not self.saves_run_state:
+            self.say_once(
+                f"checkpoints of runner kind {kind!r} hold neither the replay nor the envs' state: "
+                "a resumed run will not continue as the uninterrupted one would have"
+            )
+            return {}
+        out: dict[str, Any] = {}
+        if hasattr(self.algo, "replay_state_dict"):
+            replay = self.algo.replay_state_dict()
+            size = resume.nbytes(replay)
+            if setting == "auto" and size > resume.AUTO_REPLAY_LIMIT_BYTES:
+                self.say_once(
+                    f"checkpoint_replay 'auto': the replay's arrays take {size / 2**30:.1f} GiB, over "
+                    f"{resume.AUTO_REPLAY_LIMIT_BYTES / 2**30:.0f} GiB, so checkpoints leave it out and a "
+                    "resumed run refills it before training again (checkpoint_replay = 'always' saves it)"
+                )
+            else:
+                out["replay"] = replay
+        sampler = self.sampler.state_dict()
+        if sampler is None:
+            self.say_once(
+                f"the envs' state ({self.config.env.id}, sampler mode {self.config.sampler.mode!r}) cannot "
+                "be checkpointed: a resumed run starts fresh episodes, not as the uninterrupted one would"
+            )
+        else:
+            out["sampler"] = sampler
+        return out
+
+    def say_once(self, message: str) -> None:
+        """``message`` on stderr (the job's log.txt), once per run of this process."""
+        if message in self._said or self.run_dir is None:
+            return
+        self._said.add(message)
+        print(f"{self.run_dir.path}: {message}", file=sys.stderr, flush=True)
+
+    def core_state_dict(self) -> dict[str, Any]:
+        """The checkpoint without the replay and the sampler's state."""
         return {
             "format": CHECKPOINT_FORMAT,
             "agent": self.agent.state_dict(),

@@ -178,6 +178,10 @@ class BaseSampler(ABC):
 
     def evaluate(self, n_episodes: int, env_steps: int) -> list[dict[str, Any]]:
         """``n_episodes`` eval-mode episodes: dicts with ``episode``, ``return`` (raw), ``length``."""
+        return self.evaluator().evaluate(n_episodes, env_steps)
+
+    def evaluator(self) -> Any:
+        """The ``EvalSampler``, built on first use."""
         if self._eval_sampler is None:
             from algorithms.samplers.evaluation import EvalSampler
 
@@ -189,7 +193,28 @@ class BaseSampler(ABC):
                 max_steps=self.config.eval_max_steps,
                 streams=exploration_streams(self.seed, "eval", self.start_env_steps),
             )
-        return self._eval_sampler.evaluate(n_episodes, env_steps)
+        return self._eval_sampler
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """What a resumed run needs to sample on as if it had not stopped (taken between batches):
+        ``start_env_steps`` (its seeds' origin), the envs' and the agent inputs' state, the
+        exploration streams' positions, and the evaluation envs' state once built. None where this
+        mode or these envs cannot save it: a resumed run then starts fresh episodes from seeds that
+        depend on the resume step (``algorithms.samplers.seeding``)."""
+        return None
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state_dict``'s state (after ``initialize``; its objects unpickled by
+        ``resume.unpickle_tree``); the sampler was built with its ``start_env_steps``."""
+        raise NotImplementedError(f"{type(self).__name__} saves no state")
+
+    def evaluator_state(self) -> dict[str, Any] | None:
+        """The evaluation envs' part of ``state_dict`` (None before the first evaluation)."""
+        return None if self._eval_sampler is None else self._eval_sampler.state_dict()
+
+    def load_evaluator_state(self, state: dict[str, Any] | None) -> None:
+        if state is not None:
+            self.evaluator().load_state_dict(state)
 
     def shutdown(self) -> None:
         """Close envs and workers; safe to call more than once."""

@@ -100,5 +100,18 @@ class EvalSampler:
         results.extend((int(i), float(raw_return[i]), self.max_steps) for i in np.flatnonzero(waiting))
         return results
 
+    def state_dict(self) -> dict[str, Any] | None:
+        """The eval envs' state and streams' positions between evaluations (each round resets the
+        envs, continuing their random streams); None where the envs cannot save theirs."""
+        env = self.env.state_dict()
+        if env is None:
+            return None
+        return {"env": env, "streams": None if self.streams is None else self.streams.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.env.load_state_dict(state["env"])
+        if state["streams"] is not None:
+            self.streams.load_state_dict(state["streams"])
+
     def close(self) -> None:
         self.env.close()

@@ -4,16 +4,17 @@ Seeding rule: the envs of a sampler are seeded from the run seed only (``env_see
 the global RNGs, and the env of global rank r is seeded as env r of one vector env,
 ``make_vec_env(config, n, seed, first_rank=k)`` holding ranks ``k .. k + n - 1`` (the per-env
 seeds are a prefix-stable ``SeedSequence`` stream), so any split of the B envs across workers or
-DDP ranks sees the same episodes. A resumed run starts fresh episodes from a seed that also
-depends on the env step it resumed at (environment state is not checkpointed). Evaluation envs get
-their own stream (``role="eval"``).
+DDP ranks sees the same episodes. A run resumed without its envs' state (``sampler.state_dict``,
+``RunnerConfig.checkpoint_replay``) starts fresh episodes from a seed that also depends on the env
+step it resumed at. Evaluation envs get their own stream (``role="eval"``).
 
 The agent's exploration follows the same rule: every mode hands its agent (or each worker's copy)
 ``exploration_streams(seed, role, start_env_steps)`` with ``set_env_ranks``, one random stream per
 global env rank (``agents.base.RankStreams``), so env r's exploration draws at its k-th step are
 the same in every mode and every split of the batch. Evaluation draws from separate streams
-(``role="eval"``) and never shifts training draws. Like env state, the streams' positions are not
-checkpointed: a resumed run restarts them from a seed that depends on the env step it resumed at.
+(``role="eval"``) and never shifts training draws. The streams' positions are checkpointed with the
+envs' state; a run resumed without it restarts them from a seed that depends on the env step it
+resumed at.
 """
 
 from __future__ import annotations

@@ -74,6 +74,24 @@ class SerialSampler(BaseSampler):
         finished = self.stepper.collect(self.writer, self.batch_spec.T)
         return self.buffer.replace(bootstrap=self.stepper.bootstrap()), [info for _, info in finished]
 
+    def state_dict(self) -> dict[str, Any] | None:
+        env = self.env.state_dict()
+        if env is None:
+            return None
+        return {
+            "start_env_steps": self.start_env_steps,
+            "env": env,
+            "stepper": self.stepper.state_dict(),
+            "streams": self.agent.streams.state_dict(),
+            "eval": self.evaluator_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.env.load_state_dict(state["env"])
+        self.stepper.load_state_dict(state["stepper"])
+        self.agent.streams.load_state_dict(state["streams"])
+        self.load_evaluator_state(state["eval"])
+
     def shutdown(self) -> None:
         super().shutdown()
         if self.env is not None:

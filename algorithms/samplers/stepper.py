@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from algorithms.arrays import NamedArrays, buffer_from_example, to_numpy
+from algorithms.resume import tree_from_state, tree_state
 
 if TYPE_CHECKING:
     from algorithms.agents.base import Agent
@@ -270,6 +271,16 @@ class EnvStepper:
         self._acted: tuple[np.ndarray, NamedArrays, NamedArrays | None] | None = None
         # (inputs, action, agent_info, env_step) of ``advance``, for ``finish``
         self._stepped: tuple[NamedArrays, np.ndarray, NamedArrays, NamedArrays] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The next step's agent inputs and recurrent state, for a checkpoint taken between batches."""
+        return {"inputs": tree_state(self.inputs), "state": tree_state(self.state)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state_dict``'s inputs and state (after ``reset``, which set the device)."""
+        self.inputs = tree_from_state(state["inputs"]).numpy()
+        saved = tree_from_state(state["state"])
+        self.state = None if saved is None else saved.to_torch(self.device)
 
     def reset(self, prev_action_example: torch.Tensor) -> None:
         """Reset every env; ``prev_action_example`` is one env's action (shape and dtype)."""

@@ -1,0 +1,160 @@
+"""The pieces of a checkpoint that make a resumed run equal the uninterrupted one: replay contents,
+random generators, the sampler's envs (``RunnerConfig.checkpoint_replay``, ``algorithms.runners.sync``).
+
+Checkpoints are read with ``torch.load(weights_only=True)``, which rebuilds tensors and plain
+containers of numbers and strings but no other object. So arrays go in as tensors
+(``arrays_state``, restored in place by ``load_arrays``), a numpy generator's state as its JSON
+text (``generator_state``: its 128-bit integers need no special pickling), and ``NamedArrays`` as
+nested dicts (``tree_state``). Env objects (a MinAtar game, a gymnasium classic-control env) have
+no such form: ``pickle_objects`` pickles them into a uint8 tensor, and ``unpickle_objects`` reads
+them back with an unpickler that can name only numpy's array, dtype and random-generator
+constructors and classes of the env packages (see ``EnvUnpickler``), never an arbitrary callable:
+a damaged or crafted checkpoint can at worst build a broken env, not run code.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from algorithms.arrays import NamedArrays
+
+# checkpoint_replay = "auto" saves the replay when its arrays take at most this many bytes: a
+# MinAtar replay (tens of MB) goes in, a 1M-step Atari one (~7 GB, docs/step_accounting.md) does not.
+AUTO_REPLAY_LIMIT_BYTES = 1 << 30
+
+
+def prefixed(prefix: str, arrays: Mapping[str, Any]) -> dict[str, Any]:
+    """``arrays`` with every name under ``prefix.`` (components' arrays gathered into one dict)."""
+    return {f"{prefix}.{name}": value for name, value in arrays.items()}
+
+
+def arrays_state(arrays: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """``{name: tensor}`` sharing the arrays' memory: no copy until ``torch.save`` writes them."""
+    return {name: torch.from_numpy(np.asarray(array)) for name, array in arrays.items()}
+
+
+def load_arrays(arrays: Mapping[str, np.ndarray], state: Mapping[str, Any], owner: str) -> None:
+    """Copy ``state``'s tensors into ``arrays`` in place (views of them stay valid), each checked
+    for its name, shape and dtype: ``ValueError`` naming ``owner`` and the first mismatch."""
+    missing = sorted(set(arrays) - set(state))
+    if missing:
+        raise ValueError(f"{owner}: the checkpoint lacks {missing[0]!r}")
+    for name, array in arrays.items():
+        value = state[name].numpy() if isinstance(state[name], torch.Tensor) else np.asarray(state[name])
+        if value.shape != array.shape or value.dtype != array.dtype:
+            raise ValueError(
+                f"{owner}: {name} saved as {value.dtype}{list(value.shape)}, "
+                f"this run's is {array.dtype}{list(array.shape)}"
+            )
+        array[...] = value
+
+
+def nbytes(state: Any) -> int:
+    """Bytes of the tensors in a nested state (dicts, lists, tensors)."""
+    if isinstance(state, torch.Tensor):
+        return state.numel() * state.element_size()
+    if isinstance(state, Mapping):
+        return sum(nbytes(v) for v in state.values())
+    if isinstance(state, list | tuple):
+        return sum(nbytes(v) for v in state)
+    return 0
+
+
+def generator_state(generator: np.random.Generator) -> str:
+    """A numpy ``Generator``'s position as JSON text (``set_generator_state`` restores it)."""
+    return json.dumps(generator.bit_generator.state)
+
+
+def set_generator_state(generator: np.random.Generator, state: str) -> None:
+    generator.bit_generator.state = json.loads(state)
+
+
+def tree_state(tree: NamedArrays | None) -> dict[str, Any] | None:
+    """A ``NamedArrays`` of arrays or tensors as nested ``{field: tensor}`` dicts (copies)."""
+    if tree is None:
+        return None
+    out: dict[str, Any] = {}
+    for name, value in tree.items():
+        if isinstance(value, NamedArrays):
+            out[name] = tree_state(value)
+        elif isinstance(value, torch.Tensor):
+            out[name] = value.detach().cpu().clone()
+        elif value is not None:
+            out[name] = torch.from_numpy(np.array(value, copy=True))
+    return out
+
+
+def tree_from_state(state: Mapping[str, Any] | None) -> NamedArrays | None:
+    """The ``NamedArrays`` of tensors ``tree_state`` wrote."""
+    if state is None:
+        return None
+    return NamedArrays(
+        {name: tree_from_state(v) if isinstance(v, Mapping) else v for name, v in state.items()}
+    )
+
+
+# The key of a dict holding pickled objects in a checkpoint (``unpickle_tree`` finds them).
+PICKLED = "pickled"
+
+
+def pickle_objects(objects: Any) -> torch.Tensor:
+    """``objects`` pickled, as a uint8 tensor (``unpickle_objects`` reads it)."""
+    data = pickle.dumps(objects, protocol=pickle.HIGHEST_PROTOCOL)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
+class EnvUnpickler(pickle.Unpickler):
+    """An unpickler that names only what env objects are made of (see the module docstring):
+    numpy's reconstructors of arrays, dtypes, scalars and random generators, and classes of
+    gymnasium and ``algorithms.envs`` already imported (the resumed run built its envs first),
+    never importing a module. A MinAtar game is pickled by ``MinAtarEnv`` as its attributes, not as
+    an object of its class: naming the class would import the ``minatar`` package, which is slow and
+    swallows Ctrl-C (``algorithms.envs.minatar``)."""
+
+    NUMPY = {
+        ("numpy", "dtype"),
+        ("numpy", "ndarray"),
+        ("numpy._core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy._core.numeric", "_frombuffer"),
+        ("numpy.random._pickle", "__bit_generator_ctor"),
+        ("numpy.random._pickle", "__generator_ctor"),
+        ("numpy.random._pickle", "__randomstate_ctor"),
+        ("numpy.random.bit_generator", "__pyx_unpickle_SeedSequence"),
+        ("numpy.random.bit_generator", "SeedSequence"),
+        ("numpy.random._pcg64", "PCG64"),
+        ("numpy.random._mt19937", "MT19937"),
+    }
+    CLASS_MODULES = ("gymnasium.", "algorithms.envs.")
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in self.NUMPY:
+            return super().find_class(module, name)
+        if module.startswith(self.CLASS_MODULES) and module in sys.modules:
+            found = getattr(sys.modules[module], name, None)
+            if isinstance(found, type):
+                return found
+        raise pickle.UnpicklingError(f"env state names {module}.{name}, which is not an env's part")
+
+
+def unpickle_objects(data: torch.Tensor) -> Any:
+    """The objects ``pickle_objects`` pickled, read by ``EnvUnpickler``."""
+    return EnvUnpickler(io.BytesIO(data.numpy().tobytes())).load()
+
+
+def unpickle_tree(state: Any) -> Any:
+    """``state`` with every ``{PICKLED: tensor}`` dict replaced by the objects it holds
+    (``UnpicklingError`` when one names anything ``EnvUnpickler`` refuses)."""
+    if isinstance(state, Mapping):
+        if set(state) == {PICKLED}:
+            return unpickle_objects(state[PICKLED])
+        return {key: unpickle_tree(value) for key, value in state.items()}
+    return state
