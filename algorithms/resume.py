@@ -36,9 +36,25 @@ def prefixed(prefix: str, arrays: Mapping[str, Any]) -> dict[str, Any]:
     return {f"{prefix}.{name}": value for name, value in arrays.items()}
 
 
-def arrays_state(arrays: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
-    """``{name: tensor}`` sharing the arrays' memory: no copy until ``torch.save`` writes them."""
-    return {name: torch.from_numpy(np.asarray(array)) for name, array in arrays.items()}
+def arrays_state(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """``{name: tensor}`` sharing the arrays' memory (no copy until ``torch.save`` writes them), but
+    a bool array as ``{"bits": uint8 tensor, "shape": [...]}``, eight values a byte: MinAtar's
+    observations are bool channel maps, 90% of an R2D1 replay's bytes (docs/results/resume_exact.md)."""
+    return {name: _array_state(np.asarray(array)) for name, array in arrays.items()}
+
+
+def _array_state(array: np.ndarray) -> Any:
+    if array.dtype == np.bool_:
+        return {"bits": torch.from_numpy(np.packbits(array.reshape(-1))), "shape": list(array.shape)}
+    return torch.from_numpy(array)
+
+
+def _array_from_state(value: Any) -> np.ndarray:
+    if isinstance(value, Mapping) and "bits" in value:
+        shape = [int(n) for n in value["shape"]]
+        bits = np.unpackbits(value["bits"].numpy(), count=int(np.prod(shape)))
+        return bits.view(np.bool_).reshape(shape)
+    return value.numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
 
 
 def load_arrays(arrays: Mapping[str, np.ndarray], state: Mapping[str, Any], owner: str) -> None:
@@ -48,7 +64,7 @@ def load_arrays(arrays: Mapping[str, np.ndarray], state: Mapping[str, Any], owne
     if missing:
         raise ValueError(f"{owner}: the checkpoint lacks {missing[0]!r}")
     for name, array in arrays.items():
-        value = state[name].numpy() if isinstance(state[name], torch.Tensor) else np.asarray(state[name])
+        value = _array_from_state(state[name])
         if value.shape != array.shape or value.dtype != array.dtype:
             raise ValueError(
                 f"{owner}: {name} saved as {value.dtype}{list(value.shape)}, "

@@ -379,6 +379,16 @@ def train(config: TrainConfig, run_dir: Path | str, resume: bool = True) -> Coun
 INTERRUPTED = "stopped by Ctrl-C or a stop signal; rerun to continue"
 
 
+def _stored_config_today(stored: dict[str, Any]) -> dict[str, Any]:
+    """A run directory's stored config as ``config_to_dict`` writes it today: keys renamed since under
+    their new names, fields added since at their defaults (a run from before either resumes). A
+    stored config that does not build is compared as it is, so the difference is named."""
+    try:
+        return config_to_dict(config_from_dict(stored))
+    except (ConfigError, TypeError, ValueError):
+        return stored
+
+
 def open_run(
     config: TrainConfig, run_dir: Path | str, resume: bool, extra_metadata: dict[str, Any] | None = None
 ) -> RunDir:
@@ -393,6 +403,7 @@ def open_run(
         resume=resume,
         effective_values=declared_effective_values("algo_config", config.algo_config),
         extra_metadata=extra_metadata,
+        read_stored=_stored_config_today,
     )
     try:
         _, repaired = run.recover()

@@ -7,9 +7,11 @@ refills the replay and starts fresh episodes, as before, and says so."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import pickle
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -281,3 +283,24 @@ def test_an_old_damaged_or_crafted_checkpoint_resumes_as_before(tmp_path, monkey
     assert "latest.pt does not load" in err and "resuming from previous.pt at 128 env steps" in err
     assert "resuming at" not in err
     pd.testing.assert_frame_equal(without_clocks(read_run(tmp_path / "truncated").progress), straight)
+
+
+def test_bool_arrays_go_into_checkpoints_eight_values_a_byte_and_come_back_exactly():
+    rng = np.random.default_rng(0)
+    arrays = {"obs": rng.random((7, 3, 5)) < 0.3, "reward": rng.random(7).astype(np.float32)}
+    state = resume.arrays_state(arrays)
+    assert state["obs"]["bits"].numel() == -(-7 * 3 * 5 // 8)
+    state = torch.load(_saved(state), weights_only=True)
+    restored = {"obs": np.zeros((7, 3, 5), bool), "reward": np.zeros(7, np.float32)}
+    resume.load_arrays(restored, state, "replay")
+    assert all(np.array_equal(restored[k], arrays[k]) for k in arrays)
+    mismatch = r"replay: obs saved as bool\[7, 3, 5\], this run's is bool\[7, 3, 4\]"
+    with pytest.raises(ValueError, match=mismatch):
+        resume.load_arrays({"obs": np.zeros((7, 3, 4), bool), "reward": restored["reward"]}, state, "replay")
+
+
+def _saved(state: dict) -> io.BytesIO:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return buffer

@@ -208,6 +208,21 @@ def test_resume_refuses_a_different_config_and_fresh_refuses_an_existing_run(tmp
         train(make_config(n_steps=100), tmp_path / "r", resume=False)
 
 
+def test_a_run_written_before_a_field_was_added_resumes(tmp_path):
+    """config.json without ``runner.checkpoint_replay`` (added later, default "auto"): read in today's
+    form, so the run resumes (the file stays as written); a real difference is still refused."""
+    train(make_config(n_steps=200, eval_interval_steps=0), tmp_path / "r")
+    config_file = tmp_path / "r" / "config.json"
+    stored = json.loads(config_file.read_text())
+    del stored["runner"]["checkpoint_replay"]
+    config_file.write_text(json.dumps(stored))
+    counters = train(make_config(n_steps=200, eval_interval_steps=0), tmp_path / "r")
+    assert counters.env_steps == 200
+    assert json.loads(config_file.read_text()) == stored
+    with pytest.raises(ValueError, match="config differs at 'runner.seed'"):
+        train(make_config(n_steps=200, eval_interval_steps=0, seed=5), tmp_path / "r")
+
+
 def test_failure_marks_the_run_failed_with_the_error(tmp_path, monkeypatch):
     def broken(self, itr, samples):
         raise RuntimeError("loss is NaN")

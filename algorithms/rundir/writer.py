@@ -12,6 +12,7 @@ import secrets
 import shutil
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,7 @@ class RunDir:
         resume: bool = True,
         effective_values: dict[str, dict[str, Any]] | None = None,
         extra_metadata: dict[str, Any] | None = None,
+        read_stored: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> RunDir:
         """Create (or, with ``resume``, reopen) a run directory for ``config``, holding its lock until
         ``close`` (``RunBusy`` when another process holds it; nothing is written then).
@@ -66,7 +68,9 @@ class RunDir:
         ``extra_metadata`` adds its keys there too (a packed member records its pack).
 
         Reopening checks that the stored config equals ``config``: resuming a run under a different
-        config would silently mix two experiments in one table.
+        config would silently mix two experiments in one table. ``read_stored`` turns the stored
+        config into today's form first (renamed keys, fields added since with their defaults); the
+        file itself is left as it was written.
         """
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -78,6 +82,8 @@ class RunDir:
                     raise FileExistsError(f"{path}: run directory exists; pass resume=True to continue it")
                 stored = json.loads(config_file.read_text())
                 fresh = json.loads(json.dumps(config, default=_json_default))
+                if read_stored is not None:
+                    stored = json.loads(json.dumps(read_stored(stored), default=_json_default))
                 diff = _first_difference(stored, fresh)
                 if diff is not None:
                     raise ValueError(f"{config_file}: cannot resume, config differs at {diff}")
