@@ -234,21 +234,44 @@ def _connect_ray(args, jobs, tasks) -> int | None:
 
 
 def _dry_run(plan, jobs, n_slots: int, slot_kind: str, packs, k: int) -> None:
+    from repro.probe import steps_left
     from repro.tables import human_count, render
 
     print(f"plan {plan.name}: {plan.title}")
     print(f"experiment directory: {jobs[0].run_dir.parents[2]}")
-    rows = [(j.key, human_count(j.n_steps), human_count(j.frames), j.config.runner.device) for j in jobs]
-    print(render(["job", "env steps", "frames", "device"], rows, align_right=(1, 2)))
+    left = [steps_left(j) for j in jobs]
+    rows = [
+        (j.key, human_count(j.n_steps), human_count(j.frames), j.config.runner.device, _progress(j, n))
+        for j, n in zip(jobs, left)
+    ]
+    print(render(["job", "env steps", "frames", "device", "done"], rows, align_right=(1, 2)))
     steps = sum(j.n_steps for j in jobs)
     frames = sum(j.frames for j in jobs)
     print(
         f"\n{len(jobs)} jobs, {steps:,} env steps, {frames:,} frames in total; {n_slots} {slot_kind} slot(s)"
     )
+    complete = sum(1 for n in left if not n)
+    started = sum(1 for j, n in zip(jobs, left) if 0 < n < j.n_steps)
+    print(
+        f"done: {complete} complete, {started} part-way, {len(jobs) - complete - started} not started; "
+        f"{sum(left):,} of {steps:,} env steps left"
+    )
     if k > 1:
         rows = [(p[0].arm, p[0].env, ",".join(str(j.seed) for j in p), len(p)) for p in packs]
         print(f"\npacks (--pack {k}): {len(packs)} process(es) for {len(jobs)} jobs")
         print(render(["arm", "env", "seeds", "K"], rows, align_right=(3,)))
+
+
+def _progress(job, left: int) -> str:
+    """The dry run's "done" column: ``complete``, the env steps of the last progress row of a run that
+    stopped or is running part-way (``resumes at 150k``), or nothing for a job not started."""
+    from repro.tables import human_count
+
+    if not left:
+        return "complete"
+    if left < job.n_steps:
+        return f"resumes at {human_count(job.n_steps - left)}"
+    return ""
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ one line on stderr starting ``error:``, exit code 2, and no run directory.
 from __future__ import annotations
 
 import dataclasses
+import json
 import textwrap
 
 import pytest
@@ -219,6 +220,27 @@ def test_dry_run_prints_totals(plan_file, tmp_path, capsys):
     # 2 arms x 2 games x 3 seeds; ppo 4,096 and a2c 2,000 steps per job at frameskip 4
     assert "12 jobs, 36,576 env steps, 146,304 frames in total; 2 cpu slot(s)" in out
     assert not root.exists()
+
+
+def test_dry_run_says_which_jobs_are_complete_part_way_or_not_started(plan_file, tmp_path, capsys):
+    """Run directories as a stopped study leaves them: the first job complete at its 4,096 env steps, the
+    second stopped after a row at 1,024; the dry run's "done" column and totals say so."""
+    root = tmp_path / "runs"
+    jobs = expand(load_plan(str(plan_file)), 2, "smoke", root)
+    for job, steps, state in ((jobs[0], (2048, 4096), "complete"), (jobs[1], (1024,), "interrupted")):
+        job.run_dir.mkdir(parents=True)
+        (job.run_dir / "progress.csv").write_text("env_steps\n" + "".join(f"{n}\n" for n in steps))
+        (job.run_dir / "status.json").write_text(json.dumps({"state": state}))
+    assert jobs[0].n_steps == 4096
+    argv = ["run", str(plan_file), "--seeds", "2", "--profile", "smoke", "--root", str(root)]
+    assert main([*argv, "--dry-run", "--no-probe", "--jobs", "2"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines() if "/seed" in line}
+    assert lines[jobs[0].key].rstrip().endswith("complete")
+    assert lines[jobs[1].key].rstrip().endswith("resumes at 1.02k")
+    assert lines[jobs[2].key].rstrip().endswith("cpu")
+    left = 4 * 4_096 + 4 * 2_000 - 4_096 - 1_024  # 4 ppo jobs of 4,096 env steps, 4 a2c of 2,000
+    assert f"done: 1 complete, 1 part-way, 6 not started; {left:,} of" in out
 
 
 def test_show_and_diff_exit_zero(capsys):
