@@ -1,4 +1,5 @@
-"""Children that a test interrupts with SIGINT, as a terminal's Ctrl-C would, and waiting on them.
+"""Children that a test interrupts with SIGINT, as a terminal's Ctrl-C would, and waiting on them;
+and an in-process run stopped by a Ctrl-C raised from inside its training loop.
 
 A shell without job control starts a background command with SIGINT ignored (POSIX; e.g.
 ``nohup make test &``, or ``make test &`` in a script), and every process below inherits that: a
@@ -12,6 +13,12 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
+from pathlib import Path
+
+import pytest
+
+from algorithms import registry
+from algorithms.train import TrainConfig, train
 
 
 def sigint_default() -> None:
@@ -30,3 +37,23 @@ def wait_for(condition, timeout_s: float, what: str, proc: subprocess.Popen | No
             raise AssertionError(f"the process ended before {what}: {output}")
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.02)
+
+
+def ctrl_c_in_optimize(config: TrainConfig, run_dir: Path, monkeypatch, at_call: int) -> Path:
+    """Train ``config`` into ``run_dir``, stopped by a ``KeyboardInterrupt`` raised in its
+    ``at_call``-th optimize call (the algorithm's ``optimize`` patched for this call only); returns
+    the path of the run's latest.pt."""
+    algo_class = registry.algo_module(config.algo).Algo
+    original, calls = algo_class.optimize, {"n": 0}
+
+    def optimize(self, itr, samples):
+        calls["n"] += 1
+        if calls["n"] == at_call:
+            raise KeyboardInterrupt
+        return original(self, itr, samples)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(algo_class, "optimize", optimize)
+        with pytest.raises(KeyboardInterrupt):
+            train(config, run_dir)
+    return run_dir / "checkpoints" / "latest.pt"

@@ -9,12 +9,12 @@ from __future__ import annotations
 import dataclasses
 import io
 import pickle
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+from interrupts import ctrl_c_in_optimize
 
 from algorithms import registry, resume
 from algorithms.envs.config import EnvConfig
@@ -95,29 +95,10 @@ def without_clocks(table: pd.DataFrame) -> pd.DataFrame:
     return table.drop(columns=[c for c in table.columns if "time" in c or "per_second" in c])
 
 
-def interrupted(config: TrainConfig, run_dir, monkeypatch, at_call: int = 15) -> Path:
-    """Train ``config`` into ``run_dir``, stopped by a Ctrl-C in its ``at_call``-th optimize call;
-    returns the path of its latest.pt."""
-    algo_class = registry.algo_module(config.algo).Algo
-    original, calls = algo_class.optimize, {"n": 0}
-
-    def optimize(self, itr, samples):
-        calls["n"] += 1
-        if calls["n"] == at_call:
-            raise KeyboardInterrupt
-        return original(self, itr, samples)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(algo_class, "optimize", optimize)
-        with pytest.raises(KeyboardInterrupt):
-            train(config, run_dir)
-    return run_dir / "checkpoints" / "latest.pt"
-
-
 def interrupted_then_resumed(config: TrainConfig, run_dir, monkeypatch, at_call: int) -> None:
     """Train ``config`` into ``run_dir``, stopped by a Ctrl-C in its ``at_call``-th optimize call,
     then train it again (the resume)."""
-    interrupted(config, run_dir, monkeypatch, at_call)
+    ctrl_c_in_optimize(config, run_dir, monkeypatch, at_call)
     train(config, run_dir)
 
 
@@ -244,7 +225,7 @@ def test_an_old_damaged_or_crafted_checkpoint_resumes_as_before(tmp_path, monkey
     train(config, tmp_path / "straight")
     straight = without_clocks(read_run(tmp_path / "straight").progress)
 
-    latest = interrupted(config, tmp_path / "old", monkeypatch)
+    latest = ctrl_c_in_optimize(config, tmp_path / "old", monkeypatch, at_call=15)
     checkpoint = torch.load(latest, weights_only=True)
     torch.save({k: v for k, v in checkpoint.items() if k not in ("replay", "sampler")}, latest)
     capfd.readouterr()
@@ -258,7 +239,7 @@ def test_an_old_damaged_or_crafted_checkpoint_resumes_as_before(tmp_path, monkey
     updates = old.set_index("env_steps")["updates"]
     assert updates[224] == updates[192] < updates[320]  # it refills 64 steps before updating again
 
-    latest = interrupted(config, tmp_path / "crafted", monkeypatch)
+    latest = ctrl_c_in_optimize(config, tmp_path / "crafted", monkeypatch, at_call=15)
     checkpoint = torch.load(latest, weights_only=True)
     evil = bytearray(pickle.dumps([Evil(), Evil()]))
     checkpoint["sampler"]["env"]["backend"]["envs"] = {
@@ -273,7 +254,7 @@ def test_an_old_damaged_or_crafted_checkpoint_resumes_as_before(tmp_path, monkey
     assert "without the replay" not in err  # the replay still resumed
     assert read_run(tmp_path / "crafted").status == "complete"
 
-    latest = interrupted(config, tmp_path / "truncated", monkeypatch)
+    latest = ctrl_c_in_optimize(config, tmp_path / "truncated", monkeypatch, at_call=15)
     data = latest.read_bytes()
     latest.unlink()  # a new file: previous.pt may be a hard link to latest.pt
     latest.write_bytes(data[: len(data) // 2])

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from interrupts import ctrl_c_in_optimize
 
 from algorithms import registry
 from algorithms.envs.config import EnvConfig
@@ -180,24 +181,12 @@ def test_replay_algorithm_resumes_with_an_empty_replay_that_it_refills(
     (algorithms.runners.sync): after a resume DQN stores ``learning_starts_steps`` new steps before
     it updates again, and the counters say so. By default ("auto") it resumes with its replay and
     updates as if it had not stopped."""
-    from algorithms.algos import dqn
-
     config = tiny("dqn", 160, 4, 2, batch_size=16, env_steps_per_update=8, **REPLAY, **Q_NET)
     config = dataclasses.replace(
         config, runner=dataclasses.replace(config.runner, checkpoint_replay=checkpoint_replay)
     )
-    original, calls = dqn.Algo.optimize, {"n": 0}
-
-    def interrupted(self, itr, samples):
-        calls["n"] += 1
-        if calls["n"] == 13:  # the batch reaching step 104 (8 per batch); the last checkpoint is at 80
-            raise KeyboardInterrupt
-        return original(self, itr, samples)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(dqn.Algo, "optimize", interrupted)
-        with pytest.raises(KeyboardInterrupt):
-            train(config, tmp_path / "run")
+    # Stopped in the batch reaching step 104 (8 per batch); the last checkpoint is at 80.
+    ctrl_c_in_optimize(config, tmp_path / "run", monkeypatch, at_call=13)
     counters = train(config, tmp_path / "run")
     progress = read_run(tmp_path / "run").progress
     assert progress["env_steps"].tolist() == [80, 160]
