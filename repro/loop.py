@@ -180,10 +180,14 @@ def run_tasks(
         """Whether ``task`` can start now; settles it (skipped, busy, or failed when a run directory may
         not be read) when it never will. Before its first attempt, says what of its runs it repairs."""
         try:
-            if task.complete():  # finished meanwhile by another scheduler
+            # The holder first, then completion: a job writes "complete" before it lets go of its run,
+            # so a run found free and then read complete is finished. The other order let a scheduler
+            # read "not complete" just before another's job finished, then find the run free, and run
+            # it again.
+            held = task.holder()
+            if held is None and task.complete():  # finished meanwhile by another scheduler
                 done(task, Outcome(task.key, "skipped", 0, 0.0))
                 return False
-            held = task.holder()
             repairs = task.damage() if held is None and task.key not in attempts.count else []
         except RunUnreadable as error:
             fail(task, str(error))

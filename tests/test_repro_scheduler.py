@@ -152,6 +152,35 @@ def test_skip_finished_runs(toy):
     assert (tasks[0].run_dir / LOG_FILE).read_text().count("=== attempt") == 1
 
 
+@dataclasses.dataclass(frozen=True)
+class FinishedByAnother(Task):
+    """A run another scheduler's job holds and finishes right after this scheduler's second look:
+    before its second look it is held and not complete, after it free and complete."""
+
+    looks: list = dataclasses.field(default_factory=list)
+
+    def _look(self) -> bool:
+        self.looks.append(None)
+        return len(self.looks) > 2  # the job finished: it wrote "complete", then let go of the run
+
+    def complete(self) -> bool:
+        return self._look()
+
+    def holder(self):
+        return None if self._look() else (4242, self.run_dir)
+
+
+def test_a_run_another_job_finishes_between_two_looks_is_skipped_not_rerun(toy):
+    """The loop reads a run's holder before its completion: the other order could read "not
+    complete" just before the other job finished, then "free", and run the finished job again."""
+    template = toy("a")
+    task = FinishedByAnother(template.key, template.run_dir, template.argv, template.steps)
+    said: list[str] = []
+    [outcome] = run_local([task], cpu_slots(1), retries=0, progress=False, poll_s=0.01, on_event=said.append)
+    assert outcome.state == "skipped" and not task.run_dir.exists(), said
+    assert said == [f"a: pid 4242 is writing {task.run_dir}; waiting up to 60 s for it"]
+
+
 DRIVER = textwrap.dedent(
     """
     import sys
