@@ -38,7 +38,7 @@ def test_the_shipped_plan_has_both_endpoints_and_one_arm_per_declared_deviation(
     assert names == [
         "swapped_exponents", "one_step_initial_priorities", "initial_priorities_without_alpha",
         "half_segment_priorities", "replay_ratio_with_burnin", "nstep_done_bug", "minimal_action_set",
-        "log_spaced_epsilons", "fc_layer",
+        "log_spaced_epsilons",
     ]  # fmt: skip
     by_name = {a.name: a for a in arms}
     assert by_name[f"{BASE}_with_replay_ratio_with_burnin"].deviation[2] == (
@@ -52,7 +52,7 @@ def test_the_shipped_plan_has_both_endpoints_and_one_arm_per_declared_deviation(
 
 def test_each_deviation_arm_is_the_base_with_only_its_keys_at_the_published_values(tmp_path):
     jobs = {j.arm: j for j in _jobs(tmp_path)}
-    assert len(jobs) == 11
+    assert len(jobs) == 10
     base, published = jobs[BASE].config, jobs[PUBLISHED].config
 
     def flat(config):
@@ -88,7 +88,7 @@ def test_the_job_command_line_reproduces_the_arm_and_packs_keep_arms_apart(tmp_p
         (config,) = _job_configs(args, [job.seed])
         assert config == job.config, job.arm
     packs = pack_jobs(jobs, 2)
-    assert len(packs) == 11 and all(len({j.arm for j in p}) == 1 for p in packs)
+    assert len(packs) == 10 and all(len({j.arm for j in p}) == 1 for p in packs)
 
 
 def test_the_plan_record_names_the_base_and_each_deviation(tmp_path):
@@ -171,7 +171,7 @@ def test_show_lists_the_generated_arms_with_their_values():
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert (
-        f"{BASE}_with_replay_ratio_with_burnin: algo.replay_ratio=4.0, algo.replay_ratio_counts_burnin=true"
+        f"{BASE}_with_replay_ratio_with_burnin: algo.replay_ratio=32.0, algo.replay_ratio_counts_burnin=true"
         in done.stdout
     )
     assert json.dumps(PUBLISHED)[1:-1] in done.stdout
