@@ -9,7 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from analysis.study import effects_path, result_table, run_study, study_markdown
+from analysis.study import check_replication, effects_path, result_table, run_study, study_markdown
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,7 +23,14 @@ def main(argv: list[str] | None = None) -> int:
     study.add_argument(
         "--baseline",
         default=None,
-        help="arm A of the two-arm verdict (default: the plan's first arm, else the arm named 'published')",
+        help="arm A of the two-arm verdict (default: the plan's first arm, an ablation's ablated setting, "
+        "else the arm named 'published')",
+    )
+    study.add_argument(
+        "--replication",
+        type=Path,
+        default=None,
+        help="runs/<experiment> of the same arms on fresh seeds: its verdict beside this one's",
     )
     study.add_argument(
         "--reps", type=int, default=2000, help="bootstrap resamples per interval (default 2000)"
@@ -39,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--reps must be at least 100, got {args.reps}")
     try:
         found = run_study(args.experiment, baseline=args.baseline, reps=args.reps, table=args.table)
+        again = None
+        if args.replication is not None:
+            baseline = found.verdict.baseline if found.verdict is not None else args.baseline
+            again = run_study(args.replication, baseline=baseline, reps=args.reps, table=args.table)
+            check_replication(found, again)
     except (FileNotFoundError, ValueError) as e:
         print(f"analysis: {e}", file=sys.stderr)
         return 2
@@ -47,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         command="python -m analysis " + shlex.join(argv),
         date=dt.datetime.now(dt.UTC).date().isoformat() + " (UTC)",
         csv_path=str(args.csv) if args.csv else None,
+        replication=again,
     )
     effects = effects_path(args.csv) if args.csv is not None and not found.effects.empty else None
     for path, write in (

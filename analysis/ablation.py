@@ -5,7 +5,12 @@ design detects with 80% power (``analysis.verdict.detectable_difference``) and t
 against ``PLANNED_DIFFERENCE``; ordered by the size of the effect.
 
 The plan record (``plan.json``) names the base arm and each deviation arm's keys (``ablation``); an
-experiment without one has no deviation table.
+experiment without one has no deviation table. Each comparison uses the runs of its two arms alone
+(balanced on those two), so a study run in pieces reports every arm pair that is complete while
+other arms are still part-way.
+
+An ablation's endpoints (the ablate setting's arm and the base) are also what its verdict compares
+(``verdict_arms``), as the two-arm plan of the same two settings would.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import verdict
+from analysis import aggregate, verdict
 
 # The IQM difference a study is planned to detect, in normalised-score units (10 points of a score
 # normalised in percent): the default of the seed planner (repro/power.py) too.
@@ -33,22 +38,42 @@ def ablation_record(plan: dict[str, Any] | None) -> dict[str, Any] | None:
     return None
 
 
+def verdict_arms(
+    final: pd.DataFrame, plan: dict[str, Any] | None = None, baseline: str | None = None
+) -> tuple[str, str, dict[str, np.ndarray], list[str]] | None:
+    """``(A, B, matrices, games)`` of the experiment's verdict: a two-arm experiment's arms in
+    ``verdict.order_arms``'s order, or an ablation's endpoints (the ablate setting's arm as A, the base
+    as B, or ``baseline`` as A), with their score matrices balanced on the two alone
+    (``aggregate.score_matrices``); None for any other experiment or when the two share no game."""
+    arms = sorted(set(final.arm))
+    record = ablation_record(plan)
+    if len(arms) == 2:
+        a, b = verdict.order_arms(arms, plan, baseline)
+    elif record is not None and {record["ablate"], record["base"]} <= set(arms):
+        endpoints = [record["ablate"], record["base"]]
+        a, b = verdict.order_arms(endpoints, {"arms": endpoints}, baseline)
+    else:
+        return None
+    matrices, games, _ = aggregate.score_matrices(final[final.arm.isin([a, b])])
+    return (a, b, matrices, games) if len(matrices) == 2 else None
+
+
 def deviation_effects(
-    matrices: dict[str, np.ndarray],
+    final: pd.DataFrame,
     record: dict[str, Any],
     reps: int = 2000,
     seed: int = 0,
     planned: float = PLANNED_DIFFERENCE,
 ) -> pd.DataFrame:
-    """``EFFECT_COLUMNS``, one row per deviation arm present in ``matrices`` beside the base arm,
-    largest absolute difference first; empty when the base arm is absent."""
+    """``EFFECT_COLUMNS``, one row per deviation arm of ``final`` (complete runs' normalised scores)
+    that shares a game with the base arm, largest absolute difference first; empty when the base arm
+    is absent."""
     base = record["base"]
-    if base not in matrices:
-        return pd.DataFrame(columns=EFFECT_COLUMNS)
     prefix = f"{base}_with_"
     rows = []
     for arm, keys in record.get("deviations", {}).items():
-        if arm not in matrices:
+        matrices, _, _ = aggregate.score_matrices(final[final.arm.isin([arm, base])])
+        if set(matrices) != {arm, base}:
             continue
         diff = verdict.iqm_difference(matrices[arm], matrices[base], reps=reps, seed=seed)
         se = diff["se"]

@@ -5,7 +5,9 @@ docs/results/<experiment>.md`` writes both. The markdown opens with the two-arm 
 power statement (``analysis.verdict``), then the aggregates with 95% stratified-bootstrap CIs
 (``analysis.aggregate``), then the per-game table (against Young & Tian's published DQN for MinAtar,
 R2D2's Table 4 for Atari), and it records the command and date that produced it: measured figures
-live in ``docs/results`` with their provenance, not as prose in code.
+live in ``docs/results`` with their provenance, not as prose in code. With ``--replication
+runs/<other>`` (the same arms on fresh seeds) the summary adds the other experiment's verdict beside
+this one's (``replication_lines``).
 """
 
 from __future__ import annotations
@@ -17,11 +19,18 @@ import numpy as np
 import pandas as pd
 
 from analysis import aggregate, verdict
-from analysis.ablation import EFFECT_COLUMNS, PLANNED_DIFFERENCE, ablation_record, deviation_effects
+from analysis.ablation import (
+    EFFECT_COLUMNS,
+    PLANNED_DIFFERENCE,
+    ablation_record,
+    deviation_effects,
+    verdict_arms,
+)
 from analysis.curves import Scores, score_tables
 from analysis.learning import arm_caps, learning_table
 from analysis.runs import Experiment, load_experiment
 from analysis.scores import is_minatar, minatar_published_curves
+from repro.plan_args import format_seeds
 
 RESULT_COLUMNS = ["arm", "env", "seed", "env_steps", "frames", "final_return", "normalised", "source"]
 
@@ -64,7 +73,9 @@ def learning_checks(exp: Experiment, scores: Scores, reps: int = 2000, seed: int
     lead = verdict.learning_sentence(levels, scores.scale, "%" if scores.percent else "")
     record = ablation_record(exp.plan)
     effects = (
-        deviation_effects(matrices, record, reps, seed) if record else pd.DataFrame(columns=EFFECT_COLUMNS)
+        deviation_effects(scores.final, record, reps, seed)
+        if record
+        else pd.DataFrame(columns=EFFECT_COLUMNS)
     )
     return Checks(scores, learning, reference, lead, effects)
 
@@ -72,7 +83,8 @@ def learning_checks(exp: Experiment, scores: Scores, reps: int = 2000, seed: int
 @dataclass(frozen=True)
 class Study:
     """Everything the summary shows; ``verdict`` and ``power`` are None unless exactly two arms share
-    an env; ``per_game`` is ``aggregate.compare_with_minatar_published`` for MinAtar envs,
+    an env, or the experiment is an ablation whose endpoints share one (``ablation.verdict_arms``);
+    ``per_game`` is ``aggregate.compare_with_minatar_published`` for MinAtar envs,
     ``aggregate.compare_with_published`` for Atari-57 games, else ``aggregate.per_game_summary``."""
 
     experiment: Experiment
@@ -133,10 +145,10 @@ def run_study(
     scores = score_tables(exp, table)
     matrices, games, left_out = aggregate.score_matrices(scores.final)
     found = power = None
-    if len(matrices) == 2:
-        a, b = verdict.order_arms(list(matrices), exp.plan, baseline)
+    if (pair := verdict_arms(scores.final, exp.plan, baseline)) is not None:
+        a, b, pair_matrices, _ = pair
         units = {"label": scores.label, "scale": scores.scale, "unit": scores.difference_unit}
-        found = verdict.two_arm_verdict(matrices, a, b, reps, seed, **units, caps=arm_caps(exp, scores))
+        found = verdict.two_arm_verdict(pair_matrices, a, b, reps, seed, **units, caps=arm_caps(exp, scores))
         power = verdict.power_statement(found, **units)
     per_game, note = _per_game(scores, reps, seed)
     return Study(
@@ -155,6 +167,95 @@ def run_study(
         per_game_note=note,
         checks=learning_checks(exp, scores, reps, seed),
     )
+
+
+def verdict_seeds(study: Study) -> list[int]:
+    """The seeds of the runs the study's verdict compares (its two arms' complete runs)."""
+    if study.verdict is None:
+        return []
+    final = study.scores.final
+    return sorted(set(final[final.arm.isin([study.verdict.baseline, study.verdict.candidate])].seed))
+
+
+def check_replication(study: Study, replication: Study) -> None:
+    """``ValueError`` naming the replication's experiment unless both have a verdict of the same two
+    arms, in the same order."""
+    if study.verdict is None:
+        raise ValueError(
+            f"{study.experiment.path}: no verdict to replicate (two arms, or an ablation's endpoints)"
+        )
+    found, again = study.verdict, replication.verdict
+    if again is None:
+        raise ValueError(
+            f"{replication.experiment.path}: no verdict of {found.baseline} and {found.candidate}"
+        )
+    if (again.baseline, again.candidate) != (found.baseline, found.candidate):
+        raise ValueError(
+            f"{replication.experiment.path}: its verdict compares {again.baseline} and {again.candidate}, "
+            f"not {found.baseline} and {found.candidate}"
+        )
+
+
+def replication_lines(study: Study, replication: Study) -> list[str]:
+    """The verdict on other seeds beside the study's (``check_replication`` first): each arm's IQM,
+    P(B > A) and the IQM difference with their 95% CIs, and whether the two verdicts agree."""
+    runs = [study, replication]
+    scale, unit = study.scores.scale, study.scores.difference_unit
+    a, b = study.verdict.baseline, study.verdict.candidate
+    verdicts = [s.verdict for s in runs]
+    in_units = f" ({unit.strip()})" if unit else ""
+
+    def level(v: verdict.Verdict, arm: str) -> str:
+        found = next(x for x in v.levels if x.arm == arm)
+        return ci_text(found.iqm, found.ci_low, found.ci_high, scale)
+
+    rows = [
+        ["experiment", *(f"`{s.experiment.path}`" for s in runs)],
+        ["seeds", *(format_seeds(verdict_seeds(s)) for s in runs)],
+        ["games x runs per game and arm", *(f"{v.n_games} x {v.n_runs}" for v in verdicts)],
+        [f"IQM of {a}{study.scores.unit}", *(level(v, a) for v in verdicts)],
+        [f"IQM of {b}{study.scores.unit}", *(level(v, b) for v in verdicts)],
+        [f"P({b} > {a})", *(ci_text(v.poi["value"], v.poi["ci_low"], v.poi["ci_high"]) for v in verdicts)],
+        [
+            f"IQM difference {b} - {a}{in_units}",
+            *(
+                ci_text(
+                    v.iqm_difference["value"], v.iqm_difference["ci_low"], v.iqm_difference["ci_high"], scale
+                )
+                for v in verdicts
+            ),
+        ],  # fmt: skip
+        ["better arm (verdict rule)", *(v.winner or "neither" for v in verdicts)],
+    ]
+    first, again = verdicts
+    same_sign = np.sign(first.iqm_difference["value"]) == np.sign(again.iqm_difference["value"])
+    inside = (
+        again.iqm_difference["ci_low"] <= first.iqm_difference["value"] <= again.iqm_difference["ci_high"]
+    )
+    if first.winner == again.winner:
+        said = f"both find {first.winner} better" if first.winner else "neither finds a better arm"
+        sentence = f"The replication agrees with the study: {said}."
+    else:
+        sentence = (
+            f"The replication does not agree with the study: the study's verdict is "
+            f"{first.winner or 'neither arm better'}, the replication's "
+            f"{again.winner or 'neither arm better'}."
+        )
+    sentence += (
+        f" The IQM differences have {'the same' if same_sign else 'opposite'} signs, and the study's lies "
+        f"{'inside' if inside else 'outside'} the replication's 95% CI."
+    )
+    return [
+        "## Replication on fresh seeds",
+        "",
+        f"The verdict of {a} (A) and {b} (B) recomputed from the runs of `{replication.experiment.path}` "
+        "(the same arms and games on other seeds), beside this study's.",
+        "",
+        sentence,
+        "",
+        *_md_table(["", "study", "replication"], rows),
+        "",
+    ]
 
 
 def fmt(value: object) -> str:
@@ -292,8 +393,11 @@ def effect_lines(study: Study | Checks) -> list[str]:
     ]
 
 
-def study_markdown(study: Study, command: str, date: str, csv_path: str | None = None) -> str:
-    """The summary page (module doc); ``command`` and ``date`` record how and when it was produced."""
+def study_markdown(
+    study: Study, command: str, date: str, csv_path: str | None = None, replication: Study | None = None
+) -> str:
+    """The summary page (module doc); ``command`` and ``date`` record how and when it was produced;
+    ``replication``: the same arms on other seeds (``replication_lines``)."""
     exp, scores = study.experiment, study.scores
     lines = [f"# Study {exp.name}", ""]
     provenance = f"Produced by `{command}` on {date}, from {len(exp.complete)} complete runs of {exp.path}"
@@ -324,8 +428,14 @@ def study_markdown(study: Study, command: str, date: str, csv_path: str | None =
         ]
     else:
         lead = f"{study.learning_lead} " if study.learning_lead else ""
-        lines += [f"{lead}No verdict: a verdict compares exactly two arms with an env in common.", ""]
+        lines += [
+            f"{lead}No verdict: a verdict compares exactly two arms, or an ablation's two endpoints, with an "
+            "env in common.",
+            "",
+        ]
     lines += [f"Scores: {scores.normalisation}.", ""]
+    if replication is not None:
+        lines += replication_lines(study, replication)
     lines += learning_lines(study) + effect_lines(study)
     lines += ["## Aggregates", ""]
     if study.aggregates.empty:

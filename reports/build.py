@@ -26,7 +26,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 
 from algorithms.configs import ConfigError
 from analysis import aggregate, verdict
-from analysis.ablation import PLANNED_DIFFERENCE
+from analysis.ablation import PLANNED_DIFFERENCE, verdict_arms
 from analysis.configdiff import InEffect, config_diff, effective_table, origins_table, run_effective_values
 from analysis.curves import Scores, resample_curves, score_tables
 from analysis.learning import arm_caps, capped_runs
@@ -489,12 +489,12 @@ def _aggregate_sections(
 
 
 def _verdict_section(exp: Experiment, scores: Scores, reps: int, baseline: str | None) -> Section | None:
-    """The verdict and power statement of a two-arm experiment; None for any other number of arms
-    with an env in common."""
-    matrices, games, _ = aggregate.score_matrices(scores.final)
-    if len(matrices) != 2:
+    """The verdict and power statement of a two-arm experiment or of an ablation's endpoints
+    (``analysis.ablation.verdict_arms``); None for any other experiment."""
+    pair = verdict_arms(scores.final, exp.plan, baseline)
+    if pair is None:
         return None
-    a, b = verdict.order_arms(list(matrices), exp.plan, baseline)
+    a, b, matrices, games = pair
     if not scores.comparable:
         return Section(
             "verdict",
@@ -543,7 +543,8 @@ def _verdict_section(exp: Experiment, scores: Scores, reps: int, baseline: str |
     section.notes.append(f"Rule: {verdict.RULE} (analysis/verdict.py).")
     section.notes.append(f"Power: {power.method}.")
     section.notes.append(
-        "A is the --baseline arm when given, else the plan's first arm, else the arm named 'published'."
+        "A is the --baseline arm when given, else the plan's first arm (an ablation's: the setting it "
+        "ablates), else the arm named 'published'."
     )
     return section
 

@@ -1,10 +1,12 @@
 """Each deviation's effect in an ablation experiment: IQM difference to the base arm with its CI,
 power and smallest detectable difference, ordered by size, in the study's markdown and csv and in the
-report (table and plot); on synthetic runs with known effects."""
+report (table and plot); the verdict of the ablation's endpoints; a study run in pieces; the verdict
+replicated on fresh seeds beside the study's. On synthetic runs with known effects."""
 
 from __future__ import annotations
 
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -66,7 +68,79 @@ def test_effects_are_ordered_by_size_with_intervals_that_find_the_known_differen
 
 
 def test_no_ablation_record_no_effects_and_a_missing_base_gives_none():
-    assert deviation_effects({"x": None}, {"base": "b", "deviations": {"x": []}}).empty
+    final = pd.DataFrame({"arm": ["x"], "env": ["g"], "seed": [0], "normalised": [0.5]})
+    assert deviation_effects(final, {"base": "b", "deviations": {"x": []}}).empty
+
+
+def test_the_verdict_of_an_ablation_compares_its_endpoints(experiment, tmp_path):
+    """Five arms, no two-arm experiment: the verdict is the ablate setting's arm (A) against the base
+    (B), as the two-arm plan of those settings would give it, in the summary and in the report."""
+    study = run_study(experiment, reps=300)
+    found = study.verdict
+    assert (found.baseline, found.candidate, found.winner) == ("published", BASE, BASE)
+    assert found.iqm_difference["value"] == pytest.approx(0.5 * REACHED, abs=0.05)
+    assert (found.n_games, found.n_runs) == (len(GAMES), 5) and study.power is not None
+    md = tmp_path / "abl.md"
+    assert analysis_main(["study", str(experiment), "--markdown", str(md), "--reps", "200"]) == 0
+    assert f"**Verdict.** {BASE} is better than published" in md.read_text()
+    html = build_report(experiment, out=tmp_path / "r.html", reps=200).read_text()
+    assert 'id="verdict-table"' in html and f"P({BASE} &gt; published)" in html
+
+
+def test_a_study_run_in_pieces_reports_every_complete_pair(tmp_path):
+    """One deviation arm has run one game of four: the other arms' effects and the endpoint verdict
+    are those of the complete study, its own effect uses the one game it shares with the base."""
+    whole = tmp_path / "whole"
+    arms = {arm: SyntheticArm(skill, {"algo": arm}) for arm, skill in SKILLS.items()}
+    exp = write_experiment(whole, "abl", arms, GAMES, list(range(5)), n_steps=250_000, frameskip=1)
+    (exp / "plan.json").write_text(json.dumps(PLAN))
+    complete = run_study(exp, reps=300)
+    for game in GAMES[1:]:
+        shutil.rmtree(exp / f"{BASE}_with_small" / game)
+    part = run_study(exp, reps=300)
+    assert part.verdict.iqm_difference == complete.verdict.iqm_difference
+    keep = ["big", "none"]
+    pd.testing.assert_frame_equal(
+        part.effects.set_index("deviation").loc[keep], complete.effects.set_index("deviation").loc[keep]
+    )
+    small = part.effects.set_index("deviation").loc["small"]
+    assert small.difference != complete.effects.set_index("deviation").loc["small"].difference
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    """The endpoints again on seeds 100-104, and an experiment of other arms."""
+    root = tmp_path_factory.mktemp("fresh")
+    endpoints = {arm: SyntheticArm(SKILLS[arm], {"algo": arm}) for arm in ("published", BASE)}
+    exp = write_experiment(
+        root, "fresh", endpoints, GAMES, list(range(100, 105)), n_steps=250_000, frameskip=1
+    )
+    others = {arm: SyntheticArm(0.5, {"algo": arm}) for arm in ("published", "other")}
+    other = write_experiment(root, "other", others, GAMES, list(range(3)), n_steps=250_000, frameskip=1)
+    return exp, other
+
+
+def test_the_replication_on_fresh_seeds_is_shown_beside_the_study(experiment, fresh, tmp_path):
+    md = tmp_path / "abl.md"
+    argv = ["study", str(experiment), "--replication", str(fresh[0]), "--markdown", str(md), "--reps", "200"]
+    assert analysis_main(argv) == 0
+    text = md.read_text()
+    section = text[text.index("## Replication on fresh seeds") :]
+    assert f"The replication agrees with the study: both find {BASE} better." in section
+    assert (
+        "| seeds | 0-4 | 100-104 |" in section
+        and "| games x runs per game and arm | 4 x 5 | 4 x 5 |" in section
+    )
+    assert f"| better arm (verdict rule) | {BASE} | {BASE} |" in section
+
+
+def test_a_replication_of_other_arms_is_one_line_and_exit_2(experiment, fresh, tmp_path, capsys):
+    md = tmp_path / "abl.md"
+    argv = ["study", str(experiment), "--replication", str(fresh[1]), "--markdown", str(md), "--reps", "200"]
+    assert analysis_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("analysis: ") and str(fresh[1]) in err and len(err.splitlines()) == 1, err
+    assert not md.exists()
 
 
 def test_the_study_writes_the_table_to_markdown_and_csv_and_the_report_shows_it(experiment, tmp_path):
