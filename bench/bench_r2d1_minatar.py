@@ -2,21 +2,24 @@
 
 ``ours`` is the setting ``r2d1_minatar_corrected`` (loaded by name, ``paper`` profile, the game set
 per run) through the synchronous runner (``SyncRunner.iteration``, the training loop of
-``python -m repro``, with no run directory), 16 envs stepped in batches of 10 steps, one update of 32
-sequences of 10 burn-in + 20 trained + 5 n-step steps per 640 trained steps owed at the replay ratio
-3.2, i.e. one per 200 env steps, prioritized sequence replay with sampler-side initial priorities.
+``python -m repro``, with no run directory), at the setting's scale: 16 envs stepped in batches of
+``sampler.batch_T`` steps, one update of ``batch_size_sequences`` sequences of burn-in + trained +
+n-step steps per ``batch_size_sequences x sequence_length_steps`` trained steps owed at the replay
+ratio (at the frozen scale, 32 sequences of 5 + 10 + 5 steps per 320 trained steps at 25.6, i.e. one
+update per 12.5 env steps), prioritized sequence replay with sampler-side initial priorities.
 
 ``plain`` is the same work written as plain PyTorch and numpy with nothing around it: the same 16
 envs (``make_vec_env``, so the env cost is the same object code on both sides), one batched acting
 forward per step under ``torch.inference_mode`` with Ape-X epsilons drawn in one numpy call, the
 steps written into numpy rings, and the same update at the same rate: the same network (Young &
-Tian's convolution, LSTM 128, dueling 128), burn-in of the online and target nets from the stored
-state, n-step double Q-learning with value rescaling, the squared TD loss, Adam with gradient-norm
-clipping, a target copy every 100 updates. It leaves out what any implementation could drop: the
-priorities (uniform sequence draws), the checks and bookkeeping, and it runs each LSTM pass as one
-fused ``nn.LSTM`` call straight through the episode starts inside a sequence (rlpyt's R2D1 did the
-same and masked the loss) where this code base resets the state there, as R2D2 does: so the floor
-is below what the same math costs (docs/results/r2d1_minatar_speed.md).
+Tian's convolution, the setting's layer before the LSTM, LSTM 128, dueling 128), burn-in of the
+online and target nets from the stored state, n-step double Q-learning with value rescaling, the
+squared TD loss, Adam with gradient-norm clipping, a target copy every 100 updates. It leaves out
+what any implementation could drop: the priorities (uniform sequence draws), the checks and
+bookkeeping, and it runs each LSTM pass as one fused ``nn.LSTM`` call straight through the episode
+starts inside a sequence (rlpyt's R2D1 did the same and masked the loss) where this code base resets
+the state there, as R2D2 does: so the floor is below what the same math costs
+(docs/results/r2d1_minatar_speed.md).
 
 Timed per repeat, each implementation in a fresh child process, the two interleaved, the order
 alternating from repeat to repeat (``bench.speed``): the job's CPU seconds from process start to
@@ -125,21 +128,23 @@ def _row(startup: float, steps: int, updates: int, seconds: np.ndarray, update_m
 
 
 class PlainR2D1Net(nn.Module):
-    """Young & Tian's convolution -> LSTM 128 on [features, one-hot previous action, previous reward]
-    -> dueling head of 128 units: ``forward(obs [T, B, C, 10, 10], prev_action [T, B], prev_reward
-    [T, B], (h, c) [1, B, 128]) -> (q [T, B, A], (h, c))``."""
+    """Young & Tian's convolution -> a ReLU layer of ``fc_size`` units (0: none) -> LSTM 128 on
+    [features, one-hot previous action, previous reward] -> dueling head of 128 units:
+    ``forward(obs [T, B, C, 10, 10], prev_action [T, B], prev_reward [T, B], (h, c) [1, B, 128]) ->
+    (q [T, B, A], (h, c))``."""
 
-    def __init__(self, channels: int, actions: int, size: int = 128) -> None:
+    def __init__(self, channels: int, actions: int, size: int = 128, fc_size: int = 0) -> None:
         super().__init__()
         self.actions = actions
         self.conv = nn.Conv2d(channels, 16, 3)
-        self.lstm = nn.LSTM(16 * 8 * 8 + actions + 1, size)
+        self.fc = nn.Sequential(nn.Linear(16 * 8 * 8, fc_size), nn.ReLU()) if fc_size else nn.Identity()
+        self.lstm = nn.LSTM((fc_size or 16 * 8 * 8) + actions + 1, size)
         self.value = nn.Sequential(nn.Linear(size, size), nn.ReLU(), nn.Linear(size, 1))
         self.advantage = nn.Sequential(nn.Linear(size, size), nn.ReLU(), nn.Linear(size, actions))
 
     def features(self, obs, prev_action, prev_reward):
         lead = obs.shape[: obs.dim() - 3]
-        x = self.conv(obs.reshape(-1, *obs.shape[-3:])).relu().reshape(*lead, -1)
+        x = self.fc(self.conv(obs.reshape(-1, *obs.shape[-3:])).relu().reshape(*lead, -1))
         one_hot = nn.functional.one_hot(prev_action, self.actions).to(x.dtype)
         return torch.cat([x, one_hot, prev_reward.unsqueeze(-1)], -1)
 
@@ -191,7 +196,7 @@ def plain_rate(game: str, steps: int, updates: int, seed: int, threads: int) -> 
     envs = make_vec_env(env_config, B, seed)
     obs = envs.reset()
     A = int(env_spaces(env_config)[1].n)
-    net = PlainR2D1Net(obs.shape[1], A, algo.lstm_size)
+    net = PlainR2D1Net(obs.shape[1], A, algo.lstm_size, algo.fc_size)
     target = copy.deepcopy(net).requires_grad_(False)
     optimizer = torch.optim.Adam(net.parameters(), lr=algo.learning_rate, eps=algo.optimizer_eps)
     epsilons = 0.4 ** (1 + 7 * np.arange(B) / (B - 1))  # Ape-X
@@ -283,8 +288,9 @@ def plain_rate(game: str, steps: int, updates: int, seed: int, threads: int) -> 
 
     while plain_updates[0] == 0:
         iteration()
+    before = plain_updates[0]
     seconds = timed_loop(iteration, lambda: t * B, steps)
-    loop_updates = plain_updates[0]
+    loop_updates = plain_updates[0] - before
     return _row(startup, steps, loop_updates, seconds, update_cpu_ms(update, updates))
 
 
