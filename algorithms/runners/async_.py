@@ -62,7 +62,7 @@ from algorithms.algos.base import OptInfo
 from algorithms.arrays import buffer_from_example
 from algorithms.cpus import parse_cpus, pin_thread, pinned
 from algorithms.replay.shared import DoubleBuffer, RWLock
-from algorithms.runners.sync import SyncRunner, next_boundary
+from algorithms.runners.sync import SyncRunner
 from algorithms.samplers.base import BatchSpec, allocate_samples, make_sampler, record_example
 from algorithms.samplers.parallel_cpu import bootstrap_example
 from algorithms.samplers.serial import SerialSampler
@@ -381,7 +381,6 @@ class AsyncRunner(SyncRunner):
         """Count the batches the copier has handed over (returns how many), optimizing on each for
         algorithms without the async extension, and cross log, evaluation and checkpoint boundaries."""
         self.check_sampler()
-        runner = self.config.runner
         taken = 0
         while True:
             try:
@@ -397,19 +396,9 @@ class AsyncRunner(SyncRunner):
                 self.add_opt_info(opt_info)
             self.counters.add_env_steps(n_steps, episodes=len(traj_infos))
             self.window.traj_infos.extend(traj_infos)
-            steps = self.counters.env_steps
             if self.logger is not None:
-                self.logger.advance(steps)
-            if steps >= self.next_log:
-                self.log_row()
-                self.next_log = next_boundary(steps, runner.log_interval_steps)
-            if self.next_eval is not None and steps >= self.next_eval:
-                self.evaluate()
-                self.next_eval = next_boundary(steps, runner.eval_interval_steps)
-            if steps >= self.next_checkpoint:
-                self.next_checkpoint = next_boundary(steps, runner.checkpoint_every_steps)
-                with self.replay_lock.read():  # the algorithm's counters, consistent with its replay
-                    self.save_checkpoint()
+                self.logger.advance(self.counters.env_steps)
+            self.cross_boundaries()
 
     def check_sampler(self) -> None:
         """Re-raise a failure of the copier thread or the sampler process (with the sampler's traceback)."""
@@ -423,12 +412,11 @@ class AsyncRunner(SyncRunner):
         """Wait for the sampler to report its end, then the last progress row, evaluation and checkpoint."""
         self.workers.receive(timeout_s=60)
         self.take_arrivals()
-        steps = self.counters.env_steps
-        if self.last_log_steps != steps:
-            self.log_row()
-        if self.last_eval_steps != steps:
-            self.evaluate()
-        self.save_checkpoint()
+        super().finish()
+
+    def save_checkpoint(self) -> None:
+        with self.replay_lock.read():  # the algorithm's counters, consistent with its replay
+            super().save_checkpoint()
 
     def start_logger(self) -> None:
         import sys
