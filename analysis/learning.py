@@ -14,8 +14,10 @@ scores subtract random play). The reference, per env, on the same scale:
 ``learning_table`` gives per arm its IQM with the verdict's widened 95% interval, whether that interval
 lies above random play, and the reference's IQM over the same games. An arm whose final evaluation
 episodes stopped at the harness's cap (``capped_runs``: the smoke profile's 200 steps) is not shown to
-learn whatever its interval: cut episodes score on another scale (a cut Pong episode of an untrained
-agent scores about half of human, measured on `make reproduce-r2d1 PROFILE=smoke` runs of Pong).
+learn whatever its interval (``arm_caps``): cut episodes score on another scale (a cut Pong episode of
+an untrained agent scores about half of human, measured on `make reproduce-r2d1 PROFILE=smoke` runs of
+Pong). Except where a cut return can only be lower than the whole episode's
+(``cut_returns_are_lower_bounds``: MinAtar): there a level shown above random play stands.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from analysis.runs import KEYS, Experiment
 from analysis.scores import (
     atari_game,
     human_random_table,
+    is_minatar,
     minatar_published_curves,
     minatar_reference_table,
     published_at,
@@ -61,9 +64,43 @@ def capped_runs(exp: Experiment, scores: Scores) -> dict[tuple[str, str, int], i
     return capped
 
 
+def cut_returns_are_lower_bounds(env: str) -> bool:
+    """Whether an evaluation episode cut at the cap returns at most what the whole episode would:
+    MinAtar's games only ever add reward (each game's ``act`` adds 1 per event, ``r+=1``, in
+    minatar/environments/*.py), so random play's and the reference's whole episodes score at least as
+    much on the same policy. Atari's rewards can be negative (Pong: -1 per point lost)."""
+    return is_minatar(env)
+
+
+def cut_short_note(exp: Experiment, scores: Scores) -> str | None:
+    """What a summary says of the runs whose final evaluations stopped at the harness's cap (None:
+    none did): how many, at which cap, and whether their returns are lower bounds."""
+    capped = capped_runs(exp, scores)
+    if not capped:
+        return None
+    caps = ", ".join(str(c) for c in sorted(set(capped.values())))
+    bounded = [run for run in capped if cut_returns_are_lower_bounds(run[1])]
+    runs = ", ".join(f"{arm}/{env}/seed{seed}" for arm, env, seed in sorted(capped))
+    said = (
+        f"{len(capped)} of {len(scores.final)} runs ended final evaluation episodes at the harness's cap "
+        f"(sampler.eval_max_steps = {caps} steps) before the env's own end ({runs})"
+    )
+    if len(bounded) == len(capped):
+        return (
+            f"{said}: their returns are lower bounds of whole episodes' (the env only adds reward), so an "
+            "arm's level stands as a lower bound."
+        )
+    return (
+        f"{said}: their returns are cut short, not on the scale of random play and the reference, which "
+        "played whole episodes."
+    )
+
+
 def arm_caps(exp: Experiment, scores: Scores) -> dict[str, int]:
-    """Arm -> the cap its capped runs' evaluations stopped at (``capped_runs``)."""
-    return {run[0]: cap for run, cap in sorted(capped_runs(exp, scores).items())}
+    """Arm -> the cap its capped runs' evaluations stopped at (``capped_runs``), from the runs whose cut
+    returns are not lower bounds (``cut_returns_are_lower_bounds``): such an arm is not shown to learn."""
+    capped = sorted(capped_runs(exp, scores).items())
+    return {arm: cap for (arm, env, _), cap in capped if not cut_returns_are_lower_bounds(env)}
 
 
 def reference_levels(scores: Scores, table: str = "r2d2") -> tuple[dict[str, float], str]:

@@ -27,7 +27,7 @@ from analysis.ablation import (
     verdict_arms,
 )
 from analysis.curves import Scores, score_tables
-from analysis.learning import arm_caps, learning_table
+from analysis.learning import arm_caps, cut_short_note, learning_table
 from analysis.runs import Experiment, load_experiment
 from analysis.scores import is_minatar, minatar_published_curves
 from repro.plan_args import format_seeds
@@ -58,6 +58,7 @@ class Checks:
     learning_reference: str = ""
     learning_lead: str | None = None
     effects: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=EFFECT_COLUMNS))
+    cut_short: str | None = None  # analysis.learning.cut_short_note
 
 
 def learning_checks(exp: Experiment, scores: Scores, reps: int = 2000, seed: int = 0) -> Checks:
@@ -77,7 +78,7 @@ def learning_checks(exp: Experiment, scores: Scores, reps: int = 2000, seed: int
         if record
         else pd.DataFrame(columns=EFFECT_COLUMNS)
     )
-    return Checks(scores, learning, reference, lead, effects)
+    return Checks(scores, learning, reference, lead, effects, cut_short_note(exp, scores))
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,10 @@ class Study:
     @property
     def effects(self) -> pd.DataFrame:
         return self.checks.effects
+
+    @property
+    def cut_short(self) -> str | None:
+        return self.checks.cut_short
 
 
 def _per_game(scores: Scores, reps: int, seed: int) -> tuple[pd.DataFrame, str]:
@@ -361,6 +366,7 @@ def learning_lines(study: Study | Checks) -> list[str]:
         "",
         *_md_table(columns, rows),
         "",
+        *([f"Note: {study.cut_short}", ""] if study.cut_short else []),
     ]
 
 

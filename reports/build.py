@@ -29,7 +29,7 @@ from analysis import aggregate, verdict
 from analysis.ablation import PLANNED_DIFFERENCE, verdict_arms
 from analysis.configdiff import InEffect, config_diff, effective_table, origins_table, run_effective_values
 from analysis.curves import Scores, resample_curves, score_tables
-from analysis.learning import arm_caps, capped_runs
+from analysis.learning import arm_caps, cut_short_note
 from analysis.runs import KEYS, Experiment, load_experiment
 from analysis.scores import Bounds, is_minatar, minatar_published_curves, minatar_reference_table
 from analysis.study import Checks, ci_text, fmt, learning_checks
@@ -351,17 +351,9 @@ def _curves_section(scores: Scores, colours: dict[str, str], reps: int) -> Secti
 
 def _capped_evaluations(exp: Experiment, scores: Scores) -> list[str]:
     """A note when final evaluation episodes stopped at the harness's cap (``sampler.eval_max_steps``,
-    e.g. the smoke profile's 200 steps) instead of the env's own end: their returns are cut short, so
-    they sit on another scale than random play and the reference, which ran whole episodes."""
-    capped = capped_runs(exp, scores)
-    if not capped:
-        return []
-    caps = ", ".join(str(c) for c in sorted(set(capped.values())))
-    return [
-        f"{len(capped)} of {len(scores.final)} runs ended final evaluation episodes at the harness's cap "
-        f"(sampler.eval_max_steps = {caps} steps) before the env's own end: their returns are cut short, "
-        "not on the scale of random play and the reference, which played whole episodes."
-    ]
+    e.g. the smoke profile's 200 steps) instead of the env's own end (``cut_short_note``)."""
+    note = cut_short_note(exp, scores)
+    return [] if note is None else [note]
 
 
 def _aggregate_sections(

@@ -88,13 +88,14 @@ def test_no_interval_with_one_seed_is_not_shown_to_learn():
 
 
 def test_evaluations_cut_at_the_harness_cap_are_not_shown_to_learn(tmp_path):
-    """The smoke profile's case: final evaluation episodes stopped at sampler.eval_max_steps score on
-    another scale than random play's whole episodes (Pong's cut episodes score half of human)."""
+    """The smoke profile's case on Atari: final evaluation episodes stopped at sampler.eval_max_steps
+    score on another scale than random play's whole episodes (Pong's cut episodes score half of
+    human)."""
     arms = {
         arm: SyntheticArm(1.0, {"algo": arm, "sampler": {"eval_max_steps": 100}})
         for arm in ("a_published", "b_corrected")
     }
-    exp = write_experiment(tmp_path, "exp", arms, GAMES, list(range(3)), **RUNS)
+    exp = write_experiment(tmp_path, "exp", arms, ["pong", "breakout", "qbert"], list(range(3)), n_logs=5)
     study = run_study(exp, reps=300)
     assert study.verdict.sentence.startswith(
         "Neither arm has been shown to learn at this budget: the comparison is between agents not shown "
@@ -102,3 +103,20 @@ def test_evaluations_cut_at_the_harness_cap_are_not_shown_to_learn(tmp_path):
     )
     assert "stopped at the harness's cap of 100 steps" in study.verdict.sentence
     assert (study.learning.eval_cap == 100).all() and not study.learning.learned.any()
+    assert "not on the scale of random play" in study.cut_short
+
+
+def test_minatar_evaluations_cut_at_the_cap_are_lower_bounds_and_a_level_above_random_stands(tmp_path):
+    """MinAtar's games only add reward: a return cut at the cap is at most the whole episode's, so an
+    arm whose cut returns already lie above random play has learned; the summary names the cut runs."""
+    arms = {
+        "a_published": SyntheticArm(1.0, {"algo": "a_published", "sampler": {"eval_max_steps": 100}}),
+        "b_corrected": SyntheticArm(1.0, {"algo": "b_corrected"}),
+    }
+    exp = write_experiment(tmp_path, "exp", arms, GAMES, list(range(3)), **RUNS)
+    study = run_study(exp, reps=300)
+    assert study.learning.learned.all() and study.learning.eval_cap.isna().all()
+    assert study.learning_lead is None and "shown to learn" not in study.verdict.sentence
+    assert study.cut_short.startswith("9 of 18 runs ended final evaluation episodes at the harness's cap")
+    assert "a_published/minatar_breakout/seed0" in study.cut_short and "lower bounds" in study.cut_short
+    assert f"Note: {study.cut_short}" in study_markdown(study, "cmd", "today")
