@@ -16,6 +16,7 @@ from algorithms.configs import ConfigError
 from analysis.study import result_table, run_study
 from analysis.synthetic import SyntheticArm, write_experiment
 from analysis.verdict import iqm_difference
+from repro.plans import load_plan
 from repro.power import (
     arm_iqm_se,
     detectable_difference,
@@ -111,7 +112,7 @@ def test_the_dry_run_plans_seeds_from_the_committed_results_and_says_the_power_o
         return done.stdout
 
     planned = dry("--detect", "2")
-    found = plan_seeds(REPO / "docs/results/r2d1_minatar.csv", delta=0.02)
+    found = plan_seeds(load_plan("r2d1_minatar_ablation").pilot, delta=0.02)
     assert f"each arm needs {found.seeds} seeds per game" in planned
     assert f"seeds: 0-{found.seeds - 1}" in planned
     assert planned.count("/minatar_breakout/seed0 ") == 10
