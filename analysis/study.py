@@ -229,7 +229,7 @@ def replication_lines(study: Study, replication: Study) -> list[str]:
                 )
                 for v in verdicts
             ),
-        ],  # fmt: skip
+        ],
         ["better arm (verdict rule)", *(v.winner or "neither" for v in verdicts)],
     ]
     first, again = verdicts

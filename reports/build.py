@@ -29,7 +29,7 @@ from analysis import aggregate, verdict
 from analysis.ablation import PLANNED_DIFFERENCE, verdict_arms
 from analysis.configdiff import InEffect, config_diff, effective_table, origins_table, run_effective_values
 from analysis.curves import Scores, resample_curves, score_tables
-from analysis.learning import arm_caps, cut_short_note
+from analysis.learning import arm_caps
 from analysis.runs import KEYS, Experiment, load_experiment
 from analysis.scores import Bounds, is_minatar, minatar_published_curves, minatar_reference_table
 from analysis.study import Checks, ci_text, fmt, learning_checks
@@ -349,13 +349,6 @@ def _curves_section(scores: Scores, colours: dict[str, str], reps: int) -> Secti
     return section
 
 
-def _capped_evaluations(exp: Experiment, scores: Scores) -> list[str]:
-    """A note when final evaluation episodes stopped at the harness's cap (``sampler.eval_max_steps``,
-    e.g. the smoke profile's 200 steps) instead of the env's own end (``cut_short_note``)."""
-    note = cut_short_note(exp, scores)
-    return [] if note is None else [note]
-
-
 def _aggregate_sections(
     exp: Experiment, scores: Scores, colours: dict[str, str], reps: int
 ) -> tuple[list[Section], pd.DataFrame]:
@@ -402,7 +395,6 @@ def _aggregate_sections(
     )
     if scores.bounds is not None:
         agg.tables.append(_bounds_table(scores.bounds, games))
-        agg.notes.extend(_capped_evaluations(exp, scores))
     if not scores.comparable:
         agg.notes.append(
             "These scores are normalised within this experiment (the fallback): a one-arm experiment "
@@ -561,6 +553,7 @@ def _learning_section(study: Checks) -> Section | None:
         f"Each arm's IQM of final {study.scores.label} (widened 95% stratified-bootstrap CI); random play "
         f"is 0; the reference is {study.learning_reference}, its IQM over the same games.",
         tables=[_table("learning-table", frame, columns)],
+        notes=[study.cut_short] if study.cut_short else [],
     )
 
 

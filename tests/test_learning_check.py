@@ -120,3 +120,5 @@ def test_minatar_evaluations_cut_at_the_cap_are_lower_bounds_and_a_level_above_r
     assert study.cut_short.startswith("9 of 18 runs ended final evaluation episodes at the harness's cap")
     assert "a_published/minatar_breakout/seed0" in study.cut_short and "lower bounds" in study.cut_short
     assert f"Note: {study.cut_short}" in study_markdown(study, "cmd", "today")
+    html = build_report(exp, out=tmp_path / "r.html", reps=200).read_text()
+    assert "a_published/minatar_breakout/seed0" in html and "lower bounds" in html
