@@ -130,3 +130,17 @@ def test_r2d1_agent_reports_prev_state_and_carries_state():
     # Without a state the agent starts from zeros.
     _, info, _ = agent.step(obs[0], pa[0], pr[0], None)
     assert info.prev_state == NamedArrays(h=torch.zeros(2, 8), c=torch.zeros(2, 8))
+
+
+def test_reset_state_keeps_each_leaf_on_its_own_device():
+    # The sampler's episode ends are CPU arrays; the R2D1 agent keeps its acting state on the CPU
+    # while its model may be on a GPU, and recurrent PPO keeps its state on the model's device. The
+    # meta device stands in for a GPU here: a leaf there must stay there, next to a CPU leaf.
+    # (On the H200 machine the stepper once moved ``done`` to the model's device and every R2D1 job
+    # on cuda failed at its first step.)
+    model = R2D1Model((4,), 3, lstm_size=8, head_hidden_size=8, mlp_hidden_sizes=(8,))
+    agent = R2D1Agent(model, OBS, ACT, EpsilonSchedule(eval=0.0))
+    state = NamedArrays(h=torch.ones(2, 8, device="meta"), c=torch.ones(2, 8))
+    reset = agent.reset_state(state, torch.tensor([True, False]))
+    assert reset.h.device.type == "meta" and reset.h.shape == (2, 8)
+    assert torch.equal(reset.c, torch.tensor([[0.0] * 8, [1.0] * 8]))

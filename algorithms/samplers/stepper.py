@@ -345,7 +345,7 @@ class EnvStepper:
         self.state = (  # recurrent agents only: a feed-forward agent's state stays None
             None
             if next_state is None
-            else self.agent.reset_state(next_state, torch.from_numpy(done).to(self.device))
+            else self.agent.reset_state(next_state, torch.from_numpy(done))
         )
 
     def finish(self) -> tuple[NamedArrays, list[dict[str, Any]]]:
