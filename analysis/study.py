@@ -175,11 +175,15 @@ def run_study(
 
 
 def verdict_seeds(study: Study) -> list[int]:
-    """The seeds of the runs the study's verdict compares (its two arms' complete runs)."""
+    """The seeds of the runs the study's verdict compares: its two arms' complete runs, less those
+    left out to balance the two (``aggregate.score_matrices``)."""
     if study.verdict is None:
         return []
     final = study.scores.final
-    return sorted(set(final[final.arm.isin([study.verdict.baseline, study.verdict.candidate])].seed))
+    pair = final[final.arm.isin([study.verdict.baseline, study.verdict.candidate])]
+    _, _, left_out = aggregate.score_matrices(pair)
+    out = set(zip(left_out.arm, left_out.env, left_out.seed))
+    return sorted({int(s) for a, e, s in zip(pair.arm, pair.env, pair.seed) if (a, e, s) not in out})
 
 
 def check_replication(study: Study, replication: Study) -> None:

@@ -134,6 +134,25 @@ def test_the_replication_on_fresh_seeds_is_shown_beside_the_study(experiment, fr
     assert f"| better arm (verdict rule) | {BASE} | {BASE} |" in section
 
 
+def test_the_replication_lists_only_the_seeds_its_verdict_compares(experiment, tmp_path):
+    """A seed one arm ran and the other did not is left out of the balanced verdict, and out of the
+    seeds the replication's row names."""
+    endpoints = {arm: SyntheticArm(SKILLS[arm], {"algo": arm}) for arm in ("published", BASE)}
+    exp = write_experiment(
+        tmp_path, "more", endpoints, GAMES, list(range(100, 106)), n_steps=250_000, frameskip=1
+    )
+    for game in GAMES:
+        shutil.rmtree(exp / BASE / game / "seed105")
+    md = tmp_path / "abl.md"
+    argv = ["study", str(experiment), "--replication", str(exp), "--markdown", str(md), "--reps", "200"]
+    assert analysis_main(argv) == 0
+    section = md.read_text().split("## Replication on fresh seeds")[1]
+    assert (
+        "| seeds | 0-4 | 100-104 |" in section
+        and "| games x runs per game and arm | 4 x 5 | 4 x 5 |" in section
+    )
+
+
 def test_a_replication_of_other_arms_is_one_line_and_exit_2(experiment, fresh, tmp_path, capsys):
     md = tmp_path / "abl.md"
     argv = ["study", str(experiment), "--replication", str(fresh[1]), "--markdown", str(md), "--reps", "200"]
