@@ -132,8 +132,14 @@ def _one_thread():
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_tiny_run_completes_with_counters_that_add_up(tmp_path, case):
     config, expected_updates = CASES[case]
-    counters = train(config, tmp_path / case)
-    data = read_run(tmp_path / case)
+    check_tiny_run(config, expected_updates, tmp_path / case)
+
+
+def check_tiny_run(config: TrainConfig, expected_updates: int | None, path) -> None:
+    """Train ``config`` into ``path``: a complete run directory whose counters add up, with finite
+    diagnostics and the evaluation's episodes (also the GPU tier's check, tests/test_gpu.py)."""
+    counters = train(config, path)
+    data = read_run(path)
     assert data.status == "complete", data.problems
     half = config.runner.n_steps // 2
     assert data.progress["env_steps"].tolist() == [half, 2 * half]
