@@ -343,9 +343,7 @@ class EnvStepper:
         done = episode_done(env_step)
         self.inputs = next_inputs(action, env_step, done, self.copy_observation)
         self.state = (  # recurrent agents only: a feed-forward agent's state stays None
-            None
-            if next_state is None
-            else self.agent.reset_state(next_state, torch.from_numpy(done))
+            None if next_state is None else self.agent.reset_state(next_state, torch.from_numpy(done))
         )
 
     def finish(self) -> tuple[NamedArrays, list[dict[str, Any]]]:
