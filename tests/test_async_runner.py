@@ -84,7 +84,10 @@ def test_async_run_without_target_trains_while_sampling(tmp_path) -> None:
     counters = runner.run()
     assert not mp.active_children()  # the sampler process was joined
     assert counters.env_steps == 800 and counters.updates > 0
-    assert counters.time_optimizing_s > 0 and counters.time_sampling_s > 0
+    # "sampling" counts the trainer's waits for samples; unthrottled, it may never wait (a loaded host
+    # where the sampler process keeps ahead: seen as 0.0 in a fresh-clone make test), so only the
+    # training time must be there.
+    assert counters.time_optimizing_s > 0
 
 
 def test_killed_sampler_process_is_a_clear_error(tmp_path) -> None:
