@@ -20,6 +20,7 @@ import torch
 from algorithms.packed import train_packed
 from algorithms.rundir import read_run
 from algorithms.train import TrainConfig, train
+from tests.test_packed import seeded
 from tests.test_train_algorithms import CASES, PENDULUM, Q_NET, QPG, REPLAY, check_tiny_run, tiny
 
 DEVICE = os.environ.get("RLREPRO_TEST_DEVICE", "cuda")
@@ -96,12 +97,8 @@ def test_the_asynchronous_runner_with_the_agent_on_the_device(tmp_path):
 
 
 def test_a_packed_r2d1_run_on_the_device_writes_each_seed_a_complete_run(tmp_path):
-    config = on_device(CASES["r2d1"][0])
-    configs = [
-        dataclasses.replace(config, runner=dataclasses.replace(config.runner, seed=seed)) for seed in (1, 2)
-    ]
     runs = [tmp_path / f"seed{seed}" for seed in (1, 2)]
-    train_packed(configs, runs)
+    train_packed(seeded(on_device(CASES["r2d1"][0]), (1, 2)), runs)
     for run in runs:
         data = read_run(run)
         assert data.status == "complete", data.problems

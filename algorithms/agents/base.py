@@ -168,7 +168,7 @@ class Agent(ABC):
         """Zero the state rows where ``done`` [B] is true (the episode there has ended)."""
         if state is None:
             return None
-        keep = ~done
+        keep = (~done).to(torch.float32)
         # Each leaf where it lives: the R2D1 agent keeps its acting state on the CPU whatever the
         # model's device, so ``done`` comes from the sampler's CPU arrays.
         return state.map(lambda s: s * keep.view(-1, *([1] * (s.dim() - 1))).to(s.device, s.dtype))
