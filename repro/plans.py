@@ -318,7 +318,10 @@ def expand(
     overrides: Overrides | None = None,
 ) -> list[Job]:
     """Every job of ``plan``: arms (each once per ``--set`` sweep point) x envs x seeds (a seed spec,
-    ``parse_seeds``), all configs resolved and validated."""
+    ``parse_seeds``), all configs resolved and validated, in run order: seed by seed, within a seed
+    env by env, within an env every arm. A study stopped part-way (a session's end, a kill) then
+    leaves whole blocks: every arm on every env for its first seeds, which the analysis compares
+    as balanced pairs, instead of every seed of the first arms and none of the last."""
     seeds = parse_seeds(seeds)
     points = sweep_points(overrides)
     profile = load_profile(profile_name)
@@ -360,7 +363,9 @@ def expand(
                         deviation=spec.deviation,
                     )
                 )
-    return jobs
+    env_order = {env: i for i, env in enumerate(envs or plan.envs)}
+    seed_order = {seed: i for i, seed in enumerate(seeds)}
+    return sorted(jobs, key=lambda job: (seed_order[job.seed], env_order[job.env]))
 
 
 def pack_jobs(jobs: Sequence[Job], k: int) -> list[tuple[Job, ...]]:

@@ -211,6 +211,15 @@ def test_expand_jobs_and_run_dirs(plan_file, tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_jobs_run_seed_by_seed_so_a_stopped_study_leaves_whole_blocks(plan_file, tmp_path):
+    jobs = expand(load_plan(str(plan_file)), "7,3", "smoke", tmp_path / "runs")
+    assert [(job.seed, job.env, job.arm) for job in jobs] == [
+        (7, "pong", "ppo_atari"), (7, "pong", "a2c_atari"), (7, "breakout", "ppo_atari"),
+        (7, "breakout", "a2c_atari"), (3, "pong", "ppo_atari"), (3, "pong", "a2c_atari"),
+        (3, "breakout", "ppo_atari"), (3, "breakout", "a2c_atari"),
+    ]  # fmt: skip
+
+
 def test_dry_run_prints_totals(plan_file, tmp_path, capsys):
     root = tmp_path / "runs"
     argv = ["run", str(plan_file), "--seeds", "3", "--profile", "smoke", "--root", str(root)]
