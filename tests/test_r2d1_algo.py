@@ -291,3 +291,36 @@ def test_a_batch_bootstrap_values_are_the_next_batch_first_acting_values():
     driver = Driver(agent, 4, length=3)
     first, second = driver.sample(8), driver.sample(8)
     torch.testing.assert_close(bootstrap_q(agent, first), second.agent_info.q[0], rtol=0, atol=0)
+
+
+def test_target_unroll_in_one_pass_equals_burn_in_then_rest():
+    # The target network runs burn-in and trained steps as one pass (no gradient flows there); the
+    # Q-values and per-step states must equal the online network's two-pass path on the same weights,
+    # with episode starts inside the burn-in, at its last step and in the trained steps.
+    import gymnasium as gym
+
+    space = gym.spaces.Box(0.0, 1.0, (2,), np.float32)
+    config = dataclasses.replace(SMALL, learning_starts_steps=16, batch_size_sequences=2)
+    torch.manual_seed(0)
+    algo = r2d1.Algo(config, r2d1.build_agent(config, space, ACT), 1, BatchSpec(8, 2))
+    for batch in _truncating_batches(False, 4):
+        algo.append_samples(batch)
+    storage = algo.replay.storage
+    items = np.flatnonzero(storage.valid(np.arange(storage.num_items)))[:2]
+    batch = storage.extract(items)
+    g = torch.Generator().manual_seed(1)
+    episode_start = torch.rand(batch.episode_start.shape, generator=g) < 0.3
+    episode_start[config.burn_in_steps - 1 : config.burn_in_steps + 1] = True
+    batch = batch.replace(
+        episode_start=episode_start,
+        init_state=batch.init_state.map(lambda s: torch.randn(s.shape, generator=g)),
+    )
+    model = algo.model
+    for need_states in (False, True):
+        q_two, states_two = algo.unroll(model, batch, need_states)
+        q_one, states_one = algo.unroll(model, batch, need_states, grad=False)
+        torch.testing.assert_close(q_one, q_two.detach(), rtol=1e-6, atol=1e-6)
+        assert q_one.shape[0] == batch.observation.shape[0] - config.burn_in_steps
+        if need_states:
+            for one, two in zip(states_one.values(), states_two.values(), strict=True):
+                torch.testing.assert_close(one, two.detach(), rtol=1e-6, atol=1e-6)

