@@ -293,14 +293,16 @@ def test_a_batch_bootstrap_values_are_the_next_batch_first_acting_values():
     torch.testing.assert_close(bootstrap_q(agent, first), second.agent_info.q[0], rtol=0, atol=0)
 
 
-def test_target_unroll_in_one_pass_equals_burn_in_then_rest():
-    # The target network runs burn-in and trained steps as one pass (no gradient flows there); the
-    # Q-values and per-step states must equal the online network's two-pass path on the same weights,
-    # with episode starts inside the burn-in, at its last step and in the trained steps.
+def test_unrolls_cut_or_whole_give_one_pass_values_and_trained_steps_gradients():
+    # The target network runs the whole sequence as one pass; the online network cuts it into the
+    # burn-in and the bootstrap steps without gradient and the trained steps with it. Both must give
+    # the values and per-step states of one pass, and the online cut the gradient of one pass with
+    # the burn-in detached, with episode starts inside the burn-in, at its end and in the rest.
     import gymnasium as gym
 
     space = gym.spaces.Box(0.0, 1.0, (2,), np.float32)
     config = dataclasses.replace(SMALL, learning_starts_steps=16, batch_size_sequences=2)
+    burn, trained = config.burn_in_steps, config.sequence_length_steps
     torch.manual_seed(0)
     algo = r2d1.Algo(config, r2d1.build_agent(config, space, ACT), 1, BatchSpec(8, 2))
     for batch in _truncating_batches(False, 4):
@@ -310,17 +312,38 @@ def test_target_unroll_in_one_pass_equals_burn_in_then_rest():
     batch = storage.extract(items)
     g = torch.Generator().manual_seed(1)
     episode_start = torch.rand(batch.episode_start.shape, generator=g) < 0.3
-    episode_start[config.burn_in_steps - 1 : config.burn_in_steps + 1] = True
+    episode_start[burn - 1 : burn + 1] = True
+    episode_start[burn + trained, 0] = True  # at the online cut in one sequence, not the other
+    episode_start[burn + trained, 1] = False
     batch = batch.replace(
         episode_start=episode_start,
         init_state=batch.init_state.map(lambda s: torch.randn(s.shape, generator=g)),
     )
     model = algo.model
+    params = list(model.parameters())
+
+    def one_pass():  # the reference: the burn-in detached, the rest in one pass with gradient
+        with torch.no_grad():
+            _, state = model(batch.observation[:burn], batch.prev_action[:burn], batch.prev_reward[:burn],
+                             batch.init_state, reset=batch.episode_start[:burn])  # fmt: skip
+        rest = slice(burn, None)
+        return model(batch.observation[rest], batch.prev_action[rest], batch.prev_reward[rest], state,
+                     reset=batch.episode_start[rest], return_states=True)  # fmt: skip
+
+    q_ref, _, states_ref = one_pass()
+    grads_ref = torch.autograd.grad(q_ref[:trained].square().sum(), params)
     for need_states in (False, True):
-        q_two, states_two = algo.unroll(model, batch, need_states)
-        q_one, states_one = algo.unroll(model, batch, need_states, grad=False)
-        torch.testing.assert_close(q_one, q_two.detach(), rtol=1e-6, atol=1e-6)
-        assert q_one.shape[0] == batch.observation.shape[0] - config.burn_in_steps
+        q_cut, states_cut = algo.unroll(model, batch, need_states)
+        q_whole, states_whole = algo.unroll(model, batch, need_states, grad=False)
+        assert q_cut.shape == q_whole.shape == q_ref.shape
+        torch.testing.assert_close(q_cut.detach(), q_ref.detach(), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(q_whole, q_ref.detach(), rtol=1e-6, atol=1e-6)
+        grads = torch.autograd.grad(q_cut[:trained].square().sum(), params)
+        for got, want in zip(grads, grads_ref, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
         if need_states:
-            for one, two in zip(states_one.values(), states_two.values(), strict=True):
-                torch.testing.assert_close(one, two.detach(), rtol=1e-6, atol=1e-6)
+            for cut, whole, ref in zip(
+                states_cut.values(), states_whole.values(), states_ref.values(), strict=True
+            ):
+                torch.testing.assert_close(cut.detach(), ref.detach(), rtol=1e-6, atol=1e-6)
+                torch.testing.assert_close(whole, ref.detach(), rtol=1e-6, atol=1e-6)

@@ -57,7 +57,7 @@ from algorithms.agents.dqn_agents import R2D1Agent
 from algorithms.agents.epsilon import EpsilonSchedule
 from algorithms.algos.base import OptInfo, QReplayLearner, adam
 from algorithms.algos.r2d1_targets import initial_sequence_priorities, sampler_td_errors, targets
-from algorithms.arrays import NamedArrays
+from algorithms.arrays import NamedArrays, concatenate
 from algorithms.configs import check_field, check_ranges
 from algorithms.functional.priorities import sequence_priority
 from algorithms.functional.td import select_action_values
@@ -333,43 +333,41 @@ class Algo(QReplayLearner):
     def unroll(
         self, model: nn.Module, batch: NamedArrays, need_states: bool, grad: bool = True
     ) -> tuple[torch.Tensor, Any]:
-        """Burn in from the stored state without gradient, then Q-values [T + n, B, A] of the rest
-        (with per-step states when ``need_states``); the state is reset where an episode begins.
-        Without ``grad`` (the target network) the burn-in and the rest are one pass: the state after
-        the burn-in is the same, and one call of each layer over the whole sequence saves the second
-        call's fixed costs (about 0.7 of 8.7 CPU ms per target unroll at the MinAtar scale)."""
+        """Q-values [T + n, B, A] of the steps after the burn-in (with per-step states when
+        ``need_states``), the state burnt in from the stored one and reset where an episode begins.
+
+        With ``grad`` (the online network) only the T trained steps carry a gradient: the burn-in
+        and the n bootstrap steps after them, whose values only pick the double-Q action, run without
+        one, so the backward pass skips their rows (a third of the rows past the burn-in at the
+        MinAtar scale, T = 10, n = 5). Without ``grad`` (the target network) the whole sequence is one
+        pass. The values are those of one pass in every case; each cut costs each layer one more call
+        (about 0.7 of 8.7 CPU ms for a target unroll at the MinAtar scale)."""
         c = self.config
-        burn = c.burn_in_steps
-        state = batch.init_state
+        burn, trained = c.burn_in_steps, c.sequence_length_steps
         if not grad:
             with torch.no_grad():
-                out = model(
-                    batch.observation,
-                    batch.prev_action,
-                    batch.prev_reward,
-                    state,
-                    reset=batch.episode_start,
-                    return_states=need_states,
-                )
-            return out[0][burn:], (out[2][burn:] if need_states else None)
+                q, _, *states = self._pass(model, batch, slice(None), batch.init_state, need_states)
+            return q[burn:], (states[0][burn:] if need_states else None)
+        state = batch.init_state
         if burn:
             with torch.no_grad():
-                _, state = model(
-                    batch.observation[:burn],
-                    batch.prev_action[:burn],
-                    batch.prev_reward[:burn],
-                    state,
-                    reset=batch.episode_start[:burn],
-                )
-        out = model(
-            batch.observation[burn:],
-            batch.prev_action[burn:],
-            batch.prev_reward[burn:],
+                _, state = self._pass(model, batch, slice(None, burn), state, False)
+        q, state, *states = self._pass(model, batch, slice(burn, burn + trained), state, need_states)
+        with torch.no_grad():
+            q_tail, _, *tail = self._pass(model, batch, slice(burn + trained, None), state, need_states)
+        return torch.cat([q, q_tail]), (concatenate([states[0], tail[0]]) if need_states else None)
+
+    @staticmethod
+    def _pass(model: nn.Module, batch: NamedArrays, steps: slice, state: Any, need_states: bool) -> tuple:
+        """``model`` over the ``steps`` of ``batch`` from ``state``: (q, next state[, per-step states])."""
+        return model(
+            batch.observation[steps],
+            batch.prev_action[steps],
+            batch.prev_reward[steps],
             state,
-            reset=batch.episode_start[burn:],
+            reset=batch.episode_start[steps],
             return_states=need_states,
         )
-        return out[0], (out[2] if need_states else None)
 
     def final_observation_values(
         self, model: nn.Module, batch: NamedArrays, states: NamedArrays, where: Any
