@@ -13,9 +13,10 @@ envs (``make_vec_env``, so the env cost is the same object code on both sides), 
 forward per step under ``torch.inference_mode`` with Ape-X epsilons drawn in one numpy call, the
 steps written into numpy rings, and the same update at the same rate: the same network (Young &
 Tian's convolution, the setting's layer before the LSTM, LSTM 128, dueling 128), burn-in of the
-online and target nets from the stored state, n-step double Q-learning with value rescaling, the
-squared TD loss, Adam with gradient-norm clipping, a target copy every 100 updates. It leaves out
-what any implementation could drop: the priorities (uniform sequence draws), the checks and
+online and target nets from the stored state (the target net in one pass over the sequence, the
+online net's burn-in and n bootstrap steps without gradient), n-step double Q-learning with value
+rescaling, the squared TD loss, Adam with gradient-norm clipping, a target copy every 100 updates.
+It leaves out what any implementation could drop: the priorities (uniform sequence draws), the checks and
 bookkeeping, and it runs each LSTM pass as one fused ``nn.LSTM`` call straight through the episode
 starts inside a sequence (rlpyt's R2D1 did the same and masked the loss) where this code base resets
 the state there, as R2D2 does: so the floor is below what the same math costs
@@ -253,7 +254,10 @@ def plain_rate(game: str, steps: int, updates: int, seed: int, threads: int) -> 
         with torch.no_grad():
             q_target, _ = target(*x, h0)
             _, online_state = net(*(v[:burn] for v in x), h0)
-        q, _ = net(*(v[burn:] for v in x), online_state)
+        q, online_state = net(*(v[burn : burn + L] for v in x), online_state)
+        with torch.no_grad():  # the n bootstrap steps only pick the double-Q action: no gradient
+            q_tail, _ = net(*(v[burn + L :] for v in x), online_state)
+        q = torch.cat([q, q_tail])
         with torch.no_grad():
             best = q.argmax(-1, keepdim=True)
             bootstrap = q_target[burn:].gather(-1, best).squeeze(-1)
