@@ -318,10 +318,14 @@ def expand(
     overrides: Overrides | None = None,
 ) -> list[Job]:
     """Every job of ``plan``: arms (each once per ``--set`` sweep point) x envs x seeds (a seed spec,
-    ``parse_seeds``), all configs resolved and validated, in run order: seed by seed, within a seed
-    env by env, within an env every arm. A study stopped part-way (a session's end, a kill) then
-    leaves whole blocks: every arm on every env for its first seeds, which the analysis compares
-    as balanced pairs, instead of every seed of the first arms and none of the last."""
+    ``parse_seeds``), all configs resolved and validated, in run order, so that a study stopped
+    part-way (a session's end, a kill) leaves comparisons the analysis can make:
+
+    * the plan's own arms (and sweep points) seed by seed, within a seed env by env, within an env
+      every arm: whole seeds of balanced pairs, not every seed of the first arms and none of the last;
+    * then an ablation plan's leave-one-out arms one after another, each seed by seed: each arm,
+      once done, is one deviation's effect against the endpoints on all their seeds, where a
+      seed-by-seed order over all of them would complete no deviation before the last seed."""
     seeds = parse_seeds(seeds)
     points = sweep_points(overrides)
     profile = load_profile(profile_name)
@@ -365,7 +369,13 @@ def expand(
                 )
     env_order = {env: i for i, env in enumerate(envs or plan.envs)}
     seed_order = {seed: i for i, seed in enumerate(seeds)}
-    return sorted(jobs, key=lambda job: (seed_order[job.seed], env_order[job.env]))
+    arm_order = {arm: i for i, arm in enumerate(dict.fromkeys(job.arm for job in jobs))}
+
+    def run_order(job: Job) -> tuple[int, ...]:
+        ablation_arm = arm_order[job.arm] if job.deviation is not None else -1
+        return ablation_arm, seed_order[job.seed], env_order[job.env]
+
+    return sorted(jobs, key=run_order)
 
 
 def pack_jobs(jobs: Sequence[Job], k: int) -> list[tuple[Job, ...]]:

@@ -50,6 +50,16 @@ def test_the_shipped_plan_has_both_endpoints_and_one_arm_per_declared_deviation(
     assert sorted(keys) == sorted(diff)
 
 
+def test_endpoints_run_seed_by_seed_then_each_deviation_arm_whole(tmp_path):
+    # A study stopped part-way leaves balanced endpoint seeds, then whole deviation arms.
+    envs = ["minatar_breakout", "minatar_freeway"]
+    jobs = expand(load_plan("r2d1_minatar_ablation"), "4,2", "smoke", tmp_path, envs=envs)
+    arms = [a.name for a in ablation_arms(load_plan("r2d1_minatar_ablation"))]
+    endpoints = [(seed, env, arm) for seed in (4, 2) for env in envs for arm in arms[:2]]
+    deviations = [(seed, env, arm) for arm in arms[2:] for seed in (4, 2) for env in envs]
+    assert [(job.seed, job.env, job.arm) for job in jobs] == endpoints + deviations
+
+
 def test_each_deviation_arm_is_the_base_with_only_its_keys_at_the_published_values(tmp_path):
     jobs = {j.arm: j for j in _jobs(tmp_path)}
     assert len(jobs) == 10
