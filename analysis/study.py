@@ -241,19 +241,31 @@ def replication_lines(study: Study, replication: Study) -> list[str]:
     inside = (
         again.iqm_difference["ci_low"] <= first.iqm_difference["value"] <= again.iqm_difference["ci_high"]
     )
-    if first.winner == again.winner:
-        said = f"both find {first.winner} better" if first.winner else "neither finds a better arm"
-        sentence = f"The replication agrees with the study: {said}."
-    else:
+    signs = f"The IQM differences have {'the same' if same_sign else 'opposite'} signs"
+    if np.isnan([again.iqm_difference["ci_low"], again.iqm_difference["ci_high"]]).any():
+        # One seed per game has no seed-to-seed spread to resample: no interval, so no verdict to
+        # compare (the verdict rule needs both intervals).
         sentence = (
-            f"The replication does not agree with the study: the study's verdict is "
-            f"{first.winner or 'neither arm better'}, the replication's "
-            f"{again.winner or 'neither arm better'}."
+            f"The replication cannot test the study's verdict yet: with {again.n_runs} run per game and "
+            f"arm it has no confidence interval (that needs at least 2 seeds). {signs}."
         )
-    sentence += (
-        f" The IQM differences have {'the same' if same_sign else 'opposite'} signs, and the study's lies "
-        f"{'inside' if inside else 'outside'} the replication's 95% CI."
-    )
+    else:
+        if first.winner == again.winner:
+            said = f"both find {first.winner} better" if first.winner else "neither finds a better arm"
+            sentence = f"The replication agrees with the study: {said}."
+        else:
+            sentence = (
+                f"The replication does not agree with the study: the study's verdict is "
+                f"{first.winner or 'neither arm better'}, the replication's "
+                f"{again.winner or 'neither arm better'}."
+            )
+        where = "inside" if inside else "outside"
+        sentence += f" {signs}, and the study's lies {where} the replication's 95% CI."
+    if again.n_games < first.n_games:
+        sentence += (
+            f" The replication has both arms complete on {again.n_games} of the study's {first.n_games} "
+            "games so far, so its IQMs are over those games only."
+        )
     return [
         "## Replication on fresh seeds",
         "",

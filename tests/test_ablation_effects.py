@@ -153,6 +153,21 @@ def test_the_replication_lists_only_the_seeds_its_verdict_compares(experiment, t
     )
 
 
+def test_a_replication_of_one_seed_on_fewer_games_says_it_cannot_test_the_verdict_yet(experiment, tmp_path):
+    """A piece of a replication (one seed, three of the four games): no interval, so no claim that it
+    agrees or not, and the games it covers named."""
+    endpoints = {arm: SyntheticArm(SKILLS[arm], {"algo": arm}) for arm in ("published", BASE)}
+    exp = write_experiment(tmp_path, "piece", endpoints, GAMES[:3], [100], n_steps=250_000, frameskip=1)
+    md = tmp_path / "abl.md"
+    argv = ["study", str(experiment), "--replication", str(exp), "--markdown", str(md), "--reps", "200"]
+    assert analysis_main(argv) == 0
+    section = md.read_text().split("## Replication on fresh seeds")[1].split("\n## ")[0]
+    assert "The replication cannot test the study's verdict yet: with 1 run per game and arm" in section
+    assert "agrees" not in section and "outside" not in section
+    assert "complete on 3 of the study's 4 games so far" in section
+    assert "| games x runs per game and arm | 4 x 5 | 3 x 1 |" in section
+
+
 def test_a_replication_of_other_arms_is_one_line_and_exit_2(experiment, fresh, tmp_path, capsys):
     md = tmp_path / "abl.md"
     argv = ["study", str(experiment), "--replication", str(fresh[1]), "--markdown", str(md), "--reps", "200"]
