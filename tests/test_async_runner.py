@@ -20,7 +20,7 @@ import torch
 from algorithms import registry
 from algorithms.envs.config import EnvConfig
 from algorithms.rundir import RunDir, read_run
-from algorithms.runners.async_ import AsyncRunner
+from algorithms.runners.async_ import _LEARN_START, AsyncRunner
 from algorithms.samplers.workers import WorkerError
 from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, config_to_dict
 
@@ -67,8 +67,14 @@ def test_async_run_reaches_the_target_replay_ratio(counting: str, tmp_path) -> N
     runner.run_dir.set_status("complete")
     assert counters.env_steps == n_steps
     achieved = counters.replay_ratio_trained if counting == "trained" else counters.replay_ratio_with_burnin
-    # Training starts after the warm-up (64 steps + at most one batch of 40), which the overall ratio counts.
-    assert target * (n_steps - 104) / n_steps * 0.97 <= achieved <= target * 1.03, achieved
+    # The optimizer owes r (env steps - L) from the step L at which training started and catches up
+    # before the run ends; the overall ratio also counts the steps before L. L is the warm-up (64
+    # steps) plus at most one batch of 40 on an idle machine, later when the optimizer starts late
+    # under load (a fresh clone's `make test` beside other jobs: ratio 1.387, i.e. L about 227).
+    learn_start = runner.progress[_LEARN_START]
+    assert 64 <= learn_start <= n_steps // 2, learn_start
+    owed = target * (n_steps - learn_start) / n_steps
+    assert owed * 0.97 <= achieved <= target * 1.03, (achieved, learn_start)
     burnin = probe.Config().burnin_steps
     assert counters.samples_replayed == counters.samples_trained * (1 + burnin)
     assert runner.params.version >= n_steps // 200 - 2  # pushed about every 200 sampled env steps
