@@ -238,11 +238,9 @@ def replication_lines(study: Study, replication: Study) -> list[str]:
     ]
     first, again = verdicts
     same_sign = np.sign(first.iqm_difference["value"]) == np.sign(again.iqm_difference["value"])
-    inside = (
-        again.iqm_difference["ci_low"] <= first.iqm_difference["value"] <= again.iqm_difference["ci_high"]
-    )
     signs = f"The IQM differences have {'the same' if same_sign else 'opposite'} signs"
-    if np.isnan([again.iqm_difference["ci_low"], again.iqm_difference["ci_high"]]).any():
+    low, high = again.iqm_difference["ci_low"], again.iqm_difference["ci_high"]
+    if np.isnan([low, high]).any():
         # One seed per game has no seed-to-seed spread to resample: no interval, so no verdict to
         # compare (the verdict rule needs both intervals).
         sentence = (
@@ -259,7 +257,7 @@ def replication_lines(study: Study, replication: Study) -> list[str]:
                 f"{first.winner or 'neither arm better'}, the replication's "
                 f"{again.winner or 'neither arm better'}."
             )
-        where = "inside" if inside else "outside"
+        where = "inside" if low <= first.iqm_difference["value"] <= high else "outside"
         sentence += f" {signs}, and the study's lies {where} the replication's 95% CI."
     if again.n_games < first.n_games:
         sentence += (

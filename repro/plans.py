@@ -327,6 +327,7 @@ def expand(
       once done, is one deviation's effect against the endpoints on all their seeds, where a
       seed-by-seed order over all of them would complete no deviation before the last seed."""
     seeds = parse_seeds(seeds)
+    envs = envs or plan.envs
     points = sweep_points(overrides)
     profile = load_profile(profile_name)
     experiment = experiment or f"{plan.name}-{profile.name}"
@@ -340,7 +341,7 @@ def expand(
     for spec, (suffix, point) in itertools.product(plan_arms, points):
         arm = spec.setting
         check_arm_name(arm, "ARMS" if arms else f"{plan.path} [plan] 'arms'")
-        for env in envs or plan.envs:
+        for env in envs:
             setting, classes = resolve_job_setting(
                 arm, profile, env, 0, None, settings_dir, schema, point=point, deviation=spec.deviation
             )
@@ -367,7 +368,7 @@ def expand(
                         deviation=spec.deviation,
                     )
                 )
-    env_order = {env: i for i, env in enumerate(envs or plan.envs)}
+    env_order = {env: i for i, env in enumerate(envs)}
     seed_order = {seed: i for i, seed in enumerate(seeds)}
     arm_order = {arm: i for i, arm in enumerate(dict.fromkeys(job.arm for job in jobs))}
 
