@@ -47,6 +47,13 @@ PAGE_PROBE = """(() => ({
 }))()"""
 
 
+# A frame is painted once two requestAnimationFrame callbacks have run.
+TWO_FRAMES = "new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
+# Chromium's largest texture side: a taller capture comes back blank or fails (puppeteer#4500).
+MAX_SHOT_HEIGHT = 16384
+SHOT_ATTEMPTS = 3
+
+
 def find_chromium() -> str | None:
     for name in CHROMIUM_NAMES:
         path = shutil.which(name)
@@ -184,6 +191,32 @@ def _errors(events: list[dict[str, Any]]) -> list[str]:
     return errors
 
 
+def _capture(devtools: _DevTools, session: str, width: int, height: int, timeout: float) -> bytes:
+    """A PNG of the whole page. The viewport is first grown to the page's height and two animation
+    frames are awaited so that the compositor holds a frame of it: a capture beyond a viewport with no
+    fresh frame fails now and then with "Unable to capture screenshot" (chromedp#1125, seen in our CI
+    under load), so a failed capture waits for new frames and tries again."""
+    height = min(height, MAX_SHOT_HEIGHT)
+    devtools.call(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+        session=session,
+    )
+    clip = {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}
+    for attempt in range(1, SHOT_ATTEMPTS + 1):
+        devtools.call("Runtime.evaluate", {"expression": TWO_FRAMES, "awaitPromise": True}, session=session)
+        try:
+            shot = devtools.call(
+                "Page.captureScreenshot", {"format": "png", "clip": clip}, session=session, timeout=timeout
+            )
+        except RuntimeError:
+            if attempt == SHOT_ATTEMPTS:
+                raise
+            time.sleep(0.5 * attempt)
+        else:
+            return base64.b64decode(shot["data"])
+
+
 def check_page(
     page: Path, screenshot: Path | None = None, width: int = 1280, timeout: float = 60.0
 ) -> PageCheck:
@@ -211,14 +244,8 @@ def check_page(
                 "Runtime.evaluate", {"expression": PAGE_PROBE, "returnByValue": True}, session=session
             )["result"]["value"]
             if screenshot is not None:
-                shot = devtools.call(
-                    "Page.captureScreenshot",
-                    {"format": "png", "captureBeyondViewport": True,
-                     "clip": {"x": 0, "y": 0, "width": width, "height": probe["height"], "scale": 1}},
-                    session=session,
-                    timeout=timeout,
-                )  # fmt: skip
-                Path(screenshot).write_bytes(base64.b64decode(shot["data"]))
+                shot = _capture(devtools, session, width, probe["height"], timeout)
+                Path(screenshot).write_bytes(shot)
         finally:
             devtools.close()
     return PageCheck(_errors(devtools.events), probe["images"], probe["tables"], probe["sections"])
