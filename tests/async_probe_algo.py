@@ -90,8 +90,12 @@ class Algo:
         self.reward[idx] = samples.reward.reshape(n).numpy()
         self.env_steps += n
 
+    @property
+    def warm(self) -> bool:
+        return self.env_steps >= self.config.learning_starts_steps
+
     def train(self, itr: int, n_updates: int) -> OptInfo:
-        if self.env_steps < self.config.learning_starts_steps:
+        if not self.warm:
             return OptInfo(diagnostics={"loss": float("nan")})  # same keys on every call (Contract 4)
         stored = min(self.env_steps, self.config.capacity_steps)
         losses = []

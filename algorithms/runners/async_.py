@@ -23,7 +23,9 @@ al. 2019, Sec. 2.3)::
   400 steps); the sampler loads the newest version before its next batch.
 * Throttle, with ``replay_ratio_target`` = r > 0 under ``replay_ratio_counting`` ("trained":
   ``OptInfo.samples_trained``, R2D2's counting; "with_burnin": ``samples_replayed``, rlpyt's): from
-  the env step L at which training started (the end of the algorithm's warm-up), the optimizer
+  the env step L that ends the algorithm's warm-up (the env steps up to the batch whose append made
+  the replay ``warm``, however far the sampler had run ahead of the optimizer by then, so that the
+  number of updates does not depend on the machine's load), the optimizer
   trains while ``counted < r (env_steps - L)`` and otherwise waits for data, and the sampler waits
   while ``counted < r (env_steps_sampled - L) - r T B - u``, with u the samples one update counts:
   more than one batch and one update ahead. Without u, an algorithm whose update counts more than
@@ -33,8 +35,9 @@ al. 2019, Sec. 2.3)::
   as fast as it can and the ratio is whatever results (R2D2's learner).
 
 Algorithms (Contract 4): one that implements the async extension, ``append_samples(samples)``
-(add a batch to its replay, count its env steps, no training) and ``train(itr, n_updates) ->
-OptInfo`` (that many updates from the replay, or none while still warming up), runs as drawn
+(add a batch to its replay, count its env steps, no training), ``train(itr, n_updates) ->
+OptInfo`` (that many updates from the replay, or none while still warming up) and ``warm``
+(whether the replay holds enough to train from), runs as drawn
 above, throttled. Any other algorithm runs with ``optimize(itr, batch)`` called here on each batch
 as it arrives (the copier hands over a copy and frees the slot): sampling still overlaps
 optimization and parameters still follow every ``async_param_sync_steps``, but the replay ratio is
@@ -81,8 +84,9 @@ DATA_TIMEOUT_S = 600.0  # no batch from the sampler for this long: report it ins
 
 
 def trains_from_replay(algo: Any) -> bool:
-    """Whether ``algo`` implements the async extension (``append_samples`` and ``train``)."""
-    return all(callable(getattr(algo, m, None)) for m in ("append_samples", "train"))
+    """Whether ``algo`` implements the async extension (``append_samples``, ``train`` and ``warm``)."""
+    methods = all(callable(getattr(algo, m, None)) for m in ("append_samples", "train"))
+    return methods and hasattr(algo, "warm")
 
 
 def check_async_algo(algo: Any, name: str, replay_ratio_target: float) -> None:
@@ -90,8 +94,8 @@ def check_async_algo(algo: Any, name: str, replay_ratio_target: float) -> None:
     if replay_ratio_target > 0 and not trains_from_replay(algo):
         raise TypeError(
             f"RunnerConfig.replay_ratio_target {replay_ratio_target} needs an algorithm that trains "
-            f"from its replay apart from appending; {name!r} lacks append_samples(samples) and "
-            "train(itr, n_updates) (Contract 4, async extension)"
+            f"from its replay apart from appending; {name!r} lacks append_samples(samples), "
+            "train(itr, n_updates) or warm (Contract 4, async extension)"
         )
 
 
@@ -220,13 +224,16 @@ class AsyncRunner(SyncRunner):
         self.batch = DoubleBuffer(layout)
         self.traj_queue = ctx.Queue()
         self.params = SharedStateDict(self.agent.state_dict())
-        self.progress = ctx.Array("d", [self.counters.env_steps, 0.0, -1.0, 0.0], lock=False)
+        # A resumed run starts from its checkpoint's counts: the sampler's throttle must see the
+        # samples already counted, as the optimizer does (``counted``), or each waits for the other.
+        self.progress = ctx.Array("d", [self.counters.env_steps, self.counted(), -1.0, 0.0], lock=False)
         self.stop = ctx.Event()
         self.replay_lock = RWLock()
         # (env steps, episodes, the batch itself for algorithms without the async extension). Such
         # copies wait here one at a time: a slow optimize holds the copier back, and the sampler
         # once both shared slots are full (at most four batches ahead).
-        self.arrivals: queue.Queue[tuple[int, list[dict[str, Any]], Any]] = queue.Queue(
+        # (env steps, finished episodes, batch for ``optimize`` or None, replay warm after the append)
+        self.arrivals: queue.Queue[tuple[int, list[dict[str, Any]], Any, bool]] = queue.Queue(
             maxsize=0 if self.split else 1
         )
         self.next_push = self.counters.env_steps + runner.async_param_sync_steps
@@ -281,16 +288,17 @@ class AsyncRunner(SyncRunner):
                     timeout_s=DATA_TIMEOUT_S, alive=self._sampler_alive
                 )
                 traj_infos = self._episodes_of_batch()
-                batch = None
+                batch, warm = None, False
                 if self.split:
                     with self.replay_lock.write():
                         self.algo.append_samples(self.batch.slots[slot])
+                        warm = self.algo.warm
                 else:
                     batch = self.batch.slots[slot].map(torch.clone)
                 self.batch.end_read(slot)
                 while True:
                     try:
-                        self.arrivals.put((n_steps, traj_infos, batch), timeout=0.05)
+                        self.arrivals.put((n_steps, traj_infos, batch, warm), timeout=0.05)
                         break
                     except queue.Full:
                         self._sampler_alive()
@@ -337,8 +345,8 @@ class AsyncRunner(SyncRunner):
             if target > 0 and learn_start >= 0:
                 behind = self.counted() < target * (steps - learn_start)
             elif target > 0:
-                # Not started yet: try on each arrival, also after the last one, so that a sampler
-                # that outran the warm-up (a loaded machine) still leaves a throttled run training.
+                # Not warm yet: a try on each arrival makes no update but reports the algorithm's
+                # diagnostics (NaN), whose keys the progress rows from the first one on must have.
                 behind = True
             else:
                 behind = not sampling_done  # no throttle: train whenever there is data
@@ -349,8 +357,6 @@ class AsyncRunner(SyncRunner):
                 self.add_opt_info(opt_info)
                 if opt_info.updates == 0:
                     data_since_idle = False  # still warming up: wait for more data
-                elif learn_start < 0:
-                    self.progress[_LEARN_START] = steps
                 continue
             if sampling_done:
                 return
@@ -384,7 +390,7 @@ class AsyncRunner(SyncRunner):
         taken = 0
         while True:
             try:
-                n_steps, traj_infos, batch = self.arrivals.get_nowait()
+                n_steps, traj_infos, batch, warm = self.arrivals.get_nowait()
             except queue.Empty:
                 return taken
             taken += 1
@@ -395,6 +401,8 @@ class AsyncRunner(SyncRunner):
                     opt_info = self.algo.optimize(self.counters.sampler_itrs, batch)
                 self.add_opt_info(opt_info)
             self.counters.add_env_steps(n_steps, episodes=len(traj_infos))
+            if warm and self.progress[_LEARN_START] < 0:
+                self.progress[_LEARN_START] = self.counters.env_steps
             self.window.traj_infos.extend(traj_infos)
             if self.logger is not None:
                 self.logger.advance(self.counters.env_steps)
