@@ -7,7 +7,7 @@ power statement (``analysis.verdict``), then the aggregates with 95% stratified-
 R2D2's Table 4 for Atari), and it records the command and date that produced it: measured figures
 live in ``docs/results`` with their provenance, not as prose in code. With ``--replication
 runs/<other>`` (the same arms on fresh seeds) the summary adds the other experiment's verdict beside
-this one's (``replication_lines``).
+this one's, and the verdict of both seed sets pooled (``replication_lines``).
 """
 
 from __future__ import annotations
@@ -61,12 +61,16 @@ class Checks:
     cut_short: str | None = None  # analysis.learning.cut_short_note
 
 
-def learning_checks(exp: Experiment, scores: Scores, reps: int = 2000, seed: int = 0) -> Checks:
-    """``Checks`` of the experiment's final scores; empty for the min-max fallback (no fixed scale)."""
+def learning_checks(
+    exp: Experiment, scores: Scores, reps: int = 2000, seed: int = 0, caps: dict[str, int] | None = None
+) -> Checks:
+    """``Checks`` of the experiment's final scores; empty for the min-max fallback (no fixed scale).
+    ``caps``: ``learning.arm_caps`` of the experiment, when the caller has them already."""
     matrices, games, _ = aggregate.score_matrices(scores.final)
     if not matrices or not scores.comparable:
         return Checks(scores)
-    learning, reference = learning_table(scores, matrices, games, reps, seed, arm_caps(exp, scores))
+    caps = arm_caps(exp, scores) if caps is None else caps
+    learning, reference = learning_table(scores, matrices, games, reps, seed, caps)
     levels = [
         verdict.ArmLevel(r.arm, r.iqm, r.ci_low, r.ci_high, None if pd.isna(r.eval_cap) else int(r.eval_cap))
         for r in learning.itertuples()
@@ -100,6 +104,7 @@ class Study:
     per_game: pd.DataFrame
     per_game_note: str
     checks: Checks = field(default_factory=lambda: Checks())
+    caps: dict[str, int] = field(default_factory=dict)  # ``learning.arm_caps``
 
     @property
     def learning(self) -> pd.DataFrame:
@@ -150,11 +155,11 @@ def run_study(
     scores = score_tables(exp, table)
     matrices, games, left_out = aggregate.score_matrices(scores.final)
     found = power = None
+    caps = arm_caps(exp, scores)
     if (pair := verdict_arms(scores.final, exp.plan, baseline)) is not None:
         a, b, pair_matrices, _ = pair
-        units = {"label": scores.label, "scale": scores.scale, "unit": scores.difference_unit}
-        found = verdict.two_arm_verdict(pair_matrices, a, b, reps, seed, **units, caps=arm_caps(exp, scores))
-        power = verdict.power_statement(found, **units)
+        found = verdict.two_arm_verdict(pair_matrices, a, b, reps, seed, **_units(scores), caps=caps)
+        power = verdict.power_statement(found, **_units(scores))
     per_game, note = _per_game(scores, reps, seed)
     return Study(
         experiment=exp,
@@ -170,8 +175,14 @@ def run_study(
         power=power,
         per_game=per_game,
         per_game_note=note,
-        checks=learning_checks(exp, scores, reps, seed),
+        checks=learning_checks(exp, scores, reps, seed, caps),
+        caps=caps,
     )
+
+
+def _units(scores: Scores) -> dict[str, object]:
+    """How a verdict formats its numbers: label, scale and difference unit of ``scores``."""
+    return {"label": scores.label, "scale": scores.scale, "unit": scores.difference_unit}
 
 
 def verdict_seeds(study: Study) -> list[int]:
@@ -180,7 +191,11 @@ def verdict_seeds(study: Study) -> list[int]:
     if study.verdict is None:
         return []
     final = study.scores.final
-    pair = final[final.arm.isin([study.verdict.baseline, study.verdict.candidate])]
+    return _balanced_seeds(final[final.arm.isin([study.verdict.baseline, study.verdict.candidate])])
+
+
+def _balanced_seeds(pair: pd.DataFrame) -> list[int]:
+    """The seeds of ``pair``'s runs that its balanced score matrices keep."""
     _, _, left_out = aggregate.score_matrices(pair)
     out = set(zip(left_out.arm, left_out.env, left_out.seed))
     return sorted({int(s) for a, e, s in zip(pair.arm, pair.env, pair.seed) if (a, e, s) not in out})
@@ -203,15 +218,39 @@ def check_replication(study: Study, replication: Study) -> None:
             f"{replication.experiment.path}: its verdict compares {again.baseline} and {again.candidate}, "
             f"not {found.baseline} and {found.candidate}"
         )
+    shared = sorted(set(verdict_seeds(study)) & set(verdict_seeds(replication)))
+    if shared:
+        raise ValueError(
+            f"{replication.experiment.path}: seeds {format_seeds(shared)} are also the study's: a "
+            "replication runs other seeds"
+        )
+
+
+def pooled_verdict(study: Study, replication: Study, seed: int = 0) -> tuple[verdict.Verdict, list[int]]:
+    """The verdict of the study's two arms on the complete runs of both experiments together (their
+    seeds differ: ``check_replication``), balanced as any verdict is (``aggregate.score_matrices``),
+    and the seeds it compares."""
+    arms = [study.verdict.baseline, study.verdict.candidate]
+    finals = [s.scores.final for s in (study, replication)]
+    pair = pd.concat([final[final.arm.isin(arms)] for final in finals], ignore_index=True)
+    matrices, _, _ = aggregate.score_matrices(pair)
+    caps = {
+        arm: min(c[arm] for c in (study.caps, replication.caps) if arm in c)
+        for arm in {**study.caps, **replication.caps}
+    }
+    found = verdict.two_arm_verdict(matrices, *arms, study.reps, seed, **_units(study.scores), caps=caps)
+    return found, _balanced_seeds(pair)
 
 
 def replication_lines(study: Study, replication: Study) -> list[str]:
-    """The verdict on other seeds beside the study's (``check_replication`` first): each arm's IQM,
-    P(B > A) and the IQM difference with their 95% CIs, and whether the two verdicts agree."""
+    """The verdict on other seeds beside the study's (``check_replication`` first) and the verdict of
+    both seed sets pooled: each arm's IQM, P(B > A) and the IQM difference with their 95% CIs, whether
+    the two verdicts agree, and what the pooled runs find with what power."""
     runs = [study, replication]
     scale, unit = study.scores.scale, study.scores.difference_unit
     a, b = study.verdict.baseline, study.verdict.candidate
-    verdicts = [s.verdict for s in runs]
+    pooled, pooled_seeds = pooled_verdict(study, replication)
+    verdicts = [study.verdict, replication.verdict, pooled]
     in_units = f" ({unit.strip()})" if unit else ""
 
     def level(v: verdict.Verdict, arm: str) -> str:
@@ -219,8 +258,8 @@ def replication_lines(study: Study, replication: Study) -> list[str]:
         return ci_text(found.iqm, found.ci_low, found.ci_high, scale)
 
     rows = [
-        ["experiment", *(f"`{s.experiment.path}`" for s in runs)],
-        ["seeds", *(format_seeds(verdict_seeds(s)) for s in runs)],
+        ["experiment", *(f"`{s.experiment.path}`" for s in runs), "both"],
+        ["seeds", *(format_seeds(verdict_seeds(s)) for s in runs), format_seeds(pooled_seeds)],
         ["games x runs per game and arm", *(f"{v.n_games} x {v.n_runs}" for v in verdicts)],
         [f"IQM of {a}{study.scores.unit}", *(level(v, a) for v in verdicts)],
         [f"IQM of {b}{study.scores.unit}", *(level(v, b) for v in verdicts)],
@@ -236,7 +275,7 @@ def replication_lines(study: Study, replication: Study) -> list[str]:
         ],
         ["better arm (verdict rule)", *(v.winner or "neither" for v in verdicts)],
     ]
-    first, again = verdicts
+    first, again, _ = verdicts
     same_sign = np.sign(first.iqm_difference["value"]) == np.sign(again.iqm_difference["value"])
     signs = f"The IQM differences have {'the same' if same_sign else 'opposite'} signs"
     low, high = again.iqm_difference["ci_low"], again.iqm_difference["ci_high"]
@@ -264,15 +303,23 @@ def replication_lines(study: Study, replication: Study) -> list[str]:
             f" The replication has both arms complete on {again.n_games} of the study's {first.n_games} "
             "games so far, so its IQMs are over those games only."
         )
+    power = verdict.power_statement(pooled, **_units(study.scores))
+    found = f"find {pooled.winner} better" if pooled.winner else "find neither arm better"
+    pooled_sentence = (
+        f"Pooled, the two seed sets ({pooled.n_games} games x {pooled.n_runs} runs per game and arm) "
+        f"{found} by the verdict rule. {power.sentence}"
+    )
     return [
         "## Replication on fresh seeds",
         "",
         f"The verdict of {a} (A) and {b} (B) recomputed from the runs of `{replication.experiment.path}` "
-        "(the same arms and games on other seeds), beside this study's.",
+        "(the same arms and games on other seeds), beside this study's, and on the runs of both.",
         "",
         sentence,
         "",
-        *_md_table(["", "study", "replication"], rows),
+        pooled_sentence,
+        "",
+        *_md_table(["", "study", "replication", "pooled"], rows),
         "",
     ]
 

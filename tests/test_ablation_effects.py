@@ -13,7 +13,7 @@ import pytest
 
 from analysis.__main__ import main as analysis_main
 from analysis.ablation import deviation_effects
-from analysis.study import run_study
+from analysis.study import pooled_verdict, run_study
 from analysis.synthetic import SyntheticArm, write_experiment
 from reports.build import build_report
 
@@ -131,7 +131,40 @@ def test_the_replication_on_fresh_seeds_is_shown_beside_the_study(experiment, fr
         "| seeds | 0-4 | 100-104 |" in section
         and "| games x runs per game and arm | 4 x 5 | 4 x 5 |" in section
     )
-    assert f"| better arm (verdict rule) | {BASE} | {BASE} |" in section
+    assert f"| better arm (verdict rule) | {BASE} | {BASE} | {BASE} |" in section
+    assert f"Pooled, the two seed sets (4 games x 10 runs per game and arm) find {BASE} better" in section
+    assert "| seeds | 0-4 | 100-104 | 0-4,100-104 |" in section
+
+
+def test_the_pooled_verdict_is_the_verdict_of_one_experiment_of_both_seed_sets(experiment, fresh, tmp_path):
+    study = run_study(experiment, reps=200)
+    pooled, seeds = pooled_verdict(study, run_study(fresh[0], baseline="published", reps=200))
+    both = tmp_path / "both"  # one experiment holding the run directories of the two
+    for arm in ("published", BASE):
+        for exp in (experiment, fresh[0]):
+            shutil.copytree(exp / arm, both / arm, dirs_exist_ok=True)
+    alone = run_study(both, baseline="published", reps=200).verdict
+    assert seeds == [*range(5), *range(100, 105)] and (pooled.n_games, pooled.n_runs) == (4, 10)
+    assert pooled.iqm_difference == alone.iqm_difference and pooled.poi == alone.poi
+    assert pooled.winner == alone.winner == BASE
+
+
+def test_a_replication_on_the_study_s_own_seeds_is_one_line_and_exit_2(experiment, tmp_path, capsys):
+    md = tmp_path / "abl.md"
+    argv = [
+        "study",
+        str(experiment),
+        "--replication",
+        str(experiment),
+        "--markdown",
+        str(md),
+        "--reps",
+        "200",
+    ]
+    assert analysis_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"analysis: {experiment}: seeds 0-4 are also the study's: a replication runs other seeds"
+    assert not md.exists()
 
 
 def test_the_replication_lists_only_the_seeds_its_verdict_compares(experiment, tmp_path):
