@@ -20,6 +20,7 @@ import importlib.util
 import json
 import math
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -92,6 +93,9 @@ class RunLogger:
 
     ``total_steps`` is the run's env-step budget (for the ETA); ``initial_steps`` is where a resumed
     run starts. ``console=False`` silences the bar (scheduler jobs log to a file instead).
+    ``diagnostic_keys``: the algorithm's diagnostics columns where it declares them; otherwise the
+    first row's diagnostics fix them (a row written before the algorithm's first call, which the
+    asynchronous runner can write, would then fix none).
     """
 
     def __init__(
@@ -103,6 +107,7 @@ class RunLogger:
         tensorboard: bool = False,
         console: bool = True,
         description: str = "train",
+        diagnostic_keys: Sequence[str] | None = None,
     ) -> None:
         self.run = run
         self.tensorboard = run.tensorboard_writer() if tensorboard else None
@@ -119,7 +124,7 @@ class RunLogger:
             mininterval=1.0,
         )
         self._last_steps = initial_steps
-        self._diagnostic_keys: list[str] | None = None
+        self._diagnostic_keys = None if diagnostic_keys is None else sorted(diagnostic_keys)
 
     def advance(self, env_steps: int) -> None:
         """Move the console bar to ``env_steps`` (tqdm shows rate and ETA)."""

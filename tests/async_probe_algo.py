@@ -71,6 +71,8 @@ def build_agent(config: Config, observation_space, action_space) -> ProbeQAgent:
 
 
 class Algo:
+    diagnostic_keys = ("loss",)  # the progress columns, fixed before the first call (Contract 4)
+
     def __init__(self, config: Config, agent: ProbeQAgent, counters_frameskip: int, batch_spec) -> None:
         self.config = config
         self.agent = agent
@@ -96,7 +98,7 @@ class Algo:
 
     def train(self, itr: int, n_updates: int) -> OptInfo:
         if not self.warm:
-            return OptInfo(diagnostics={"loss": float("nan")})  # same keys on every call (Contract 4)
+            return OptInfo(diagnostics=dict.fromkeys(self.diagnostic_keys, float("nan")))
         stored = min(self.env_steps, self.config.capacity_steps)
         losses = []
         for _ in range(n_updates):

@@ -165,9 +165,19 @@ def test_async_run_resumes_from_its_checkpoint(tmp_path, monkeypatch) -> None:
     run = RunDir.open(path, config_to_dict(config), {"seed": config.runner.seed}, resume=True)
     checkpoint = run.load_checkpoint()
     assert checkpoint["counters"]["env_steps"] == 400
-    counters = AsyncRunner.build(config, run, checkpoint).run()
+    counted = checkpoint["counters"]["samples_trained"]
+    assert counted > 0
+    runner = AsyncRunner.build(config, run, checkpoint)
+    counters = runner.run()
     assert counters.env_steps == 800
-    assert read_run(path).progress["env_steps"].tolist() == [200, 400, 600, 800]
+    progress = read_run(path).progress
+    assert progress["env_steps"].tolist() == [200, 400, 600, 800]
+    # The probe's warm-up counts its checkpointed env steps, so it is warm again after the first batch
+    # (440); the run owes what its checkpoint had counted plus r per env step from there, caught up
+    # within one update of 16.
+    assert runner.progress[_LEARN_START] == pytest.approx(440 - counted / 1.5)
+    owed = counted + 1.5 * (800 - 440)
+    assert owed <= counters.samples_trained <= owed + 16
 
 
 def test_async_run_on_cpus_of_its_own_and_a_clear_error_for_missing_ones(tmp_path) -> None:

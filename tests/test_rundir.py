@@ -231,3 +231,20 @@ def test_run_logger_rows_and_diagnostics_contract(tmp_path):
     assert list((run.path / "tb").iterdir())
     assert read_run(run.path).progress["env_steps"].tolist() == [50, 100]
     assert episode_stats([])["episodes_logged"] == 0
+
+
+def test_run_logger_with_declared_diagnostics_takes_a_first_row_before_any_update(tmp_path):
+    """The asynchronous runner can log before the algorithm's first call: with the algorithm's
+    declared keys the early row has them as NaN and later rows may fill them."""
+    run = make_run(tmp_path)
+    counters = Counters()
+    logger = RunLogger(run, total_steps=100, console=False, diagnostic_keys=("q_mean", "loss"))
+    counters.add_env_steps(50)
+    assert math.isnan(logger.log(counters, [], {})["loss"])
+    counters.add_env_steps(50)
+    assert logger.log(counters, [], {"loss": 0.5, "q_mean": 1.0})["loss"] == 0.5
+    with pytest.raises(KeyError, match=r"diagnostics \['new'\] appeared"):
+        logger.log(counters, [], {"loss": 1.0, "new": 2.0})
+    logger.close()
+    run.close()
+    assert list(read_run(run.path).progress.columns[-2:]) == ["loss", "q_mean"]

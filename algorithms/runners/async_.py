@@ -25,7 +25,9 @@ al. 2019, Sec. 2.3)::
   ``OptInfo.samples_trained``, R2D2's counting; "with_burnin": ``samples_replayed``, rlpyt's): from
   the env step L that ends the algorithm's warm-up (the env steps up to the batch whose append made
   the replay ``warm``, however far the sampler had run ahead of the optimizer by then, so that the
-  number of updates does not depend on the machine's load), the optimizer
+  number of updates does not depend on the machine's load; a resumed run, whose replay starts empty,
+  moves L back by the samples its checkpoint had counted, C / r, so that it owes what it had plus r
+  per env step after its new warm-up), the optimizer
   trains while ``counted < r (env_steps - L)`` and otherwise waits for data, and the sampler waits
   while ``counted < r (env_steps_sampled - L) - r T B - u``, with u the samples one update counts:
   more than one batch and one update ahead. Without u, an algorithm whose update counts more than
@@ -36,8 +38,9 @@ al. 2019, Sec. 2.3)::
 
 Algorithms (Contract 4): one that implements the async extension, ``append_samples(samples)``
 (add a batch to its replay, count its env steps, no training), ``train(itr, n_updates) ->
-OptInfo`` (that many updates from the replay, or none while still warming up) and ``warm``
-(whether the replay holds enough to train from), runs as drawn
+OptInfo`` (that many updates from the replay, or none while still warming up), ``warm``
+(whether the replay holds enough to train from) and ``diagnostic_keys`` (the progress columns its
+diagnostics fill: a row can be due before ``train``'s first call), runs as drawn
 above, throttled. Any other algorithm runs with ``optimize(itr, batch)`` called here on each batch
 as it arrives (the copier hands over a copy and frees the slot): sampling still overlaps
 optimization and parameters still follow every ``async_param_sync_steps``, but the replay ratio is
@@ -51,6 +54,7 @@ and logging.
 
 from __future__ import annotations
 
+import math
 import os
 import queue
 import threading
@@ -84,9 +88,10 @@ DATA_TIMEOUT_S = 600.0  # no batch from the sampler for this long: report it ins
 
 
 def trains_from_replay(algo: Any) -> bool:
-    """Whether ``algo`` implements the async extension (``append_samples``, ``train`` and ``warm``)."""
+    """Whether ``algo`` implements the async extension (``append_samples``, ``train``, ``warm`` and
+    ``diagnostic_keys``)."""
     methods = all(callable(getattr(algo, m, None)) for m in ("append_samples", "train"))
-    return methods and hasattr(algo, "warm")
+    return methods and hasattr(algo, "warm") and hasattr(algo, "diagnostic_keys")
 
 
 def check_async_algo(algo: Any, name: str, replay_ratio_target: float) -> None:
@@ -95,7 +100,7 @@ def check_async_algo(algo: Any, name: str, replay_ratio_target: float) -> None:
         raise TypeError(
             f"RunnerConfig.replay_ratio_target {replay_ratio_target} needs an algorithm that trains "
             f"from its replay apart from appending; {name!r} lacks append_samples(samples), "
-            "train(itr, n_updates) or warm (Contract 4, async extension)"
+            "train(itr, n_updates), warm or diagnostic_keys (Contract 4, async extension)"
         )
 
 
@@ -181,7 +186,7 @@ class SamplerProcess:
         """The sampler side of the throttle: hold while the optimizer is more than a batch behind."""
         target = self.spec.config.runner.replay_ratio_target
         progress = self.spec.progress
-        while target > 0 and progress[_LEARN_START] >= 0:
+        while target > 0 and not math.isnan(progress[_LEARN_START]):
             owed = target * (env_steps - progress[_LEARN_START]) - target * batch_size - progress[_PER_UPDATE]
             if progress[_COUNTED] >= owed:
                 return
@@ -226,7 +231,11 @@ class AsyncRunner(SyncRunner):
         self.params = SharedStateDict(self.agent.state_dict())
         # A resumed run starts from its checkpoint's counts: the sampler's throttle must see the
         # samples already counted, as the optimizer does (``counted``), or each waits for the other.
-        self.progress = ctx.Array("d", [self.counters.env_steps, self.counted(), -1.0, 0.0], lock=False)
+        # L is NaN until the replay is warm (a resumed run's L may be below 0).
+        self.counted_at_start = self.counted()
+        self.progress = ctx.Array(
+            "d", [self.counters.env_steps, self.counted_at_start, math.nan, 0.0], lock=False
+        )
         self.stop = ctx.Event()
         self.replay_lock = RWLock()
         # (env steps, episodes, the batch itself for algorithms without the async extension). Such
@@ -342,7 +351,7 @@ class AsyncRunner(SyncRunner):
             steps = counters.env_steps
             sampling_done = steps >= runner.n_steps
             learn_start = self.progress[_LEARN_START]
-            if target > 0 and learn_start >= 0:
+            if target > 0 and not math.isnan(learn_start):
                 behind = self.counted() < target * (steps - learn_start)
             elif target > 0:
                 # Not warm yet: a try on each arrival makes no update but reports the algorithm's
@@ -401,8 +410,10 @@ class AsyncRunner(SyncRunner):
                     opt_info = self.algo.optimize(self.counters.sampler_itrs, batch)
                 self.add_opt_info(opt_info)
             self.counters.add_env_steps(n_steps, episodes=len(traj_infos))
-            if warm and self.progress[_LEARN_START] < 0:
-                self.progress[_LEARN_START] = self.counters.env_steps
+            if warm and math.isnan(self.progress[_LEARN_START]):
+                target = self.config.runner.replay_ratio_target
+                resumed = self.counted_at_start / target if target > 0 else 0.0
+                self.progress[_LEARN_START] = self.counters.env_steps - resumed
             self.window.traj_infos.extend(traj_infos)
             if self.logger is not None:
                 self.logger.advance(self.counters.env_steps)
@@ -426,20 +437,8 @@ class AsyncRunner(SyncRunner):
         with self.replay_lock.read():  # the algorithm's counters, consistent with its replay
             super().save_checkpoint()
 
-    def start_logger(self) -> None:
-        import sys
-
-        from algorithms.logger import RunLogger
-
-        if self.run_dir is not None:
-            self.logger = RunLogger(
-                self.run_dir,
-                self.config.runner.n_steps,
-                initial_steps=self.counters.env_steps,
-                tensorboard=self.config.runner.tensorboard,
-                console=sys.stderr.isatty(),
-                description=f"{self.config.algo} {self.config.env.id} (async)",
-            )
+    def start_logger(self, description: str = "") -> None:
+        super().start_logger(description or f"{self.config.algo} {self.config.env.id} (async)")
 
 
 def run(config: TrainConfig, run_dir: RunDir, resume: bool) -> Counters:

@@ -340,6 +340,7 @@ class SyncRunner:
             tensorboard=runner.tensorboard,
             console=sys.stderr.isatty(),
             description=description or f"{self.config.algo} {self.config.env.id}",
+            diagnostic_keys=getattr(self.algo, "diagnostic_keys", None),
         )
 
     def boundary_due(self) -> bool:
