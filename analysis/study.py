@@ -158,8 +158,9 @@ def run_study(
     caps = arm_caps(exp, scores)
     if (pair := verdict_arms(scores.final, exp.plan, baseline)) is not None:
         a, b, pair_matrices, _ = pair
-        found = verdict.two_arm_verdict(pair_matrices, a, b, reps, seed, **_units(scores), caps=caps)
-        power = verdict.power_statement(found, **_units(scores))
+        units = _units(scores)
+        found = verdict.two_arm_verdict(pair_matrices, a, b, reps, seed, **units, caps=caps)
+        power = verdict.power_statement(found, **units)
     per_game, note = _per_game(scores, reps, seed)
     return Study(
         experiment=exp,
@@ -191,12 +192,13 @@ def verdict_seeds(study: Study) -> list[int]:
     if study.verdict is None:
         return []
     final = study.scores.final
-    return _balanced_seeds(final[final.arm.isin([study.verdict.baseline, study.verdict.candidate])])
+    pair = final[final.arm.isin([study.verdict.baseline, study.verdict.candidate])]
+    return _balanced_seeds(pair, aggregate.score_matrices(pair)[2])
 
 
-def _balanced_seeds(pair: pd.DataFrame) -> list[int]:
-    """The seeds of ``pair``'s runs that its balanced score matrices keep."""
-    _, _, left_out = aggregate.score_matrices(pair)
+def _balanced_seeds(pair: pd.DataFrame, left_out: pd.DataFrame) -> list[int]:
+    """The seeds of ``pair``'s runs that its balanced score matrices keep (``left_out``: the runs
+    ``aggregate.score_matrices`` left out of them)."""
     out = set(zip(left_out.arm, left_out.env, left_out.seed))
     return sorted({int(s) for a, e, s in zip(pair.arm, pair.env, pair.seed) if (a, e, s) not in out})
 
@@ -233,13 +235,13 @@ def pooled_verdict(study: Study, replication: Study, seed: int = 0) -> tuple[ver
     arms = [study.verdict.baseline, study.verdict.candidate]
     finals = [s.scores.final for s in (study, replication)]
     pair = pd.concat([final[final.arm.isin(arms)] for final in finals], ignore_index=True)
-    matrices, _, _ = aggregate.score_matrices(pair)
+    matrices, _, left_out = aggregate.score_matrices(pair)
     caps = {
         arm: min(c[arm] for c in (study.caps, replication.caps) if arm in c)
         for arm in {**study.caps, **replication.caps}
     }
     found = verdict.two_arm_verdict(matrices, *arms, study.reps, seed, **_units(study.scores), caps=caps)
-    return found, _balanced_seeds(pair)
+    return found, _balanced_seeds(pair, left_out)
 
 
 def replication_lines(study: Study, replication: Study) -> list[str]:
