@@ -3,7 +3,7 @@ import copy
 import pytest
 import torch
 
-from algorithms.models.torsos import MlpTorso, NatureConvTorso, build_torso
+from algorithms.models.torsos import Layers, MlpTorso, NatureConvTorso, build_torso
 
 torch.set_num_threads(1)
 
@@ -81,3 +81,19 @@ def test_nature_conv_torso_channels_last_matches_contiguous_math(fc_size):
         # differs between the two layouts, so single elements near zero differ relatively more.
         error = float((p.grad - q.grad).norm() / q.grad.norm())
         assert error < 1e-5, f"{name}: relative gradient error {error:.2e}"
+
+
+def test_layers_equal_nn_sequential_with_the_same_parameters():
+    """``Layers`` skips each inner layer's hook dispatch: same outputs, gradients and state-dict
+    names as ``nn.Sequential`` of the same layers."""
+    torch.manual_seed(0)
+    layers = Layers(torch.nn.Conv2d(4, 16, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(1024, 6))
+    sequential = torch.nn.Sequential(*copy.deepcopy(list(layers)))
+    assert list(layers.state_dict()) == list(sequential.state_dict())
+    x = (torch.rand(5, 4, 10, 10) < 0.3).float()
+    out, expected = layers(x), sequential(x)
+    assert torch.equal(out, expected)
+    out.square().sum().backward()
+    expected.square().sum().backward()
+    for a, b in zip(layers.parameters(), sequential.parameters(), strict=True):
+        assert torch.equal(a.grad, b.grad)

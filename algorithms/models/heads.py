@@ -17,15 +17,17 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from algorithms.models.torsos import Layers
 
-def _mlp(input_size: int, hidden_sizes: tuple[int, ...], output_size: int) -> nn.Sequential:
+
+def _mlp(input_size: int, hidden_sizes: tuple[int, ...], output_size: int) -> Layers:
     layers: list[nn.Module] = []
     last = input_size
     for size in hidden_sizes:
         layers += [nn.Linear(last, size), nn.ReLU()]
         last = size
     layers.append(nn.Linear(last, output_size))
-    return nn.Sequential(*layers)
+    return Layers(*layers)
 
 
 class QHead(nn.Module):

@@ -37,7 +37,7 @@ from torch.nn import functional as F
 
 from algorithms.arrays import NamedArrays
 from algorithms.functional.policy_losses import tanh_gaussian_log_prob
-from algorithms.models.torsos import MlpTorso, build_torso
+from algorithms.models.torsos import Layers, MlpTorso, build_torso
 
 # SAC's log-std bounds, from the authors' code (haarnoja/sac, policies/gaussian_policy.py).
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
@@ -270,9 +270,9 @@ class RecurrentActorCritic(nn.Module):
 # --- off-policy continuous control ----------------------------------------------------------------
 
 
-def _mlp(input_size: int, hidden_sizes: tuple[int, ...], output_size: int) -> nn.Sequential:
+def _mlp(input_size: int, hidden_sizes: tuple[int, ...], output_size: int) -> Layers:
     torso = MlpTorso(input_size, tuple(hidden_sizes), nn.ReLU)
-    return nn.Sequential(torso, nn.Linear(torso.output_size, output_size))
+    return Layers(torso, nn.Linear(torso.output_size, output_size))
 
 
 class ValueNetwork(nn.Module):
