@@ -9,6 +9,7 @@ exactly what a real run leaves.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,10 +51,12 @@ def write_run(
     frameskip: int = 4,
     noise: float = 0.05,
     state: str = "complete",
+    stream: int | list[int] | None = None,
 ) -> Path:
     """One synthetic run: ``n_logs`` progress rows (Counters.snapshot() columns + ``return_mean``)
-    and an evaluation of ``eval_episodes`` episodes at every log point."""
-    rng = np.random.default_rng(seed)
+    and an evaluation of ``eval_episodes`` episodes at every log point. ``stream`` seeds its noise
+    (default ``seed``)."""
+    rng = np.random.default_rng(seed if stream is None else stream)
     offset, scale = _scale(env)
     run = RunDir.open(path, config, seeds={"seed": seed}, resume=False)
     sps, ups = 500.0 + 50 * rng.random(), 20.0 + 5 * rng.random()
@@ -108,9 +111,13 @@ def write_run(
 def write_experiment(
     root: Path, name: str, arms: dict[str, SyntheticArm], envs: list[str], seeds: list[int], **run_kwargs
 ) -> Path:
-    """``root/name/<arm>/<env>/seed<k>`` for every arm x env x seed; returns the experiment directory."""
-    for a, (arm, spec) in enumerate(sorted(arms.items())):
-        for e, env in enumerate(envs):
+    """``root/name/<arm>/<env>/seed<k>`` for every arm x env x seed; returns the experiment directory.
+
+    Each run's noise comes from its own stream, keyed by the arm's and env's names and the seed: a
+    run's values do not depend on which other arms or envs the experiment has, and runs on other
+    seeds (a replication) are independent draws."""
+    for arm, spec in sorted(arms.items()):
+        for env in envs:
             for seed in seeds:
                 config = {**spec.config, "env": {"id": env}, "runner": {"seed": seed}}
                 write_run(
@@ -118,7 +125,8 @@ def write_experiment(
                     config=config,
                     skill=spec.skill,
                     env=env,
-                    seed=1000 * a + 100 * e + seed,
+                    seed=seed,
+                    stream=[zlib.crc32(arm.encode()), zlib.crc32(env.encode()), seed],
                     **run_kwargs,
                 )
     return Path(root) / name
