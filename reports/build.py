@@ -26,7 +26,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 
 from algorithms.configs import ConfigError
 from analysis import aggregate, verdict
-from analysis.ablation import PLANNED_DIFFERENCE, verdict_arms
+from analysis.ablation import PLANNED_DIFFERENCE, ablation_record, verdict_arms
 from analysis.configdiff import InEffect, config_diff, effective_table, origins_table, run_effective_values
 from analysis.curves import Scores, resample_curves, score_tables
 from analysis.learning import arm_caps
@@ -349,6 +349,15 @@ def _curves_section(scores: Scores, colours: dict[str, str], reps: int) -> Secti
     return section
 
 
+def _poi_pairs(exp: Experiment, arms: list[str]) -> list[tuple[str, str]]:
+    """The (X, Y) of each P(X > Y) shown: in an ablation, every other arm against the base (each
+    ordered pair of ten arms would be 90 rows); otherwise each ordered pair of arms."""
+    record = ablation_record(exp.plan)
+    if record is not None and record["base"] in arms:
+        return [(arm, record["base"]) for arm in arms if arm != record["base"]]
+    return list(itertools.permutations(arms, 2))
+
+
 def _aggregate_sections(
     exp: Experiment, scores: Scores, colours: dict[str, str], reps: int
 ) -> tuple[list[Section], pd.DataFrame]:
@@ -428,7 +437,7 @@ def _aggregate_sections(
         pois = pd.DataFrame(
             [
                 aggregate.probability_of_improvement(matrices, x, y, reps=reps)
-                for x, y in itertools.permutations(arms, 2)
+                for x, y in _poi_pairs(exp, arms)
             ]
         )
         poi.tables.append(

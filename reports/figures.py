@@ -65,6 +65,14 @@ def learning_curves(bands: pd.DataFrame, colours: dict[str, str], ylabel: str) -
     return to_data_uri(fig)
 
 
+def _unstick(ax: plt.Axes) -> None:
+    """Margins beyond the outermost interval: bars' sticky edges would put an extreme point estimate
+    (a one-run interval is a point) on the axes' frame, where it cannot be seen."""
+    ax.use_sticky_edges = False
+    ax.margins(x=0.05)
+    ax.autoscale_view()
+
+
 def interval_estimates(metrics: pd.DataFrame, colours: dict[str, str], xlabel: str) -> str:
     """rliable-style panel per metric: point estimate and 95% CI per arm."""
     names = list(dict.fromkeys(metrics.metric))
@@ -77,6 +85,7 @@ def interval_estimates(metrics: pd.DataFrame, colours: dict[str, str], xlabel: s
             ax.barh(i, row.ci_high - row.ci_low, left=row.ci_low, height=0.6, color=colours[arm], alpha=0.6)
             ax.plot([row.value, row.value], [i - 0.3, i + 0.3], color="black", linewidth=1.5)
         ax.set_yticks(range(len(arms)), arms if ax is axes.flat[0] else [""] * len(arms))
+        _unstick(ax)
         ax.set_title(name)
         ax.set_xlabel(xlabel)
         ax.grid(axis="x", alpha=0.3)
@@ -99,13 +108,16 @@ def performance_profiles(profiles: pd.DataFrame, colours: dict[str, str], xlabel
 
 
 def probability_of_improvement(pois: pd.DataFrame) -> str:
-    fig, ax = plt.subplots(figsize=(5.5, 0.55 * len(pois) + 1.2))
+    labels = [f"P({r.x} > {r.y})" for r in pois.itertuples()]
+    # Room for the labels (about 0.07 inch a character at the default size) beside a 3.5-inch plot.
+    width = 3.5 + 0.07 * max(len(label) for label in labels)
+    fig, ax = plt.subplots(figsize=(width, 0.55 * len(pois) + 1.2))
     for i, row in enumerate(pois.itertuples()):
         ax.barh(i, row.ci_high - row.ci_low, left=row.ci_low, height=0.6, color="tab:blue", alpha=0.5)
         ax.plot([row.value, row.value], [i - 0.3, i + 0.3], color="black", linewidth=1.5)
     ax.axvline(0.5, color="grey", linestyle="--", linewidth=1)
-    ax.set_yticks(range(len(pois)), [f"P({r.x} > {r.y})" for r in pois.itertuples()])
-    ax.set_xlim(0, 1)
+    ax.set_yticks(range(len(pois)), labels)
+    ax.set_xlim(-0.03, 1.03)  # a probability of 0 or 1 stays off the frame
     ax.set_xlabel("probability of improvement")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
@@ -128,6 +140,7 @@ def deviation_effects(effects: pd.DataFrame, xlabel: str, scale: float = 1.0) ->
             ax.axvline(x, color="grey", linestyle=":", linewidth=1)
     ax.axvline(0, color="grey", linestyle="--", linewidth=1)
     ax.set_yticks(range(len(rows)), [r.deviation for r in rows])
+    _unstick(ax)
     ax.set_xlabel(xlabel)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()

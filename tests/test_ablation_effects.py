@@ -6,6 +6,7 @@ replicated on fresh seeds beside the study's. On synthetic runs with known effec
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pandas as pd
@@ -223,3 +224,6 @@ def test_the_study_writes_the_table_to_markdown_and_csv_and_the_report_shows_it(
     assert "## Learning check" in text
     html = build_report(experiment, out=tmp_path / "r.html", reps=200).read_text()
     assert 'id="deviations-table"' in html and "fig-deviations" in html and 'id="learning-table"' in html
+    # The probabilities of improvement: each other arm against the base, not every ordered pair.
+    poi = re.search(r'<table id="poi-table">.*?<tbody>(.*?)</tbody>', html, re.S).group(1)
+    assert re.findall(r"P\((\w+) &gt; (\w+)\)", poi) == [(arm, BASE) for arm in sorted(SKILLS) if arm != BASE]
