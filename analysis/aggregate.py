@@ -85,6 +85,16 @@ def score_matrices(
     return matrices, games, merged[merged["_merge"] == "left_only"].drop(columns="_merge")
 
 
+def arm_matrices(final: pd.DataFrame, column: str = "normalised") -> tuple[dict[str, np.ndarray], list[str]]:
+    """``{arm: [runs, games]}`` over the games every arm ran, each arm with all of its own runs there
+    (its ``n`` lowest seeds per game, ``n`` its smallest seed count on any of them), and the game order.
+    Unlike ``score_matrices`` the arms' run counts may differ: an arm's own level then uses every run
+    it has, where a comparison between arms needs them balanced."""
+    games = _balanced(final)[1]
+    used = final[final.env.isin(games)]
+    return {arm: score_matrices(g, column)[0][arm] for arm, g in used.groupby("arm")}, games
+
+
 def aggregate_metrics(matrices: dict[str, np.ndarray], reps: int = 2000, seed: int = 0) -> pd.DataFrame:
     """IQM, median, mean and optimality gap per arm with 95% stratified-bootstrap CIs.
 

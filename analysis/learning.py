@@ -40,7 +40,7 @@ from analysis.scores import (
 )
 
 LEARNING_COLUMNS = [
-    "arm", "iqm", "ci_low", "ci_high", "eval_cap", "learned", "reference_iqm", "share_of_reference",
+    "arm", "runs", "iqm", "ci_low", "ci_high", "eval_cap", "learned", "reference_iqm", "share_of_reference",
 ]  # fmt: skip
 
 
@@ -156,6 +156,7 @@ def learning_table(
         rows.append(
             [
                 level.arm,
+                matrices[level.arm].shape[0],
                 level.iqm,
                 level.ci_low,
                 level.ci_high,

@@ -66,7 +66,7 @@ def learning_checks(
 ) -> Checks:
     """``Checks`` of the experiment's final scores; empty for the min-max fallback (no fixed scale).
     ``caps``: ``learning.arm_caps`` of the experiment, when the caller has them already."""
-    matrices, games, _ = aggregate.score_matrices(scores.final)
+    matrices, games = aggregate.arm_matrices(scores.final)
     if not matrices or not scores.comparable:
         return Checks(scores)
     caps = arm_caps(exp, scores) if caps is None else caps
@@ -408,12 +408,13 @@ def learning_lines(study: Study | Checks) -> list[str]:
         return []
     scale, unit = study.scores.scale, study.scores.unit
     rows = [
-        [r.arm, ci_text(r.iqm, r.ci_low, r.ci_high, scale), fmt(r.eval_cap), fmt(r.learned),
+        [r.arm, fmt(r.runs), ci_text(r.iqm, r.ci_low, r.ci_high, scale), fmt(r.eval_cap), fmt(r.learned),
          fmt(r.reference_iqm * scale), fmt(r.share_of_reference)]
         for r in study.learning.itertuples()
     ]  # fmt: skip
     columns = [
         "arm",
+        "runs per game",
         f"IQM{unit} [95% CI]",
         "evaluations cut at (steps)",
         "shown to learn (above random play, whole episodes)",
@@ -423,8 +424,9 @@ def learning_lines(study: Study | Checks) -> list[str]:
     return [
         "## Learning check",
         "",
-        f"Each arm's IQM of final {study.scores.label} over the games of the aggregates (widened 95% "
-        f"stratified-bootstrap CI, analysis/verdict.py); random play is 0; the reference is "
+        f"Each arm's IQM of final {study.scores.label} over the games of the aggregates, from all of its "
+        f"own runs there (widened 95% stratified-bootstrap CI, analysis/verdict.py); random play is 0; "
+        f"the reference is "
         f"{study.learning_reference}, its IQM over the same games.",
         "",
         *_md_table(columns, rows),

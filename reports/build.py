@@ -552,15 +552,17 @@ def _learning_section(study: Checks) -> Section | None:
         iqm_ci=[ci_text(r.iqm, r.ci_low, r.ci_high, scale) for r in study.learning.itertuples()],
         reference=study.learning.reference_iqm * scale,
     )
-    columns = [("arm", "arm"), (f"IQM{unit} [95% CI]", "iqm_ci"), ("evaluations cut at (steps)", "eval_cap"),
+    columns = [("arm", "arm"), ("runs per game", "runs"), (f"IQM{unit} [95% CI]", "iqm_ci"),
+               ("evaluations cut at (steps)", "eval_cap"),
                ("shown to learn (above random play, whole episodes)", "learned"),
                (f"reference IQM{unit}", "reference"),
                ("share of reference", "share_of_reference")]  # fmt: skip
     return Section(
         "learning",
         "Learning check",
-        f"Each arm's IQM of final {study.scores.label} (widened 95% stratified-bootstrap CI); random play "
-        f"is 0; the reference is {study.learning_reference}, its IQM over the same games.",
+        f"Each arm's IQM of final {study.scores.label} from all of its own runs (widened 95% "
+        f"stratified-bootstrap CI); random play is 0; the reference is {study.learning_reference}, its "
+        "IQM over the same games.",
         tables=[_table("learning-table", frame, columns)],
         notes=[study.cut_short] if study.cut_short else [],
     )

@@ -122,3 +122,24 @@ def test_minatar_evaluations_cut_at_the_cap_are_lower_bounds_and_a_level_above_r
     assert f"Note: {study.cut_short}" in study_markdown(study, "cmd", "today")
     html = build_report(exp, out=tmp_path / "r.html", reps=200).read_text()
     assert "a_published/minatar_breakout/seed0" in html and "lower bounds" in html
+
+
+def test_an_arm_with_fewer_runs_does_not_cut_the_others_level_to_its_seeds(tmp_path):
+    """A study part-way (one arm at 1 seed, the other at 5): the aggregates balance the arms to 1 run
+    per game, but each arm's learning check uses every run of its own, so the full arm keeps its
+    interval and is shown to learn."""
+    import shutil
+
+    arms = {arm: SyntheticArm(1.0, {"algo": arm}) for arm in ("a", "b")}
+    exp = write_experiment(tmp_path, "exp", arms, GAMES, list(range(5)), **RUNS)
+    for game in GAMES:
+        for seed in range(1, 5):
+            shutil.rmtree(exp / "b" / game / f"seed{seed}")
+    study = run_study(exp, reps=400)
+    assert study.runs_per_game == 1
+    levels = study.learning.set_index("arm")
+    assert levels.runs.to_dict() == {"a": 5, "b": 1}
+    assert levels.loc["a", "learned"] and np.isfinite(levels.loc["a", "ci_low"])
+    assert not levels.loc["b", "learned"] and np.isnan(levels.loc["b", "ci_low"])
+    markdown = study_markdown(study, "cmd", "2026-12-05")
+    assert "| arm | runs per game |" in markdown and "| a | 5 |" in markdown
