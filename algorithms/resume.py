@@ -36,11 +36,46 @@ def prefixed(prefix: str, arrays: Mapping[str, Any]) -> dict[str, Any]:
     return {f"{prefix}.{name}": value for name, value in arrays.items()}
 
 
+# Arrays of at least this many bytes go into a checkpoint without their all-zero trailing rows
+# (``arrays_state``): a replay is allocated whole and filled row by row, so until it wraps the rest
+# is zeros (an Atari smoke job's latest checkpoint: 273 -> 199 MB, docs/results/resume_exact.md).
+TRIM_MIN_BYTES = 1 << 16
+
+
 def arrays_state(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """``{name: tensor}`` sharing the arrays' memory (no copy until ``torch.save`` writes them), but
-    a bool array as ``{"bits": uint8 tensor, "shape": [...]}``, eight values a byte: MinAtar's
-    observations are bool channel maps, 90% of an R2D1 replay's bytes (docs/results/resume_exact.md)."""
-    return {name: _array_state(np.asarray(array)) for name, array in arrays.items()}
+    """``{name: tensor}`` sharing the arrays' memory (no copy until ``torch.save`` writes them), with
+    two compact forms that ``load_arrays`` expands exactly:
+
+    * a bool array as ``{"bits": uint8 tensor, "shape": [...]}``, eight values a byte: MinAtar's
+      observations are bool channel maps, 90% of an R2D1 replay's bytes (docs/results/resume_exact.md);
+    * an array of ``TRIM_MIN_BYTES`` or more whose last rows (first axis) are all zero bytes as
+      ``{"head": <its leading rows in either form above>, "shape": [...]}``: only the rows up to the
+      last one holding a nonzero byte. Bytes, not values, so that a -0.0 stays -0.0."""
+    return {name: _trimmed_state(np.asarray(array)) for name, array in arrays.items()}
+
+
+def _trimmed_state(array: np.ndarray) -> Any:
+    if array.ndim == 0 or array.nbytes < TRIM_MIN_BYTES or not array.flags.c_contiguous:
+        return _array_state(array)
+    rows = _rows_in_use(array)
+    if rows == len(array):
+        return _array_state(array)
+    return {"head": _array_state(array[:rows]), "shape": list(array.shape)}
+
+
+def _rows_in_use(array: np.ndarray) -> int:
+    """1 + the index of the last row (first axis) with a nonzero byte; 0 for an all-zero array.
+    Scans from the end in blocks, so a full array costs one block."""
+    rows = array.reshape(len(array), -1).view(np.uint8)
+    block = max(1, (1 << 22) // max(1, rows.shape[1]))  # about 4 MB a block
+    end = len(rows)
+    while end > 0:
+        start = max(0, end - block)
+        used = np.flatnonzero(rows[start:end].any(axis=1))
+        if used.size:
+            return start + int(used[-1]) + 1
+        end = start
+    return 0
 
 
 def _array_state(array: np.ndarray) -> Any:
@@ -64,13 +99,20 @@ def load_arrays(arrays: Mapping[str, np.ndarray], state: Mapping[str, Any], owne
     if missing:
         raise ValueError(f"{owner}: the checkpoint lacks {missing[0]!r}")
     for name, array in arrays.items():
-        value = _array_from_state(state[name])
-        if value.shape != array.shape or value.dtype != array.dtype:
+        saved = state[name]
+        trimmed = isinstance(saved, Mapping) and "head" in saved
+        head = _array_from_state(saved["head"] if trimmed else saved)
+        shape = tuple(int(n) for n in saved["shape"]) if trimmed else head.shape
+        if shape != array.shape or head.dtype != array.dtype or head.shape[1:] != array.shape[1:]:
             raise ValueError(
-                f"{owner}: {name} saved as {value.dtype}{list(value.shape)}, "
+                f"{owner}: {name} saved as {head.dtype}{list(shape)}, "
                 f"this run's is {array.dtype}{list(array.shape)}"
             )
-        array[...] = value
+        if trimmed:
+            array[: len(head)] = head
+            array[len(head) :] = 0
+        else:
+            array[...] = head
 
 
 def nbytes(state: Any) -> int:

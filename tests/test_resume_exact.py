@@ -285,3 +285,38 @@ def _saved(state: dict) -> io.BytesIO:
     torch.save(state, buffer)
     buffer.seek(0)
     return buffer
+
+
+def test_a_replay_goes_into_checkpoints_without_its_unfilled_rows_and_comes_back_exactly(monkeypatch):
+    """Rows past the last one holding a nonzero byte are left out (``resume.TRIM_MIN_BYTES`` and
+    more) and restored as zeros; a -0.0 in the last row counts as filled; full, small and 0-dim
+    arrays go in whole; a trimmed array saved for another shape is the usual one-line error."""
+    monkeypatch.setattr(resume, "TRIM_MIN_BYTES", 64)
+    rng = np.random.default_rng(0)
+    obs = np.zeros((50, 3, 5), bool)
+    obs[:12] = rng.random((12, 3, 5)) < 0.3
+    obs[11, 0, 0] = True  # row 11 is the last filled one
+    reward = np.zeros(40, np.float32)
+    reward[:7] = rng.random(7)
+    reward[7] = -0.0  # zero as a value, not as bytes
+    arrays = {
+        "obs": obs,
+        "reward": reward,
+        "full": rng.random(30).astype(np.float32),
+        "empty": np.zeros((20, 4), np.float32),
+        "small": np.zeros(3, np.float32),
+        "cursor": np.array(5, np.int64),
+    }
+    state = torch.load(_saved(resume.arrays_state(arrays)), weights_only=True)
+    assert state["obs"]["shape"] == [50, 3, 5] and state["obs"]["head"]["shape"] == [12, 3, 5]
+    assert state["reward"]["head"].shape == (8,)
+    assert state["empty"]["head"].shape == (0, 4)
+    assert all(torch.is_tensor(state[k]) for k in ("full", "small", "cursor"))
+    restored = {k: np.full_like(v, 7) for k, v in arrays.items()}  # stale contents are overwritten
+    resume.load_arrays(restored, state, "replay")
+    for name, array in arrays.items():
+        assert restored[name].tobytes() == array.tobytes(), name
+    assert np.signbit(restored["reward"][7])
+    mismatch = r"replay: obs saved as bool\[50, 3, 5\], this run's is bool\[60, 3, 5\]"
+    with pytest.raises(ValueError, match=mismatch):
+        resume.load_arrays({**restored, "obs": np.zeros((60, 3, 5), bool)}, state, "replay")
