@@ -4,6 +4,10 @@ stratified-bootstrap interval (``analysis.verdict.iqm_difference``), the smalles
 design detects with 80% power (``analysis.verdict.detectable_difference``) and the power it has
 against ``PLANNED_DIFFERENCE``; ordered by the size of the effect.
 
+``deviation_games`` breaks each deviation down by game, in raw returns: the arm's mean final
+return, the base's on the same seeds, and the base's range over all of its seeds (no test: with no
+effect, one run falls outside the range of n others with probability 2 / (n + 1)).
+
 The plan record (``plan.json``) names the base arm and each deviation arm's keys (``ablation``); an
 experiment without one has no deviation table. Each comparison uses the runs of its two arms alone
 (balanced on those two), so a study run in pieces reports every arm pair that is complete while
@@ -27,6 +31,12 @@ from analysis import aggregate, verdict
 PLANNED_DIFFERENCE = 0.10
 EFFECT_COLUMNS = [
     "arm", "deviation", "keys", "difference", "ci_low", "ci_high", "se", "detectable", "power_at_planned",
+]  # fmt: skip
+
+
+GAME_EFFECT_COLUMNS = [
+    "arm", "deviation", "env", "runs", "score", "base_score", "difference", "base_runs", "base_low",
+    "base_high",
 ]  # fmt: skip
 
 
@@ -94,3 +104,45 @@ def deviation_effects(
     table = pd.DataFrame(rows, columns=EFFECT_COLUMNS)
     order = table.difference.abs().sort_values(ascending=False, kind="stable").index
     return table.loc[order].reset_index(drop=True)
+
+
+def deviation_games(
+    final: pd.DataFrame, record: dict[str, Any], order: list[str] | None = None
+) -> pd.DataFrame:
+    """``GAME_EFFECT_COLUMNS``, one row per deviation arm and game it shares with the base arm on at
+    least one seed: the arm's mean final ``score`` (raw return) over those seeds, the base's mean on
+    the same seeds, their difference, and the base's lowest and highest run over all of its seeds on
+    the game.
+    ``order``: deviation arms first in this order (e.g. the effects table's), the rest by name."""
+    base = record["base"]
+    prefix = f"{base}_with_"
+    base_runs = final[final.arm == base]
+    arms = [a for a in record.get("deviations", {}) if a in set(final.arm)]
+    rank = {arm: i for i, arm in enumerate(order or [])}
+    arms.sort(key=lambda arm: (rank.get(arm, len(rank)), arm))
+    rows = []
+    for arm in arms:
+        runs = final[final.arm == arm]
+        for env in sorted(set(runs.env) & set(base_runs.env)):
+            mine, theirs = runs[runs.env == env], base_runs[base_runs.env == env]
+            seeds = sorted(set(mine.seed) & set(theirs.seed))
+            if not seeds:
+                continue
+            score = float(mine[mine.seed.isin(seeds)].score.mean())
+            base_score = float(theirs[theirs.seed.isin(seeds)].score.mean())
+            low, high = float(theirs.score.min()), float(theirs.score.max())
+            rows.append(
+                [
+                    arm,
+                    arm.removeprefix(prefix),
+                    env,
+                    len(seeds),
+                    score,
+                    base_score,
+                    score - base_score,
+                    len(theirs),
+                    low,
+                    high,
+                ]
+            )
+    return pd.DataFrame(rows, columns=GAME_EFFECT_COLUMNS)

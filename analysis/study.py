@@ -21,9 +21,11 @@ import pandas as pd
 from analysis import aggregate, verdict
 from analysis.ablation import (
     EFFECT_COLUMNS,
+    GAME_EFFECT_COLUMNS,
     PLANNED_DIFFERENCE,
     ablation_record,
     deviation_effects,
+    deviation_games,
     verdict_arms,
 )
 from analysis.curves import Scores, score_tables
@@ -59,6 +61,7 @@ class Checks:
     learning_lead: str | None = None
     effects: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=EFFECT_COLUMNS))
     cut_short: str | None = None  # analysis.learning.cut_short_note
+    effect_games: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=GAME_EFFECT_COLUMNS))
 
 
 def learning_checks(
@@ -77,12 +80,11 @@ def learning_checks(
     ]
     lead = verdict.learning_sentence(levels, scores.scale, "%" if scores.percent else "")
     record = ablation_record(exp.plan)
-    effects = (
-        deviation_effects(scores.final, record, reps, seed)
-        if record
-        else pd.DataFrame(columns=EFFECT_COLUMNS)
-    )
-    return Checks(scores, learning, reference, lead, effects, cut_short_note(exp, scores))
+    if not record:
+        return Checks(scores, learning, reference, lead, cut_short=cut_short_note(exp, scores))
+    effects = deviation_effects(scores.final, record, reps, seed)
+    games = deviation_games(scores.final, record, list(effects.arm))
+    return Checks(scores, learning, reference, lead, effects, cut_short_note(exp, scores), games)
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,10 @@ class Study:
     @property
     def cut_short(self) -> str | None:
         return self.checks.cut_short
+
+    @property
+    def effect_games(self) -> pd.DataFrame:
+        return self.checks.effect_games
 
 
 def _per_game(scores: Scores, reps: int, seed: int) -> tuple[pd.DataFrame, str]:
@@ -464,6 +470,56 @@ def effect_lines(study: Study | Checks) -> list[str]:
     ]
 
 
+def effect_game_table(games: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Columns and display rows of ``analysis.ablation.deviation_games``: one row per deviation, one
+    column per game, each cell the arm's mean final return and its difference to the base; the
+    first row the base's range over all of its runs."""
+    envs = sorted(set(games.env))
+    base = games.arm.iloc[0].rsplit("_with_", 1)[0]
+    spread = games.drop_duplicates("env").set_index("env")
+    rows = [
+        [f"{base}: range over its runs", "–"]
+        + [
+            f"[{fmt(spread.base_low[e])}, {fmt(spread.base_high[e])}] ({fmt(spread.base_runs[e])} runs)"
+            for e in envs
+        ]
+    ]
+    for deviation, g in games.groupby("deviation", sort=False):
+        by_env = g.set_index("env")
+        cells = [
+            f"{fmt(by_env.score[e])} ({by_env.difference[e]:+.3g})" if e in by_env.index else "–"
+            for e in envs
+        ]
+        rows.append([deviation, ", ".join(str(n) for n in sorted(set(g.runs)))] + cells)
+    return ["deviation", "runs per game"] + envs, rows
+
+
+def effect_game_intro(games: pd.DataFrame) -> str:
+    base = games.arm.iloc[0].rsplit("_with_", 1)[0]
+    return (
+        f"Final raw return of each leave-one-out arm per game (mean over the seeds it shares with {base}) "
+        f"and, in brackets, its difference to {base}'s mean on those seeds; the first row is {base}'s "
+        "lowest and highest run over all of its seeds, for scale (with no effect, one run falls outside "
+        "the range of n others with probability 2 / (n + 1))."
+    )
+
+
+def effect_game_lines(study: Study | Checks) -> list[str]:
+    """Each deviation's effect per game in raw returns (``analysis.ablation.deviation_games``)."""
+    games = study.effect_games
+    if games.empty:
+        return []
+    columns, rows = effect_game_table(games)
+    return [
+        "## Each deviation's effect per game",
+        "",
+        effect_game_intro(games),
+        "",
+        *_md_table(columns, rows),
+        "",
+    ]
+
+
 def study_markdown(
     study: Study, command: str, date: str, csv_path: str | None = None, replication: Study | None = None
 ) -> str:
@@ -507,7 +563,7 @@ def study_markdown(
     lines += [f"Scores: {scores.normalisation}.", ""]
     if replication is not None:
         lines += replication_lines(study, replication)
-    lines += learning_lines(study) + effect_lines(study)
+    lines += learning_lines(study) + effect_lines(study) + effect_game_lines(study)
     lines += ["## Aggregates", ""]
     if study.aggregates.empty:
         lines += ["No env was run to completion by every arm: no aggregate.", ""]

@@ -32,7 +32,7 @@ from analysis.curves import Scores, resample_curves, score_tables
 from analysis.learning import arm_caps
 from analysis.runs import KEYS, Experiment, load_experiment
 from analysis.scores import Bounds, is_minatar, minatar_published_curves, minatar_reference_table
-from analysis.study import Checks, ci_text, fmt, learning_checks
+from analysis.study import Checks, ci_text, effect_game_intro, effect_game_table, fmt, learning_checks
 from analysis.throughput import arm_throughput, run_throughput
 from reports import figures
 from repro.plans import format_seeds, parse_seeds
@@ -597,8 +597,16 @@ def _effects_section(study: Checks) -> Section | None:
         figures=[
             Figure("fig-deviations", figures.deviation_effects(effects, label, scale), "deviation effects")
         ],
-        tables=[_table("deviations-table", frame, columns)],
+        tables=[_table("deviations-table", frame, columns), *_effect_game_tables(study.effect_games)],
     )
+
+
+def _effect_game_tables(games: pd.DataFrame) -> list[Table]:
+    """Each deviation's effect per game in raw returns (``analysis.study.effect_game_table``)."""
+    if games.empty:
+        return []
+    columns, rows = effect_game_table(games)
+    return [Table("deviation-games-table", columns, rows, effect_game_intro(games))]
 
 
 def _shown_path(path: Path) -> str:

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from analysis.__main__ import main as analysis_main
-from analysis.ablation import deviation_effects
+from analysis.ablation import deviation_effects, deviation_games
 from analysis.study import pooled_verdict, run_study
 from analysis.synthetic import SyntheticArm, write_experiment
 from reports.build import build_report
@@ -71,6 +71,26 @@ def test_effects_are_ordered_by_size_with_intervals_that_find_the_known_differen
 def test_no_ablation_record_no_effects_and_a_missing_base_gives_none():
     final = pd.DataFrame({"arm": ["x"], "env": ["g"], "seed": [0], "normalised": [0.5]})
     assert deviation_effects(final, {"base": "b", "deviations": {"x": []}}).empty
+
+
+def test_each_deviation_per_game_compares_the_seeds_it_shares_with_the_base():
+    """Hand-computed: the arm's mean on its seeds, the base's mean on the same seeds, the base's
+    range over all of its seeds; a game the base lacks and an arm outside the record are left out;
+    ``order`` puts the arms first in its order."""
+    rows = [
+        ("b", "g1", 0, 1.0), ("b", "g1", 1, 3.0), ("b", "g1", 2, 8.0), ("b", "g2", 0, 5.0),
+        ("b_with_x", "g1", 1, 4.0), ("b_with_x", "g1", 2, 6.0), ("b_with_x", "g1", 9, 100.0),
+        ("b_with_x", "g3", 0, 1.0), ("b_with_y", "g2", 0, 2.0), ("other", "g1", 0, 0.0),
+    ]  # fmt: skip
+    final = pd.DataFrame(rows, columns=["arm", "env", "seed", "score"])
+    record = {"base": "b", "deviations": {"b_with_x": ["algo.x"], "b_with_y": ["algo.y"]}}
+    games = deviation_games(final, record, order=["b_with_y"])
+    assert list(zip(games.deviation, games.env)) == [("y", "g2"), ("x", "g1")]
+    x = games.iloc[1]
+    assert (x.runs, x.score, x.base_score, x.difference) == (2, 5.0, 5.5, -0.5)  # seeds 1, 2 only
+    assert (x.base_runs, x.base_low, x.base_high) == (3, 1.0, 8.0)
+    y = games.iloc[0]
+    assert (y.runs, y.score, y.base_score, y.base_runs, y.base_low, y.base_high) == (1, 2.0, 5.0, 1, 5.0, 5.0)
 
 
 def test_the_verdict_of_an_ablation_compares_its_endpoints(experiment, tmp_path):
@@ -221,9 +241,15 @@ def test_the_study_writes_the_table_to_markdown_and_csv_and_the_report_shows_it(
     assert list(table.deviation) == ["big", "small", "none"]
     text = md.read_text()
     assert "## Each deviation's effect" in text and "| big | algo.big |" in text
+    per_game = text.split("## Each deviation's effect per game")[1].split("\n## ")[0]
+    assert f"| {BASE}: range over its runs | – |" in per_game and "(5 runs)" in per_game
+    assert [line.split(" | ")[0] for line in per_game.splitlines() if line.startswith("| ")][2:] == [
+        "| big", "| small", "| none",
+    ]  # fmt: skip
     assert "## Learning check" in text
     html = build_report(experiment, out=tmp_path / "r.html", reps=200).read_text()
     assert 'id="deviations-table"' in html and "fig-deviations" in html and 'id="learning-table"' in html
+    assert 'id="deviation-games-table"' in html
     # The probabilities of improvement: each other arm against the base, not every ordered pair.
     poi = re.search(r'<table id="poi-table">.*?<tbody>(.*?)</tbody>', html, re.S).group(1)
     assert re.findall(r"P\((\w+) &gt; (\w+)\)", poi) == [(arm, BASE) for arm in sorted(SKILLS) if arm != BASE]
