@@ -56,7 +56,11 @@ def test_sampler_benchmark_measures_every_mode_against_its_reference(tmp_path):
     for mode, floor in MODE_FLOORS.items():  # each process-worker mode over its floor's ratio
         row = rows["trivial", mode]
         assert row["floor"] == rows["trivial", floor]["ratio"]
-        assert abs(float(row["of_floor"]) - float(row["ratio"]) / float(row["floor"])) < 0.01
+        # All three are rounded to 3 decimals, and a small floor magnifies its rounding in the
+        # quotient (under load a floor of 0.278 put 3.692 / 0.278 at 13.281, the row's 13.298).
+        ratio, of_floor, floor_ratio = float(row["ratio"]), float(row["of_floor"]), float(row["floor"])
+        slack = 0.0005 + (ratio / floor_ratio) * (0.0005 / ratio + 0.0005 / floor_ratio) * 1.01
+        assert abs(of_floor - ratio / floor_ratio) <= slack
     assert float(rows["nature_cnn", "alternating"]["ideal"]) > 0
     # The CPU ceiling comes from the raw env's measured CPU time per step and the inference rate.
     assert float(rows["trivial", "raw_env"]["cpu_us_per_step"]) > 0
