@@ -103,7 +103,8 @@ def load_arrays(arrays: Mapping[str, np.ndarray], state: Mapping[str, Any], owne
         trimmed = isinstance(saved, Mapping) and "head" in saved
         head = _array_from_state(saved["head"] if trimmed else saved)
         shape = tuple(int(n) for n in saved["shape"]) if trimmed else head.shape
-        if shape != array.shape or head.dtype != array.dtype or head.shape[1:] != array.shape[1:]:
+        fits = head.shape[1:] == array.shape[1:] and (not trimmed or len(head) <= len(array))
+        if shape != array.shape or head.dtype != array.dtype or not fits:
             raise ValueError(
                 f"{owner}: {name} saved as {head.dtype}{list(shape)}, "
                 f"this run's is {array.dtype}{list(array.shape)}"
