@@ -69,6 +69,7 @@ test-gpu: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format .

@@ -25,17 +25,19 @@ import numpy as np
 import pandas as pd
 
 from analysis import aggregate, verdict
+from repro.ablation import DEVIATION_INFIX
 
 # The IQM difference a study is planned to detect, in normalised-score units (10 points of a score
 # normalised in percent): the default of the seed planner (repro/power.py) too.
 PLANNED_DIFFERENCE = 0.10
 EFFECT_COLUMNS = [
-    "arm", "deviation", "keys", "difference", "ci_low", "ci_high", "se", "detectable", "power_at_planned",
+    "base", "arm", "deviation", "keys", "difference", "ci_low", "ci_high", "se", "detectable",
+    "power_at_planned",
 ]  # fmt: skip
 
 
 GAME_EFFECT_COLUMNS = [
-    "arm", "deviation", "env", "runs", "score", "base_score", "difference", "base_runs", "base_low",
+    "base", "arm", "deviation", "env", "runs", "score", "base_score", "difference", "base_runs", "base_low",
     "base_high",
 ]  # fmt: skip
 
@@ -76,10 +78,10 @@ def deviation_effects(
     planned: float = PLANNED_DIFFERENCE,
 ) -> pd.DataFrame:
     """``EFFECT_COLUMNS``, one row per deviation arm of ``final`` (complete runs' normalised scores)
-    that shares a game with the base arm, largest absolute difference first; empty when the base arm
-    is absent."""
+    that shares a game with the base arm (named in ``base``), largest absolute difference first;
+    empty when the base arm is absent."""
     base = record["base"]
-    prefix = f"{base}_with_"
+    prefix = f"{base}{DEVIATION_INFIX}"
     rows = []
     for arm, keys in record.get("deviations", {}).items():
         matrices, _, _ = aggregate.score_matrices(final[final.arm.isin([arm, base])])
@@ -90,6 +92,7 @@ def deviation_effects(
         known = np.isfinite(se) and se > 0
         rows.append(
             [
+                base,
                 arm,
                 arm.removeprefix(prefix),
                 ", ".join(keys),
@@ -115,7 +118,7 @@ def deviation_games(
     the game.
     ``order``: deviation arms first in this order (e.g. the effects table's), the rest by name."""
     base = record["base"]
-    prefix = f"{base}_with_"
+    prefix = f"{base}{DEVIATION_INFIX}"
     base_runs = final[final.arm == base]
     arms = [a for a in record.get("deviations", {}) if a in set(final.arm)]
     rank = {arm: i for i, arm in enumerate(order or [])}
@@ -133,6 +136,7 @@ def deviation_games(
             low, high = float(theirs.score.min()), float(theirs.score.max())
             rows.append(
                 [
+                    base,
                     arm,
                     arm.removeprefix(prefix),
                     env,

@@ -456,7 +456,7 @@ def effect_lines(study: Study | Checks) -> list[str]:
         "deviation", "keys", f"IQM difference to the base{in_units} [95% CI]", f"standard error{in_units}",
         f"detectable with 80% power{in_units}", f"power at {PLANNED_DIFFERENCE * scale:g}{unit}",
     ]  # fmt: skip
-    base = study.effects.arm.iloc[0].rsplit("_with_", 1)[0]
+    base = study.effects.base.iloc[0]
     return [
         "## Each deviation's effect",
         "",
@@ -475,7 +475,7 @@ def effect_game_table(games: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     column per game, each cell the arm's mean final return and its difference to the base; the
     first row the base's range over all of its runs."""
     envs = sorted(set(games.env))
-    base = games.arm.iloc[0].rsplit("_with_", 1)[0]
+    base = games.base.iloc[0]
     spread = games.drop_duplicates("env").set_index("env")
     rows = [
         [f"{base}: range over its runs", "–"]
@@ -495,7 +495,7 @@ def effect_game_table(games: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 
 def effect_game_intro(games: pd.DataFrame) -> str:
-    base = games.arm.iloc[0].rsplit("_with_", 1)[0]
+    base = games.base.iloc[0]
     return (
         f"Final raw return of each leave-one-out arm per game (mean over the seeds it shares with {base}) "
         f"and, in brackets, its difference to {base}'s mean on those seeds; the first row is {base}'s "

@@ -586,7 +586,7 @@ def _effects_section(study: Checks) -> Section | None:
                (f"standard error{in_units}", "se_shown"),
                (f"detectable with 80% power{in_units}", "detectable_shown"),
                (f"power at {PLANNED_DIFFERENCE * scale:g}{unit}", "power_at_planned")]  # fmt: skip
-    base = effects.arm.iloc[0].rsplit("_with_", 1)[0]
+    base = effects.base.iloc[0]
     label = f"IQM difference to {base}{in_units}"
     return Section(
         "deviations",
