@@ -63,6 +63,15 @@ def test_huber_and_squared_loss_hand_computed():
         huber_loss(x, delta=0)
 
 
+@pytest.mark.parametrize("delta", [1.0, 2.5])
+def test_huber_gradient_is_the_clipped_error_exactly(delta):
+    x = (torch.randn(10_000, generator=torch.Generator().manual_seed(0)) * 3).requires_grad_()
+    huber_loss(x, delta).sum().backward()
+    assert torch.equal(x.grad, x.detach().clamp(-delta, delta))
+    expected = torch.where(x.abs() <= delta, 0.5 * x**2, delta * (x.abs() - 0.5 * delta))
+    torch.testing.assert_close(huber_loss(x, delta), expected)
+
+
 ATOMS = torch.tensor([-2.0, -1.0, 0.0, 1.0, 2.0])  # K = 5, delta_z = 1
 
 

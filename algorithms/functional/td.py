@@ -18,6 +18,7 @@ under ``torch.no_grad()`` or detach them.
 from __future__ import annotations
 
 import torch
+from torch.nn import functional
 
 
 def _check_q(name: str, q: torch.Tensor, batch_shape: torch.Size) -> None:
@@ -76,9 +77,9 @@ def huber_loss(x: torch.Tensor, delta: float = 1.0) -> torch.Tensor:
     """
     if delta <= 0:
         raise ValueError(f"huber_loss: delta={delta} must be positive")
-    abs_x = x.abs()
-    quadratic = torch.clamp(abs_x, max=delta)
-    return 0.5 * quadratic**2 + delta * (abs_x - quadratic)
+    # torch's one kernel each way, against seven ops each way written out (docs/results/bench_minatar.md);
+    # its gradient is exactly x (or +-delta), where the written-out form rounded delta + (x - delta).
+    return functional.huber_loss(x, torch.zeros_like(x), reduction="none", delta=delta)
 
 
 def squared_loss(x: torch.Tensor) -> torch.Tensor:
