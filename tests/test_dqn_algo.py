@@ -114,6 +114,45 @@ def test_dqn_target_update_period_and_update_rate():
     assert not all(torch.equal(a, b) for a, b in zip(initial_target, algo.target_model.parameters()))
 
 
+@pytest.mark.parametrize("clip_grad_norm", [0.0, 1.0])
+def test_dqn_diagnostics_beyond_the_loss_are_measured_every_tenth_update(clip_grad_norm):
+    """The loss is averaged over every update; q_mean, td_abs_mean and grad_norm over updates 0, 10,
+    20, ... of the run only (``diagnostic_period``); clipping, where on, clips every update."""
+    algo = make_algo(small_config(clip_grad_norm=clip_grad_norm))
+    seen, norms = [], []
+    loss_of, clip_of = algo.loss, algo.clip_gradients
+
+    def loss(batch):
+        out = loss_of(batch)
+        diagnostics = {k: float(v) for k, v in out[2].items()}
+        seen.append((algo.updates, algo.measuring, float(out[0].detach()), diagnostics))
+        return out
+
+    def clip():
+        norm = clip_of()
+        norms.append(None if norm is None else float(norm))
+        return norm
+
+    algo.loss, algo.clip_gradients = loss, clip
+    rng = np.random.default_rng(0)
+    algo.optimize(0, chain_samples(16, 4, rng))  # warm: 64 updates
+    info = algo.optimize(1, chain_samples(4, 4, rng))  # 16 more, updates 64..79
+    assert [u for u, measuring, _, _ in seen if measuring] == [0, 10, 20, 30, 40, 50, 60, 70]
+    assert all(bool(d) == measuring for _, measuring, _, d in seen)
+    assert [n is not None for n in norms] == [clip_grad_norm > 0 or m for _, m, _, _ in seen]
+    late = [(loss_value, d) for u, _, loss_value, d in seen if u >= 64]
+    measured = [d for _, d in late if d]
+    assert info.diagnostics["loss"] == pytest.approx(np.mean([value for value, _ in late]))
+    assert info.diagnostics["q_mean"] == pytest.approx(np.mean([d["q_mean"] for d in measured]))
+    assert info.diagnostics["grad_norm"] == pytest.approx(norms[70])
+    assert algo.measuring  # a direct call of the loss gets every diagnostic
+    algo.loss = loss_of
+    assert set(algo.loss(algo.replay.sample(8)[0].replace(is_weights=torch.ones(8)))[2]) == {
+        "q_mean",
+        "td_abs_mean",
+    }
+
+
 def test_dqn_same_seed_same_parameters_and_state_dict_round_trip():
     runs = []
     for _ in range(2):

@@ -81,9 +81,7 @@ class Algo(dqn.Algo):
             target_probs = categorical_target(batch.return_n, batch.discount_n, probs_next, support)
         cross_entropy = categorical_cross_entropy(target_probs, logits_taken)
         loss = (batch.is_weights * cross_entropy).mean()
+        if not self.measuring:
+            return loss, cross_entropy.detach(), {}
         q_taken = expected_q(logits_taken.detach().unsqueeze(-2), support).squeeze(-1)
-        return (
-            loss,
-            cross_entropy.detach(),
-            {"q_mean": q_taken.mean()},
-        )
+        return loss, cross_entropy.detach(), {"q_mean": q_taken.mean()}

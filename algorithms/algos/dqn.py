@@ -282,6 +282,8 @@ class Algo(QReplayLearner):
         elementwise = huber_loss(td_error) if self.config.loss == "huber" else squared_loss(td_error)
         loss = (batch.is_weights * elementwise).mean()
         td_abs = td_error.detach().abs()
+        if not self.measuring:
+            return loss, td_abs, {}
         return loss, td_abs, {"q_mean": q.detach().mean(), "td_abs_mean": td_abs.mean()}
 
     # --- the loop -------------------------------------------------------------------------------------

@@ -220,6 +220,9 @@ class Algo(QReplayLearner):
     credit_key = "replay_credit"
     # Reported on every optimize call (NaN before learning starts).
     diagnostic_keys: tuple[str, ...] = ("loss", "q_mean", "td_abs_mean", "grad_norm")
+    # Every update: beside an R2D1 update (tens of ms) the diagnostics cost nothing measurable, and
+    # a short run's progress rows hold only a few updates each.
+    diagnostic_period = 1
 
     def __init__(self, config: Config, agent: R2D1Agent, counters_frameskip: int, batch_spec: BatchSpec):
         self.config = config
@@ -456,6 +459,8 @@ class Algo(QReplayLearner):
         priorities = sequence_priority(
             delta.detach(), c.priority_eta, valid, check_valid=not self.data_independent
         )
+        if not self.measuring:
+            return loss, priorities, {}
         diagnostics = {"q_mean": q.detach().mean(), "td_abs_mean": delta.detach().abs().mean()}
         return loss, priorities, diagnostics
 

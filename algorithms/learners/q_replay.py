@@ -6,6 +6,12 @@ gradient and takes one clipped optimizer step (``Stepper``); each member writes 
 of the items it drew and counts the update; every ``target_update_period_updates`` updates the
 target network becomes a copy of the online one. A single run is one member with
 ``SingleStepper``; a packed run's stepper (``algorithms.packed.learners``) steps K members at once.
+
+The loss is read on every update; the other diagnostics (the loss's own, ``grad_norm``) are measured
+on every ``diagnostic_period``-th update of the run, as CleanRL logs its losses at intervals: on Young
+& Tian's MinAtar network they cost 4% of a DQN job's step (``q_mean``, ``td_abs_mean`` and the
+gradient norm with clipping off; docs/results/bench_minatar.md). A progress row's mean of them is
+then a mean over every tenth of its updates.
 """
 
 from __future__ import annotations
@@ -37,9 +43,9 @@ class Stepper(Protocol):
         """The loss's input from the members' draws, on the learner's device."""
 
     def step(self, batch: NamedArrays) -> tuple[dict[str, torch.Tensor], Any]:
-        """Gradient and optimizer step on ``batch``. Returns the diagnostics (the loss's, ``loss`` and
-        ``grad_norm``: 0-dim tensors for one member, ``[K]`` for K) and the new priorities
-        indexable by member."""
+        """Gradient and optimizer step on ``batch``. Returns the diagnostics (``loss``, and where the
+        learners are ``measuring`` also the loss's others and ``grad_norm``: 0-dim tensors for one
+        member, ``[K]`` for K) and the new priorities indexable by member."""
 
     def sync_targets(self) -> None:
         """The hard target update: target <- online."""
@@ -56,40 +62,58 @@ def replay_updates(
     batch_size, update_priorities = first.minibatch()
     keys = first.diagnostic_keys
     loss_at = keys.index("loss")
-    period = first.config.target_update_period_updates
+    period, diagnostic_period = first.config.target_update_period_updates, first.diagnostic_period
     sums = {k: [0.0] * len(keys) for k in members}
-    counts = dict.fromkeys(members, 0)
+    counts = dict.fromkeys(members, 0)  # updates, each with its loss
+    measured = dict.fromkeys(members, 0)  # updates with every diagnostic
     failures: dict[int, str] = {}
     live = list(members)
     done = first.updates  # every live member's count: they update in lockstep
-    for _ in range(n_updates):
-        draws = [learner.replay.sample(batch_size) for learner in learners]
-        info, priorities = stepper.step(stepper.batch(draws))
-        # One conversion for all of them: a float() per 0-dim tensor costs a few us each.
-        rows = torch.stack([info[key] for key in keys], dim=-1).tolist()
-        if not isinstance(rows[0], list):  # one member's 0-dim values: one row
-            rows = [rows]
-        for k in live:
-            values = rows[k]
-            if stepper.stops_failed and not math.isfinite(values[loss_at]):
-                mean = means(keys, sums[k], counts[k])
-                failures[k] = nonfinite_loss(values[loss_at], mean, learners[k].updates + 1)
-                continue
-            if update_priorities:
-                learners[k].replay.update_priorities(draws[k][1], priorities[k].cpu())
-            learners[k].updates += 1
-            counts[k] += 1
-            sums[k] = [total + value for total, value in zip(sums[k], values)]
-        if failures:
-            live = [k for k in live if k not in failures]
-        done += 1
-        if done % period == 0:
-            stepper.sync_targets()
-    return {k: means(keys, sums[k], counts[k]) for k in members}, failures
+    try:
+        for _ in range(n_updates):
+            measuring = done % diagnostic_period == 0
+            for learner in learners:
+                learner.measuring = measuring
+            draws = [learner.replay.sample(batch_size) for learner in learners]
+            info, priorities = stepper.step(stepper.batch(draws))
+            # One conversion for all of them: a float() per 0-dim tensor costs a few us each.
+            if measuring:
+                rows = torch.stack([info[key] for key in keys], dim=-1).reshape(-1, len(keys)).tolist()
+                losses = [row[loss_at] for row in rows]
+            else:
+                losses = info["loss"].reshape(-1).tolist()
+            for k in live:
+                if stepper.stops_failed and not math.isfinite(losses[k]):
+                    mean = means(keys, sums[k], counts[k], measured[k])
+                    failures[k] = nonfinite_loss(losses[k], mean, learners[k].updates + 1)
+                    continue
+                if update_priorities:
+                    learners[k].replay.update_priorities(draws[k][1], priorities[k].cpu())
+                learners[k].updates += 1
+                counts[k] += 1
+                if measuring:
+                    measured[k] += 1
+                    sums[k] = [total + value for total, value in zip(sums[k], rows[k])]
+                else:
+                    sums[k][loss_at] += losses[k]
+            if failures:
+                live = [k for k in live if k not in failures]
+            done += 1
+            if done % period == 0:
+                stepper.sync_targets()
+    finally:
+        for learner in learners:
+            learner.measuring = True
+    return {k: means(keys, sums[k], counts[k], measured[k]) for k in members}, failures
 
 
-def means(keys: Sequence[str], sums: list[float], count: int) -> dict[str, float]:
-    return {key: total / count if count else math.nan for key, total in zip(keys, sums)}
+def means(keys: Sequence[str], sums: list[float], count: int, measured: int) -> dict[str, float]:
+    """The loss's sum over ``count`` updates and the other keys' over ``measured`` ones, as means."""
+    return {
+        key: total / n if n else math.nan
+        for key, total in zip(keys, sums)
+        for n in [count if key == "loss" else measured]
+    }
 
 
 class SingleStepper:
@@ -114,7 +138,9 @@ class SingleStepper:
         loss, priorities, info = learner.loss(batch)
         learner.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        info["grad_norm"] = learner.clip_gradients()
+        norm = learner.clip_gradients()
+        if norm is not None:
+            info["grad_norm"] = norm
         learner.optimizer.step()
         info["loss"] = loss.detach()
         return info, (priorities,)
@@ -145,6 +171,11 @@ class QReplayLearner:
     # Set while a ``torch.func`` transform runs ``loss``, where no branch may read the data; what the
     # branches would have read is then set with it (``data_branches``).
     data_independent = False
+    # The diagnostics beyond the loss are measured on updates 0, P, 2P, ... of the run (module
+    # docstring); ``measuring`` says whether this update does (``replay_updates`` sets it per update),
+    # and ``loss`` returns them, and ``clip_gradients`` the norm, only then.
+    diagnostic_period = 10
+    measuring = True
 
     @property
     def warm(self) -> bool:
@@ -248,12 +279,14 @@ class QReplayLearner:
             return OptInfo(diagnostics=dict.fromkeys(self.diagnostic_keys, math.nan))
         return self.opt_info(n_updates, self.run_updates(n_updates))
 
-    def clip_gradients(self) -> torch.Tensor:
+    def clip_gradients(self) -> torch.Tensor | None:
         """Clip the model's gradient to 2-norm ``clip_grad_norm``; returns the norm before clipping.
-        With clipping off (inf) only the norm is computed, for the ``grad_norm`` diagnostic: the two
-        multi-tensor kernels ``clip_grad_norm_`` computes it with, without its grouping and scaling
-        work (docs/results/bench_minatar.md)."""
+        With clipping off (inf) the norm is only a diagnostic: computed where ``measuring`` (else
+        None), with the two multi-tensor kernels ``clip_grad_norm_`` computes it with, without its
+        grouping and scaling work (docs/results/bench_minatar.md)."""
         if math.isinf(self.clip_grad_norm):
+            if not self.measuring:
+                return None
             # The parameter list is kept: walking the model's modules for it cost as much as the
             # norm of a MinAtar network's gradient (docs/results/bench_minatar.md).
             params = self.__dict__.get("_norm_params")
