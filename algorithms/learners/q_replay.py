@@ -11,7 +11,7 @@ The loss is read on every update; the other diagnostics (the loss's own, ``grad_
 on every ``diagnostic_period``-th update of the run, as CleanRL logs its losses at intervals: on Young
 & Tian's MinAtar network they cost 4% of a DQN job's step (``q_mean``, ``td_abs_mean`` and the
 gradient norm with clipping off; docs/results/bench_minatar.md). A progress row's mean of them is
-then a mean over every tenth of its updates.
+then a mean over every tenth of its updates (R2D1 measures every update: ``diagnostic_period``).
 """
 
 from __future__ import annotations

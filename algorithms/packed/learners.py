@@ -59,12 +59,15 @@ class PackedLearner:
             algo.optimizer = MemberOptimizer(self.optimizer, k)
         self.clip_grad_norm = clip_grad_norm
 
-    def apply_gradients(self, grads: dict[str, torch.Tensor]) -> torch.Tensor:
+    def apply_gradients(self, grads: dict[str, torch.Tensor], measuring: bool = True) -> torch.Tensor | None:
         """Install the members' gradients, clip each member's, take the optimizer step; returns the
-        gradient norms before clipping [K]."""
+        gradient norms before clipping [K]. With clipping off they are only a diagnostic: computed
+        where ``measuring`` (else None), as a single run's ``QReplayLearner.clip_gradients``."""
         for name, param in self.online.params.items():
             param.grad = grads[name]
-        norms = clip_member_gradients(self.online.params, self.clip_grad_norm)
+        norms = None
+        if measuring or math.isfinite(self.clip_grad_norm):
+            norms = clip_member_gradients(self.online.params, self.clip_grad_norm)
         self.optimizer.step()
         return norms
 
@@ -132,7 +135,9 @@ class PackedQLearner(PackedLearner):
                 self.target.buffers,
                 flatten(batch),
             )
-        info["grad_norm"] = self.apply_gradients(grads)
+        norms = self.apply_gradients(grads, self.algos[0].measuring)
+        if norms is not None:
+            info["grad_norm"] = norms
         info["loss"] = loss
         return info, priorities
 
