@@ -85,13 +85,15 @@ def test_a_game_pickles_and_keeps_its_state():
     )
 
 
-def test_making_stepping_and_checkpointing_every_game_loads_no_plotting_library():
+def test_making_stepping_and_checkpointing_every_game_loads_no_plotting_library_and_no_ale():
     """Also a checkpoint's pickling of the envs (``algorithms.resume``): pickle imports the module of
-    every class it names, and naming a game's class would run the ``minatar`` package's ``__init__``."""
+    every class it names, and naming a game's class would run the ``minatar`` package's ``__init__``.
+    ale-py is Atari's alone: a machine without it runs MinAtar (docs/results/gpu_tier.md)."""
     code = textwrap.dedent(
         """
         import sys
         import algorithms.train
+        from algorithms.envs.config import EnvConfig
         from algorithms.envs.factory import make_vec_env
         from algorithms.envs.minatar import MINATAR_GAMES, MinAtarEnv
         from algorithms.resume import pickle_objects, unpickle_objects
@@ -100,7 +102,9 @@ def test_making_stepping_and_checkpointing_every_game_loads_no_plotting_library(
             env.reset(seed=0)
             env.step(1)
             unpickle_objects(pickle_objects([env]))[0].step(1)
-        print(sorted(m for m in ("matplotlib", "seaborn", "minatar.environment") if m in sys.modules))
+        make_vec_env(EnvConfig(id="minatar_breakout", kind="minatar"), 2, 0).reset()
+        loaded = ("matplotlib", "seaborn", "minatar.environment", "ale_py")
+        print(sorted(m for m in loaded if m in sys.modules))
         """
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=1200)

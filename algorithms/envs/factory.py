@@ -5,7 +5,6 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from algorithms.envs.atari import NativeAtariVecEnv, make_gymnasium_atari
 from algorithms.envs.base import VecEnv
 from algorithms.envs.config import EnvConfig
 from algorithms.envs.gym_vec import GymnasiumVecEnv
@@ -63,9 +62,14 @@ def make_vec_env(config: EnvConfig, num_envs: int, seed: int, *, first_rank: int
     if isinstance(first_rank, bool) or not isinstance(first_rank, int) or first_rank < 0:
         raise ValueError(f"make_vec_env: first_rank must be a non-negative integer, got {first_rank!r}")
     seeds = env_seeds(int(seed), first_rank + num_envs)[first_rank:]
-    if config.native_atari:
-        return NativeAtariVecEnv(config, num_envs, seeds)
-    if config.kind == "atari":
+    if config.native_atari or config.kind == "atari":
+        # Imported here, not at the top: importing ale-py loads its emulator (0.1-0.3 s of a job's
+        # start) that MinAtar and classic-control jobs never use, and a machine without ale-py runs
+        # them (docs/results/gpu_tier.md: every MinAtar job there failed on this import).
+        from algorithms.envs.atari import NativeAtariVecEnv, make_gymnasium_atari
+
+        if config.native_atari:
+            return NativeAtariVecEnv(config, num_envs, seeds)
         envs = [make_gymnasium_atari(config) for _ in range(num_envs)]
     elif config.kind == "minatar":
         # In-process: a MinAtar step costs far less than a process hand-off
