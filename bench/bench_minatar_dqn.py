@@ -24,7 +24,11 @@ What is timed, for both, is ``--steps`` env steps (frames: MinAtar has no frame 
 the replay start, every step one env step, one epsilon-greedy action and one update of a batch of
 32 (each side's own replay start: ``REPLAY_START_SIZE`` frames for the reference, which trains
 from frame ``REPLAY_START_SIZE + 1``; the setting's ``learning_starts_steps`` for this code base, timed
-from its first update on). Both run on the CPU with ``--threads`` torch threads (1). Exploration:
+from its first update on); with ``--after N``, the same number of steps N updates later, where a
+long run spends its time: the optimizers' running averages of units that stopped getting gradients
+decay into denormal numbers only after thousands of updates, and both sides' steps then slow down
+unless denormals are flushed (``algorithms.learners.common.run_step_hooks``). Both run on the CPU
+with ``--threads`` torch threads (1). Exploration:
 the reference anneals epsilon over the ``FIRST_N_FRAMES`` after its replay start, this code base
 from step 0 (the setting's ``eps_decay_steps`` keep the reference's end point), so the reference
 enters the timed window at epsilon 1.0 and this code base a few hundredths lower (0.957 with the
@@ -48,7 +52,7 @@ bootstrap CI, in a Markdown summary next to the CSV. Without the scratch copy (`
 absent) the reference is left out.
 
     python -m bench.bench_minatar_dqn --out runs/bench/minatar_dqn.csv [--game breakout]
-        [--steps 1000] [--repeats 5] [--reference /tmp/minatar_ref/dqn.py]
+        [--steps 1000] [--after 0] [--repeats 5] [--reference /tmp/minatar_ref/dqn.py]
         [--impls ours,reference,plain,plain_compiled] [--quick]
 """
 
@@ -96,10 +100,10 @@ def setting_config(game: str, seed: int, setting: str = SETTING) -> TrainConfig:
     return train_config(resolved, classes)
 
 
-def time_ours(config: TrainConfig, steps: int) -> dict[str, float]:
-    """``steps`` env steps of the synchronous runner's loop from its first update on (build, the
-    replay start and the first update not timed), keeping freed memory as a job does
-    (``retain_freed_memory``)."""
+def time_ours(config: TrainConfig, steps: int, after: int = 0) -> dict[str, float]:
+    """``steps`` env steps of the synchronous runner's loop from its first update on, or from update
+    ``after`` (build, the replay start and the updates before not timed), keeping freed memory as a
+    job does (``retain_freed_memory``)."""
     retain_freed_memory()
     runner = SyncRunner.build(config, None, None)
     counters, algo = runner.counters, runner.algo
@@ -110,7 +114,7 @@ def time_ours(config: TrainConfig, steps: int) -> dict[str, float]:
 
     runner.sampler.initialize()
     try:
-        while algo.updates == 0:
+        while algo.updates < max(1, after):
             iteration()
         steps0, updates0 = counters.env_steps, algo.updates
         start = speed.clocks()
@@ -129,9 +133,11 @@ class StopReference(Exception):
     """Raised from the reference's env once the timed frames are done: ends its ``dqn`` loop."""
 
 
-def reference_rate(dqn_py: str, game: str, steps: int, seed: int, threads: int) -> dict[str, float]:
+def reference_rate(
+    dqn_py: str, game: str, steps: int, seed: int, threads: int, after: int = 0
+) -> dict[str, float]:
     """In a fresh process: ``steps`` frames of the unmodified reference script's ``dqn`` from its
-    first training frame (see the module docstring)."""
+    first training frame, or from ``after`` frames later (see the module docstring)."""
     torch.set_num_threads(threads)
     random.seed(seed)
     np.random.seed(seed)
@@ -140,7 +146,7 @@ def reference_rate(dqn_py: str, game: str, steps: int, seed: int, threads: int) 
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     # The env.act call of frame t is call t + 1; the script trains from frame REPLAY_START_SIZE + 1.
-    first_call = module.REPLAY_START_SIZE + 2
+    first_call = module.REPLAY_START_SIZE + 2 + after
     marks: dict[str, np.ndarray] = {}
 
     class TimedEnvironment(module.Environment):
@@ -266,9 +272,11 @@ def run_child(call: str) -> dict[str, float]:
     return speed.run_child("bench.bench_minatar_dqn", call)
 
 
-def time_reference(dqn_py: Path, game: str, steps: int, seed: int, threads: int) -> dict[str, float]:
+def time_reference(
+    dqn_py: Path, game: str, steps: int, seed: int, threads: int, after: int = 0
+) -> dict[str, float]:
     """``reference_rate`` in a child Python process."""
-    return run_child(f"reference_rate({str(dqn_py)!r}, {game!r}, {steps}, {seed}, {threads})")
+    return run_child(f"reference_rate({str(dqn_py)!r}, {game!r}, {steps}, {seed}, {threads}, {after})")
 
 
 IMPLS = ("ours", "reference", "plain", "plain_compiled", "plain_packed")
@@ -304,7 +312,7 @@ def summarize(
         f"Machine: {cpu_model()}, {os.cpu_count()} logical CPUs, torch threads {args.threads}. "
         f"Setting {args.setting}: batch {algo.batch_size}, one update per {algo.env_steps_per_update} "
         f"env step(s), replay {algo.replay_size_steps}; {args.steps} timed steps after each side's "
-        f"replay start, median of {args.repeats}. The plain rows are updates per second (no env step "
+        f"replay start and {args.after} updates more, median of {args.repeats}. The plain rows are updates per second (no env step "
         f"or action). 1-minute load average {loads[0]:.2f} at the start, {loads[1]:.2f} at the end.",
         "",
         "| quantity | per wall-clock second | per CPU second |",
@@ -328,9 +336,9 @@ def summarize(
 def time_impl(impl: str, args: argparse.Namespace, repeat: int) -> dict[str, float]:
     """One repeat of ``impl``, seeded by the repeat; each but ``ours`` in its own child process."""
     if impl == "ours":
-        return time_ours(setting_config(args.game, repeat, args.setting), args.steps)
+        return time_ours(setting_config(args.game, repeat, args.setting), args.steps, args.after)
     if impl == "reference":
-        return time_reference(args.reference, args.game, args.steps, repeat, args.threads)
+        return time_reference(args.reference, args.game, args.steps, repeat, args.threads, args.after)
     compiled, members = impl == "plain_compiled", PACKED_MEMBERS if impl == "plain_packed" else 1
     updates = max(1, args.steps // members)  # packed: about --steps member updates in all
     return run_child(f"plain_rate({args.game!r}, {updates}, {repeat}, {args.threads}, {compiled}, {members})")
@@ -343,6 +351,13 @@ def main() -> None:
     )
     parser.add_argument("--game", default="breakout", choices=sorted(MINATAR_GAMES.values()))
     parser.add_argument("--steps", type=int, default=1000, help="timed env steps per run")
+    parser.add_argument(
+        "--after",
+        type=int,
+        default=0,
+        help="updates each side makes before the timed steps (0: from its first; a long run's "
+        "optimizer state holds denormal numbers only after thousands)",
+    )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="torch threads, both implementations")
     parser.add_argument("--setting", default=SETTING, help="this code base's setting (name or .toml path)")
@@ -358,6 +373,8 @@ def main() -> None:
         args.steps, args.repeats = 200, 1
     if min(args.steps, args.repeats, args.threads) < 1:
         parser.error("--steps, --repeats and --threads must be >= 1")
+    if args.after < 0:
+        parser.error(f"--after must be >= 0, got {args.after}")
     impls = [impl for impl in args.impls.split(",") if impl]
     unknown = sorted(set(impls) - set(IMPLS))
     if unknown or not impls:

@@ -91,3 +91,53 @@ print(torch.equal(ours, run(torch.optim.RMSprop)), dynamo)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["True", "False"]
+
+
+def _torchs_own(name, param):
+    """The same optimizer as ``_optimizers(param)[name]``, as torch ships it (nothing flushed)."""
+    return {
+        "adam": lambda: torch.optim.Adam([param], lr=0.1, fused=True),
+        "centered_rmsprop": lambda: torch.optim.RMSprop([param], lr=0.1, alpha=0.95, eps=0.01, centered=True),
+        "rmsprop": lambda: torch.optim.RMSprop([param], lr=0.1, alpha=0.99, eps=1e-5),
+    }[name]()
+
+
+def _denormal(tensors):
+    tiny = torch.finfo(torch.float32).tiny
+    return sum(int(((t.abs() < tiny) & (t != 0)).sum()) for t in tensors)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(("name", "steps"), [("adam", 900), ("centered_rmsprop", 1800), ("rmsprop", 9000)])
+def test_steps_flush_denormals_and_change_no_parameter(name, steps, threads):
+    """Half the entries stop getting gradients after 20 steps (dead units): their running averages
+    decay into the denormal range in torch's own optimizer (checked), where with one torch thread the
+    harness's are flushed to zero (with two, as torch's), and the parameters stay bit for bit the
+    same. Flushing is off again after each step. The harness's optimizer steps first: a worker pool
+    started inside a flushed step would flush torch's too."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        ours, own = _step_both(name, steps)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(ours[0].data, own[0].data)
+    states = [[v for k, v in opt.state[p].items() if k != "step"] for p, opt in (ours, own)]
+    assert _denormal(states[1]) > 0
+    assert _denormal(states[0]) == (0 if threads == 1 else _denormal(states[1]))
+    assert float(torch.tensor([1e-30]) * torch.tensor([1e-10])) != 0.0  # denormals not flushed here
+
+
+def _step_both(name, steps):
+    """``steps`` steps of the harness's optimizer ``name`` and of torch's, on the same gradients."""
+    generator = torch.Generator().manual_seed(0)
+    ours, own = torch.nn.Parameter(torch.ones(64)), torch.nn.Parameter(torch.ones(64))
+    optimizers = _optimizers(ours)[name], _torchs_own(name, own)
+    for step in range(steps):
+        gradient = torch.randn(64, generator=generator)
+        if step >= 20:
+            gradient[32:] = 0.0
+        for param, optimizer in zip((ours, own), optimizers):
+            param.grad = gradient.clone()
+            optimizer.step()
+    return (ours, optimizers[0]), (own, optimizers[1])

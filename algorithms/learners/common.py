@@ -64,7 +64,19 @@ class WithoutCompiler:
 def run_step_hooks(step: Any) -> Any:
     """Decorates a ``WithoutCompiler`` optimizer's ``step``: where step hooks are registered (global
     or the optimizer's own), they run as ``Optimizer``'s own wrapper runs them (pre hooks may replace
-    the arguments; post hooks see them); without any, ``step`` runs directly."""
+    the arguments; post hooks see them); without any, ``step`` runs directly.
+
+    With one torch thread the step itself runs with the CPU flushing denormal floats to zero
+    (``torch.set_flush_denormal``; off again afterwards, torch's default). The optimizers' running
+    averages decay geometrically where gradients stop (dead ReLU units): centered RMSprop's by 0.95
+    per step reaches the denormal range (below 1.2e-38) after about 1,700 steps, fused Adam's first
+    moment stays there for good (it rounds to 4 times the smallest denormal, never to zero), and
+    every operation on those entries runs several times slower (docs/results/bench_minatar.md,
+    "Denormals"). A flushed entry is an exact zero where it would have been a denormal: the update
+    reads such an entry as far below ``eps`` either way, so no parameter changes
+    (tests/test_optimizer_hooks.py). The setting is the calling thread's alone, and a thread that
+    thread starts inherits it for good, so with more torch threads nothing is flushed: a step's
+    first parallel loop could start the worker pool inside the flushed window."""
 
     @functools.wraps(step)
     def stepped(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
@@ -74,7 +86,14 @@ def run_step_hooks(step: Any) -> Any:
             replaced = hook(self, args, kwargs)
             if replaced is not None:
                 args, kwargs = replaced
-        out = step(self, *args, **kwargs)
+        flush = torch.get_num_threads() == 1
+        if flush:
+            torch.set_flush_denormal(True)
+        try:
+            out = step(self, *args, **kwargs)
+        finally:
+            if flush:
+                torch.set_flush_denormal(False)
         for hook in post:
             hook(self, args, kwargs)
         return out
