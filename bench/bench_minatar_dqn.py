@@ -313,7 +313,8 @@ def summarize(
         f"Setting {args.setting}: batch {algo.batch_size}, one update per {algo.env_steps_per_update} "
         f"env step(s), replay {algo.replay_size_steps}; {args.steps} timed steps after each side's "
         f"replay start and {args.after} updates more, median of {args.repeats}. The plain rows are "
-        f"updates per second (no env step or action). 1-minute load average {loads[0]:.2f} at the start, {loads[1]:.2f} at the end.",
+        f"updates per second (no env step or action). 1-minute load average {loads[0]:.2f} at the "
+        f"start, {loads[1]:.2f} at the end.",
         "",
         "| quantity | per wall-clock second | per CPU second |",
         "|---|---:|---:|",
