@@ -5,8 +5,10 @@ design detects with 80% power (``analysis.verdict.detectable_difference``) and t
 against ``PLANNED_DIFFERENCE``; ordered by the size of the effect.
 
 ``deviation_games`` breaks each deviation down by game, in raw returns: the arm's mean final
-return, the base's on the same seeds, and the base's range over all of its seeds (no test: with no
-effect, one run falls outside the range of n others with probability 2 / (n + 1)).
+return, the base's on the same seeds, the base's range over all of its seeds, and an exact rank
+test of the arm's runs against all of the base's (``rank_test``). With few runs the test is coarse
+(4 runs against 5 cannot go below p = 2/126 = 0.016) and a study makes one per arm and game, so a
+single small p is a lead for the next seeds to test, not a finding.
 
 The plan record (``plan.json``) names the base arm and each deviation arm's keys (``ablation``); an
 experiment without one has no deviation table. Each comparison uses the runs of its two arms alone
@@ -23,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from analysis import aggregate, verdict
 from repro.ablation import DEVIATION_INFIX
@@ -38,7 +41,7 @@ EFFECT_COLUMNS = [
 
 GAME_EFFECT_COLUMNS = [
     "base", "arm", "deviation", "env", "runs", "score", "base_score", "difference", "base_runs", "base_low",
-    "base_high",
+    "base_high", "p_rank",
 ]  # fmt: skip
 
 
@@ -114,8 +117,8 @@ def deviation_games(
 ) -> pd.DataFrame:
     """``GAME_EFFECT_COLUMNS``, one row per deviation arm and game it shares with the base arm on at
     least one seed: the arm's mean final ``score`` (raw return) over those seeds, the base's mean on
-    the same seeds, their difference, and the base's lowest and highest run over all of its seeds on
-    the game.
+    the same seeds, their difference, the base's lowest and highest run over all of its seeds on
+    the game, and ``rank_test`` of the arm's runs on those seeds against all of the base's.
     ``order``: deviation arms first in this order (e.g. the effects table's), the rest by name."""
     base = record["base"]
     prefix = f"{base}{DEVIATION_INFIX}"
@@ -134,6 +137,7 @@ def deviation_games(
             score = float(mine[mine.seed.isin(seeds)].score.mean())
             base_score = float(theirs[theirs.seed.isin(seeds)].score.mean())
             low, high = float(theirs.score.min()), float(theirs.score.max())
+            p_rank = rank_test(mine[mine.seed.isin(seeds)].score, theirs.score)
             rows.append(
                 [
                     base,
@@ -147,6 +151,18 @@ def deviation_games(
                     len(theirs),
                     low,
                     high,
+                    p_rank,
                 ]
             )
     return pd.DataFrame(rows, columns=GAME_EFFECT_COLUMNS)
+
+
+def rank_test(runs: pd.Series, base_runs: pd.Series) -> float:
+    """Two-sided p of the Mann-Whitney U test of ``runs`` against ``base_runs``, exact: every split
+    of the pooled runs is enumerated (``scipy.stats.PermutationMethod`` with unlimited resamples), so
+    ties are handled exactly and the result is the same on every call; two-sided is twice the smaller
+    one-sided p, at most 1 (scipy's convention). NaN where a side has fewer than two runs."""
+    if min(len(runs), len(base_runs)) < 2:
+        return float("nan")
+    exact = stats.PermutationMethod(n_resamples=np.inf)
+    return float(stats.mannwhitneyu(runs, base_runs, alternative="two-sided", method=exact).pvalue)

@@ -472,8 +472,8 @@ def effect_lines(study: Study | Checks) -> list[str]:
 
 def effect_game_table(games: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """Columns and display rows of ``analysis.ablation.deviation_games``: one row per deviation, one
-    column per game, each cell the arm's mean final return and its difference to the base; the
-    first row the base's range over all of its runs."""
+    column per game, each cell the arm's mean final return, its difference to the base and the rank
+    test's p; the first row the base's range over all of its runs."""
     envs = sorted(set(games.env))
     base = games.base.iloc[0]
     spread = games.drop_duplicates("env").set_index("env")
@@ -487,7 +487,9 @@ def effect_game_table(games: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     for deviation, g in games.groupby("deviation", sort=False):
         by_env = g.set_index("env")
         cells = [
-            f"{fmt(by_env.score[e])} ({by_env.difference[e]:+.3g})" if e in by_env.index else "–"
+            f"{fmt(by_env.score[e])} ({by_env.difference[e]:+.3g}; p {fmt(by_env.p_rank[e])})"
+            if e in by_env.index
+            else "–"
             for e in envs
         ]
         rows.append([deviation, ", ".join(str(n) for n in sorted(set(g.runs)))] + cells)
@@ -498,9 +500,11 @@ def effect_game_intro(games: pd.DataFrame) -> str:
     base = games.base.iloc[0]
     return (
         f"Final raw return of each leave-one-out arm per game (mean over the seeds it shares with {base}) "
-        f"and, in brackets, its difference to {base}'s mean on those seeds; the first row is {base}'s "
-        "lowest and highest run over all of its seeds, for scale (with no effect, one run falls outside "
-        "the range of n others with probability 2 / (n + 1))."
+        f"and, in brackets, its difference to {base}'s mean on those seeds and p, the exact two-sided "
+        f"Mann-Whitney test of the arm's runs against all of {base}'s on the game ('–' with fewer than "
+        f"two runs a side); the first row is {base}'s lowest and highest run over all of its seeds, for "
+        "scale. One test per arm and game: with no effect anywhere, about one in twenty of them falls "
+        "below 0.05, so a small p names an effect for the next seeds to test, not a finding."
     )
 
 

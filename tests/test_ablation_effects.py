@@ -5,15 +5,17 @@ replicated on fresh seeds beside the study's. On synthetic runs with known effec
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from analysis.__main__ import main as analysis_main
-from analysis.ablation import deviation_effects, deviation_games
+from analysis.ablation import deviation_effects, deviation_games, rank_test
 from analysis.study import pooled_verdict, run_study
 from analysis.synthetic import SyntheticArm, write_experiment
 from reports.build import build_report
@@ -91,6 +93,38 @@ def test_each_deviation_per_game_compares_the_seeds_it_shares_with_the_base():
     assert (x.base_runs, x.base_low, x.base_high) == (3, 1.0, 8.0)
     y = games.iloc[0]
     assert (y.runs, y.score, y.base_score, y.base_runs, y.base_low, y.base_high) == (1, 2.0, 5.0, 1, 5.0, 5.0)
+    # x's runs 4, 6 against the base's 1, 3, 8: ranks 3 and 4 of the pooled five, U = 4; 4 of the 10
+    # ways to pick 2 of 5 have U >= 4, 8 have U <= 4: p = 2 * 4/10. y has one run: no test.
+    assert x.p_rank == pytest.approx(0.8) and np.isnan(y.p_rank)
+
+
+def test_the_rank_test_is_exact_and_two_sided_with_ties():
+    """Hand-computed: 4 runs all below 5 others is the most extreme of C(9, 4) = 126 splits, on
+    either side: p = 2/126. Tied values are ranked exactly: the p of a slow enumeration of the splits
+    with midranks (with the base's ties, U cannot reach 0, so the doubled tail is what makes it 2/126
+    there too)."""
+    assert rank_test(pd.Series([2.2, 3.9, 3.9, 4.2]), pd.Series([6.0, 6.1, 6.4, 6.4, 6.5])) == pytest.approx(
+        2 / 126
+    )
+    assert rank_test(pd.Series([6.5, 7.0, 7.2, 7.8]), pd.Series([5.0, 5.5, 6.0, 6.0, 6.0])) == pytest.approx(
+        _enumerated_p([6.5, 7.0, 7.2, 7.8], [5.0, 5.5, 6.0, 6.0, 6.0])
+    )
+    assert np.isnan(rank_test(pd.Series([1.0]), pd.Series([2.0, 3.0])))
+
+
+def _enumerated_p(runs, base_runs):
+    """The slow reference: U of every split of the pooled runs from midranks; two-sided as twice the
+    smaller one-sided share, at most 1."""
+    pooled = np.array(runs + base_runs)
+    ranks = pd.Series(pooled).rank().to_numpy()
+    n = len(runs)
+
+    def u(indices):
+        return ranks[list(indices)].sum() - n * (n + 1) / 2
+
+    observed = u(range(n))
+    us = np.array([u(s) for s in itertools.combinations(range(len(pooled)), n)])
+    return min(1.0, 2 * min(np.mean(us >= observed - 1e-9), np.mean(us <= observed + 1e-9)))
 
 
 def test_the_verdict_of_an_ablation_compares_its_endpoints(experiment, tmp_path):
