@@ -130,7 +130,8 @@ bench-env: $(STAMP)
 # MinAtar DQN (setting dqn_minatar) against MinAtar's examples/dqn.py run unmodified from a scratch copy
 # (/tmp/minatar_ref/dqn.py, see bench/bench_minatar_dqn.py; without it the reference is left out) and
 # the same update as plain PyTorch (eager, compiled optimizer step, 5 members packed): what any
-# implementation could reach here. MINATAR_DQN_ARGS="--quick" for a smoke run.
+# implementation could reach here. MINATAR_DQN_ARGS="--quick" for a smoke run; "--after 20000
+# --impls ours,reference" times the steps 20,000 updates in, where a job spends its time.
 bench-minatar-dqn: $(STAMP)
 	$(PY) -m bench.bench_minatar_dqn --out runs/bench/minatar_dqn.csv $(MINATAR_DQN_ARGS)
 
