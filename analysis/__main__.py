@@ -9,7 +9,14 @@ import shlex
 import sys
 from pathlib import Path
 
-from analysis.study import check_replication, effects_path, result_table, run_study, study_markdown
+from analysis.study import (
+    check_replication,
+    effects_path,
+    result_table,
+    run_study,
+    study_markdown,
+    with_replication_base,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             baseline = found.verdict.baseline if found.verdict is not None else args.baseline
             again = run_study(args.replication, baseline=baseline, reps=args.reps, table=args.table)
             check_replication(found, again)
+            found = with_replication_base(found, again)
     except (FileNotFoundError, ValueError) as e:
         print(f"analysis: {e}", file=sys.stderr)
         return 2

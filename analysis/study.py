@@ -12,7 +12,7 @@ this one's, and the verdict of both seed sets pooled (``replication_lines``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -232,6 +232,19 @@ def check_replication(study: Study, replication: Study) -> None:
             f"{replication.experiment.path}: seeds {format_seeds(shared)} are also the study's: a "
             "replication runs other seeds"
         )
+
+
+def with_replication_base(study: Study, replication: Study) -> Study:
+    """``study`` with its per-game deviation table (``deviation_games``) taking the base arm's runs
+    on the replication's seeds into its range and rank test: a replication runs the base arm on
+    other seeds, and more base runs make each test sharper (4 runs against 10 go down to p = 2/1001)."""
+    record = ablation_record(study.experiment.plan)
+    if not record or study.effect_games.empty:
+        return study
+    games = deviation_games(
+        study.scores.final, record, list(study.effects.arm), more_base=replication.scores.final
+    )
+    return replace(study, checks=replace(study.checks, effect_games=games))
 
 
 def pooled_verdict(study: Study, replication: Study, seed: int = 0) -> tuple[verdict.Verdict, list[int]]:
@@ -500,11 +513,13 @@ def effect_game_intro(games: pd.DataFrame) -> str:
     base = games.base.iloc[0]
     return (
         f"Final raw return of each leave-one-out arm per game (mean over the seeds it shares with {base}) "
-        f"and, in brackets, its difference to {base}'s mean on those seeds and p, the exact two-sided "
-        f"Mann-Whitney test of the arm's runs against all of {base}'s on the game ('–' with fewer than "
-        f"two runs a side); the first row is {base}'s lowest and highest run over all of its seeds, for "
-        "scale. One test per arm and game: with no effect anywhere, about one in twenty of them falls "
-        "below 0.05, so a small p names an effect for the next seeds to test, not a finding."
+        f"and, in brackets, its difference to {base}'s mean on those seeds and p, the two-sided "
+        f"Mann-Whitney test of the arm's runs against all of {base}'s runs on the game (exact up to "
+        f"20,000 splits of the pooled runs; '–' with fewer than two runs a side); the first row is "
+        f"{base}'s lowest and highest run and how many "
+        "runs the tests use (a replication's seeds included when given). One test per arm and game: "
+        "with no effect anywhere, about one in twenty of them falls below 0.05, so a small p names an "
+        "effect for the next seeds to test, not a finding."
     )
 
 

@@ -98,6 +98,27 @@ def test_each_deviation_per_game_compares_the_seeds_it_shares_with_the_base():
     assert x.p_rank == pytest.approx(0.8) and np.isnan(y.p_rank)
 
 
+def test_a_replication_s_base_runs_join_the_range_and_the_test_not_the_means():
+    """Hand-computed: the base's runs on seeds 10 and 11 (2 and 9, and another arm's run, ignored)
+    widen the base's range on g1 to [1, 9] over 5 runs; x's means stay those of the shared seeds.
+    x's 4, 6 against 1, 2, 3, 8, 9: ranks 4 and 5 of 7, U = 6; of the 21 ways to pick 2 of 7, 9 have
+    U >= 6 and 15 have U <= 6: p = 2 * 9/21."""
+    rows = [
+        ("b", "g1", 0, 1.0), ("b", "g1", 1, 3.0), ("b", "g1", 2, 8.0),
+        ("b_with_x", "g1", 1, 4.0), ("b_with_x", "g1", 2, 6.0),
+    ]  # fmt: skip
+    final = pd.DataFrame(rows, columns=["arm", "env", "seed", "score"])
+    more = pd.DataFrame(
+        [("b", "g1", 10, 2.0), ("b", "g1", 11, 9.0), ("other", "g1", 10, 100.0)],
+        columns=["arm", "env", "seed", "score"],
+    )
+    record = {"base": "b", "deviations": {"b_with_x": ["algo.x"]}}
+    x = deviation_games(final, record, more_base=more).iloc[0]
+    assert (x.runs, x.score, x.base_score, x.difference) == (2, 5.0, 5.5, -0.5)
+    assert (x.base_runs, x.base_low, x.base_high) == (5, 1.0, 9.0)
+    assert x.p_rank == pytest.approx(18 / 21)
+
+
 def test_the_rank_test_is_exact_and_two_sided_with_ties():
     """Hand-computed: 4 runs all below 5 others is the most extreme of C(9, 4) = 126 splits, on
     either side: p = 2/126. Tied values are ranked exactly: the p of a slow enumeration of the splits
@@ -189,6 +210,8 @@ def test_the_replication_on_fresh_seeds_is_shown_beside_the_study(experiment, fr
     assert f"| better arm (verdict rule) | {BASE} | {BASE} | {BASE} |" in section
     assert f"Pooled, the two seed sets (4 games x 10 runs per game and arm) find {BASE} better" in section
     assert "| seeds | 0-4 | 100-104 | 0-4,100-104 |" in section
+    games = text[text.index("## Each deviation's effect per game") :]
+    assert games.count("(10 runs)") == len(GAMES)  # the base's runs on both seed sets, per game
 
 
 def test_the_pooled_verdict_is_the_verdict_of_one_experiment_of_both_seed_sets(experiment, fresh, tmp_path):
