@@ -5,10 +5,10 @@ design detects with 80% power (``analysis.verdict.detectable_difference``) and t
 against ``PLANNED_DIFFERENCE``; ordered by the size of the effect.
 
 ``deviation_games`` breaks each deviation down by game, in raw returns: the arm's mean final
-return, the base's on the same seeds, the base's range over all of its seeds, and an exact rank
-test of the arm's runs against all of the base's (``rank_test``). With few runs the test is coarse
-(4 runs against 5 cannot go below p = 2/126 = 0.016) and a study makes one per arm and game, so a
-single small p is a lead for the next seeds to test, not a finding.
+return, the base's on the same seeds, the base's range over all of its seeds, and a rank test of
+the arm's runs against all of the base's (``rank_test``, exact at a study's run counts). With few
+runs the test is coarse (4 runs against 5 cannot go below p = 2/126 = 0.016) and a study makes one
+per arm and game, so a single small p is a lead for the next seeds to test, not a finding.
 
 The plan record (``plan.json``) names the base arm and each deviation arm's keys (``ablation``); an
 experiment without one has no deviation table. Each comparison uses the runs of its two arms alone
@@ -141,11 +141,12 @@ def deviation_games(
             seeds = sorted(set(mine.seed) & set(theirs.seed))
             if not seeds:
                 continue
-            score = float(mine[mine.seed.isin(seeds)].score.mean())
+            shared = mine[mine.seed.isin(seeds)].score
+            score = float(shared.mean())
             base_score = float(theirs[theirs.seed.isin(seeds)].score.mean())
             every = all_base[all_base.env == env].score
             low, high = float(every.min()), float(every.max())
-            p_rank = rank_test(mine[mine.seed.isin(seeds)].score, every)
+            p_rank = rank_test(shared, every)
             rows.append(
                 [
                     base,

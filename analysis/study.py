@@ -21,6 +21,7 @@ import pandas as pd
 from analysis import aggregate, verdict
 from analysis.ablation import (
     EFFECT_COLUMNS,
+    EXACT_SPLITS,
     GAME_EFFECT_COLUMNS,
     PLANNED_DIFFERENCE,
     ablation_record,
@@ -515,9 +516,9 @@ def effect_game_intro(games: pd.DataFrame) -> str:
         f"Final raw return of each leave-one-out arm per game (mean over the seeds it shares with {base}) "
         f"and, in brackets, its difference to {base}'s mean on those seeds and p, the two-sided "
         f"Mann-Whitney test of the arm's runs against all of {base}'s runs on the game (exact up to "
-        f"20,000 splits of the pooled runs; '–' with fewer than two runs a side); the first row is "
-        f"{base}'s lowest and highest run and how many "
-        "runs the tests use (a replication's seeds included when given). One test per arm and game: "
+        f"{EXACT_SPLITS:,} splits of the pooled runs; '–' with fewer than two runs a side); the first "
+        f"row is {base}'s lowest and highest run and how many runs the tests use (a replication's "
+        "seeds included when given). One test per arm and game: "
         "with no effect anywhere, about one in twenty of them falls below 0.05, so a small p names an "
         "effect for the next seeds to test, not a finding."
     )
