@@ -8,7 +8,9 @@ against ``PLANNED_DIFFERENCE``; ordered by the size of the effect.
 return, the base's on the same seeds, the base's range over all of its seeds, and a rank test of
 the arm's runs against all of the base's (``rank_test``, exact at a study's run counts). With few
 runs the test is coarse (4 runs against 5 cannot go below p = 2/126 = 0.016) and a study makes one
-per arm and game, so a single small p is a lead for the next seeds to test, not a finding.
+per arm and game, so a single small p is a lead for the next seeds to test, not a finding; its
+Benjamini-Hochberg q over every test of the table (``false_discovery_q``) is what survives the
+number of tests.
 
 The plan record (``plan.json``) names the base arm and each deviation arm's keys (``ablation``); an
 experiment without one has no deviation table. Each comparison uses the runs of its two arms alone
@@ -42,7 +44,7 @@ EFFECT_COLUMNS = [
 
 GAME_EFFECT_COLUMNS = [
     "base", "arm", "deviation", "env", "runs", "score", "base_score", "difference", "base_runs", "base_low",
-    "base_high", "p_rank",
+    "base_high", "p_rank", "q_rank",
 ]  # fmt: skip
 
 
@@ -125,7 +127,8 @@ def deviation_games(
     the game, and ``rank_test`` of the arm's runs on those seeds against all of the base's.
     ``order``: deviation arms first in this order (e.g. the effects table's), the rest by name.
     ``more_base``: the base arm's runs on other seeds (a replication's): they join the base's range
-    and the rank test, not the means on shared seeds."""
+    and the rank test, not the means on shared seeds. ``q_rank``: ``false_discovery_q`` of the
+    table's ``p_rank``."""
     base = record["base"]
     prefix = f"{base}{DEVIATION_INFIX}"
     base_runs = final[final.arm == base]
@@ -161,9 +164,25 @@ def deviation_games(
                     low,
                     high,
                     p_rank,
+                    math.nan,
                 ]
             )
-    return pd.DataFrame(rows, columns=GAME_EFFECT_COLUMNS)
+    table = pd.DataFrame(rows, columns=GAME_EFFECT_COLUMNS)
+    table["q_rank"] = false_discovery_q(table.p_rank)
+    return table
+
+
+def false_discovery_q(p: pd.Series) -> pd.Series:
+    """Benjamini-Hochberg adjusted p (q) of each test among all of ``p``'s finite entries
+    (``scipy.stats.false_discovery_control``): calling every test with q <= a discovery keeps the
+    expected share of false discoveries at most a. A study's per-game table holds one test per arm
+    and game (40 for eight deviations on five games), so a p of 0.01 alone is no finding; NaN stays
+    NaN."""
+    q = pd.Series(math.nan, index=p.index, dtype=float)
+    finite = p.notna()
+    if finite.any():
+        q[finite] = stats.false_discovery_control(p[finite].to_numpy(dtype=float), method="bh")
+    return q
 
 
 # Up to this many splits of the pooled runs the rank test enumerates them all (5 runs against 10:

@@ -487,7 +487,7 @@ def effect_lines(study: Study | Checks) -> list[str]:
 def effect_game_table(games: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """Columns and display rows of ``analysis.ablation.deviation_games``: one row per deviation, one
     column per game, each cell the arm's mean final return, its difference to the base and the rank
-    test's p; the first row the base's range over all of its runs."""
+    test's p and q; the first row the base's range over all of its runs."""
     envs = sorted(set(games.env))
     base = games.base.iloc[0]
     spread = games.drop_duplicates("env").set_index("env")
@@ -501,7 +501,8 @@ def effect_game_table(games: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     for deviation, g in games.groupby("deviation", sort=False):
         by_env = g.set_index("env")
         cells = [
-            f"{fmt(by_env.score[e])} ({by_env.difference[e]:+.3g}; p {fmt(by_env.p_rank[e])})"
+            f"{fmt(by_env.score[e])} ({by_env.difference[e]:+.3g}; p {fmt(by_env.p_rank[e])}, "
+            f"q {fmt(by_env.q_rank[e])})"
             if e in by_env.index
             else "–"
             for e in envs
@@ -520,7 +521,9 @@ def effect_game_intro(games: pd.DataFrame) -> str:
         f"row is {base}'s lowest and highest run and how many runs the tests use (a replication's "
         "seeds included when given). One test per arm and game: "
         "with no effect anywhere, about one in twenty of them falls below 0.05, so a small p names an "
-        "effect for the next seeds to test, not a finding."
+        "effect for the next seeds to test. q is the Benjamini-Hochberg adjusted p over all "
+        f"{games.p_rank.notna().sum()} tests of this table: the effects with q at most 0.05 are the "
+        "findings at a false discovery rate of 5%."
     )
 
 

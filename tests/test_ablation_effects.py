@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from analysis.__main__ import main as analysis_main
-from analysis.ablation import deviation_effects, deviation_games, rank_test
+from analysis.ablation import deviation_effects, deviation_games, false_discovery_q, rank_test
 from analysis.study import pooled_verdict, run_study
 from analysis.synthetic import SyntheticArm, write_experiment
 from reports.build import build_report
@@ -96,6 +96,17 @@ def test_each_deviation_per_game_compares_the_seeds_it_shares_with_the_base():
     # x's runs 4, 6 against the base's 1, 3, 8: ranks 3 and 4 of the pooled five, U = 4; 4 of the 10
     # ways to pick 2 of 5 have U >= 4, 8 have U <= 4: p = 2 * 4/10. y has one run: no test.
     assert x.p_rank == pytest.approx(0.8) and np.isnan(y.p_rank)
+    assert x.q_rank == pytest.approx(0.8) and np.isnan(y.q_rank)  # the table's only test
+
+
+def test_the_false_discovery_q_is_benjamini_hochberg_over_the_finite_tests():
+    """Hand-computed, m = 4 finite tests ranked 0.01, 0.03, 0.04, 0.5: p * m / rank = 0.04, 0.0533,
+    0.0533, 0.5 once each is lowered to the smallest at or above its rank (0.03's 0.06 to 0.04's
+    0.0533); NaN stays NaN and does not count as a test."""
+    q = false_discovery_q(pd.Series([0.04, np.nan, 0.01, 0.5, 0.03], index=list("abcde")))
+    assert list(q.index) == list("abcde") and np.isnan(q["b"])
+    assert q.drop("b").tolist() == pytest.approx([4 * 0.04 / 3, 0.04, 0.5, 4 * 0.04 / 3])
+    assert false_discovery_q(pd.Series([np.nan, np.nan])).isna().all()
 
 
 def test_a_replication_s_base_runs_join_the_range_and_the_test_not_the_means():
@@ -300,6 +311,7 @@ def test_the_study_writes_the_table_to_markdown_and_csv_and_the_report_shows_it(
     assert "## Each deviation's effect" in text and "| big | algo.big |" in text
     per_game = text.split("## Each deviation's effect per game")[1].split("\n## ")[0]
     assert f"| {BASE}: range over its runs | – |" in per_game and "(5 runs)" in per_game
+    assert re.search(r"; p [0-9.e-]+, q [0-9.e-]+\)", per_game)
     assert [line.split(" | ")[0] for line in per_game.splitlines() if line.startswith("| ")][2:] == [
         "| big", "| small", "| none",
     ]  # fmt: skip
