@@ -164,12 +164,10 @@ def deviation_games(
                     low,
                     high,
                     p_rank,
-                    math.nan,
                 ]
             )
-    table = pd.DataFrame(rows, columns=GAME_EFFECT_COLUMNS)
-    table["q_rank"] = false_discovery_q(table.p_rank)
-    return table
+    table = pd.DataFrame(rows, columns=GAME_EFFECT_COLUMNS[:-1])
+    return table.assign(q_rank=false_discovery_q(table.p_rank))
 
 
 def false_discovery_q(p: pd.Series) -> pd.Series:
