@@ -40,6 +40,12 @@ def main(argv: list[str] | None = None) -> int:
         help="runs/<experiment> of the same arms on fresh seeds: its verdict beside this one's",
     )
     study.add_argument(
+        "--pool",
+        action="store_true",
+        help="also read the study and its --replication pooled (labelled exploratory unless the frozen "
+        "[analysis] section allows pooling)",
+    )
+    study.add_argument(
         "--reps", type=int, default=2000, help="bootstrap resamples per interval (default 2000)"
     )
     study.add_argument(
@@ -49,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         help="Atari-57 human/random table (they differ in Video Pinball's random score)",
     )
     args = parser.parse_args(argv)
+    if args.pool and args.replication is None:
+        parser.error("--pool reads a study and its --replication together: give --replication")
     if args.reps < 100:
         parser.error(f"--reps must be at least 100, got {args.reps}")
     try:
@@ -68,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         date=dt.datetime.now(dt.UTC).date().isoformat() + " (UTC)",
         csv_path=str(args.csv) if args.csv else None,
         replication=again,
+        pool=args.pool,
     )
     effects = effects_path(args.csv) if args.csv is not None and not found.effects.empty else None
     for path, write in (

@@ -189,8 +189,9 @@ def false_discovery_q(p: pd.Series) -> pd.Series:
 EXACT_SPLITS = 20_000
 
 
-def rank_test(runs: pd.Series, base_runs: pd.Series) -> float:
-    """Two-sided p of the Mann-Whitney U test of ``runs`` against ``base_runs``. Exact where the
+def rank_test(runs: pd.Series, base_runs: pd.Series, alternative: str = "two-sided") -> float:
+    """p of the Mann-Whitney U test of ``runs`` against ``base_runs`` (``alternative``: scipy's,
+    "greater" for ``runs`` tending higher), two-sided by default. Exact where the
     splits of the pooled runs number at most ``EXACT_SPLITS``: every split is enumerated
     (``scipy.stats.PermutationMethod`` with unlimited resamples), so ties are handled exactly and the
     result is the same on every call; beyond, scipy's normal approximation with its tie correction.
@@ -200,4 +201,4 @@ def rank_test(runs: pd.Series, base_runs: pd.Series) -> float:
         return float("nan")
     splits = math.comb(len(runs) + len(base_runs), len(runs))
     method = stats.PermutationMethod(n_resamples=np.inf) if splits <= EXACT_SPLITS else "asymptotic"
-    return float(stats.mannwhitneyu(runs, base_runs, alternative="two-sided", method=method).pvalue)
+    return float(stats.mannwhitneyu(runs, base_runs, alternative=alternative, method=method).pvalue)

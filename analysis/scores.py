@@ -42,7 +42,16 @@ MINATAR_CURVES_PATH = DATA_DIR / "minatar_published_curves.csv"
 MINATAR_REFERENCE_COLUMNS = (
     "env", "random", "random_source", "dqn_5m", "dqn_5m_low", "dqn_5m_high", "dqn_5m_source", "frames",
 )  # fmt: skip
-MINATAR_CURVES_COLUMNS = ("env", "algo", "frames", "return", "return_low", "return_high", "source")
+MINATAR_CURVES_COLUMNS = (
+    "env",
+    "algo",
+    "frames",
+    "return",
+    "return_low",
+    "return_high",
+    "source",
+    "protocol",
+)
 # The EnvConfig ids of MinAtar games start with this (algorithms/envs/config.py, MINATAR_PREFIX);
 # repeated here because analysis reads run directories and never imports training code.
 MINATAR_PREFIX = "minatar_"
@@ -98,8 +107,8 @@ def human_random_table(name: str = "r2d2") -> HumanRandomTable:
 
 @cache
 def r2d2_published_scores() -> pd.DataFrame:
-    """R2D2 Table 4: columns ``game, r2d2_score, r2d2_hns_percent, source``."""
-    return read_data_csv(R2D2_SCORES_FILE)[["game", "r2d2_score", "r2d2_hns_percent", "source"]]
+    """R2D2 Table 4: columns ``game, r2d2_score, r2d2_hns_percent, source, protocol``."""
+    return read_data_csv(R2D2_SCORES_FILE)[["game", "r2d2_score", "r2d2_hns_percent", "source", "protocol"]]
 
 
 _ALE_ID = re.compile(r"^(?:ALE/)?(?P<name>[A-Za-z0-9_]+?)(?:NoFrameskip)?(?:-v\d+)?$")
@@ -166,7 +175,7 @@ def minatar_reference_table(path: Path | str | None = None) -> DqnRandomTable:
 
 def minatar_published_curves(path: Path | str | None = None) -> pd.DataFrame:
     """Published MinAtar learning curves read off the papers' figures (default ``MINATAR_CURVES_PATH``):
-    ``env, algo, frames, return, return_low, return_high, source``, sorted by env, algo, frames.
+    ``env, algo, frames, return, return_low, return_high, source, protocol``, sorted by env, algo, frames.
 
     Raises ``ValueError`` when a column is missing or an (env, algo) curve repeats a frame count."""
     path = Path(path) if path is not None else MINATAR_CURVES_PATH

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from analysis import aggregate, verdict
 from analysis.ablation import (
@@ -29,13 +30,33 @@ from analysis.ablation import (
     deviation_games,
     verdict_arms,
 )
+from analysis.confirmatory import (
+    ENDPOINT_COLUMNS,
+    EXPLORATORY,
+    Registration,
+    endpoint_table,
+    registration,
+    run_label,
+)
 from analysis.curves import Scores, score_tables
 from analysis.learning import arm_caps, cut_short_note, learning_table
+from analysis.published import TRAINING_LAST, minatar_like_for_like, minatar_training_final, our_protocol
+from analysis.robust import Robustness, balanced_runs, middle_sentence, robust_verdict
 from analysis.runs import Experiment, load_experiment
 from analysis.scores import is_minatar, minatar_published_curves
 from repro.plan_args import format_seeds
 
-RESULT_COLUMNS = ["arm", "env", "seed", "env_steps", "frames", "final_return", "normalised", "source"]
+RESULT_COLUMNS = [
+    "arm",
+    "env",
+    "seed",
+    "env_steps",
+    "frames",
+    "final_return",
+    "normalised",
+    "source",
+    "protocol",
+]
 
 
 def effects_path(csv: Path) -> Path:
@@ -46,7 +67,8 @@ def effects_path(csv: Path) -> Path:
 def result_table(scores: Scores) -> pd.DataFrame:
     """One row per complete run: ``RESULT_COLUMNS``; ``final_return`` is the mean return of the last
     evaluation (``source`` says when a run had none and its last training returns stand in)."""
-    table = scores.final.rename(columns={"score": "final_return"})[RESULT_COLUMNS]
+    table = scores.final.rename(columns={"score": "final_return"})
+    table = table.assign(protocol=table.source.map(our_protocol))[RESULT_COLUMNS]
     return table.sort_values(["arm", "env", "seed"]).reset_index(drop=True)
 
 
@@ -63,6 +85,7 @@ class Checks:
     effects: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=EFFECT_COLUMNS))
     cut_short: str | None = None  # analysis.learning.cut_short_note
     effect_games: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=GAME_EFFECT_COLUMNS))
+    share_note: str | None = None  # how ``share_of_reference`` matches the reference's protocol
 
 
 def learning_checks(
@@ -80,12 +103,34 @@ def learning_checks(
         for r in learning.itertuples()
     ]
     lead = verdict.learning_sentence(levels, scores.scale, "%" if scores.percent else "")
+    note = None
+    if scores.reference == "dqn" and (training := minatar_training_final(exp, scores)) is not None:
+        learning, note = _like_for_like_share(learning, training, games)
     record = ablation_record(exp.plan)
     if not record:
-        return Checks(scores, learning, reference, lead, cut_short=cut_short_note(exp, scores))
+        return Checks(
+            scores, learning, reference, lead, cut_short=cut_short_note(exp, scores), share_note=note
+        )
     effects = deviation_effects(scores.final, record, reps, seed)
     games = deviation_games(scores.final, record, list(effects.arm))
-    return Checks(scores, learning, reference, lead, effects, cut_short_note(exp, scores), games)
+    return Checks(scores, learning, reference, lead, effects, cut_short_note(exp, scores), games, note)
+
+
+def _like_for_like_share(
+    learning: pd.DataFrame, training: pd.DataFrame, games: list[str]
+) -> tuple[pd.DataFrame, str]:
+    """The learning table's share of a training-return reference (Young & Tian's curves) computed like
+    for like (``analysis.published``): each arm's IQM of normalised last-100-episode training returns
+    over the same games, divided by the reference's IQM; the greedy IQM stays beside it."""
+    matrices, _ = aggregate.arm_matrices(training[training.env.isin(games)])
+    iqm = {arm: float(stats.trim_mean(m.ravel(), 0.25)) for arm, m in matrices.items()}
+    learning = learning.assign(training_iqm=learning.arm.map(iqm))
+    learning["share_of_reference"] = learning.training_iqm / learning.reference_iqm
+    return learning, (
+        "The reference's protocol is a training return (analysis/published.py), so 'share of reference' "
+        f"divides each arm's IQM of its own training returns ({TRAINING_LAST}; column 'training IQM') "
+        "by the reference's IQM, never the greedy evaluations' IQM."
+    )
 
 
 @dataclass(frozen=True)
@@ -108,6 +153,10 @@ class Study:
     per_game_note: str
     checks: Checks = field(default_factory=lambda: Checks())
     caps: dict[str, int] = field(default_factory=dict)  # ``learning.arm_caps``
+    registration: Registration = field(default_factory=Registration)  # ``analysis.confirmatory``
+    endpoints: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ENDPOINT_COLUMNS))
+    robustness: Robustness | None = None  # the verdict's, ``analysis.robust``
+    label: tuple[str, str] = (EXPLORATORY, "")  # the verdict's and aggregates' ``run_label``
 
     @property
     def learning(self) -> pd.DataFrame:
@@ -133,8 +182,12 @@ class Study:
     def effect_games(self) -> pd.DataFrame:
         return self.checks.effect_games
 
+    @property
+    def share_note(self) -> str | None:
+        return self.checks.share_note
 
-def _per_game(scores: Scores, reps: int, seed: int) -> tuple[pd.DataFrame, str]:
+
+def _per_game(exp: Experiment, scores: Scores, reps: int, seed: int) -> tuple[pd.DataFrame, str]:
     envs = set(scores.final.env)
     if any(is_minatar(e) for e in envs):
         try:
@@ -143,7 +196,10 @@ def _per_game(scores: Scores, reps: int, seed: int) -> tuple[pd.DataFrame, str]:
             return aggregate.per_game_summary(
                 scores.final, reps, seed
             ), f"no published curves: {e.filename} is absent"
-        return aggregate.compare_with_minatar_published(scores.final, curves, reps=reps, seed=seed), ""
+        try:
+            return minatar_like_for_like(exp, scores, curves, reps, seed), ""
+        except ValueError as e:
+            return aggregate.per_game_summary(scores.final, reps, seed), str(e)
     published = aggregate.compare_with_published(scores.final, reps=reps, seed=seed)
     if len(published):
         return published, ""
@@ -161,14 +217,16 @@ def run_study(
     exp = load_experiment(experiment_dir)
     scores = score_tables(exp, table)
     matrices, games, left_out = aggregate.score_matrices(scores.final)
-    found = power = None
+    found = power = checked = None
     caps = arm_caps(exp, scores)
+    reg = registration(exp.path, exp.metadata)
+    correction = reg.section.correction if reg.frozen else "holm"
     if (pair := verdict_arms(scores.final, exp.plan, baseline)) is not None:
-        a, b, pair_matrices, _ = pair
-        units = _units(scores)
-        found = verdict.two_arm_verdict(pair_matrices, a, b, reps, seed, **units, caps=caps)
-        power = verdict.power_statement(found, **units)
-    per_game, note = _per_game(scores, reps, seed)
+        a, b, pair_matrices, pair_games = pair
+        found, power, checked = robust_verdict(
+            scores.final, pair_matrices, pair_games, a, b, reps, seed, correction, **_units(scores), caps=caps
+        )
+    per_game, note = _per_game(exp, scores, reps, seed)
     return Study(
         experiment=exp,
         scores=scores,
@@ -185,6 +243,10 @@ def run_study(
         per_game_note=note,
         checks=learning_checks(exp, scores, reps, seed, caps),
         caps=caps,
+        registration=reg,
+        endpoints=endpoint_table(reg, scores.final, exp.metadata, reps, seed),
+        robustness=checked,
+        label=run_label(reg, balanced_runs(scores.final), exp.metadata),
     )
 
 
@@ -264,15 +326,23 @@ def pooled_verdict(study: Study, replication: Study, seed: int = 0) -> tuple[ver
     return found, _balanced_seeds(pair, left_out)
 
 
-def replication_lines(study: Study, replication: Study) -> list[str]:
-    """The verdict on other seeds beside the study's (``check_replication`` first) and the verdict of
-    both seed sets pooled: each arm's IQM, P(B > A) and the IQM difference with their 95% CIs, whether
-    the two verdicts agree, and what the pooled runs find with what power."""
+def pooling_allowed(study: Study) -> bool:
+    """Whether the study's frozen ``[analysis]`` section says its seed sets may be read pooled."""
+    return study.registration.frozen and study.registration.section.pool
+
+
+def replication_lines(study: Study, replication: Study, pool: bool = False) -> list[str]:
+    """The verdict on other seeds beside the study's (``check_replication`` first): each arm's IQM,
+    P(B > A) and the IQM difference with their 95% CIs, and whether the two verdicts agree. The verdict
+    of both seed sets pooled only where the study's frozen section allows it (``pooling_allowed``) or
+    ``pool`` asks for it, which then labels it exploratory: pooling chosen after the data is."""
+    allowed = pooling_allowed(study)
+    pool = pool or allowed
     runs = [study, replication]
     scale, unit = study.scores.scale, study.scores.difference_unit
     a, b = study.verdict.baseline, study.verdict.candidate
-    pooled, pooled_seeds = pooled_verdict(study, replication)
-    verdicts = [study.verdict, replication.verdict, pooled]
+    pooled, pooled_seeds = pooled_verdict(study, replication) if pool else (None, [])
+    verdicts = [study.verdict, replication.verdict] + ([pooled] if pool else [])
     in_units = f" ({unit.strip()})" if unit else ""
 
     def level(v: verdict.Verdict, arm: str) -> str:
@@ -280,8 +350,12 @@ def replication_lines(study: Study, replication: Study) -> list[str]:
         return ci_text(found.iqm, found.ci_low, found.ci_high, scale)
 
     rows = [
-        ["experiment", *(f"`{s.experiment.path}`" for s in runs), "both"],
-        ["seeds", *(format_seeds(verdict_seeds(s)) for s in runs), format_seeds(pooled_seeds)],
+        ["experiment", *(f"`{s.experiment.path}`" for s in runs), *(["both"] if pool else [])],
+        [
+            "seeds",
+            *(format_seeds(verdict_seeds(s)) for s in runs),
+            *([format_seeds(pooled_seeds)] if pool else []),
+        ],
         ["games x runs per game and arm", *(f"{v.n_games} x {v.n_runs}" for v in verdicts)],
         [f"IQM of {a}{study.scores.unit}", *(level(v, a) for v in verdicts)],
         [f"IQM of {b}{study.scores.unit}", *(level(v, b) for v in verdicts)],
@@ -297,7 +371,7 @@ def replication_lines(study: Study, replication: Study) -> list[str]:
         ],
         ["better arm (verdict rule)", *(v.winner or "neither" for v in verdicts)],
     ]
-    first, again, _ = verdicts
+    first, again = verdicts[:2]
     same_sign = np.sign(first.iqm_difference["value"]) == np.sign(again.iqm_difference["value"])
     signs = f"The IQM differences have {'the same' if same_sign else 'opposite'} signs"
     low, high = again.iqm_difference["ci_low"], again.iqm_difference["ci_high"]
@@ -325,23 +399,35 @@ def replication_lines(study: Study, replication: Study) -> list[str]:
             f" The replication has both arms complete on {again.n_games} of the study's {first.n_games} "
             "games so far, so its IQMs are over those games only."
         )
-    power = verdict.power_statement(pooled, **_units(study.scores))
-    found = f"find {pooled.winner} better" if pooled.winner else "find neither arm better"
-    pooled_sentence = (
-        f"Pooled, the two seed sets ({pooled.n_games} games x {pooled.n_runs} runs per game and arm) "
-        f"{found} by the verdict rule. {power.sentence}"
-    )
+    if pool:
+        power = verdict.power_statement(pooled, **_units(study.scores))
+        found = f"find {pooled.winner} better" if pooled.winner else "find neither arm better"
+        label = (
+            "as the frozen [analysis] section allows"
+            if allowed
+            else "**exploratory**: no frozen [analysis] section allows pooling, so this reading was chosen "
+            "after the data"
+        )
+        pooled_sentence = (
+            f"Pooled ({label}), the two seed sets ({pooled.n_games} games x {pooled.n_runs} runs per game "
+            f"and arm) {found} by the verdict rule. {power.sentence}"
+        )
+    else:
+        pooled_sentence = (
+            "The two seed sets are not pooled: no frozen [analysis] section allows it (`--pool` shows "
+            "the pooled reading, labelled exploratory)."
+        )
     return [
         "## Replication on fresh seeds",
         "",
         f"The verdict of {a} (A) and {b} (B) recomputed from the runs of `{replication.experiment.path}` "
-        "(the same arms and games on other seeds), beside this study's, and on the runs of both.",
+        "(the same arms and games on other seeds), beside this study's, with a verdict of its own.",
         "",
         sentence,
         "",
         pooled_sentence,
         "",
-        *_md_table(["", "study", "replication", "pooled"], rows),
+        *_md_table(["", "study", "replication", *(["pooled"] if pool else [])], rows),
         "",
     ]
 
@@ -385,20 +471,28 @@ def _per_game_lines(study: Study) -> list[str]:
     norm = f"{study.scores.label}{study.scores.unit} [95% CI]"
     base = ["arm", "env", "runs", "frames", "final return [95% CI]"]
     if "published_source" in table:
-        columns = base + [norm, "published DQN at these frames [reading range]", "published inside our CI",
-                          "our CI overlaps the reading range", "source of the published value"]  # fmt: skip
+        columns = ["arm", "env", "runs", "frames", "greedy evaluation [95% CI]",
+                   "training return, last 100+ episodes [95% CI]", f"training return, {norm}",
+                   "published DQN training return at these frames [reading range]", "published inside our CI",
+                   "our CI overlaps the reading range"]  # fmt: skip
         rows = [
-            [r.arm, r.env, fmt(r.n_runs), fmt(r.frames), ci_text(r.score, r.ci_low, r.ci_high),
+            [r.arm, r.env, fmt(r.n_runs), fmt(r.frames), ci_text(r.eval_score, r.eval_ci_low, r.eval_ci_high),
+             ci_text(r.score, r.ci_low, r.ci_high),
              ci_text(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale),
-             ci_text(r.published, r.published_low, r.published_high), fmt(r.published_in_ci), fmt(r.overlap),
-             r.published_source]
+             ci_text(r.published, r.published_low, r.published_high), fmt(r.published_in_ci), fmt(r.overlap)]
             for r in table.itertuples()
         ]  # fmt: skip
+        protocols = "; ".join(sorted(set(table.published_protocol.dropna())))
         intro = (
-            "Final raw return per arm and game (mean over seeds, 95% bootstrap CI) next to Young & Tian's "
-            "(2019) DQN learning curve read at the same frame count, interpolated between the points read "
-            "off the paper's figure; the bracket is the reading uncertainty; '–' where our frame count lies "
-            "outside the read-off points (never extrapolated)."
+            "Young & Tian's (2019) DQN learning curve is a training return, so it is compared with ours "
+            "under "
+            f"its protocol (analysis/published.py): ours, {TRAINING_LAST}; theirs, {protocols}. The curve is "
+            "read at our frame count, interpolated between the points read off the paper's figure; the "
+            "bracket is the reading uncertainty; '–' where our frame count lies outside the read-off points "
+            "(never extrapolated). The greedy evaluation is shown beside it and compared with nothing: no "
+            "greedy figure was published. What our logs cannot match is the exploration: our runs train "
+            "under their own arm's policy (R2D1: one epsilon per actor), DQN's under epsilon 0.1. Sources "
+            f"of the published values: {'; '.join(sorted(set(table.published_source.dropna())))}."
         )
     elif "game" in table:
         columns = base + ["R2D2 (Table 4)", "ratio", "R2D2 inside our CI"]
@@ -408,7 +502,9 @@ def _per_game_lines(study: Study) -> list[str]:
             for r in table.itertuples()
         ]  # fmt: skip
         intro = (
-            "Final raw score per arm and game next to R2D2's Table 4 (Kapturowski et al. 2019, ~10B frames)."
+            "Final raw score per arm and game (our final evaluation) next to R2D2's Table 4 (Kapturowski et "
+            "al. 2019, ~10B frames; its protocol: final evaluation score, 30 random no-op starts, mean of 3 "
+            "seeds)."
         )
     else:
         columns = base + [norm]
@@ -422,14 +518,148 @@ def _per_game_lines(study: Study) -> list[str]:
     return ["## Per game", "", intro, "", *notes, *_md_table(columns, rows), ""]
 
 
+def registration_lines(study: Study) -> list[str]:
+    """Whether an analysis was frozen before the data (``analysis.confirmatory``), its endpoints tested
+    as frozen on each seed set, and the label of everything else on the page; changes on top."""
+    reg, label = study.registration, study.label
+    if not reg.frozen:
+        return [
+            f"**Exploratory.** {label[1].capitalize()} (repro/preregister.py): every result on this page is "
+            "exploratory.",
+            "",
+        ]
+    lines = [f"**Changed after runs existed.** {note}" for note in reg.notes if "changed" in note]
+    lines += [f"**Note.** {note}" for note in reg.notes if "changed" not in note]
+    lines = [x for note in lines for x in (note, "")]
+    section = reg.section
+    freezes = [
+        [name, e["seeds"], f"`{str(e['hash'])[:12]}`", f"`{str(e['commit'])[:12]}`", e["frozen_at"],
+         "yes (--allow-dirty)" if e.get("dirty") else "no"]
+        for name, e in reg.freezes.items()
+    ]  # fmt: skip
+    lines += [
+        "## Analysis fixed before the data",
+        "",
+        f"The plan's `[analysis]` section, frozen before the first job of each seed set (correction "
+        f"{section.correction} across the endpoints of one seed set, alpha {section.alpha:g}; the "
+        f"replication is {'pooled with' if section.pool else 'never pooled with'} the confirmatory "
+        "seeds). A result is pre-registered when every run it uses started after the freeze, from the "
+        "frozen commit.",
+        "",
+        *_md_table(["seed set", "seeds", "section hash", "commit", "frozen at", "dirty tree"], freezes),
+        "",
+    ]
+    if section.rationale:
+        lines += [f"Rationale (frozen): {section.rationale}", ""]
+    rows = [
+        [r.endpoint, r.seed_set, r.seeds, fmt(r.runs), ci_text(r.estimate, r.ci_low, r.ci_high),
+         f"{r.test}, {r.sides}", fmt(r.p), fmt(r.p_adjusted), "holds" if r.holds else "not shown", r.label]
+        for r in study.endpoints.itertuples()
+    ]  # fmt: skip
+    if rows:
+        lines += [
+            "Each frozen endpoint on each seed set (estimate: candidate minus baseline, raw returns for a "
+            "game, normalised points for an aggregate, 95% bootstrap CI; p of the frozen test and sides, "
+            "adjusted across the endpoints of the seed set; 'holds' when the adjusted p is at most alpha):",
+            "",
+            *_md_table(
+                [
+                    "endpoint",
+                    "seed set",
+                    "seeds",
+                    "runs",
+                    "estimate [95% CI]",
+                    "test",
+                    "p",
+                    "adjusted p",
+                    "result",
+                    "label",
+                ],
+                rows,
+            ),  # fmt: skip
+            "",
+        ]
+        why = sorted({f"{r.endpoint} ({r.seed_set}): {r.why}" for r in study.endpoints.itertuples()
+                      if r.label == EXPLORATORY})  # fmt: skip
+        lines += [f"Exploratory because: {'; '.join(why)}.", ""] if why else []
+    lines += [
+        f"The verdict, aggregates and tables below use every complete run: **{label[0]}** ({label[1]}).",
+        "",
+    ]
+    return lines
+
+
+def robustness_lines(study: Study) -> list[str]:
+    """The verdict across games (``analysis.robust``): each game's effect and test, the verdict with
+    each game left out, and which games make up each arm's IQM middle half."""
+    r = study.robustness
+    if r is None:
+        return []
+    scale, unit = study.scores.scale, study.scores.difference_unit
+    games = [
+        [row.env, fmt(row.baseline_mean), fmt(row.candidate_mean), f"{row.difference:+.3g}", fmt(row.p),
+         fmt(row.p_adjusted)]
+        for row in r.games.itertuples()
+    ]  # fmt: skip
+    loo = [
+        [row.left_out, ci_text(row.difference, row.ci_low, row.ci_high, scale),
+         ci_text(row.poi, row.poi_low, row.poi_high), row.winner or "neither"]
+        for row in r.leave_one_out.itertuples()
+    ]  # fmt: skip
+    correction = r.games.correction.iloc[0] if len(r.games) else "holm"
+    lines = [
+        "## The verdict across games",
+        "",
+        f"Each game's own effect ({r.candidate} - {r.baseline}, mean final return), its two-sided "
+        f"Mann-Whitney p and the p adjusted across the {len(games)} games ({correction}):",
+        "",
+        *_md_table(
+            [
+                "game",
+                f"{r.baseline} mean",
+                f"{r.candidate} mean",
+                "difference",
+                "p",
+                f"adjusted p ({correction})",
+            ],
+            games,
+        ),  # fmt: skip
+        "",
+    ]
+    if loo:
+        in_units = f" ({unit.strip()})" if unit else ""
+        lines += [
+            "The verdict recomputed with each game left out (same rule, same bootstrap):",
+            "",
+            *_md_table(
+                [
+                    "left out",
+                    f"IQM difference{in_units} [95% CI]",
+                    f"P({r.candidate} > {r.baseline})",
+                    "better arm",
+                ],
+                loo,
+            ),  # fmt: skip
+            "",
+        ]
+    carried = (
+        f"Leaving out {' or '.join(r.carried_by)} (one at a time) removes the verdict's resolution."
+        if r.carried_by
+        else "No single game's removal changes the verdict."
+    )
+    return lines + [carried, "", middle_sentence(r), ""]
+
+
 def learning_lines(study: Study | Checks) -> list[str]:
     """The learning check: each arm's IQM against random play (0) and the published reference."""
     if study.learning.empty:
         return []
     scale, unit = study.scores.scale, study.scores.unit
+    training = "training_iqm" in study.learning
     rows = [
         [r.arm, fmt(r.runs), ci_text(r.iqm, r.ci_low, r.ci_high, scale), fmt(r.eval_cap), fmt(r.learned),
-         fmt(r.reference_iqm * scale), fmt(r.share_of_reference)]
+         *([fmt(r.training_iqm * scale)] if training else []), fmt(r.reference_iqm * scale),
+         fmt(r.share_of_reference)]
         for r in study.learning.itertuples()
     ]  # fmt: skip
     columns = [
@@ -438,6 +668,7 @@ def learning_lines(study: Study | Checks) -> list[str]:
         f"IQM{unit} [95% CI]",
         "evaluations cut at (steps)",
         "shown to learn (above random play, whole episodes)",
+        *([f"training IQM{unit}"] if training else []),
         f"reference IQM{unit}",
         "share of reference",
     ]
@@ -452,6 +683,7 @@ def learning_lines(study: Study | Checks) -> list[str]:
         *_md_table(columns, rows),
         "",
         *([f"Note: {study.cut_short}", ""] if study.cut_short else []),
+        *([study.share_note, ""] if study.share_note else []),
     ]
 
 
@@ -544,10 +776,15 @@ def effect_game_lines(study: Study | Checks) -> list[str]:
 
 
 def study_markdown(
-    study: Study, command: str, date: str, csv_path: str | None = None, replication: Study | None = None
+    study: Study,
+    command: str,
+    date: str,
+    csv_path: str | None = None,
+    replication: Study | None = None,
+    pool: bool = False,
 ) -> str:
     """The summary page (module doc); ``command`` and ``date`` record how and when it was produced;
-    ``replication``: the same arms on other seeds (``replication_lines``)."""
+    ``replication``: the same arms on other seeds, read pooled too with ``pool`` (``replication_lines``)."""
     exp, scores = study.experiment, study.scores
     lines = [f"# Study {exp.name}", ""]
     provenance = f"Produced by `{command}` on {date}, from {len(exp.complete)} complete runs of {exp.path}"
@@ -567,14 +804,16 @@ def study_markdown(
         lines += [f"Tidy result table (one row per run): `{csv_path}`.", ""]
         if not study.effects.empty:
             lines += [f"Deviation table: `{effects_path(Path(csv_path))}`.", ""]
+    lines += registration_lines(study)
     if study.verdict is not None and study.power is not None:
         lines += [
-            f"**Verdict.** {study.verdict.sentence}",
+            f"**Verdict ({study.label[0]}).** {study.verdict.sentence}",
             "",
             f"**Power.** {study.power.sentence} Method: {study.power.method}.",
             "",
             f"Rule: {verdict.RULE} (analysis/verdict.py).",
             "",
+            *robustness_lines(study),
         ]
     else:
         lead = f"{study.learning_lead} " if study.learning_lead else ""
@@ -585,7 +824,7 @@ def study_markdown(
         ]
     lines += [f"Scores: {scores.normalisation}.", ""]
     if replication is not None:
-        lines += replication_lines(study, replication)
+        lines += replication_lines(study, replication, pool)
     lines += learning_lines(study) + effect_lines(study) + effect_game_lines(study)
     lines += ["## Aggregates", ""]
     if study.aggregates.empty:

@@ -85,6 +85,7 @@ def write_run(
                 "frames_per_second": sps * frameskip,
                 "updates_per_second": ups,
                 "return_mean": offset + scale * (0.8 * level + noise * rng.standard_normal()),
+                "episodes_logged": 3,
                 "loss": float(rng.random()),
             }
         )

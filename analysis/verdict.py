@@ -71,11 +71,11 @@ def iqm_difference(
     diffs = iqm_rows(stratified_resamples(candidate, reps, rng)) - iqm_rows(
         stratified_resamples(baseline, reps, rng)
     )
-    lo, hi, se = _widened_interval(point, diffs, n)
+    lo, hi, se = widened_interval(point, diffs, n)
     return {"value": point, "ci_low": lo, "ci_high": hi, "se": se}
 
 
-def _widened_interval(point: float, resampled: np.ndarray, n: int) -> tuple[float, float, float]:
+def widened_interval(point: float, resampled: np.ndarray, n: int) -> tuple[float, float, float]:
     """``(ci_low, ci_high, se)`` of the percentile interval of ``resampled`` widened about ``point`` by
     sqrt(n / (n - 1)) (module doc)."""
     widen = np.sqrt(n / (n - 1))
@@ -119,7 +119,7 @@ def arm_levels(
             out.append(ArmLevel(arm, point, np.nan, np.nan, caps.get(arm)))
             continue
         resampled = iqm_rows(stratified_resamples(scores, reps, np.random.default_rng(seed)))
-        lo, hi, _ = _widened_interval(point, resampled, scores.shape[0])
+        lo, hi, _ = widened_interval(point, resampled, scores.shape[0])
         out.append(ArmLevel(arm, point, lo, hi, caps.get(arm)))
     return out
 
@@ -232,9 +232,24 @@ def two_arm_verdict(
     The sentence opens with ``learning_sentence`` when an arm's IQM interval includes random play."""
     found = _two_arm_verdict(matrices, baseline, candidate, reps, seed, label, scale, unit)
     levels = arm_levels({arm: matrices[arm] for arm in (baseline, candidate)}, reps, seed, caps)
-    lead = learning_sentence(levels, scale, "%" if unit.strip() == "percentage points" else unit)
+    lead = learning_sentence(levels, scale, _level_unit(unit))
     sentence = f"{lead} {found.sentence}" if lead else found.sentence
     return dataclasses.replace(found, sentence=sentence, levels=tuple(levels))
+
+
+def _level_unit(unit: str) -> str:
+    """The unit of a level (an IQM) given the unit of a difference: percent for percentage points."""
+    return "%" if unit.strip() == "percentage points" else unit
+
+
+def with_caveat(found: Verdict, caveat: str, scale: float = 1.0, unit: str = "") -> Verdict:
+    """``found`` with ``caveat`` as the sentence after its learning check (first when there is none):
+    whether the arms learned comes before anything else about the comparison."""
+    lead = learning_sentence(found.levels, scale, _level_unit(unit))
+    rest = (
+        found.sentence[len(lead) :].lstrip() if lead and found.sentence.startswith(lead) else found.sentence
+    )
+    return dataclasses.replace(found, sentence=" ".join(p for p in (lead, caveat, rest) if p))
 
 
 def _two_arm_verdict(

@@ -28,8 +28,11 @@ from algorithms.configs import ConfigError
 from analysis import aggregate, verdict
 from analysis.ablation import PLANNED_DIFFERENCE, ablation_record, verdict_arms
 from analysis.configdiff import InEffect, config_diff, effective_table, origins_table, run_effective_values
+from analysis.confirmatory import Registration, endpoint_table, registration, run_label
 from analysis.curves import Scores, resample_curves, score_tables
 from analysis.learning import arm_caps
+from analysis.published import TRAINING_LAST, minatar_like_for_like
+from analysis.robust import Robustness, balanced_runs, middle_sentence, robust_verdict
 from analysis.runs import KEYS, Experiment, load_experiment
 from analysis.scores import Bounds, is_minatar, minatar_published_curves, minatar_reference_table
 from analysis.study import Checks, ci_text, effect_game_intro, effect_game_table, fmt, learning_checks
@@ -481,9 +484,81 @@ def _aggregate_sections(
     return sections, left_out
 
 
-def _verdict_section(exp: Experiment, scores: Scores, reps: int, baseline: str | None) -> Section | None:
+def _robustness_tables(r: Robustness, scale: float, in_units: str) -> list[Table]:
+    """The verdict across games (``analysis.robust``): each game's effect and test, and the verdict
+    with each game left out."""
+    correction = r.games.correction.iloc[0] if len(r.games) else "holm"
+    games = Table(
+        "verdict-games",
+        ["game", f"{r.baseline} mean", f"{r.candidate} mean", "difference", "p (Mann-Whitney)",
+         f"adjusted p ({correction})"],
+        [[row.env, fmt(row.baseline_mean), fmt(row.candidate_mean), f"{row.difference:+.3g}", fmt(row.p),
+          fmt(row.p_adjusted)] for row in r.games.itertuples()],
+        f"Each game's own effect ({r.candidate} - {r.baseline}, mean final return), two-sided, adjusted "
+        "across the games.",
+    )  # fmt: skip
+    loo = Table(
+        "verdict-leave-one-out",
+        ["left out", f"IQM difference{in_units} [95% CI]", f"P({r.candidate} > {r.baseline})", "better arm"],
+        [[row.left_out, ci_text(row.difference, row.ci_low, row.ci_high, scale),
+          ci_text(row.poi, row.poi_low, row.poi_high), row.winner or "neither"]
+         for row in r.leave_one_out.itertuples()],
+        "The verdict recomputed with each game left out (same rule, same bootstrap).",
+    )  # fmt: skip
+    return [games] + ([loo] if len(r.leave_one_out) else [])
+
+
+def _registration_section(exp: Experiment, scores: Scores, reg: Registration, reps: int) -> Section:
+    """The page's first section: whether an analysis was frozen before the data, its changes, and its
+    endpoints tested as frozen (``analysis.confirmatory``)."""
+    if not reg.frozen:
+        return Section(
+            "analysis-plan",
+            "Analysis plan: none frozen",
+            statements=[
+                "Exploratory: no [analysis] section was frozen in this experiment before its runs "
+                "(repro/preregister.py), so every result on this page is exploratory."
+            ],
+        )
+    section = Section(
+        "analysis-plan",
+        "Analysis fixed before the data",
+        f"The plan's [analysis] section (correction {reg.section.correction}, alpha {reg.section.alpha:g}), "
+        "frozen before the first job of each seed set; a result is pre-registered when every run it uses "
+        "started after the freeze, from the frozen commit.",
+        statements=[f"Changed after runs existed: {n}" for n in reg.notes if "changed" in n],
+        notes=[n for n in reg.notes if "changed" not in n],
+    )
+    section.tables.append(
+        Table(
+            "analysis-freezes",
+            ["seed set", "seeds", "section hash", "commit", "frozen at", "dirty tree"],
+            [[name, e["seeds"], str(e["hash"])[:12], str(e["commit"])[:12], e["frozen_at"],
+              "yes (--allow-dirty)" if e.get("dirty") else "no"] for name, e in reg.freezes.items()],
+        )
+    )  # fmt: skip
+    endpoints = endpoint_table(reg, scores.final, exp.metadata, reps)
+    section.tables.append(
+        Table(
+            "analysis-endpoints",
+            ["endpoint", "seed set", "seeds", "runs", "estimate [95% CI]", "test", "p", "adjusted p",
+             "result", "label", "why"],
+            [[r.endpoint, r.seed_set, r.seeds, fmt(r.runs), ci_text(r.estimate, r.ci_low, r.ci_high),
+              f"{r.test}, {r.sides}", fmt(r.p), fmt(r.p_adjusted), "holds" if r.holds else "not shown",
+              r.label, r.why] for r in endpoints.itertuples()],
+            "Each frozen endpoint on each seed set: candidate minus baseline (raw returns for a game, "
+            "normalised points for an aggregate), p of the frozen test adjusted across the set's endpoints.",
+        )
+    )  # fmt: skip
+    return section
+
+
+def _verdict_section(
+    exp: Experiment, scores: Scores, reps: int, baseline: str | None, reg: Registration
+) -> Section | None:
     """The verdict and power statement of a two-arm experiment or of an ablation's endpoints
-    (``analysis.ablation.verdict_arms``); None for any other experiment."""
+    (``analysis.ablation.verdict_arms``), labelled pre-registered or exploratory, with the verdict
+    across games (``analysis.robust``); None for any other experiment."""
     pair = verdict_arms(scores.final, exp.plan, baseline)
     if pair is None:
         return None
@@ -502,15 +577,17 @@ def _verdict_section(exp: Experiment, scores: Scores, reps: int, baseline: str |
         )
     scale, diff_unit = scores.scale, scores.difference_unit
     in_units = f" ({diff_unit.strip()})" if diff_unit else ""
-    found = verdict.two_arm_verdict(
-        matrices, a, b, reps=reps, label=scores.label, scale=scale, unit=diff_unit, caps=arm_caps(exp, scores)
-    )
-    power = verdict.power_statement(found, label=scores.label, scale=scale, unit=diff_unit)
+    correction = reg.section.correction if reg.frozen else "holm"
+    found, power, checked = robust_verdict(
+        scores.final, matrices, games, a, b, reps, 0, correction, scores.label, scale, diff_unit,
+        arm_caps(exp, scores),
+    )  # fmt: skip
+    label, why = run_label(reg, balanced_runs(scores.final), exp.metadata)
     section = Section(
         "verdict",
-        "Verdict",
+        f"Verdict ({label})",
         f"Arm A (baseline) {a}, arm B {b}; final scores, {scores.normalisation}; {len(games)} envs common "
-        f"to both arms, {found.n_runs} runs per env and arm.",
+        f"to both arms, {found.n_runs} runs per env and arm; {label}: {why}.",
         statements=[found.sentence, power.sentence],
     )
     diff = found.iqm_difference
@@ -533,6 +610,13 @@ def _verdict_section(exp: Experiment, scores: Scores, reps: int, baseline: str |
             ],
         )
     )
+    section.tables += _robustness_tables(checked, scale, in_units)
+    section.notes.append(
+        f"Leaving out {' or '.join(checked.carried_by)} (one at a time) removes the verdict's resolution."
+        if checked.carried_by
+        else "No single game's removal changes the verdict."
+    )
+    section.notes.append(middle_sentence(checked))
     section.notes.append(f"Rule: {verdict.RULE} (analysis/verdict.py).")
     section.notes.append(f"Power: {power.method}.")
     section.notes.append(
@@ -551,10 +635,12 @@ def _learning_section(study: Checks) -> Section | None:
     frame = study.learning.assign(
         iqm_ci=[ci_text(r.iqm, r.ci_low, r.ci_high, scale) for r in study.learning.itertuples()],
         reference=study.learning.reference_iqm * scale,
+        training=study.learning.get("training_iqm", float("nan")) * scale,
     )
     columns = [("arm", "arm"), ("runs per game", "runs"), (f"IQM{unit} [95% CI]", "iqm_ci"),
                ("evaluations cut at (steps)", "eval_cap"),
                ("shown to learn (above random play, whole episodes)", "learned"),
+               *([(f"training IQM{unit}", "training")] if "training_iqm" in frame else []),
                (f"reference IQM{unit}", "reference"),
                ("share of reference", "share_of_reference")]  # fmt: skip
     return Section(
@@ -564,7 +650,7 @@ def _learning_section(study: Checks) -> Section | None:
         f"stratified-bootstrap CI); random play is 0; the reference is {study.learning_reference}, its "
         "IQM over the same games.",
         tables=[_table("learning-table", frame, columns)],
-        notes=[study.cut_short] if study.cut_short else [],
+        notes=[n for n in (study.cut_short, study.share_note) if n],
     )
 
 
@@ -628,41 +714,41 @@ def _bounds_table(bounds: Bounds, envs: list[str]) -> Table:
     )
 
 
-def _minatar_published_section(scores: Scores, reps: int) -> Section | None:
-    """Per MinAtar env and arm: our final return next to Young & Tian's DQN curve at our frame count."""
+def _minatar_published_section(exp: Experiment, scores: Scores, reps: int) -> Section | None:
+    """Per MinAtar env and arm: our training return next to Young & Tian's DQN curve (a training
+    return) at our frame count, our greedy evaluation beside it (``analysis.published``)."""
     if not any(is_minatar(env) for env in scores.final.env.unique()):
         return None
     section = Section(
         "published-minatar",
         "Comparison with published MinAtar results (Young & Tian 2019, DQN)",
-        "Our final raw return (mean over seeds, 95% bootstrap CI) next to the published DQN learning curve "
-        "(Young & Tian 2019, arXiv:1903.03176) read at the frame count our runs reached (a MinAtar frame "
-        "is an env step), linearly interpolated between the points read off the paper's figure; the "
-        "range in brackets is the figure-reading uncertainty. Not extrapolated: '–' where our frame count "
-        "lies outside the read-off points.",
+        "The published DQN learning curve (Young & Tian 2019, arXiv:1903.03176) is a training return, so "
+        f"our side is too: {TRAINING_LAST} (mean over seeds, 95% bootstrap CI). The curve is read at the "
+        "frame count our runs reached (a MinAtar frame is an env step), linearly interpolated between the "
+        "points read off the paper's figure; the range in brackets is the figure-reading uncertainty. Not "
+        "extrapolated: '–' where our frame count lies outside the read-off points. Our greedy evaluation "
+        "is shown beside it and compared with nothing (no greedy figure was published); our runs train "
+        "under their own exploration (R2D1: one epsilon per actor), DQN's under epsilon 0.1.",
     )
     try:
         curves = minatar_published_curves()
     except FileNotFoundError as e:
         section.notes.append(f"no published MinAtar curves: {e.filename} is absent")
         return section
-    comparison = aggregate.compare_with_minatar_published(scores.final, curves, reps=reps)
+    try:
+        comparison = minatar_like_for_like(exp, scores, curves, reps)
+    except ValueError as e:
+        section.notes.append(str(e))
+        return section
     scale, unit = scores.scale, scores.unit
     rows = [
-        [
-            r.arm,
-            r.env,
-            fmt(r.n_runs),
-            fmt(r.frames),
-            ci_text(r.score, r.ci_low, r.ci_high),
-            ci_text(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale),
-            ci_text(r.published, r.published_low, r.published_high),
-            fmt(r.published_in_ci),
-            fmt(r.overlap),
-            r.published_source,
-        ]
+        [r.arm, r.env, fmt(r.n_runs), fmt(r.frames), ci_text(r.eval_score, r.eval_ci_low, r.eval_ci_high),
+         ci_text(r.score, r.ci_low, r.ci_high),
+         ci_text(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale),
+         ci_text(r.published, r.published_low, r.published_high), fmt(r.published_in_ci), fmt(r.overlap),
+         r.published_protocol, r.published_source]
         for r in comparison.itertuples()
-    ]
+    ]  # fmt: skip
     section.tables.append(
         Table(
             "minatar-published-table",
@@ -671,11 +757,13 @@ def _minatar_published_section(scores: Scores, reps: int) -> Section | None:
                 "env",
                 "runs",
                 "frames",
-                "our return [95% CI]",
-                f"{scores.label}{unit} [95% CI]",
+                "greedy evaluation [95% CI]",
+                "training return [95% CI]",
+                f"training return, {scores.label}{unit} [95% CI]",
                 "published DQN at these frames [reading range]",
                 "published inside our CI",
                 "our CI overlaps the reading range",
+                "published protocol",
                 "source of the published value",
             ],
             rows,
@@ -830,6 +918,7 @@ def build_report(
     exp = load_experiment(experiment_dir)
     colours = figures.arm_colours(exp.arms)
     scores = score_tables(exp, table, bounds)
+    reg = registration(exp.path, exp.metadata)
     context = [_what_ran(exp), _config_section(exp)]
     left_out = pd.DataFrame(columns=KEYS)
     if scores.final.empty:
@@ -837,12 +926,12 @@ def build_report(
             Section("results", "Results", notes=["no complete run with a score: nothing to aggregate"])
         ]
     else:
-        verdict_section = _verdict_section(exp, scores, reps, baseline)
+        verdict_section = _verdict_section(exp, scores, reps, baseline, reg)
         checks = learning_checks(exp, scores, reps)
         if verdict_section is None and checks.learning_lead:
             verdict_section = Section("verdict", "Verdict", statements=[checks.learning_lead])
         aggregate_sections, left_out = _aggregate_sections(exp, scores, colours, reps)
-        published = [_published_section(scores, colours, reps), _minatar_published_section(scores, reps)]
+        published = [_published_section(scores, colours, reps), _minatar_published_section(exp, scores, reps)]
         sections = [
             section
             for section in (
@@ -854,6 +943,9 @@ def build_report(
             )
             if section is not None
         ]
+    # A frozen analysis is the page's headline; without one, the verdict stays first and the line that
+    # labels it exploratory follows it.
+    sections.insert(0 if reg.frozen else 1, _registration_section(exp, scores, reg, reps))
     sections.append(_throughput_section(exp, colours))
     sections.append(_problems_section(exp, left_out))
     html = render(

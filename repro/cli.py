@@ -164,6 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--detect", type=float, default=10.0, help="IQM difference to detect with 80%% power, points (10)"
     )
     p.add_argument("--exp", default=None, help="experiment name (default <plan or setting>-<profile>)")
+    p.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="run a plan with an [analysis] section from a tree with uncommitted changes (recorded)",
+    )
     p.add_argument("--root", default=str(DEFAULT_ROOT))
     p.add_argument("--backend", default="local")
     p.add_argument("--address", default=None, help="Ray cluster address (BACKEND=ray)")

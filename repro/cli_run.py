@@ -16,6 +16,8 @@ from pathlib import Path
 
 from algorithms.configs import ConfigError
 from repro.cli_estimate import print_estimate
+from repro.plans import plan_analysis
+from repro.preregister import freeze, read_record
 
 
 def _plan_jobs(args: argparse.Namespace):
@@ -262,6 +264,23 @@ def _dry_run(plan, jobs, n_slots: int, slot_kind: str, packs, k: int) -> None:
         print(render(["arm", "env", "seeds", "K"], rows, align_right=(3,)))
 
 
+def _analysis_line(section, seeds, experiment_dir: Path) -> str:
+    """The dry run's line on the plan's ``[analysis]``: which declared seed sets this run touches and
+    whether each is frozen with this section already (``repro.preregister``)."""
+    from repro.plan_args import format_seeds
+
+    frozen = {(r.get("seed_set"), r.get("hash")) for r in read_record(experiment_dir)}
+    parts = []
+    for name, declared in (("confirmatory", section.seeds), ("replication", section.replication_seeds)):
+        if declared and set(seeds) & set(declared):
+            state = "frozen" if (name, section.hash) in frozen else "freezes before its first job"
+            parts.append(f"{name} seeds {format_seeds(declared)} ({state})")
+    outside = sorted(set(seeds) - set(section.seeds) - set(section.replication_seeds))
+    if outside:
+        parts.append(f"seeds {format_seeds(outside)} in neither set: exploratory")
+    return f"analysis {section.hash[:12]}: " + ("; ".join(parts) or "no seeds of this run")
+
+
 def _progress(job, left: int) -> str:
     """The dry run's "done" column: ``complete``, the env steps of the last progress row of a run that
     stopped or is running part-way (``resumes at 150k``), or nothing for a job not started."""
@@ -294,8 +313,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ConfigError("BACKEND=ray needs the ray extra: pip install -e '.[ray]'") from None
     slots = detect_slots(n_jobs, threads, gpus_per_job=gpus_per_job if args.backend == "local" else None)
     packs, pack = _packs(args.pack, jobs, len(slots), args.backend)
+    section = plan_analysis(plan)
     if args.dry_run:
         _dry_run(plan, jobs, len(slots), slots[0].device if args.backend == "local" else "ray", packs, pack)
+        if section is not None:
+            print(_analysis_line(section, seeds, jobs[0].run_dir.parents[2]))
         if args.estimate:
             print_estimate(
                 plan, jobs, slots, fresh=args.reprobe, may_probe=args.probe, packs=packs, k=pack,
@@ -317,6 +339,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     tasks = _tasks(jobs, cpus_per_job, packs, views)
     if args.backend == "ray" and (code := _connect_ray(args, jobs, tasks)) is not None:
         return code
+    if section is not None:
+        # Frozen before the first job of a seed set starts, so every run it covers starts after it.
+        print(
+            freeze(jobs[0].run_dir.parents[2], plan.path, section, seeds, args.allow_dirty).line,
+            file=sys.stderr,
+        )
     try:
         write_plan_record(jobs[0].run_dir.parents[2], plan, jobs, seeds)
     except OSError as e:  # a full disk or a read-only root: nothing can run, say so in one line

@@ -12,6 +12,9 @@ A plan (``repro/configs/plans/<name>.toml``)::
     ablate = "rlpyt_r2d1_published"                        # optional: leave-one-out arms (repro/ablation.py)
     pilot = "docs/results/r2d1_minatar.csv"                # optional: plan the seeds (repro/power.py)
 
+    [analysis]                                             # optional: the analysis, fixed before the data
+    ...                                                    # (repro/preregister.py)
+
 An ablation plan (``ablate``) runs leave-one-out arms beside its one arm (``repro.ablation``).
 
 Each job is one (arm, env, seed) with its fully resolved ``TrainConfig`` (setting, then profile, then
@@ -46,6 +49,7 @@ from repro.plan_args import format_deviation as format_deviation
 from repro.plan_args import format_seeds as format_seeds
 from repro.plan_args import parse_deviation as parse_deviation
 from repro.plan_args import parse_list as parse_list
+from repro.preregister import AnalysisSection, parse_section
 from repro.profiles import REPO_ROOT, Profile, apply_profile, is_budget_key, load_profile
 from repro.settings import (
     CONFIG_DIR,
@@ -83,6 +87,7 @@ class Plan:
     setting: str | None = None  # a setting run without a plan file (``setting_plan``): its name or path
     ablate: str | None = None  # the setting whose deviations from the one arm make leave-one-out arms
     pilot: str | None = None  # tidy results the seed planner (repro/power.py) reads, relative to the repo
+    analysis: Mapping[str, Any] | None = None  # the [analysis] table as read (``plan_analysis`` checks it)
 
 
 @dataclass(frozen=True)
@@ -125,8 +130,8 @@ def load_plan(name: str, plans_dir: Path = PLANS_DIR) -> Plan:
         raise ConfigError(f"unknown plan '{name}'; " + unknown_key_message(name, available_plans(plans_dir)))
     data = read_toml(path)
     meta = data.get("plan")
-    if set(data) != {"plan"} or not isinstance(meta, Mapping):
-        raise ConfigError(f"{path}: a plan file has exactly one table, [plan]")
+    if not isinstance(meta, Mapping) or not set(data) <= {"plan", "analysis"}:
+        raise ConfigError(f"{path}: a plan file has a [plan] table and optionally an [analysis] table")
     for key, value in meta.items():
         if key not in PLAN_KEYS:
             raise ConfigError(
@@ -158,8 +163,21 @@ def load_plan(name: str, plans_dir: Path = PLANS_DIR) -> Plan:
     return Plan(
         path.stem, path, meta["title"], meta.get("description", ""), tuple(meta["arms"]), tuple(meta["envs"]),
         meta["envs_source"], seeds, ablate=meta.get("ablate"),
-        pilot=str(REPO_ROOT / meta["pilot"]) if "pilot" in meta else None,
+        pilot=str(REPO_ROOT / meta["pilot"]) if "pilot" in meta else None, analysis=data.get("analysis"),
     )  # fmt: skip
+
+
+def plan_analysis(
+    plan: Plan, settings_dir: Path = SETTINGS_DIR, schema: Schema = default_schema
+) -> AnalysisSection | None:
+    """The plan's ``[analysis]`` table checked against its arms (as their run directories name them),
+    envs and design switches (``repro.preregister.parse_section``); None when it has none."""
+    if plan.analysis is None:
+        return None
+    arms = ablation_arms(plan, settings_dir, schema)
+    names = [a.name for a in arms]
+    switches = list(dict.fromkeys(a.deviation[1] for a in arms if a.deviation is not None))
+    return parse_section(plan.analysis, str(plan.path), names, plan.envs, switches)
 
 
 def is_plan(name_or_path: str, plans_dir: Path = PLANS_DIR) -> bool:

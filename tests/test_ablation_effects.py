@@ -169,7 +169,7 @@ def test_the_verdict_of_an_ablation_compares_its_endpoints(experiment, tmp_path)
     assert (found.n_games, found.n_runs) == (len(GAMES), 5) and study.power is not None
     md = tmp_path / "abl.md"
     assert analysis_main(["study", str(experiment), "--markdown", str(md), "--reps", "200"]) == 0
-    assert f"**Verdict.** {BASE} is better than published" in md.read_text()
+    assert f"**Verdict (exploratory).** {BASE} is better than published" in md.read_text()
     html = build_report(experiment, out=tmp_path / "r.html", reps=200).read_text()
     assert 'id="verdict-table"' in html and f"P({BASE} &gt; published)" in html
 
@@ -218,11 +218,23 @@ def test_the_replication_on_fresh_seeds_is_shown_beside_the_study(experiment, fr
         "| seeds | 0-4 | 100-104 |" in section
         and "| games x runs per game and arm | 4 x 5 | 4 x 5 |" in section
     )
-    assert f"| better arm (verdict rule) | {BASE} | {BASE} | {BASE} |" in section
-    assert f"Pooled, the two seed sets (4 games x 10 runs per game and arm) find {BASE} better" in section
-    assert "| seeds | 0-4 | 100-104 | 0-4,100-104 |" in section
+    assert f"| better arm (verdict rule) | {BASE} | {BASE} |" in section
+    # No frozen [analysis] section allows pooling: the two seed sets are not pooled unless asked.
+    assert "The two seed sets are not pooled" in section and "| pooled |" not in section
     games = text[text.index("## Each deviation's effect per game") :]
     assert games.count("(10 runs)") == len(GAMES)  # the base's runs on both seed sets, per game
+
+
+def test_pooling_asked_for_after_the_data_is_labelled_exploratory(experiment, fresh, tmp_path):
+    md = tmp_path / "abl.md"
+    argv = ["study", str(experiment), "--replication", str(fresh[0]), "--pool", "--markdown", str(md),
+            "--reps", "200"]  # fmt: skip
+    assert analysis_main(argv) == 0
+    section = md.read_text()[md.read_text().index("## Replication on fresh seeds") :]
+    assert f"| better arm (verdict rule) | {BASE} | {BASE} | {BASE} |" in section
+    assert "Pooled (**exploratory**: no frozen [analysis] section allows pooling" in section
+    assert f"the two seed sets (4 games x 10 runs per game and arm) find {BASE} better" in section
+    assert "| seeds | 0-4 | 100-104 | 0-4,100-104 |" in section
 
 
 def test_the_pooled_verdict_is_the_verdict_of_one_experiment_of_both_seed_sets(experiment, fresh, tmp_path):

@@ -36,7 +36,9 @@ def test_neither_arm_learned_is_the_first_sentence_of_the_verdict(tmp_path):
     assert not study.learning.learned.any()
     assert all(r.ci_low <= 0 <= r.ci_high for r in study.learning.itertuples())
     markdown = study_markdown(study, "cmd", "2026-12-04")
-    assert "**Verdict.** Neither arm has learned" in markdown and "## Learning check" in markdown
+    assert (
+        "**Verdict (exploratory).** Neither arm has learned" in markdown and "## Learning check" in markdown
+    )
     assert markdown.count("Neither arm has learned") == 1
 
 

@@ -119,7 +119,8 @@ def test_dqn_normalisation_hand_computed(minatar_data, tmp_path):
 def test_published_curve_is_interpolated_and_never_extrapolated(tmp_path):
     curve = pd.DataFrame(
         {"env": "e", "algo": "dqn", "frames": [200, 0, 100], "return": [30.0, 0.0, 10.0],
-         "return_low": [20.0, 0.0, 8.0], "return_high": [40.0, 0.0, 12.0], "source": ["c", "a", "b"]}
+         "return_low": [20.0, 0.0, 8.0], "return_high": [40.0, 0.0, 12.0], "source": ["c", "a", "b"],
+         "protocol": "training return"}
     )  # fmt: skip
     # halfway between (100, 10 [8, 12]) and (200, 30 [20, 40])
     assert published_at(curve, 150) == {
@@ -333,12 +334,12 @@ def test_study_writes_result_table_and_markdown(experiment, minatar_data, tmp_pa
         in text
     )
     assert re.search(r"on \d{4}-\d{2}-\d{2} \(UTC\)", text)
-    verdict_line = next(line for line in text.splitlines() if line.startswith("**Verdict.**"))
+    verdict_line = next(line for line in text.splitlines() if line.startswith("**Verdict (exploratory).**"))
     assert f"{CORRECTED} is better than {PUBLISHED}" in verdict_line
     assert "**Power.** With 5 games x 3 seeds per arm" in text and "Method: normal approximation" in text
     sections = [line for line in text.splitlines() if line.startswith("## ")]
     assert sections == ["## Learning check", "## Aggregates", "## Per game", "## Runs not used"]
-    assert text.index("**Verdict.**") < text.index("## Aggregates")
+    assert text.index("**Verdict (exploratory).**") < text.index("## Aggregates")
     assert "| arm | IQM (%) | Median (%) | Mean (%) | Optimality gap (%) |" in text
     per_game = text[text.index("## Per game") : text.index("## Runs not used")]
     assert len([line for line in per_game.splitlines() if line.startswith(f"| {CORRECTED} | minatar_")]) == 5

@@ -73,6 +73,7 @@ from algorithms.rundir.meta import (
     RECORDED_PACKAGES,
     collect_metadata,
     declared_effective_values,
+    git_state,
     rng_state,
     set_rng_state,
 )
@@ -110,6 +111,7 @@ __all__ = [
     "completion",
     "declared_effective_values",
     "find_runs",
+    "git_state",
     "is_complete",
     "lock_holder",
     "read_run",

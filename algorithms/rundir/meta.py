@@ -55,11 +55,19 @@ def _gpu_models() -> list[str]:
     return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
 
 
-def collect_metadata(seeds: dict[str, int], code_dir: Path | None = None) -> dict[str, Any]:
-    """Everything needed to know what ran where: code version, packages, interpreter, hardware, seeds."""
+def git_state(code_dir: Path | None = None) -> tuple[str | None, bool | None]:
+    """``(commit, dirty)`` of the code's checkout (default: this repository); dirty means tracked files
+    with uncommitted changes (new run directories are untracked and do not count). None where git
+    cannot tell (no git, not a checkout)."""
     code_dir = Path(code_dir or Path(__file__).resolve().parents[2])  # the repository: algorithms/rundir/..
     commit = _git(["rev-parse", "HEAD"], code_dir)
     status = _git(["status", "--porcelain", "--untracked-files=no"], code_dir)
+    return commit, None if status is None else bool(status)
+
+
+def collect_metadata(seeds: dict[str, int], code_dir: Path | None = None) -> dict[str, Any]:
+    """Everything needed to know what ran where: code version, packages, interpreter, hardware, seeds."""
+    commit, dirty = git_state(code_dir)
     packages = {}
     for name in RECORDED_PACKAGES:
         try:
@@ -69,7 +77,7 @@ def collect_metadata(seeds: dict[str, int], code_dir: Path | None = None) -> dic
     gpus = _gpu_models()
     return {
         "git_commit": commit,
-        "git_dirty": None if status is None else bool(status),
+        "git_dirty": dirty,
         "packages": packages,
         "python": sys.version.split()[0],
         "platform": platform.platform(),

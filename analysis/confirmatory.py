@@ -1,0 +1,267 @@
+"""Every result labelled pre-registered or exploratory, and a plan's frozen endpoints tested as frozen.
+
+A plan's ``[analysis]`` section (``repro.preregister``) is frozen in the experiment
+(``preregistration.json``) before the first job of a seed set starts. Here it is read back:
+
+* **Labels.** A result is *pre-registered* when a section was frozen for its seed set and every run it
+  uses started after that freeze, from the frozen commit, from a clean tree (or one the freeze allowed
+  dirty, which the label says). Anything else is *exploratory*, with the reason counted: no freeze,
+  runs started before it, another commit, a dirty tree, seeds outside the frozen sets (seeds added after
+  a look). Runs are checked from their own ``metadata.json`` (start time and commit of their first start).
+* **Endpoints.** Each frozen endpoint is tested on the confirmatory seeds, and again on the replication
+  seeds with a verdict of its own; the two sets are read pooled only where the frozen section says
+  ``pool = true``. Tests: a game's difference of mean final returns with a Mann-Whitney (exact for small
+  samples) or Welch test; an aggregate metric's difference of normalised scores with its stratified
+  bootstrap (the widened interval of ``analysis.verdict``) and a normal-approximation p from the
+  bootstrap's standard error; one- or two-sided as frozen; p adjusted across the endpoints of one seed
+  set with the frozen correction (``analysis.multiple``); an endpoint *holds* when its adjusted p is at
+  most the frozen alpha.
+* **Changes.** A section frozen again with another hash for the same seed set, or a plan file whose
+  section no longer matches the freeze, is said on top of every summary and report: the analysis
+  then uses the first freeze, and only the runs that started after it count as pre-registered.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from algorithms.configs import ConfigError
+from analysis import aggregate, verdict
+from analysis.ablation import rank_test
+from analysis.multiple import adjust
+from repro.plan_args import format_seeds
+from repro.power import stratified_resamples
+from repro.preregister import AnalysisSection, Endpoint, parse_section, read_record, section_hash
+from repro.settings import read_toml
+
+PRE = "pre-registered"
+EXPLORATORY = "exploratory"
+ENDPOINT_COLUMNS = [
+    "endpoint", "kind", "seed_set", "seeds", "runs", "estimate", "ci_low", "ci_high", "test", "sides", "p",
+    "p_adjusted", "correction", "alpha", "holds", "label", "why",
+]  # fmt: skip
+ALTERNATIVE = {"two": "two-sided", "greater": "greater", "less": "less"}
+METRIC_NAMES = {"iqm": "IQM", "median": "Median", "mean": "Mean", "optimality_gap": "Optimality gap"}
+
+
+def _time(text: Any) -> dt.datetime | None:
+    try:
+        stamp = dt.datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.UTC)
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What an experiment's ``preregistration.json`` says: the first freeze of each seed set, the
+    section they froze (None without a freeze), and the notes every summary shows on top."""
+
+    freezes: dict[str, dict[str, Any]] = field(default_factory=dict)  # seed set -> its first freeze
+    section: AnalysisSection | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def frozen(self) -> bool:
+        return self.section is not None
+
+
+def registration(exp_path: Path, metadata: pd.DataFrame) -> Registration:
+    """The experiment's ``Registration`` (module doc); ``metadata``: its runs' metadata table."""
+    record = read_record(exp_path)
+    if not record:
+        return Registration()
+    first: dict[str, dict[str, Any]] = {}
+    notes = []
+    for entry in record:
+        name = entry.get("seed_set")
+        if name not in first:
+            first[name] = entry
+            continue
+        if entry.get("hash") != first[name].get("hash"):
+            started = _started_before(metadata, _time(entry.get("frozen_at")))
+            notes.append(
+                f"The [analysis] section of the {name} seeds was frozen again with a changed section "
+                f"({str(entry.get('hash'))[:12]}, {entry.get('frozen_at')}) after the first freeze "
+                f"({str(first[name].get('hash'))[:12]}, {first[name].get('frozen_at')}), when {started} "
+                "run(s) had already started; results use the first freeze."
+            )
+    origin = first.get("confirmatory") or next(iter(first.values()))
+    section = parse_section(origin["section"], f"{exp_path / 'preregistration.json'}", None, None, None)
+    plan_path = Path(str(origin.get("plan", "")))
+    if plan_path.is_file():
+        try:
+            now = read_toml(plan_path).get("analysis")
+        except ConfigError as e:
+            notes.append(
+                f"The plan file {plan_path} cannot be read now ({e}); results use the frozen section."
+            )
+        else:
+            if now is None or section_hash(now) != section.hash:
+                notes.append(
+                    f"The plan file {plan_path} no longer holds the frozen [analysis] section (frozen "
+                    f"{section.hash[:12]}, now {section_hash(now)[:12] if now else 'none'}); results use "
+                    "the frozen one."
+                )
+    for name, entry in first.items():
+        if entry.get("dirty"):
+            notes.append(
+                f"The {name} seeds were frozen from a tree with uncommitted changes (--allow-dirty) at "
+                f"{str(entry.get('commit'))[:12]}: their code is not exactly that commit."
+            )
+    return Registration(first, section, tuple(notes))
+
+
+def _started_before(metadata: pd.DataFrame, when: dt.datetime | None) -> int:
+    if when is None or metadata.empty or "start_time" not in metadata:
+        return 0
+    return sum(1 for t in metadata.start_time if (s := _time(t)) is not None and s < when)
+
+
+def run_label(reg: Registration, runs: pd.DataFrame, metadata: pd.DataFrame) -> tuple[str, str]:
+    """``(label, why)`` of a result that uses ``runs`` (``arm, env, seed``): pre-registered only when
+    every run belongs to a frozen seed set and started after its freeze, from its commit, clean."""
+    if not reg.frozen:
+        return EXPLORATORY, "no [analysis] section was frozen before these runs"
+    if runs.empty:
+        return EXPLORATORY, "no runs"
+    meta = runs[["arm", "env", "seed"]].merge(metadata, on=["arm", "env", "seed"], how="left")
+    counts: dict[str, int] = {}
+    dirty_allowed = False
+    for row in meta.itertuples(index=False):
+        name = reg.section.seed_set(int(row.seed))
+        entry = reg.freezes.get(name) if name else None
+        if entry is None:
+            reason = "seeds outside the frozen seed sets" if name is None else f"{name} seeds never frozen"
+        elif (start := _time(getattr(row, "start_time", None))) is None:
+            reason = "no recorded start time"
+        elif start < _time(entry["frozen_at"]):
+            reason = "started before the freeze"
+        elif str(getattr(row, "git_commit", "")) != entry["commit"]:
+            reason = "another commit than the frozen one"
+        elif getattr(row, "git_dirty", False) is True and not entry.get("dirty"):
+            reason = "a tree with uncommitted changes"
+        else:
+            dirty_allowed |= bool(entry.get("dirty"))
+            continue
+        counts[reason] = counts.get(reason, 0) + 1
+    if counts:
+        why = "; ".join(f"{n} of {len(meta)} runs: {reason}" for reason, n in counts.items())
+        return EXPLORATORY, why
+    return PRE, "frozen before every run, same commit" + (", dirty tree allowed" if dirty_allowed else "")
+
+
+def _difference_ci(cand: np.ndarray, base: np.ndarray, reps: int, seed: int) -> tuple[float, float]:
+    """Percentile 95% bootstrap interval of mean(cand) - mean(base), each arm resampled on its own,
+    widened by sqrt(n / (n - 1)) as ``analysis.verdict`` widens (n: the smaller arm's runs)."""
+    rng = np.random.default_rng(seed)
+    diffs = rng.choice(cand, (reps, len(cand))).mean(1) - rng.choice(base, (reps, len(base))).mean(1)
+    lo, hi, _ = verdict.widened_interval(cand.mean() - base.mean(), diffs, min(len(cand), len(base)))
+    return lo, hi
+
+
+def _normal_p(point: float, se: float, sides: str) -> float:
+    if not np.isfinite(se) or se <= 0:
+        return float("nan")
+    z = point / se
+    if sides == "greater":
+        return float(stats.norm.sf(z))
+    if sides == "less":
+        return float(stats.norm.cdf(z))
+    return float(2 * stats.norm.sf(abs(z)))
+
+
+def test_endpoint(endpoint: Endpoint, final: pd.DataFrame, reps: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """``estimate, ci_low, ci_high, p, runs`` of one game or aggregate endpoint on ``final`` (the runs
+    of one seed set: ``arm, env, seed, score, normalised``)."""
+    pair = final[final.arm.isin([endpoint.baseline, endpoint.candidate])]
+    if endpoint.kind == "game":
+        on = pair[pair.env == endpoint.game]
+        cand = on[on.arm == endpoint.candidate].score.to_numpy(float)
+        base = on[on.arm == endpoint.baseline].score.to_numpy(float)
+        if min(len(cand), len(base)) < 2:
+            return {"estimate": np.nan, "ci_low": np.nan, "ci_high": np.nan, "p": np.nan, "runs": on}
+        lo, hi = _difference_ci(cand, base, reps, seed)
+        if endpoint.test == "welch":
+            p = stats.ttest_ind(cand, base, equal_var=False, alternative=ALTERNATIVE[endpoint.sides]).pvalue
+        else:
+            p = rank_test(pd.Series(cand), pd.Series(base), ALTERNATIVE[endpoint.sides])
+        return {"estimate": cand.mean() - base.mean(), "ci_low": lo, "ci_high": hi, "p": float(p), "runs": on}
+    matrices, _, left_out = aggregate.score_matrices(pair)
+    used = pair.merge(left_out[["arm", "env", "seed"]], how="left", indicator=True)
+    used = used[used["_merge"] == "left_only"]
+    if len(matrices) < 2 or matrices[endpoint.candidate].shape[0] < 2:
+        return {"estimate": np.nan, "ci_low": np.nan, "ci_high": np.nan, "p": np.nan, "runs": used}
+    cand, base = matrices[endpoint.candidate], matrices[endpoint.baseline]
+    if endpoint.metric == "probability_of_improvement":
+        found = aggregate.probability_of_improvement(
+            matrices, endpoint.candidate, endpoint.baseline, reps, seed
+        )
+        point, lo, hi = found["value"] - 0.5, found["ci_low"] - 0.5, found["ci_high"] - 0.5
+        se = (hi - lo) / (2 * stats.norm.ppf(0.975))
+    else:
+        metric = aggregate.METRICS[METRIC_NAMES[endpoint.metric]]
+        rng = np.random.default_rng(seed)
+        draws_c, draws_b = stratified_resamples(cand, reps, rng), stratified_resamples(base, reps, rng)
+        diffs = np.array([metric(c) - metric(b) for c, b in zip(draws_c, draws_b)])
+        point = float(metric(cand) - metric(base))
+        lo, hi, se = verdict.widened_interval(point, diffs, cand.shape[0])
+    return {"estimate": point, "ci_low": lo, "ci_high": hi, "p": _normal_p(point, se, endpoint.sides),
+            "runs": used}  # fmt: skip
+
+
+def _seed_sets(section: AnalysisSection, present: set[int]) -> list[tuple[str, tuple[int, ...]]]:
+    sets = [("confirmatory", section.seeds)]
+    if section.replication_seeds:
+        sets.append(("replication", section.replication_seeds))
+        if section.pool:
+            sets.append(("pooled", section.seeds + section.replication_seeds))
+    return [(name, seeds) for name, seeds in sets if present & set(seeds)]
+
+
+def endpoint_table(
+    reg: Registration, final: pd.DataFrame, metadata: pd.DataFrame, reps: int = 2000, seed: int = 0
+) -> pd.DataFrame:
+    """``ENDPOINT_COLUMNS``: every frozen game and aggregate endpoint on each seed set that has runs
+    (module doc), p adjusted across the endpoints of one set. Empty without a frozen section."""
+    if not reg.frozen:
+        return pd.DataFrame(columns=ENDPOINT_COLUMNS)
+    section = reg.section
+    rows = []
+    for name, seeds in _seed_sets(section, set(int(s) for s in final.seed)):
+        on = final[final.seed.isin(seeds)]
+        block = []
+        for endpoint in section.endpoints:
+            if endpoint.kind == "effect":
+                continue
+            found = test_endpoint(endpoint, on, reps, seed)
+            label, why = run_label(reg, found["runs"], metadata)
+            if name == "pooled" and label == PRE:
+                why += "; pooled as the frozen section allows"
+            block.append({
+                "endpoint": endpoint.name, "kind": endpoint.kind, "seed_set": name,
+                "seeds": _seeds_text(found["runs"]), "runs": len(found["runs"]),
+                "estimate": found["estimate"], "ci_low": found["ci_low"], "ci_high": found["ci_high"],
+                "test": endpoint.test, "sides": endpoint.sides, "p": found["p"],
+                "correction": section.correction, "alpha": section.alpha, "label": label, "why": why,
+            })  # fmt: skip
+        if not block:
+            continue
+        frame = pd.DataFrame(block)
+        frame["p_adjusted"] = adjust(frame.p, section.correction).to_numpy()
+        frame["holds"] = frame.p_adjusted <= section.alpha
+        rows.append(frame)
+    if not rows:
+        return pd.DataFrame(columns=ENDPOINT_COLUMNS)
+    return pd.concat(rows, ignore_index=True)[ENDPOINT_COLUMNS]
+
+
+def _seeds_text(runs: pd.DataFrame) -> str:
+    return format_seeds(sorted({int(s) for s in runs.seed})) if len(runs) else "–"
