@@ -30,6 +30,7 @@ from analysis.ablation import (
     verdict_arms,
 )
 from analysis.curves import Scores, score_tables
+from analysis.factorial import FactorialAnalysis, factorial_effects, factorial_lines
 from analysis.learning import arm_caps, cut_short_note, learning_table
 from analysis.runs import Experiment, load_experiment
 from analysis.scores import is_minatar, minatar_published_curves
@@ -63,6 +64,7 @@ class Checks:
     effects: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=EFFECT_COLUMNS))
     cut_short: str | None = None  # analysis.learning.cut_short_note
     effect_games: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=GAME_EFFECT_COLUMNS))
+    factorial: FactorialAnalysis | None = None  # a designed ablation's effects (analysis.factorial)
 
 
 def learning_checks(
@@ -83,6 +85,10 @@ def learning_checks(
     record = ablation_record(exp.plan)
     if not record:
         return Checks(scores, learning, reference, lead, cut_short=cut_short_note(exp, scores))
+    if "design" in record:  # its arms are design points, not one deviation each: no leave-one-out table
+        found = factorial_effects(scores.final, record, reps=reps, seed=seed)
+        cut = cut_short_note(exp, scores)
+        return Checks(scores, learning, reference, lead, cut_short=cut, factorial=found)
     effects = deviation_effects(scores.final, record, reps, seed)
     games = deviation_games(scores.final, record, list(effects.arm))
     return Checks(scores, learning, reference, lead, effects, cut_short_note(exp, scores), games)
@@ -587,6 +593,7 @@ def study_markdown(
     if replication is not None:
         lines += replication_lines(study, replication)
     lines += learning_lines(study) + effect_lines(study) + effect_game_lines(study)
+    lines += factorial_lines(study.checks.factorial, scores.scale, scores.unit)
     lines += ["## Aggregates", ""]
     if study.aggregates.empty:
         lines += ["No env was run to completion by every arm: no aggregate.", ""]
