@@ -30,8 +30,8 @@ aggregate is a per-run mean, not the IQM over runs x games: with one game it is 
 normalised score. Runs of a seed that lacks one of the games are left out of the aggregate.
 
 Two-factor interactions that share a column (``repro.design.Design.alias_groups``) are estimated as
-one contrast, the sum of their effects; in a resolution III design a main effect's column is also
-some interactions', and its row names them. The additivity check compares the all-on arm's observed
+one contrast, the sum of their effects; main effects are clear of them (every design with both
+endpoints has resolution IV or more, repro/design.py). The additivity check compares the all-on arm's observed
 mean with the value the main effects predict there, grand mean + sum of effects / 2 (each switch at
 +1, coefficient effect/2): their difference is the sum of every interaction at that corner, a linear
 contrast with the same SE, t and bootstrap interval as an effect.
@@ -54,7 +54,7 @@ AGGREGATE = "aggregate"
 CORRECTIONS = ("holm", "bonferroni", "bh", "none")
 ALTERNATIVES = ("two-sided", "greater", "less")
 EFFECT_COLUMNS = [
-    "response", "kind", "effect", "switch", "aliases", "estimate", "se", "ci_low", "ci_high", "t", "df",
+    "response", "kind", "effect", "switch", "estimate", "se", "ci_low", "ci_high", "t", "df",
     "alternative", "p", "p_adjusted", "reject", "runs", "arms",
 ]  # fmt: skip
 ADDITIVITY_COLUMNS = [
@@ -187,7 +187,6 @@ def factorial_effects(
     x = np.stack([rows[a] for a in rows])  # [arms, switches]
     m = len(rows)
     groups = design.alias_groups
-    main_aliases = {g[0]: g[1:] for g in groups if len(g[0]) == 1}
     interactions = [g for g in groups if len(g[0]) == 2]
     columns = [x[:, letters.index(c)] for c in letters] + [
         x[:, letters.index(g[0][0])] * x[:, letters.index(g[0][1])] for g in interactions
@@ -208,15 +207,14 @@ def factorial_effects(
         for i, c in enumerate(letters):
             r = table.iloc[i]
             p = _p(r.t, int(r.df), alt[c])
-            aliases = " = ".join(main_aliases.get(c, ()))
-            mains.append([response, "main", c, switches[c], aliases, *r[:6], alt[c], p])
+            mains.append([response, "main", c, switches[c], *r[:6], alt[c], p])
         adjusted = adjust(np.array([row[-1] for row in mains]), correction)
         effect_rows += [row + [q, bool(q <= alpha), n, m] for row, q in zip(mains, adjusted)]
         for j, g in enumerate(interactions):
             r = table.iloc[len(letters) + j]
             names = " = ".join(" x ".join(switches[c] for c in pair) for pair in g)
             p = _p(r.t, int(r.df), "two-sided")
-            row = [response, "interaction", " = ".join(g), names, "", *r[:6], "two-sided", p]
+            row = [response, "interaction", " = ".join(g), names, *r[:6], "two-sided", p]
             effect_rows.append(row + [np.nan, False, n, m])
         r = table.iloc[-1]
         observed = runs[list(rows)[on]].mean()
@@ -264,12 +262,12 @@ def factorial_lines(found: FactorialAnalysis | None, scale: float = 1.0, unit: s
     ]
     if found.skipped:
         lines += [f"Left out (a design arm has no run): {', '.join(found.skipped)}.", ""]
-    head = ["effect", "switch", "aliases", "estimate [CI]", "SE", "t (df)", "alternative", "p", "p adjusted"]
+    head = ["effect", "switch", "estimate [CI]", "SE", "t (df)", "alternative", "p", "p adjusted"]
     head.append("rejected")
     for response, table in found.effects.groupby("response", sort=False):
         k = scale if response == AGGREGATE else 1.0
         rows = [
-            [r.effect, r.switch, r.aliases or "–", ci_text(r.estimate, r.ci_low, r.ci_high, k), fmt(r.se * k),
+            [r.effect, r.switch, ci_text(r.estimate, r.ci_low, r.ci_high, k), fmt(r.se * k),
              f"{fmt(r.t)} ({r.df})", r.alternative, fmt(r.p), fmt(r.p_adjusted), fmt(r.reject)]
             for r in table[table.kind == "main"].itertuples()
         ]  # fmt: skip

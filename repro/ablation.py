@@ -241,16 +241,11 @@ def design_lines(
     if not design.words:
         return lines + ["aliases:  none (every effect has a column of its own)"]
     lines += [f"defining relation: I = {' = '.join(design.words)}", "aliases (effects sharing a column):"]
-    clear = []
-    for group in design.alias_groups:
-        if len(group[0]) == 1 and len(group) == 1:
-            lines.append(f"  {group[0]}: clear of two-factor interactions")
-        elif len(group[0]) == 1:
-            lines.append(f"  {group[0]}: aliased with two-factor interactions {' = '.join(group[1:])}")
-        elif len(group) > 1:
-            lines.append(f"  {' = '.join(group)}")
-        else:
-            clear.append(group[0])
+    # Every fraction holding both endpoints has resolution IV or more (repro/design.py).
+    lines.append(f"  main effects {', '.join(design.letters)}: each clear of two-factor interactions")
+    pairs = [g for g in design.alias_groups if len(g[0]) == 2]
+    lines += [f"  {' = '.join(g)}" for g in pairs if len(g) > 1]
+    clear = [g[0] for g in pairs if len(g) == 1]
     return lines + ([f"  clear two-factor interactions: {', '.join(clear)}"] if clear else [])
 
 

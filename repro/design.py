@@ -22,7 +22,8 @@ ed., 2013), Table 8.14, as Minitab lists it ("Design generators for 2-level desi
 help), for 3 to 8 switches; the NIST/SEMATECH e-Handbook of Statistical Methods, 5.3.3.4.7, gives
 the same designs. More switches need explicit ``generators`` (or the full factorial). Resolution R:
 no effect of order i is aliased with one of order less than R - i; III keeps main effects apart,
-IV keeps them clear of two-factor interactions.
+IV keeps them clear of two-factor interactions. A fraction holding both endpoints has no word of odd
+length, hence none of length 3: its resolution is IV or more, and ``resolution = 3`` gets a IV.
 """
 
 from __future__ import annotations
