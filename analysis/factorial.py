@@ -221,8 +221,9 @@ def factorial_effects(
         additivity_rows.append(
             [response, observed, observed - r.estimate, *r[:6], _p(r.t, int(r.df), "two-sided")]
         )
-    effects = pd.DataFrame(effect_rows, columns=EFFECT_COLUMNS)
-    additivity = pd.DataFrame(additivity_rows, columns=ADDITIVITY_COLUMNS)
+    # df comes through each contrast's row of floats: whole again
+    effects = pd.DataFrame(effect_rows, columns=EFFECT_COLUMNS).astype({"df": int})
+    additivity = pd.DataFrame(additivity_rows, columns=ADDITIVITY_COLUMNS).astype({"df": int})
     return FactorialAnalysis(effects, additivity, switches, alpha, correction, tuple(skipped))
 
 

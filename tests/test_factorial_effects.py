@@ -3,13 +3,18 @@ multiplicity corrections, and the design's power plan (repro/power.py) against s
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.__main__ import main as analysis_main
 from analysis.factorial import AGGREGATE, adjust, factorial_effects, factorial_lines
+from analysis.study import run_study
+from analysis.synthetic import SyntheticArm, write_experiment
+from reports.factorial import factorial_section
 from repro.design import Design
 from repro.power import design_power, design_seeds_needed, effect_se, plan_design_seeds
 
@@ -199,3 +204,31 @@ def test_the_design_power_plan_reads_the_pilots_pooled_spread(tmp_path):
     assert plan.pilot_df == 3 and math.isclose(plan.pilot_sd, math.sqrt(0.1 / 3))
     assert plan.seeds == design_seeds_needed(0.1, plan.sigma, 16) and plan.power_with(plan.seeds) >= 0.8
     assert math.isclose(plan.detectable_with(plan.seeds), 0.1, rel_tol=0.3)
+
+
+def test_the_study_and_the_report_show_a_designed_ablation(tmp_path):
+    # A 2^2 factorial on one MinAtar game: switch a raises the final score by 0.2 of the game's scale.
+    design = Design("factorial", ("a", "b"))
+    record = _record(design)
+    rows = record["design"]["arms"]
+    arms = {arm: SyntheticArm(0.5 + 0.1 * row[0], {"algo": arm}) for arm, row in rows.items()}
+    exp = write_experiment(tmp_path, "fx", arms, ["minatar_breakout"], [0, 1, 2], n_steps=10_000, frameskip=1)
+    record["deviations"] = {arm: [] for arm in list(rows)[1:-1]}
+    plan = {"plans": [{"plan": "fx", "title": "t", "profile": "smoke", "arms": list(rows),
+                       "envs": ["minatar_breakout"], "seeds": "0-2", "ablation": record}]}  # fmt: skip
+    (exp / "plan.json").write_text(json.dumps(plan))
+    csv, md = tmp_path / "fx.csv", tmp_path / "fx.md"
+    assert analysis_main(["study", str(exp), "--csv", str(csv), "--markdown", str(md), "--reps", "200"]) == 0
+    table = pd.read_csv(tmp_path / "fx_factorial.csv")
+    mains = _mains(table, "minatar_breakout")
+    assert list(mains.switch) == ["a", "b"] and mains.reject["A"] and mains.estimate["A"] > 0
+    text = md.read_text()
+    assert "## Designed ablation: main effects" in text and "## Each deviation's effect" not in text
+    # The report's section (reports/factorial.py; build_report adds it beside the deviation section).
+    section = factorial_section(run_study(exp, reps=200).checks)
+    assert [t.id for t in section.tables] == [
+        "factorial-minatar_breakout",
+        "factorial-aggregate",
+        "factorial-additivity",
+    ]
+    assert section.figures[0].uri.startswith("data:image/png;base64,")
