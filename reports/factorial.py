@@ -35,7 +35,7 @@ def factorial_section(checks: Checks) -> Section | None:
             "p",
             "p adjusted",
         ]
-        unit = f"normalised {scores.label}{scores.unit}" if response == AGGREGATE else "raw return"
+        unit = f"{scores.label}{scores.unit}" if response == AGGREGATE else "raw return"
         tables.append(Table(f"factorial-{response}", columns + ["rejected"], rows, f"{response} ({unit})"))
         shown.append(response)
     rows = []
@@ -53,7 +53,7 @@ def factorial_section(checks: Checks) -> Section | None:
     )
     aggregate = effects[effects.response == AGGREGATE]
     plot = figures.half_normal_effects(
-        aggregate, f"effect on normalised {scores.label}{scores.unit}", scores.scale
+        aggregate, f"effect on {scores.label}{scores.unit}", scores.scale
     )
     return Section(
         "factorial",
