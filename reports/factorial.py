@@ -52,9 +52,7 @@ def factorial_section(checks: Checks) -> Section | None:
         )
     )
     aggregate = effects[effects.response == AGGREGATE]
-    plot = figures.half_normal_effects(
-        aggregate, f"effect on {scores.label}{scores.unit}", scores.scale
-    )
+    plot = figures.half_normal_effects(aggregate, f"effect on {scores.label}{scores.unit}", scores.scale)
     return Section(
         "factorial",
         "Designed ablation: effects of each switch",
