@@ -19,6 +19,7 @@ from repro.ablation import ablation_arms
 from repro.cli import main
 from repro.design import STANDARD, Design, check_design, standard_generators
 from repro.plans import expand, load_plan
+from repro.power import plan_design_seeds
 from repro.record import plan_record
 
 REPO = Path(__file__).resolve().parents[1]
@@ -236,3 +237,25 @@ def test_run_refuses_a_bad_design_before_writing_anything(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and str(path) in lines[0] and "'E=AB' has an even number of letters" in lines[0]
     assert not root.exists()
+
+
+def test_the_dry_run_plans_seeds_per_arm_for_a_main_effect_from_a_pilot(tmp_path):
+    pilot = REPO / "docs/results/r2d1_minatar_ablation.csv"
+
+    def dry(*extra: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "repro", "run", PLAN, "--profile", "smoke", "--dry-run", "--no-estimate",
+             "--root", str(tmp_path / "runs"), "--pilot", str(pilot), "--detect", "6", *extra],
+            cwd=REPO, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    found = plan_design_seeds(pilot, ["minatar_breakout"], 16, 0.06)
+    planned = dry()
+    assert f"each arm needs {found.seeds} seeds per game" in planned
+    assert f"seeds: 300-{299 + found.seeds}" in planned  # from the plan's first seed
+    assert planned.count("/minatar_breakout/seed300 ") == 16
+    given = dry("--seeds", "300-302")
+    assert f"3 seeds per arm have {found.power_with(3):.0%} power at 6 points" in given
+    assert not (tmp_path / "runs").exists()
