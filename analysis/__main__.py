@@ -9,6 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from analysis.factorial import factorial_path
 from analysis.study import (
     check_replication,
     effects_path,
@@ -79,9 +80,12 @@ def main(argv: list[str] | None = None) -> int:
         pool=args.pool,
     )
     effects = effects_path(args.csv) if args.csv is not None and not found.effects.empty else None
+    factorial = found.checks.factorial
+    design = factorial_path(args.csv) if args.csv is not None and factorial is not None else None
     for path, write in (
         (args.csv, lambda p: result_table(found.scores).to_csv(p, index=False)),
         (effects, lambda p: found.effects.to_csv(p, index=False)),
+        (design, lambda p: factorial.effects.to_csv(p, index=False)),
         (args.markdown, lambda p: p.write_text(markdown, encoding="utf-8")),
     ):
         if path is not None:

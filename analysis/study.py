@@ -39,6 +39,7 @@ from analysis.confirmatory import (
     run_label,
 )
 from analysis.curves import Scores, score_tables
+from analysis.factorial import FactorialAnalysis, factorial_effects, factorial_lines
 from analysis.learning import arm_caps, cut_short_note, learning_table
 from analysis.published import TRAINING_LAST, minatar_like_for_like, minatar_training_final, our_protocol
 from analysis.robust import Robustness, balanced_runs, middle_sentence, robust_verdict
@@ -86,6 +87,7 @@ class Checks:
     cut_short: str | None = None  # analysis.learning.cut_short_note
     effect_games: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=GAME_EFFECT_COLUMNS))
     share_note: str | None = None  # how ``share_of_reference`` matches the reference's protocol
+    factorial: FactorialAnalysis | None = None  # a designed ablation's effects (analysis.factorial)
 
 
 def learning_checks(
@@ -111,6 +113,10 @@ def learning_checks(
         return Checks(
             scores, learning, reference, lead, cut_short=cut_short_note(exp, scores), share_note=note
         )
+    if "design" in record:  # its arms are design points, not one deviation each: no leave-one-out table
+        found = factorial_effects(scores.final, record, reps=reps, seed=seed)
+        cut = cut_short_note(exp, scores)
+        return Checks(scores, learning, reference, lead, cut_short=cut, factorial=found, share_note=note)
     effects = deviation_effects(scores.final, record, reps, seed)
     games = deviation_games(scores.final, record, list(effects.arm))
     return Checks(scores, learning, reference, lead, effects, cut_short_note(exp, scores), games, note)
@@ -826,6 +832,7 @@ def study_markdown(
     if replication is not None:
         lines += replication_lines(study, replication, pool)
     lines += learning_lines(study) + effect_lines(study) + effect_game_lines(study)
+    lines += factorial_lines(study.checks.factorial, scores.scale, scores.unit)
     lines += ["## Aggregates", ""]
     if study.aggregates.empty:
         lines += ["No env was run to completion by every arm: no aggregate.", ""]

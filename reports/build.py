@@ -926,6 +926,8 @@ def build_report(
             Section("results", "Results", notes=["no complete run with a score: nothing to aggregate"])
         ]
     else:
+        from reports.factorial import factorial_section  # it builds on this module's Section
+
         verdict_section = _verdict_section(exp, scores, reps, baseline, reg)
         checks = learning_checks(exp, scores, reps)
         if verdict_section is None and checks.learning_lead:
@@ -935,7 +937,12 @@ def build_report(
         sections = [
             section
             for section in (
-                [verdict_section, _learning_section(checks), _effects_section(checks)]
+                [
+                    verdict_section,
+                    _learning_section(checks),
+                    _effects_section(checks),
+                    factorial_section(checks),
+                ]
                 + aggregate_sections
                 + published
                 + [_curves_section(scores, colours, reps)]

@@ -147,6 +147,39 @@ def deviation_effects(effects: pd.DataFrame, xlabel: str, scale: float = 1.0) ->
     return to_data_uri(fig)
 
 
+def half_normal_effects(effects: pd.DataFrame, xlabel: str, scale: float = 1.0) -> str:
+    """Daniel's half-normal plot of a designed ablation's contrasts (``analysis.factorial``: main
+    effects and interaction alias groups of one response): each |estimate| against the half-normal
+    quantile of its rank, Phi^-1(0.5 + 0.5 (i - 0.5) / m) (Montgomery 2013, section 6.5). Effects that
+    are noise fall on a line through the origin; the dashed line is the one the pooled standard error
+    predicts (slope: the contrasts' SE), so a real effect stands off to its right."""
+    from scipy import stats
+
+    ordered = effects.assign(size=effects.estimate.abs() * scale).sort_values("size", kind="stable")
+    m = len(ordered)
+    quantiles = stats.norm.ppf(0.5 + 0.5 * (np.arange(1, m + 1) - 0.5) / m)
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    main = (ordered.kind == "main").to_numpy()
+    ax.scatter(ordered["size"][main], quantiles[main], color="tab:blue", label="main effect", zorder=3)
+    ax.scatter(
+        ordered["size"][~main], quantiles[~main], color="tab:grey", label="interaction group", zorder=3
+    )
+    se = float(np.nanmedian(ordered.se)) * scale
+    if np.isfinite(se) and se > 0:
+        ax.plot(
+            se * quantiles, quantiles, color="grey", linestyle="--", linewidth=1, label="noise (pooled SE)"
+        )
+    for (_, row), q in zip(ordered.iterrows(), quantiles):
+        if row.kind == "main":
+            ax.annotate(row.switch, (row["size"], q), xytext=(4, -3), textcoords="offset points", fontsize=8)
+    ax.set_xlabel(f"|{xlabel}|")
+    ax.set_ylabel("half-normal quantile")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return to_data_uri(fig)
+
+
 def sample_efficiency(curves: pd.DataFrame, colours: dict[str, str], ylabel: str) -> str:
     fig, ax = plt.subplots(figsize=(5.5, 3.5))
     for arm, g in curves.groupby("arm"):

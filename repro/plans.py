@@ -10,12 +10,17 @@ A plan (``repro/configs/plans/<name>.toml``)::
 
     seeds = "100-104"                                      # optional: the default of --seeds
     ablate = "rlpyt_r2d1_published"                        # optional: leave-one-out arms (repro/ablation.py)
+    design = "fractional"                                  # optional, with ablate: repro/design.py
+    resolution = 4                                         #   a fraction's: resolution = N or
+    generators = ["E=BCD", "F=ACD", "G=ABC", "H=ABD"]      #   generators (design = "factorial": neither)
     pilot = "docs/results/r2d1_minatar.csv"                # optional: plan the seeds (repro/power.py)
 
     [analysis]                                             # optional: the analysis, fixed before the data
     ...                                                    # (repro/preregister.py)
 
-An ablation plan (``ablate``) runs leave-one-out arms beside its one arm (``repro.ablation``).
+An ablation plan (``ablate``) runs leave-one-out arms beside its one arm (``repro.ablation``), or with
+``design`` the arms of a two-level factorial design of the same switches (``repro.design``). A top-level
+``[analysis]`` table is the analysis fixed before the data (``plan_analysis``, repro/preregister.py).
 
 Each job is one (arm, env, seed) with its fully resolved ``TrainConfig`` (setting, then profile, then
 the command line's ``--set`` values, then the plan's env id and seed), and its run directory
@@ -40,8 +45,9 @@ from typing import Any
 from algorithms.configs import ConfigError, unknown_key_message
 from algorithms.rundir import run_path
 from repro.ablation import DEVIATION_INFIX as DEVIATION_INFIX
-from repro.ablation import Arm, ablation_arms, deviation_entry
+from repro.ablation import Arm, ablation_arms, deviation_entry, deviation_groups
 from repro.ablation import plan_lines as plan_lines
+from repro.design import DESIGNS
 from repro.extras import check_extras
 from repro.plan_args import MAX_SEEDS as MAX_SEEDS
 from repro.plan_args import NAME, check_arm_name, parse_seeds
@@ -70,8 +76,11 @@ from repro.settings import (
 PLANS_DIR = CONFIG_DIR / "plans"
 PLAN_KEYS = {
     "title": str, "description": str, "arms": list, "envs": list, "envs_source": str, "seeds": str | int,
-    "ablate": str, "pilot": str,
+    "ablate": str, "pilot": str, "design": str, "resolution": int, "generators": list,
 }  # fmt: skip
+# Top-level tables a plan file may hold beside [plan]: [analysis], the frozen analysis of a
+# pre-registered study, which the plan carries unread (``Plan.analysis``) for analysis to check.
+PLAN_TABLES = {"plan", "analysis"}
 
 
 @dataclass(frozen=True)
@@ -87,7 +96,10 @@ class Plan:
     setting: str | None = None  # a setting run without a plan file (``setting_plan``): its name or path
     ablate: str | None = None  # the setting whose deviations from the one arm make leave-one-out arms
     pilot: str | None = None  # tidy results the seed planner (repro/power.py) reads, relative to the repo
-    analysis: Mapping[str, Any] | None = None  # the [analysis] table as read (``plan_analysis`` checks it)
+    design: str | None = None  # a designed ablation: "factorial" or "fractional" (repro/design.py)
+    resolution: int | None = None  # a fractional design's resolution (the standard fraction's, or a floor)
+    generators: tuple[str, ...] = ()  # a fractional design's generators, "E=BCD"
+    analysis: dict[str, Any] | None = None  # the plan file's [analysis] table, as written (PLAN_TABLES)
 
 
 @dataclass(frozen=True)
@@ -130,8 +142,8 @@ def load_plan(name: str, plans_dir: Path = PLANS_DIR) -> Plan:
         raise ConfigError(f"unknown plan '{name}'; " + unknown_key_message(name, available_plans(plans_dir)))
     data = read_toml(path)
     meta = data.get("plan")
-    if not isinstance(meta, Mapping) or not set(data) <= {"plan", "analysis"}:
-        raise ConfigError(f"{path}: a plan file has a [plan] table and optionally an [analysis] table")
+    if not set(data) <= PLAN_TABLES or not all(isinstance(data[t], Mapping) for t in data) or meta is None:
+        raise ConfigError(f"{path}: a plan file has a [plan] table and at most an [analysis] table")
     for key, value in meta.items():
         if key not in PLAN_KEYS:
             raise ConfigError(
@@ -156,6 +168,7 @@ def load_plan(name: str, plans_dir: Path = PLANS_DIR) -> Plan:
             f"{path} [plan] 'arms': an ablation plan (ablate = {meta['ablate']!r}) has one arm, the base "
             f"its deviations are switched on in, got {len(meta['arms'])}"
         )
+    _check_design_keys(meta, path)
     seeds = None
     if "seeds" in meta:
         seeds = str(meta["seeds"])
@@ -163,7 +176,9 @@ def load_plan(name: str, plans_dir: Path = PLANS_DIR) -> Plan:
     return Plan(
         path.stem, path, meta["title"], meta.get("description", ""), tuple(meta["arms"]), tuple(meta["envs"]),
         meta["envs_source"], seeds, ablate=meta.get("ablate"),
-        pilot=str(REPO_ROOT / meta["pilot"]) if "pilot" in meta else None, analysis=data.get("analysis"),
+        pilot=str(REPO_ROOT / meta["pilot"]) if "pilot" in meta else None,
+        design=meta.get("design"), resolution=meta.get("resolution"),
+        generators=tuple(meta.get("generators", ())), analysis=data.get("analysis"),
     )  # fmt: skip
 
 
@@ -174,10 +189,35 @@ def plan_analysis(
     envs and design switches (``repro.preregister.parse_section``); None when it has none."""
     if plan.analysis is None:
         return None
-    arms = ablation_arms(plan, settings_dir, schema)
-    names = [a.name for a in arms]
-    switches = list(dict.fromkeys(a.deviation[1] for a in arms if a.deviation is not None))
+    names = [a.name for a in ablation_arms(plan, settings_dir, schema)]
+    # A design's switches are its deviation groups; a leave-one-out plan's have no main effects to test.
+    switches = list(deviation_groups(plan, settings_dir, schema)[2]) if plan.design else []
     return parse_section(plan.analysis, str(plan.path), names, plan.envs, switches)
+
+
+def _check_design_keys(meta: Mapping[str, Any], path: Path) -> None:
+    """The design keys' form (repro/design.py); whether the design fits the switches is checked with
+    them (``repro.ablation.plan_design``)."""
+    where = f"{path} [plan]"
+    for key in ("design", "resolution", "generators"):
+        if key in meta and "ablate" not in meta:
+            raise ConfigError(f"{where} '{key}': a design needs ablate = SETTING (the switches it varies)")
+    if "design" not in meta:
+        if "resolution" in meta or "generators" in meta:
+            key = "resolution" if "resolution" in meta else "generators"
+            raise ConfigError(f"{where} '{key}': needs design = \"fractional\"")
+        return
+    if meta["design"] not in DESIGNS:
+        raise ConfigError(f"{where} 'design': {meta['design']!r}; expected one of {', '.join(DESIGNS)}")
+    given = [k for k in ("resolution", "generators") if k in meta]
+    if meta["design"] == "factorial" and given:
+        raise ConfigError(f"{where} '{given[0]}': the full factorial has none (design = \"fractional\")")
+    if meta["design"] == "fractional" and not given:
+        raise ConfigError(f"{where} 'design': a fraction needs resolution = N or generators = [\"E=BCD\"]")
+    if "generators" in meta and (
+        not meta["generators"] or not all(isinstance(g, str) for g in meta["generators"])
+    ):
+        raise ConfigError(f"{where} 'generators': expected a non-empty list of strings (\"E=BCD\")")
 
 
 def is_plan(name_or_path: str, plans_dir: Path = PLANS_DIR) -> bool:
@@ -343,7 +383,9 @@ def expand(
       every arm: whole seeds of balanced pairs, not every seed of the first arms and none of the last;
     * then an ablation plan's leave-one-out arms one after another, each seed by seed: each arm,
       once done, is one deviation's effect against the endpoints on all their seeds, where a
-      seed-by-seed order over all of them would complete no deviation before the last seed."""
+      seed-by-seed order over all of them would complete no deviation before the last seed;
+    * a designed ablation's arms all seed by seed, as the plan's own arms: each seed is a replicate
+      of the whole design, and every main effect rests on every replicate (``analysis.factorial``)."""
     seeds = parse_seeds(seeds)
     envs = envs or plan.envs
     points = sweep_points(overrides)
@@ -391,7 +433,7 @@ def expand(
     arm_order = {arm: i for i, arm in enumerate(dict.fromkeys(job.arm for job in jobs))}
 
     def run_order(job: Job) -> tuple[int, ...]:
-        ablation_arm = arm_order[job.arm] if job.deviation is not None else -1
+        ablation_arm = arm_order[job.arm] if job.deviation is not None and plan.design is None else -1
         return ablation_arm, seed_order[job.seed], env_order[job.env]
 
     return sorted(jobs, key=run_order)

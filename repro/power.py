@@ -23,6 +23,20 @@ draws, 80 simulated verdicts each, 2026-12-04): the planned seeds (median 15.5) 
 in 91% of verdicts on average, 90% with the pilot's own SD (median 14.5 seeds); one earlier pilot draw
 planned with its own SD gave 6 seeds and 57%. The planner errs high: both planned arms take the wider
 pilot arm's spread. ``tests/test_repro_power.py`` checks the rate averaged over pilot draws.
+
+A designed ablation (``design`` in a plan, repro/design.py) is planned for its main effects instead
+(``plan_design_seeds``). With M arms of s seeds (N = M s runs), a main effect is the mean of the N/2
+runs with the switch on minus the mean of the N/2 with it off, so its standard error is
+``sigma * sqrt(2/(N/2)) = 2 sigma / sqrt(N)`` (``effect_se``; Montgomery, *Design and Analysis of
+Experiments*, 8th ed., 2013, section 6.2: the effect's variance is sigma^2 / (n 2^(k-2)) for n
+replicates of 2^k runs); sigma / (2 sqrt(s)) for 16 arms. sigma is the seed-to-seed SD of a run's
+score (the mean over the plan's games of its normalised scores, ``analysis.factorial``'s aggregate
+response), pooled within the pilot's arms and taken at its ``PILOT_CONFIDENCE`` upper limit as above
+(df: the pilot's runs less its arms). The test of a main effect is a t test on the pooled
+within-arm variance with ``M (s - 1)`` degrees of freedom, so its power is that of the noncentral t
+(``design_power``), exact for normal scores; ``tests/test_factorial_effects.py`` checks it and the
+standard error against simulated designs. Each arm runs at least ``MIN_DESIGN_SEEDS`` seeds, the
+fewest that give a within-arm variance.
 """
 
 from __future__ import annotations
@@ -55,7 +69,12 @@ PILOT_CONFIDENCE = 0.8
 
 def pilot_inflation(games: int, seeds: int, confidence: float = PILOT_CONFIDENCE) -> float:
     """Factor from a pilot's spread to its one-sided ``confidence`` upper limit (module doc)."""
-    df = games * (seeds - 1)
+    return upper_limit_factor(games * (seeds - 1), confidence)
+
+
+def upper_limit_factor(df: int, confidence: float = PILOT_CONFIDENCE) -> float:
+    """Factor from an SD estimated with ``df`` degrees of freedom to its one-sided ``confidence`` upper
+    limit (Browne 1995, module doc)."""
     return math.sqrt(df / stats.chi2.ppf(1 - confidence, df))
 
 
@@ -202,3 +221,95 @@ def plan_seeds(
         seeds_needed(se_per_seed, delta, power),
         upper,
     )
+
+
+MIN_DESIGN_SEEDS = 2
+
+
+def effect_se(sigma: float, arms: int, seeds: int) -> float:
+    """Standard error of a two-level design's main effect over ``arms`` x ``seeds`` runs of SD
+    ``sigma``: 2 sigma / sqrt(N) (module doc)."""
+    return 2 * sigma / math.sqrt(arms * seeds)
+
+
+def design_power(delta: float, sigma: float, arms: int, seeds: int, alpha: float = ALPHA) -> float:
+    """Probability that the two-sided t test at ``alpha`` of a main effect (pooled within-arm variance,
+    ``arms * (seeds - 1)`` degrees of freedom) detects a true effect ``delta``: the noncentral t's
+    mass beyond the critical values (the lower tail as the upper tail of the opposite shift: scipy's
+    ``nct.cdf`` far below a large shift is NaN)."""
+    df = arms * (seeds - 1)
+    shift = delta / effect_se(sigma, arms, seeds)
+    critical = stats.t.ppf(1 - alpha / 2, df)
+    return float(stats.nct.sf(critical, df, shift) + stats.nct.sf(critical, df, -shift))
+
+
+@dataclass(frozen=True)
+class DesignPowerPlan:
+    """The seeds per arm a designed ablation of ``arms`` arms needs to detect a main effect ``delta``
+    with ``power`` (module doc). ``pilot_sd``: the pilot's pooled within-arm SD of the run score,
+    ``pilot_df`` its degrees of freedom; ``sigma``: its upper limit (x ``upper``), what is planned with."""
+
+    source: str
+    games: tuple[str, ...]
+    arms: int
+    pilot_sd: float
+    pilot_df: int
+    upper: float
+    delta: float
+    power: float
+    seeds: int
+
+    @property
+    def sigma(self) -> float:
+        return self.pilot_sd * self.upper
+
+    def se(self, n: int) -> float:
+        return effect_se(self.sigma, self.arms, n)
+
+    def power_with(self, n: int) -> float:
+        return design_power(self.delta, self.sigma, self.arms, n)
+
+    def detectable_with(self, n: int) -> float:
+        """The smallest main effect detected with ``power`` at ``n`` seeds per arm."""
+
+        def short(d: float) -> float:
+            return design_power(d, self.sigma, self.arms, n) - self.power
+
+        return float(optimize.brentq(short, 0.0, 10 * self.se(n)))
+
+
+def design_seeds_needed(delta: float, sigma: float, arms: int, power: float = POWER) -> int:
+    """The fewest seeds per arm (at least ``MIN_DESIGN_SEEDS``, at most ``MAX_SEEDS``) whose
+    ``design_power`` at ``delta`` reaches ``power``."""
+    from repro.plan_args import MAX_SEEDS
+
+    if not (delta > 0 and sigma > 0 and math.isfinite(sigma)):
+        raise ValueError(f"need delta > 0 and a positive finite SD, got {delta}, {sigma}")
+    for n in range(MIN_DESIGN_SEEDS, MAX_SEEDS + 1):
+        if design_power(delta, sigma, arms, n) >= power:
+            return n
+    return MAX_SEEDS
+
+
+def pooled_run_sd(matrices: dict[str, np.ndarray]) -> tuple[float, int]:
+    """``(SD, df)`` of a run's score (the mean over games of its row) pooled within ``matrices``'
+    arms of two or more runs: the root of the summed squared deviations from each arm's mean over
+    the runs less the arms."""
+    runs = [m.mean(axis=1) for m in matrices.values() if m.shape[0] >= 2]
+    df = sum(len(r) - 1 for r in runs)
+    squares = sum(float(((r - r.mean()) ** 2).sum()) for r in runs)
+    return math.sqrt(squares / df), df
+
+
+def plan_design_seeds(
+    path: Path | str, envs: Sequence[str] | None, arms: int, delta: float, power: float = POWER
+) -> DesignPowerPlan:
+    """The ``DesignPowerPlan`` of a designed ablation of ``arms`` arms on ``envs`` from the pilot table
+    at ``path`` (``read_pilot``); ``delta`` in the pilot's normalised units."""
+    matrices, games = read_pilot(path, envs)
+    sd, df = pooled_run_sd(matrices)
+    if not sd > 0:
+        raise ConfigError(f"--pilot {path}: every arm's runs score the same: no spread to plan with")
+    upper = upper_limit_factor(df)
+    seeds = design_seeds_needed(delta, sd * upper, arms, power)
+    return DesignPowerPlan(str(path), tuple(games), arms, sd, df, upper, delta, power, seeds)

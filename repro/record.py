@@ -14,7 +14,8 @@ Arms are the run-directory names (the setting's name, followed by its ``--set`` 
 any). ``seeds`` is the seed spec of the seeds run (``repro.plans.format_seeds``: ``0-2``,
 ``100-104``, ``1,5,9``). A setting run without a plan file is recorded as a plan of its name whose
 ``setting`` says so; ``set`` lists the command line's ``--set`` values, a sweep's as ``key=a,b,c``;
-``ablation`` of an ablation plan names its base arm, the ablate setting and each deviation arm's keys.
+``ablation`` of an ablation plan names its base arm, the ablate setting and each deviation arm's keys,
+and of a designed ablation the design (``repro.ablation.design_record``: switches and each arm's row).
 The profile is named as
 ``repro.profiles.profile_label`` names it: a shipped profile by its name, another file by its path
 relative to the repository. Runs into an existing experiment add to its record: the same plan and
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from algorithms.rundir import atomic_write_json
+from repro.ablation import design_record
 from repro.plans import Job, Plan, format_seeds, parse_seeds
 from repro.profiles import profile_label
 
@@ -64,6 +66,8 @@ def plan_record(plan: Plan, jobs: list[Job], seeds: tuple[int, ...]) -> dict[str
         # Which arm is the base each deviation arm is compared with (analysis.ablation).
         base, ablate = (Path(a).stem for a in (plan.arms[0], plan.ablate))
         entry["ablation"] = {"base": base, "ablate": ablate, "deviations": deviations}
+        if plan.design is not None:  # each arm's switches, for analysis.factorial
+            entry["ablation"]["design"] = design_record(plan)
     sets: dict[str, list[str]] = {}
     for job in jobs:
         for key, text in job.overrides:
