@@ -35,6 +35,7 @@ from scipy import stats
 from algorithms.configs import ConfigError
 from analysis import aggregate, verdict
 from analysis.ablation import rank_test
+from analysis.factorial import AGGREGATE, factorial_effects
 from analysis.multiple import adjust
 from repro.plan_args import format_seeds
 from repro.power import stratified_resamples
@@ -217,6 +218,41 @@ def test_endpoint(endpoint: Endpoint, final: pd.DataFrame, reps: int = 2000, see
             "runs": used}  # fmt: skip
 
 
+def factorial_options(reg: Registration) -> dict[str, Any]:
+    """``analysis.factorial.factorial_effects``'s alpha, correction and per-switch alternatives from
+    the frozen section's effect endpoints; {} (its defaults) without a frozen section."""
+    if not reg.frozen:
+        return {}
+    section = reg.section
+    sides = {e.switch: ALTERNATIVE[e.sides] for e in section.endpoints if e.kind == "effect"}
+    return {"alpha": section.alpha, "correction": section.correction, "alternatives": sides}
+
+
+def _effect_endpoints(
+    endpoints: list[Endpoint], on: pd.DataFrame, record: dict[str, Any] | None, reps: int, seed: int
+) -> list[dict[str, Any]]:
+    """``test_endpoint``'s results for the design's main-effect endpoints: the effect's estimate, its
+    interval and its t test's p as the endpoint's sides say, on the runs of one seed set."""
+    if not endpoints:
+        return []
+    if record is None or "design" not in record:
+        raise ValueError("an effect endpoint needs a designed ablation's runs (plan.json has no design)")
+    sides = {e.switch: ALTERNATIVE[e.sides] for e in endpoints}
+    found = factorial_effects(on, record, correction="none", alternatives=sides, reps=reps, seed=seed)
+    mains = found.effects[found.effects.kind == "main"].set_index(["response", "switch"])
+    design_runs = on[on.arm.isin(list(record["design"]["arms"]))]
+    out = []
+    for e in endpoints:
+        key = (e.game or AGGREGATE, e.switch)
+        runs = design_runs[design_runs.env == e.game] if e.game else design_runs
+        if key not in mains.index:
+            out.append({"estimate": np.nan, "ci_low": np.nan, "ci_high": np.nan, "p": np.nan, "runs": runs})
+            continue
+        r = mains.loc[key]
+        out.append({"estimate": r.estimate, "ci_low": r.ci_low, "ci_high": r.ci_high, "p": r.p, "runs": runs})
+    return out
+
+
 def _seed_sets(section: AnalysisSection, present: set[int]) -> list[tuple[str, tuple[int, ...]]]:
     sets = [("confirmatory", section.seeds)]
     if section.replication_seeds:
@@ -227,21 +263,27 @@ def _seed_sets(section: AnalysisSection, present: set[int]) -> list[tuple[str, t
 
 
 def endpoint_table(
-    reg: Registration, final: pd.DataFrame, metadata: pd.DataFrame, reps: int = 2000, seed: int = 0
+    reg: Registration,
+    final: pd.DataFrame,
+    metadata: pd.DataFrame,
+    record: dict[str, Any] | None = None,
+    reps: int = 2000,
+    seed: int = 0,
 ) -> pd.DataFrame:
-    """``ENDPOINT_COLUMNS``: every frozen game and aggregate endpoint on each seed set that has runs
-    (module doc), p adjusted across the endpoints of one set. Empty without a frozen section."""
+    """``ENDPOINT_COLUMNS``: every frozen endpoint on each seed set that has runs (module doc), p
+    adjusted across the endpoints of one set. ``record``: the plan record's ablation entry, which an
+    effect endpoint's design comes from. Empty without a frozen section."""
     if not reg.frozen:
         return pd.DataFrame(columns=ENDPOINT_COLUMNS)
     section = reg.section
+    effects = [e for e in section.endpoints if e.kind == "effect"]
     rows = []
     for name, seeds in _seed_sets(section, set(int(s) for s in final.seed)):
         on = final[final.seed.isin(seeds)]
         block = []
+        tested = dict(zip([e.name for e in effects], _effect_endpoints(effects, on, record, reps, seed)))
         for endpoint in section.endpoints:
-            if endpoint.kind == "effect":
-                continue
-            found = test_endpoint(endpoint, on, reps, seed)
+            found = tested.get(endpoint.name) or test_endpoint(endpoint, on, reps, seed)
             label, why = run_label(reg, found["runs"], metadata)
             if name == "pooled" and label == PRE:
                 why += "; pooled as the frozen section allows"

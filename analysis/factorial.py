@@ -48,10 +48,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from analysis.multiple import adjust
 from repro.design import Design
+from repro.preregister import CORRECTIONS
 
 AGGREGATE = "aggregate"
-CORRECTIONS = ("holm", "bonferroni", "bh", "none")
 ALTERNATIVES = ("two-sided", "greater", "less")
 EFFECT_COLUMNS = [
     "response", "kind", "effect", "switch", "estimate", "se", "ci_low", "ci_high", "t", "df",
@@ -98,29 +99,6 @@ def responses(final: pd.DataFrame, arms: Mapping[str, np.ndarray]) -> dict[str, 
     wide = wide.reindex(columns=games).dropna()
     mean = wide.mean(axis=1)
     out[AGGREGATE] = {arm: mean[mean.index.get_level_values("arm") == arm].to_numpy(float) for arm in arms}
-    return out
-
-
-def adjust(p: np.ndarray, correction: str) -> np.ndarray:
-    """Family-wise (Holm 1979, Bonferroni) or false-discovery-rate (Benjamini-Hochberg, scipy)
-    adjusted p of ``p``'s finite entries together; NaN stays NaN. Holm: the k-th smallest p times
-    (m - k + 1), made monotone, at most 1."""
-    if correction not in CORRECTIONS:
-        raise ValueError(f"correction {correction!r}: expected one of {', '.join(CORRECTIONS)}")
-    p = np.asarray(p, float)
-    out = p.copy()
-    finite = np.isfinite(p)
-    q, m = p[finite], int(finite.sum())
-    if not m or correction == "none":
-        return out
-    if correction == "bonferroni":
-        out[finite] = np.minimum(1.0, q * m)
-    elif correction == "bh":
-        out[finite] = stats.false_discovery_control(q, method="bh")
-    else:
-        order = np.argsort(q)
-        stepped = np.minimum(1.0, np.maximum.accumulate(q[order] * (m - np.arange(m))))
-        out[np.flatnonzero(finite)[order]] = stepped
     return out
 
 
@@ -208,7 +186,7 @@ def factorial_effects(
             r = table.iloc[i]
             p = _p(r.t, int(r.df), alt[c])
             mains.append([response, "main", c, switches[c], *r[:6], alt[c], p])
-        adjusted = adjust(np.array([row[-1] for row in mains]), correction)
+        adjusted = adjust([row[-1] for row in mains], correction).to_numpy()
         effect_rows += [row + [q, bool(q <= alpha), n, m] for row, q in zip(mains, adjusted)]
         for j, g in enumerate(interactions):
             r = table.iloc[len(letters) + j]

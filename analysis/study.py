@@ -35,6 +35,7 @@ from analysis.confirmatory import (
     EXPLORATORY,
     Registration,
     endpoint_table,
+    factorial_options,
     registration,
     run_label,
 )
@@ -91,10 +92,18 @@ class Checks:
 
 
 def learning_checks(
-    exp: Experiment, scores: Scores, reps: int = 2000, seed: int = 0, caps: dict[str, int] | None = None
+    exp: Experiment,
+    scores: Scores,
+    reps: int = 2000,
+    seed: int = 0,
+    caps: dict[str, int] | None = None,
+    reg: Registration | None = None,
 ) -> Checks:
     """``Checks`` of the experiment's final scores; empty for the min-max fallback (no fixed scale).
-    ``caps``: ``learning.arm_caps`` of the experiment, when the caller has them already."""
+    ``caps``: ``learning.arm_caps`` of the experiment, when the caller has them already; ``reg``: its
+    frozen analysis (``analysis.confirmatory``), whose alpha, correction and sides a designed
+    ablation's effects take."""
+    reg = reg or Registration()
     matrices, games = aggregate.arm_matrices(scores.final)
     if not matrices or not scores.comparable:
         return Checks(scores)
@@ -114,7 +123,7 @@ def learning_checks(
             scores, learning, reference, lead, cut_short=cut_short_note(exp, scores), share_note=note
         )
     if "design" in record:  # its arms are design points, not one deviation each: no leave-one-out table
-        found = factorial_effects(scores.final, record, reps=reps, seed=seed)
+        found = factorial_effects(scores.final, record, reps=reps, seed=seed, **factorial_options(reg))
         cut = cut_short_note(exp, scores)
         return Checks(scores, learning, reference, lead, cut_short=cut, factorial=found, share_note=note)
     effects = deviation_effects(scores.final, record, reps, seed)
@@ -247,10 +256,10 @@ def run_study(
         power=power,
         per_game=per_game,
         per_game_note=note,
-        checks=learning_checks(exp, scores, reps, seed, caps),
+        checks=learning_checks(exp, scores, reps, seed, caps, reg),
         caps=caps,
         registration=reg,
-        endpoints=endpoint_table(reg, scores.final, exp.metadata, reps, seed),
+        endpoints=endpoint_table(reg, scores.final, exp.metadata, ablation_record(exp.plan), reps, seed),
         robustness=checked,
         label=run_label(reg, balanced_runs(scores.final), exp.metadata),
     )

@@ -537,7 +537,7 @@ def _registration_section(exp: Experiment, scores: Scores, reg: Registration, re
               "yes (--allow-dirty)" if e.get("dirty") else "no"] for name, e in reg.freezes.items()],
         )
     )  # fmt: skip
-    endpoints = endpoint_table(reg, scores.final, exp.metadata, reps)
+    endpoints = endpoint_table(reg, scores.final, exp.metadata, ablation_record(exp.plan), reps)
     section.tables.append(
         Table(
             "analysis-endpoints",
@@ -929,7 +929,7 @@ def build_report(
         from reports.factorial import factorial_section  # it builds on this module's Section
 
         verdict_section = _verdict_section(exp, scores, reps, baseline, reg)
-        checks = learning_checks(exp, scores, reps)
+        checks = learning_checks(exp, scores, reps, reg=reg)
         if verdict_section is None and checks.learning_lead:
             verdict_section = Section("verdict", "Verdict", statements=[checks.learning_lead])
         aggregate_sections, left_out = _aggregate_sections(exp, scores, colours, reps)

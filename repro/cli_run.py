@@ -17,7 +17,7 @@ from pathlib import Path
 from algorithms.configs import ConfigError
 from repro.cli_estimate import print_estimate
 from repro.plans import plan_analysis
-from repro.preregister import freeze, read_record
+from repro.preregister import freeze, read_record, seeds_text
 
 
 def _plan_jobs(args: argparse.Namespace):
@@ -318,7 +318,7 @@ def _analysis_line(section, seeds, experiment_dir: Path) -> str:
             parts.append(f"{name} seeds {format_seeds(declared)} ({state})")
     outside = sorted(set(seeds) - set(section.seeds) - set(section.replication_seeds))
     if outside:
-        parts.append(f"seeds {format_seeds(outside)} in neither set: exploratory")
+        parts.append(f"seeds {seeds_text(outside)} in neither set: exploratory")
     return f"analysis {section.hash[:12]}: " + ("; ".join(parts) or "no seeds of this run")
 
 

@@ -107,6 +107,11 @@ class AnalysisSection:
         return None
 
 
+def seeds_text(seeds: Sequence[int]) -> str:
+    """Seeds as a reader reads them: ``format_seeds``'s spec, but one seed as itself ("7", not "7-7")."""
+    return str(seeds[0]) if len(seeds) == 1 else format_seeds(seeds)
+
+
 def section_hash(raw: Mapping[str, Any]) -> str:
     """SHA-256 of the table's canonical JSON (sorted keys): the same table, however formatted in the
     file, has one hash; any changed value changes it."""
@@ -228,7 +233,7 @@ def parse_section(
     )
     if shared := sorted(set(seeds) & set(again)):
         raise ConfigError(
-            f"{where} 'replication_seeds': seeds {format_seeds(shared)} are also in 'seeds'; a replication "
+            f"{where} 'replication_seeds': seeds {seeds_text(shared)} are also in 'seeds'; a replication "
             "runs other seeds"
         )
     if raw.get("pool") and not again:
@@ -289,7 +294,7 @@ def freeze(
     touched = [s for s in ("confirmatory", "replication") if any(section.seed_set(x) == s for x in seeds)]
     outside = sorted(x for x in seeds if section.seed_set(x) is None)
     note = (
-        f"; seeds {format_seeds(outside)} are in neither declared set: their results are exploratory"
+        f"; seeds {seeds_text(outside)} are in neither declared set: their results are exploratory"
         if outside
         else ""
     )

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from analysis.__main__ import main as analysis_main
-from analysis.factorial import AGGREGATE, adjust, factorial_effects, factorial_lines
+from analysis.factorial import AGGREGATE, factorial_effects, factorial_lines
+from analysis.multiple import adjust
 from analysis.study import run_study
 from analysis.synthetic import SyntheticArm, write_experiment
 from reports.factorial import factorial_section
@@ -152,10 +153,10 @@ def test_one_sided_tests_and_the_correction_are_the_plans(centred):
 
 def test_corrections_match_their_definitions():
     p = np.array([0.01, 0.04, 0.03, np.nan, 0.005])
-    np.testing.assert_allclose(adjust(p, "holm"), [0.03, 0.06, 0.06, np.nan, 0.02])
-    np.testing.assert_allclose(adjust(p, "bonferroni"), [0.04, 0.16, 0.12, np.nan, 0.02])
-    np.testing.assert_allclose(adjust(p, "bh"), [0.02, 0.04, 0.04, np.nan, 0.02])
-    np.testing.assert_allclose(adjust(p, "none"), p)
+    np.testing.assert_allclose(adjust(p, "holm").to_numpy(), [0.03, 0.06, 0.06, np.nan, 0.02])
+    np.testing.assert_allclose(adjust(p, "bonferroni").to_numpy(), [0.04, 0.16, 0.12, np.nan, 0.02])
+    np.testing.assert_allclose(adjust(p, "bh").to_numpy(), [0.02, 0.04, 0.04, np.nan, 0.02])
+    np.testing.assert_allclose(adjust(p, "none").to_numpy(), p)
     with pytest.raises(ValueError, match="correction 'sidak'"):
         adjust(p, "sidak")
 
