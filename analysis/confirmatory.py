@@ -38,8 +38,9 @@ from analysis.ablation import rank_test
 from analysis.factorial import AGGREGATE, factorial_effects
 from analysis.multiple import adjust
 from repro.plan_args import format_seeds
+from repro.plans import PLANS_DIR
 from repro.power import stratified_resamples
-from repro.preregister import AnalysisSection, Endpoint, parse_section, read_record, section_hash
+from repro.preregister import AnalysisSection, Endpoint, parse_section, plan_file, read_record, section_hash
 from repro.settings import read_toml
 
 PRE = "pre-registered"
@@ -74,8 +75,18 @@ class Registration:
         return self.section is not None
 
 
-def registration(exp_path: Path, metadata: pd.DataFrame) -> Registration:
-    """The experiment's ``Registration`` (module doc); ``metadata``: its runs' metadata table."""
+def _plan_path(freeze: dict[str, Any], plan: dict[str, Any] | None) -> Path:
+    """The plan file a freeze came from: the one it names, else (records written before freezes named
+    it) the shipped plan of the experiment's plan record."""
+    if freeze.get("plan"):
+        return plan_file(str(freeze["plan"]))
+    names = [p.get("plan") for p in (plan or {}).get("plans", []) if isinstance(p, dict)]
+    return PLANS_DIR / f"{names[0]}.toml" if names else PLANS_DIR
+
+
+def registration(exp_path: Path, metadata: pd.DataFrame, plan: dict[str, Any] | None = None) -> Registration:
+    """The experiment's ``Registration`` (module doc); ``metadata``: its runs' metadata table; ``plan``:
+    its plan record (plan.json), which names the plan file of a freeze that does not."""
     record = read_record(exp_path)
     if not record:
         return Registration()
@@ -96,14 +107,14 @@ def registration(exp_path: Path, metadata: pd.DataFrame) -> Registration:
             )
     origin = first.get("confirmatory") or next(iter(first.values()))
     section = parse_section(origin["section"], f"{exp_path / 'preregistration.json'}", None, None, None)
-    plan_path = Path(str(origin.get("plan", "")))
-    if plan_path.is_file():
+    plan_path = _plan_path(origin, plan)
+    if not plan_path.is_file():
+        notes.append(f"The plan file {plan_path} is not here: whether its section changed since is unknown.")
+    else:
         try:
             now = read_toml(plan_path).get("analysis")
         except ConfigError as e:
-            notes.append(
-                f"The plan file {plan_path} cannot be read now ({e}); results use the frozen section."
-            )
+            notes.append(f"The plan file {plan_path} cannot be read now ({e}); results use the frozen one.")
         else:
             if now is None or section_hash(now) != section.hash:
                 notes.append(

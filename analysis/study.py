@@ -234,7 +234,7 @@ def run_study(
     matrices, games, left_out = aggregate.score_matrices(scores.final)
     found = power = checked = None
     caps = arm_caps(exp, scores)
-    reg = registration(exp.path, exp.metadata)
+    reg = registration(exp.path, exp.metadata, exp.plan)
     correction = reg.section.correction if reg.frozen else "holm"
     if (pair := verdict_arms(scores.final, exp.plan, baseline)) is not None:
         a, b, pair_matrices, pair_games = pair

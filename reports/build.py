@@ -918,7 +918,7 @@ def build_report(
     exp = load_experiment(experiment_dir)
     colours = figures.arm_colours(exp.arms)
     scores = score_tables(exp, table, bounds)
-    reg = registration(exp.path, exp.metadata)
+    reg = registration(exp.path, exp.metadata, exp.plan)
     context = [_what_ran(exp), _config_section(exp)]
     left_out = pd.DataFrame(columns=KEYS)
     if scores.final.empty:

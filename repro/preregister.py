@@ -47,6 +47,7 @@ from typing import Any
 from algorithms.configs import ConfigError, unknown_key_message
 from algorithms.rundir import atomic_write_json, git_state
 from repro.plan_args import format_seeds, parse_seeds
+from repro.profiles import REPO_ROOT
 
 RECORD_FILE = "preregistration.json"
 CORRECTIONS = ("holm", "bonferroni", "bh", "none")
@@ -252,6 +253,18 @@ def parse_section(
     )  # fmt: skip
 
 
+def plan_label(path: Path) -> str:
+    """How a freeze names its plan file: relative to the repository when inside it (a clone or a
+    worktree elsewhere finds it again: ``plan_file``), else absolute."""
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+
+
+def plan_file(label: str) -> Path:
+    """The plan file a freeze names (``plan_label``), in this checkout."""
+    return Path(label) if Path(label).is_absolute() else REPO_ROOT / label
+
+
 def read_record(experiment_dir: Path) -> list[dict[str, Any]]:
     """The freezes recorded in ``experiment_dir`` (oldest first); [] when none. A damaged record is a
     ``ValueError`` naming the file: a pre-registration must never be read as absent by mistake."""
@@ -318,6 +331,7 @@ def freeze(
         {
             "seed_set": name,
             "seeds": format_seeds(declared[name]),
+            "plan": plan_label(plan_path),
             "hash": section.hash,
             "section": dict(section.raw),
             "commit": commit,

@@ -23,6 +23,7 @@ from analysis.confirmatory import EXPLORATORY, PRE, endpoint_table, registration
 from analysis.robust import middle_half
 from analysis.study import run_study, study_markdown
 from analysis.synthetic import write_run
+from reports.build import build_report
 from repro.cli import main as repro_main
 from repro.preregister import freeze, parse_section, read_record
 
@@ -117,6 +118,10 @@ def test_a_failed_replication_is_reported_apart_and_never_pooled(tmp_path):
     text = study_markdown(study, "cmd", "today")
     assert "## Analysis fixed before the data" in text and "| breakout | replication | 100-103 |" in text
     assert "never pooled with" in text and "pooled |" not in text
+    assert read_record(exp)[0]["plan"] == str(plan.resolve())  # outside the repository: absolute
+    html = build_report(exp, tmp_path / "report.html", reps=200, baseline=CAND).read_text()
+    assert "Analysis fixed before the data" in html and 'id="analysis-endpoints"' in html
+    assert html.index("Analysis fixed before the data") < html.index("Verdict (")
 
 
 def test_a_frozen_section_that_allows_pooling_gets_a_pooled_row(tmp_path):
