@@ -11,7 +11,6 @@ from pathlib import Path
 from analysis.scores import read_bounds
 from reports.build import build_report
 
-
 RUNS = Path("runs")
 
 
@@ -61,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         bounds = read_bounds(args.bounds) if args.bounds is not None else None
         path = build_report(
-            experiment_path(args.experiment), out=args.out, reps=args.reps, table=args.table, baseline=args.baseline,
-            bounds=bounds,
+            experiment_path(args.experiment), out=args.out, reps=args.reps, table=args.table,
+            baseline=args.baseline, bounds=bounds,
         )  # fmt: skip
     except (FileNotFoundError, ValueError) as e:
         print(f"reports: {e}", file=sys.stderr)

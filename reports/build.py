@@ -29,7 +29,16 @@ from analysis import aggregate, verdict
 from analysis.ablation import PLANNED_DIFFERENCE, ablation_record, verdict_arms
 from analysis.configdiff import InEffect, config_diff, effective_table, origins_table, run_effective_values
 from analysis.curves import Scores, resample_curves, score_tables
-from analysis.learning import arm_caps
+from analysis.learning import (
+    CUT_MARKS,
+    CUT_MEANINGS,
+    arm_caps,
+    arm_cut_bounds,
+    cut_bounds,
+    gap_bound,
+    marked,
+    smoke_sentence,
+)
 from analysis.runs import KEYS, Experiment, load_experiment
 from analysis.scores import Bounds, is_minatar, minatar_published_curves, minatar_reference_table
 from analysis.study import Checks, ci_text, effect_game_intro, effect_game_table, fmt, learning_checks
@@ -282,7 +291,9 @@ def _config_section(exp: Experiment) -> Section:
     return section
 
 
-def _curves_section(scores: Scores, colours: dict[str, str], reps: int) -> Section:
+def _curves_section(
+    scores: Scores, colours: dict[str, str], reps: int, bounds: dict[tuple[str, str], str]
+) -> Section:
     sources = ", ".join(sorted(scores.curves.source.unique())) if len(scores.curves) else "none"
     section = Section(
         "learning-curves",
@@ -313,8 +324,8 @@ def _curves_section(scores: Scores, colours: dict[str, str], reps: int) -> Secti
                 env,
                 fmt(len(g)),
                 fmt(int(g.env_steps.max())),
-                ci_text(g.score.mean(), lo, hi),
-                fmt(norm.mean() * scores.scale),
+                marked(ci_text(g.score.mean(), lo, hi), bounds.get((arm, env))),
+                marked(fmt(norm.mean() * scores.scale), bounds.get((arm, env))),
             ]
         )
     section.tables.append(
@@ -333,6 +344,7 @@ def _curves_section(scores: Scores, colours: dict[str, str], reps: int) -> Secti
             + ", ".join(sorted(scores.final.source.unique())),
         )
     )
+    section.notes += _cut_legend(bounds.values())
     if not scores.training_curves.empty:
         training = aggregate.curve_bands(resample_curves(scores.training_curves, "score"), reps=reps)
         if not training.empty:
@@ -359,7 +371,7 @@ def _poi_pairs(exp: Experiment, arms: list[str]) -> list[tuple[str, str]]:
 
 
 def _aggregate_sections(
-    exp: Experiment, scores: Scores, colours: dict[str, str], reps: int
+    exp: Experiment, scores: Scores, colours: dict[str, str], reps: int, bounds: dict[tuple[str, str], str]
 ) -> tuple[list[Section], pd.DataFrame]:
     label = scores.label
     matrices, games, left_out = aggregate.score_matrices(scores.final)
@@ -383,10 +395,14 @@ def _aggregate_sections(
         value=metrics.value * scale, ci_low=metrics.ci_low * scale, ci_high=metrics.ci_high * scale
     )
     table = shown.pivot(index="arm", columns="metric").swaplevel(axis=1)
+    by_arm = arm_cut_bounds(bounds)
     rows = [
         [arm]
         + [
-            ci_text(*(table.loc[arm, (m, k)] for k in ("value", "ci_low", "ci_high")))
+            marked(
+                ci_text(*(table.loc[arm, (m, k)] for k in ("value", "ci_low", "ci_high"))),
+                gap_bound(by_arm.get(arm)) if m == "Optimality gap" else by_arm.get(arm),
+            )
             for m in aggregate.METRICS
         ]
         for arm in table.index
@@ -400,8 +416,14 @@ def _aggregate_sections(
         )
     )
     agg.figures.append(
-        Figure("fig-aggregates", figures.interval_estimates(shown, colours, label + unit), "aggregates")
+        Figure(
+            "fig-aggregates",
+            figures.interval_estimates(shown, colours, label + unit),
+            "aggregates",
+            _cut_caption(by_arm),
+        )
     )
+    agg.notes += _cut_legend(by_arm.values()) + _left_out_notes(left_out) + [IQM_INTERVALS]
     if scores.bounds is not None:
         agg.tables.append(_bounds_table(scores.bounds, games))
     if not scores.comparable:
@@ -422,6 +444,7 @@ def _aggregate_sections(
             "fig-profiles",
             figures.performance_profiles(profiles, colours, label + " tau"),
             "performance profiles",
+            _cut_caption(by_arm),
         )
     )
     sections = [agg, profile]
@@ -542,14 +565,17 @@ def _verdict_section(exp: Experiment, scores: Scores, reps: int, baseline: str |
     return section
 
 
-def _learning_section(study: Checks) -> Section | None:
+def _learning_section(study: Checks, arm_bounds: dict[str, str]) -> Section | None:
     """Each arm's level against random play and the published reference (``analysis.learning``). Its
     sentence for arms not shown to learn is the verdict's first (``build_report``), not repeated here."""
     if study.learning.empty:
         return None
     scale, unit = study.scores.scale, study.scores.unit
     frame = study.learning.assign(
-        iqm_ci=[ci_text(r.iqm, r.ci_low, r.ci_high, scale) for r in study.learning.itertuples()],
+        iqm_ci=[
+            marked(ci_text(r.iqm, r.ci_low, r.ci_high, scale), arm_bounds.get(r.arm))
+            for r in study.learning.itertuples()
+        ],
         reference=study.learning.reference_iqm * scale,
     )
     columns = [("arm", "arm"), ("runs per game", "runs"), (f"IQM{unit} [95% CI]", "iqm_ci"),
@@ -564,7 +590,9 @@ def _learning_section(study: Checks) -> Section | None:
         f"stratified-bootstrap CI); random play is 0; the reference is {study.learning_reference}, its "
         "IQM over the same games.",
         tables=[_table("learning-table", frame, columns)],
-        notes=[study.cut_short] if study.cut_short else [],
+        notes=([study.cut_short] if study.cut_short else [])
+        + _cut_legend(arm_bounds.values())
+        + [IQM_INTERVALS],
     )
 
 
@@ -628,7 +656,9 @@ def _bounds_table(bounds: Bounds, envs: list[str]) -> Table:
     )
 
 
-def _minatar_published_section(scores: Scores, reps: int) -> Section | None:
+def _minatar_published_section(
+    scores: Scores, reps: int, bounds: dict[tuple[str, str], str]
+) -> Section | None:
     """Per MinAtar env and arm: our final return next to Young & Tian's DQN curve at our frame count."""
     if not any(is_minatar(env) for env in scores.final.env.unique()):
         return None
@@ -654,8 +684,11 @@ def _minatar_published_section(scores: Scores, reps: int) -> Section | None:
             r.env,
             fmt(r.n_runs),
             fmt(r.frames),
-            ci_text(r.score, r.ci_low, r.ci_high),
-            ci_text(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale),
+            marked(ci_text(r.score, r.ci_low, r.ci_high), bounds.get((r.arm, r.env))),
+            marked(
+                ci_text(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale),
+                bounds.get((r.arm, r.env)),
+            ),
             ci_text(r.published, r.published_low, r.published_high),
             fmt(r.published_in_ci),
             fmt(r.overlap),
@@ -681,6 +714,7 @@ def _minatar_published_section(scores: Scores, reps: int) -> Section | None:
             rows,
         )  # fmt: skip
     )
+    section.notes += _cut_legend(bounds.values())
     if scores.reference == "dqn":
         reference = minatar_reference_table().scores
         section.tables.append(
@@ -711,10 +745,16 @@ def _minatar_published_section(scores: Scores, reps: int) -> Section | None:
     return section
 
 
-def _published_section(scores: Scores, colours: dict[str, str], reps: int) -> Section | None:
+def _published_section(
+    scores: Scores, colours: dict[str, str], reps: int, bounds: dict[tuple[str, str], str]
+) -> Section | None:
     comparison = aggregate.compare_with_published(scores.final, reps=reps)
     if comparison.empty:  # no Atari-57 game among the envs
         return None
+    comparison["score"] = [
+        marked(fmt(v), bounds.get((arm, env)))
+        for arm, env, v in zip(comparison.arm, comparison.env, comparison.score)
+    ]
     section = Section(
         "published",
         "Comparison with published scores (R2D2)",
@@ -736,8 +776,14 @@ def _published_section(scores: Scores, colours: dict[str, str], reps: int) -> Se
     ]
     section.tables.append(_table("published-table", comparison, columns))
     section.figures.append(
-        Figure("fig-published", figures.published_ratios(comparison, colours), "ratio to R2D2")
+        Figure(
+            "fig-published",
+            figures.published_ratios(comparison, colours),
+            "ratio to R2D2",
+            _cut_caption(arm_cut_bounds(bounds)),
+        )
     )
+    section.notes += _cut_legend(bounds.values())
     return section
 
 
@@ -812,6 +858,52 @@ def _problems_section(exp: Experiment, left_out: pd.DataFrame) -> Section:
     return section
 
 
+# --- cut evaluations, runs left out, smoke runs (analysis.learning) ------------------------------------
+# The two IQM intervals of one arm the report shows, named where either appears.
+IQM_INTERVALS = (
+    "Two IQM intervals: the learning check's is widened by sqrt(n / (n - 1)) for n seeds (a bootstrap of "
+    "few seeds is too narrow; analysis/verdict.py) and uses every complete run of the arm; the aggregates' "
+    "is rliable's percentile interval over the runs kept to balance the arms. The verdict uses the widened "
+    "one."
+)
+
+
+def _cut_legend(bounds) -> list[str]:
+    """One note per cut mark among ``bounds`` (``analysis.learning.CUT_MARKS``): what it means."""
+    return [f"{CUT_MARKS[b]}: {CUT_MEANINGS[b]}." for b in CUT_MARKS if b in set(bounds)]
+
+
+def _cut_caption(arm_bounds: dict[str, str]) -> str:
+    """A figure's caption naming its arms whose figures come from cut evaluations, with their mark."""
+    if not arm_bounds:
+        return ""
+    arms = ", ".join(f"{arm} ({CUT_MARKS[b]})" for arm, b in sorted(arm_bounds.items()))
+    return f"From evaluations cut at the harness's cap: {arms}; the marks are explained below the table."
+
+
+def _left_out_notes(left_out: pd.DataFrame) -> list[str]:
+    """The runs left out of the aggregates to balance the arms, named beside the figures they change."""
+    if left_out.empty:
+        return []
+    runs = ", ".join(f"{r.arm}/{r.env}/seed{r.seed}" for r in left_out.itertuples())
+    return [
+        f"Left out of these aggregates to give every arm the same envs and runs per env: {runs}. The "
+        "per-env final scores (learning curves) and the learning check use every complete run, so their "
+        "means can differ from these."
+    ]
+
+
+def _with_smoke(section: Section | None, plan: dict | None) -> Section | None:
+    """The verdict section opened by ``analysis.learning.SMOKE_SENTENCE`` when a smoke profile ran."""
+    sentence = smoke_sentence(plan)
+    if sentence is None:
+        return section
+    if section is None:
+        return Section("verdict", "Verdict", statements=[sentence])
+    section.statements.insert(0, sentence)
+    return section
+
+
 # --- page ---------------------------------------------------------------------------------------
 def build_report(
     experiment_dir: Path | str,
@@ -837,19 +929,24 @@ def build_report(
             Section("results", "Results", notes=["no complete run with a score: nothing to aggregate"])
         ]
     else:
+        bounds = cut_bounds(exp, scores)
         verdict_section = _verdict_section(exp, scores, reps, baseline)
         checks = learning_checks(exp, scores, reps)
         if verdict_section is None and checks.learning_lead:
             verdict_section = Section("verdict", "Verdict", statements=[checks.learning_lead])
-        aggregate_sections, left_out = _aggregate_sections(exp, scores, colours, reps)
-        published = [_published_section(scores, colours, reps), _minatar_published_section(scores, reps)]
+        verdict_section = _with_smoke(verdict_section, exp.plan)
+        aggregate_sections, left_out = _aggregate_sections(exp, scores, colours, reps, bounds)
+        published = [
+            _published_section(scores, colours, reps, bounds),
+            _minatar_published_section(scores, reps, bounds),
+        ]
         sections = [
             section
             for section in (
-                [verdict_section, _learning_section(checks), _effects_section(checks)]
+                [verdict_section, _learning_section(checks, arm_cut_bounds(bounds)), _effects_section(checks)]
                 + aggregate_sections
                 + published
-                + [_curves_section(scores, colours, reps)]
+                + [_curves_section(scores, colours, reps, bounds)]
                 + context
             )
             if section is not None

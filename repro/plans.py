@@ -46,7 +46,14 @@ from repro.plan_args import format_deviation as format_deviation
 from repro.plan_args import format_seeds as format_seeds
 from repro.plan_args import parse_deviation as parse_deviation
 from repro.plan_args import parse_list as parse_list
-from repro.profiles import REPO_ROOT, Profile, apply_profile, is_budget_key, load_profile
+from repro.profiles import (
+    REPO_ROOT,
+    Profile,
+    apply_profile,
+    is_budget_key,
+    load_profile,
+    uncut_classic_control,
+)
 from repro.settings import (
     CONFIG_DIR,
     SET_OPTION,
@@ -244,7 +251,8 @@ def resolve_job_setting(
     """The setting ``arm`` with an ablation arm's ``deviation`` (the ablate setting's entries of its
     keys, sources kept), scaled by ``profile``, with the command line's ``--set`` values (``point``),
     the plan's env id and seed (and the slot's device, and the job's CPUs as its torch threads when
-    the scheduler was given them)."""
+    the scheduler was given them); a classic-control env's evaluations are not cut below its own time
+    limit (``repro.profiles.uncut_classic_control``)."""
     setting = load_setting(arm, settings_dir, schema)
     classes = schema(setting.algo)
     if deviation is not None:
@@ -263,7 +271,8 @@ def resolve_job_setting(
     if threads is not None:
         per_job["runner.torch_threads"] = Entry(threads, "scheduler: CPUs per job", "plan", "scheduler")
     try:
-        return override(setting, per_job, classes), classes
+        setting = override(setting, per_job, classes)
+        return override(setting, uncut_classic_control(setting, classes), classes), classes
     except ConfigError as e:
         # The env id is the only per-job value that can be wrong: say which game, without the file.
         message = str(e)

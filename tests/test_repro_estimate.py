@@ -222,30 +222,34 @@ def test_the_estimate_counts_only_what_is_left(files):
     assert estimate.low == estimate.seconds == estimate.high  # one slot, no segments: no spread
 
 
-def test_plan_record_adds_up_runs_into_one_experiment(files):
+def test_plan_record_keeps_each_invocation_of_one_experiment(files):
     plan = load_plan(str(files / "cartpole.toml"))
     experiment = files / "runs" / "cartpole-smoke"
     write_plan_record(experiment, plan, _jobs(files, games=("CartPole-v1",), seeds=1), seeds=1)
+    first = json.loads((experiment / PLAN_FILE).read_text())["plans"]
     write_plan_record(experiment, plan, _jobs(files, games=("Acrobot-v1",), seeds=2), seeds=2)
     record = json.loads((experiment / PLAN_FILE).read_text())
-    (entry,) = record["plans"]
-    assert entry == {
+    assert record["plans"][:1] == first  # what ran before is never rewritten
+    assert record["plans"][1] == {
         "plan": "cartpole",
         "title": TITLE,
         "profile": "smoke",  # a shipped profile by its name
         "arms": ["a2c_cartpole"],
-        "envs": ["CartPole-v1", "Acrobot-v1"],
-        "seeds": "0,1",  # the union of the seeds, as a seed spec
+        "envs": ["Acrobot-v1"],
+        "seeds": "0,1",
     }
     assert record["arms"] == ["a2c_cartpole"]
     assert sorted((j["env"], j["seed"]) for j in record["jobs"]) == [
         ("Acrobot-v1", 0), ("Acrobot-v1", 1), ("CartPole-v1", 0),
     ]  # fmt: skip
     assert {j["n_steps"] for j in record["jobs"]} == {2_000}
-    # Another profile is a plan entry of its own, named by its path (outside the repository: absolute).
+    # Rerunning an invocation (to resume it) adds nothing to the history.
+    write_plan_record(experiment, plan, _jobs(files, games=("Acrobot-v1",), seeds=2), seeds=2)
+    assert len(json.loads((experiment / PLAN_FILE).read_text())["plans"]) == 2
+    # Another profile, named by its path (outside the repository: absolute).
     write_plan_record(experiment, plan, _jobs(files, profile=str(files / "long.toml"), seeds=1), seeds=1)
     record = json.loads((experiment / PLAN_FILE).read_text())
-    assert [p["profile"] for p in record["plans"]] == ["smoke", str((files / "long.toml").resolve())]
+    assert [p["profile"] for p in record["plans"]] == ["smoke", "smoke", str((files / "long.toml").resolve())]
     assert len(record["jobs"]) == 3  # the same (arm, env, seed) again
 
 
