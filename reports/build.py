@@ -751,7 +751,7 @@ def _published_section(
     comparison = aggregate.compare_with_published(scores.final, reps=reps)
     if comparison.empty:  # no Atari-57 game among the envs
         return None
-    comparison["score"] = [
+    comparison["score_shown"] = [
         marked(fmt(v), bounds.get((arm, env)))
         for arm, env, v in zip(comparison.arm, comparison.env, comparison.score)
     ]
@@ -767,7 +767,7 @@ def _published_section(
         ("game", "game"),
         ("runs", "n_runs"),
         ("frames", "frames"),
-        ("our score", "score"),
+        ("our score", "score_shown"),
         ("CI low", "ci_low"),
         ("CI high", "ci_high"),
         ("R2D2", "published"),

@@ -210,12 +210,15 @@ CLASSIC_CONTROL = "gymnasium.envs.classic_control"
 
 def uncut_classic_control(setting: Setting, classes: Mapping[str, type]) -> dict[str, Entry]:
     """``{"sampler.eval_max_steps": the env's time limit}`` when ``setting`` runs a classic-control env
-    whose evaluation a profile caps below its own time limit, else ``{}``: a profile's short cap (the
-    smoke profile's 200 steps) saves time on Atari, but a classic-control episode of 500 steps costs
-    milliseconds, and a cut one reads a good CartPole agent as a bad one (an evaluation at the cap of
-    200 scores 200 of 500)."""
+    whose evaluation a profile caps below its own time limit, else ``{}`` (a cap the setting or the
+    command line gives stands): a profile's short cap (the smoke profile's 200 steps) saves time on
+    Atari, but a classic-control episode of 500 steps costs milliseconds, and a cut one reads a good
+    CartPole agent as a bad one (an evaluation at the cap of 200 scores 200 of 500)."""
     from repro.settings import train_config
 
+    capped = setting.entries.get("sampler.eval_max_steps")
+    if capped is None or capped.origin != "profile":  # a setting's or the command line's own cap stands
+        return {}
     config = train_config(setting, classes)
     if config.env.kind != "gym":
         return {}

@@ -123,7 +123,7 @@ def invocation_note(experiment_dir: Path, plan: Plan, jobs: list[Job], seeds: An
             parts.append(f"{what} {', '.join(new_values)}")
     new_seeds = sorted({j.seed for j in added} - {k[2] for k in known})
     if new_seeds:
-        parts.append(f"seeds {format_seeds(new_seeds)}")
+        parts.append(f"seed {new_seeds[0]}" if len(new_seeds) == 1 else f"seeds {format_seeds(new_seeds)}")
     what = "; ".join(parts) or f"{len(added)} runs"
     n = len(old["plans"])
     return (

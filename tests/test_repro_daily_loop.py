@@ -97,6 +97,9 @@ def test_a_setting_runs_without_a_plan_with_a_sweep_seeds_and_tensorboard(files)
 
 
 def test_sweep_expansion_one_arm_per_combination(files):
+    """One arm per combination of values, named by them, less the values the setting has already
+    (the tiny setting runs serially with discount 0.99): such a value is the setting's arm, not a
+    second arm of the same config under another name."""
     plan = setting_plan(str(files / "tiny.toml"), ["CartPole-v1", "Acrobot-v1"])
     overrides = parse_overrides(
         ["algo.learning_rate=1e-3,3e-3", "sampler.mode=serial", "algo.discount=0.9,0.99"]
@@ -104,19 +107,32 @@ def test_sweep_expansion_one_arm_per_combination(files):
     jobs = expand(plan, "5,7", str(files / "as_set.toml"), files / "runs", overrides=overrides)
     assert len(jobs) == 4 * 2 * 2  # 2 x 1 x 2 combinations, 2 envs, 2 seeds
     names = sorted({j.arm for j in jobs})
-    assert names[0] == "tiny_learning_rate-1e-3_mode-serial_discount-0.9"
+    assert names == [
+        "tiny_learning_rate-1e-3", "tiny_learning_rate-1e-3_discount-0.9",
+        "tiny_learning_rate-3e-3", "tiny_learning_rate-3e-3_discount-0.9",
+    ]  # fmt: skip
     assert {(j.config.algo_config.learning_rate, j.config.algo_config.discount) for j in jobs} == {
         (1e-3, 0.9), (1e-3, 0.99), (3e-3, 0.9), (3e-3, 0.99),
     }  # fmt: skip
     assert {j.seed for j in jobs} == {5, 7} and {j.env for j in jobs} == {"CartPole-v1", "Acrobot-v1"}
-    job = next(j for j in jobs if j.arm == names[0])
-    assert job.overrides == (
-        ("algo.learning_rate", "1e-3"),
-        ("sampler.mode", "serial"),
-        ("algo.discount", "0.9"),
-    )
-    assert job.run_dir.parent.parent.name == names[0]
+    job = next(j for j in jobs if j.arm == names[1])
+    assert job.overrides == (("algo.learning_rate", "1e-3"), ("algo.discount", "0.9"))
+    assert job.run_dir.parent.parent.name == names[1]
     assert not (files / "runs").exists()
+
+
+def test_a_sweep_value_equal_to_the_base_value_is_the_base_arm(files):
+    """``--set algo.learning_rate=1e-4,7e-4`` on a setting whose rate is 7e-4: two arms, the setting's
+    own (named as it, no override) and lr 1e-4; a single ``--set`` of the base value renames nothing."""
+    plan = setting_plan(str(files / "tiny.toml"), ["CartPole-v1"])
+    sweep = parse_overrides(["algo.learning_rate=1e-4,7e-4"])
+    jobs = expand(plan, "1", str(files / "as_set.toml"), files / "runs", overrides=sweep)
+    assert [(j.arm, j.overrides) for j in jobs] == [
+        ("tiny_learning_rate-1e-4", (("algo.learning_rate", "1e-4"),)), ("tiny", ()),
+    ]  # fmt: skip
+    same = parse_overrides(["algo.learning_rate=0.0007"])
+    (job,) = expand(plan, "1", str(files / "as_set.toml"), files / "runs", overrides=same)
+    assert job.arm == "tiny" and job.config.algo_config.learning_rate == 7e-4
 
 
 def test_set_values_are_read_as_toml_with_strings_lists_and_quoted_commas():
@@ -308,3 +324,30 @@ def test_the_tracker_writes_an_offline_wandb_run(files, monkeypatch):
     run_dir = files / "exp" / "tiny" / "CartPole-v1" / "seed0"
     train(train_config(setting, default_schema(setting.algo)), run_dir)
     assert list((run_dir / "wandb").glob("offline-run-*/*.wandb"))
+
+
+@pytest.mark.slow
+def test_adding_seeds_keeps_the_history_says_so_and_ends_at_the_report(files):
+    """A second invocation with held-out seeds adds to the experiment: plan.json keeps the first
+    invocation as written and adds the second, the run says so in one line, and each run ends at the
+    report (the command printed, or built with --report)."""
+    root = files / "runs"
+    argv = ["run", str(files / "tiny.toml"), "--profile", str(files / "as_set.toml"), "--root", str(root),
+            "--no-progress", "--no-estimate"]  # fmt: skip
+    experiment = root / "tiny-as_set"
+    first = repro(*argv, "--seeds", "3,4")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "note: adding" not in first.stdout
+    assert f"report: python -m reports build {experiment}" in first.stdout
+    written = json.loads((experiment / "plan.json").read_text())["plans"]
+    again = repro(*argv, "--seeds", "5-5", "--report")
+    assert again.returncode == 0, again.stderr[-3000:]
+    (note,) = [line for line in again.stdout.splitlines() if line.startswith("note: adding")]
+    assert note.startswith("note: adding seed 5 to experiment tiny-as_set, which 1 earlier invocation")
+    assert "--exp NAME" in note
+    plans = json.loads((experiment / "plan.json").read_text())["plans"]
+    assert plans[:1] == written and [p["seeds"] for p in plans] == ["3,4", "5-5"]
+    assert str(experiment / "report.html") in again.stdout and (experiment / "report.html").is_file()
+    rerun = repro(*argv, "--seeds", "5-5")  # the same invocation again: nothing new to say or record
+    assert rerun.returncode == 0 and "note: adding" not in rerun.stdout
+    assert len(json.loads((experiment / "plan.json").read_text())["plans"]) == 2
