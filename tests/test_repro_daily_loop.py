@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import json
+import os
 import re
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from tiny_setting import a2c_cartpole_setting
 
 from algorithms.configs import ConfigError
 from algorithms.train import config_from_dict
+from analysis.synthetic import SyntheticArm, write_experiment
 from repro import extras
 from repro.cli import main
 from repro.plans import expand, load_plan, parse_seeds, setting_plan
@@ -351,3 +353,35 @@ def test_adding_seeds_keeps_the_history_says_so_and_ends_at_the_report(files):
     rerun = repro(*argv, "--seeds", "5-5")  # the same invocation again: nothing new to say or record
     assert rerun.returncode == 0 and "note: adding" not in rerun.stdout
     assert len(json.loads((experiment / "plan.json").read_text())["plans"]) == 2
+
+
+def test_the_console_command_is_the_cli_with_a_report_command(tmp_path):
+    """pyproject's ``[project.scripts]`` names ``rlrepro``; its target, called as the installed script
+    calls it (``sys.exit(main())`` with ``sys.argv[0]`` the script), lists the settings, names itself
+    in its usage, and ``rlrepro report`` takes an experiment's name under runs/ (the Makefile's venv
+    installs the script: ``pip install -e``)."""
+    import tomllib
+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, function = scripts["rlrepro"].partition(":")
+    call = f"import sys; sys.argv[0] = 'rlrepro'; from {module} import {function}; sys.exit({function}())"
+
+    def rlrepro(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+        return subprocess.run([sys.executable, "-c", call, *args], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=600)  # fmt: skip
+
+    listed = rlrepro("list")
+    assert listed.returncode == 0 and "ppo_cartpole_zoo" in listed.stdout.splitlines()[0]
+    usage = rlrepro("--help")
+    assert usage.stdout.startswith("usage: rlrepro") and "report" in usage.stdout
+    arms = {"a": SyntheticArm(1.0, {"algo": "a2c"})}
+    write_experiment(tmp_path / "runs", "exp", arms, ["CartPole-v1"], [0, 1], n_logs=2, eval_episodes=1)
+    built = rlrepro("report", "exp", "--reps", "100", cwd=tmp_path)
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert built.stdout.strip() == str(Path("runs") / "exp" / "report.html")
+    missing = rlrepro("report", "nope", cwd=tmp_path)
+    assert (
+        missing.returncode == 2
+        and "no experiment nope: neither a directory nor one under runs/" in missing.stderr
+    )
