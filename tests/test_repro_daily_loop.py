@@ -273,12 +273,17 @@ def test_a_base_file_resolves_against_the_referring_settings_folder(tmp_path, mo
 
 class _WandbStandIn:
     """Records what ``algorithms.logger.WandbTracker`` hands to ``wandb``: the interface the tracker
-    relies on (``init`` with mode, config and ids, ``Run.log`` per row, ``Run.finish``); the real
-    package, where installed, runs in ``test_the_tracker_writes_an_offline_wandb_run``."""
+    relies on (``login(prompt=False)``, ``init`` with mode, config and ids, ``Run.log`` per row,
+    ``Run.finish``); the real package, where installed, runs in
+    ``test_the_tracker_writes_an_offline_wandb_run``. ``logged_in``: what ``login`` finds."""
 
-    def __init__(self):
-        self.inits, self.rows, self.finished = [], [], 0
+    def __init__(self, logged_in: bool = False):
+        self.inits, self.rows, self.finished, self.logged_in = [], [], 0, logged_in
         self.__spec__ = importlib.machinery.ModuleSpec("wandb", None)
+
+    def login(self, prompt: bool = True, verify: bool = True) -> bool:
+        assert prompt is False  # never asks for a key inside a job
+        return self.logged_in
 
     def init(self, **kwargs):
         self.inits.append(kwargs)
@@ -291,30 +296,66 @@ class _WandbStandIn:
         self.finished += 1
 
 
-def test_the_tracker_gets_the_runs_config_and_every_progress_row(files, monkeypatch):
+@pytest.mark.parametrize("logged_in", [False, True])
+def test_the_tracker_gets_the_runs_config_and_grouped_rows(files, monkeypatch, logged_in):
+    """Online when logged in, else offline; every progress row and every evaluation as grouped tags
+    (train/, time/, eval/) at its env step, without the axis and the constant counters."""
     from algorithms.logger import TRACKER_ENV
     from algorithms.train import train
     from repro.settings import default_schema, train_config
 
-    stand_in = _WandbStandIn()
+    stand_in = _WandbStandIn(logged_in)
     monkeypatch.setitem(sys.modules, "wandb", stand_in)
     monkeypatch.setenv(TRACKER_ENV, "wandb")
     setting = load_setting(str(files / "tiny.toml"))
     run_dir = files / "exp" / "tiny" / "CartPole-v1" / "seed0"
     train(train_config(setting, default_schema(setting.algo)), run_dir)
     (init,) = stand_in.inits
-    assert init["mode"] == "offline" and init["dir"] == str(run_dir.resolve())
+    assert init["mode"] == ("online" if logged_in else "offline")
+    assert init["dir"] == str(run_dir.resolve())
     assert init["config"] == json.loads((run_dir / "config.json").read_text())
     assert (init["project"], init["group"], init["name"]) == ("exp", "tiny", "tiny/CartPole-v1/seed0")
-    assert [step for step, _ in stand_in.rows] == [100, 200, 300, 400] and stand_in.finished == 1
+    progress = [step for step, row in stand_in.rows if "train/return_mean" in row]
+    evaluations = [(step, row) for step, row in stand_in.rows if "eval/return_mean" in row]
+    assert progress == [100, 200, 300, 400] and stand_in.finished == 1
+    eval_csv = (run_dir / "eval.csv").read_text().splitlines()
+    assert [step for step, _ in evaluations] == sorted({int(line.split(",")[0]) for line in eval_csv[1:]})
+    assert {"eval/length_mean", "eval/episodes"} <= set(evaluations[-1][1])
+    last_row = [row for _, row in stand_in.rows if "train/return_mean" in row][-1]
+    assert "time/steps_per_second" in last_row and "train/updates" in last_row
+    keys = {key for _, row in stand_in.rows for key in row}
+    assert all(key.split("/")[0] in ("train", "time", "eval") for key in keys)
+    assert not keys & {"train/frameskip", "train/env_steps", "train/frames"}
     assert all(isinstance(v, int | float) for _, row in stand_in.rows for v in row.values())
-    assert "return_mean" in stand_in.rows[-1][1] and "steps_per_second" in stand_in.rows[-1][1]
+
+
+def test_tensorboard_gets_grouped_tags_and_evaluation_returns(files):
+    import dataclasses
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from algorithms.train import train
+    from repro.settings import default_schema, train_config
+
+    setting = load_setting(str(files / "tiny.toml"))
+    config = train_config(setting, default_schema(setting.algo))
+    config = dataclasses.replace(config, runner=dataclasses.replace(config.runner, tensorboard=True))
+    run_dir = files / "exp" / "tiny" / "CartPole-v1" / "seed0"
+    train(config, run_dir)
+    events = EventAccumulator(str(run_dir / "tb"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"train/return_mean", "eval/return_mean", "time/steps_per_second"} <= tags
+    assert all(tag.split("/")[0] in ("train", "time", "eval") for tag in tags)
+    assert "train/frameskip" not in tags and "frameskip" not in tags
+    assert [e.step for e in events.Scalars("train/return_mean")] == [100, 200, 300, 400]
 
 
 def test_the_tracker_writes_an_offline_wandb_run(files, monkeypatch):
     """With the real package (not a dependency: skipped where it is not installed)."""
     pytest.importorskip(
-        "wandb", reason="wandb is optional (pip install wandb); the stand-in test covers the rest"
+        "wandb",
+        reason="wandb is the track extra (pip install -e '.[track]'); the stand-in test covers the rest",
     )
     from algorithms.logger import TRACKER_ENV
     from algorithms.train import train
@@ -385,3 +426,22 @@ def test_the_console_command_is_the_cli_with_a_report_command(tmp_path):
         missing.returncode == 2
         and "no experiment nope: neither a directory nor one under runs/" in missing.stderr
     )
+
+
+def test_the_progress_line_shows_each_running_jobs_latest_returns(tmp_path):
+    """Each running task by what tells it apart, with the mean training return of its last progress
+    row and the mean of its last evaluation (a torn last line is not read)."""
+    from repro.loop import returns_text, short_labels
+    from repro.tasks import Task
+
+    keys = ["ppo/CartPole-v1/seed0", "ppo/CartPole-v1/seed1", "ppo_lr-1e-4/CartPole-v1/seed0"]
+    assert short_labels(keys) == dict(zip(keys, ["ppo/seed0", "ppo/seed1", "ppo_lr-1e-4/seed0"]))
+    assert short_labels(keys[:1]) == {keys[0]: "seed0"}
+    run = tmp_path / "seed0"
+    run.mkdir()
+    task = Task(keys[0], run, ("true",), 1000)
+    assert returns_text(task) == "train -"
+    (run / "progress.csv").write_text("env_steps,return_mean\n100,\n200,21.5\n300,4")
+    assert returns_text(task) == "train 21.5"
+    (run / "eval.csv").write_text("env_steps,episode,return\n200,0,30\n200,1,50\n300,0,100\n300,1,140\n")
+    assert returns_text(task) == "train 21.5 eval 120"
