@@ -95,6 +95,9 @@ def test_a_setting_runs_without_a_plan_with_a_sweep_seeds_and_tensorboard(files)
     (diff_row,) = _cells(html, "config-diff-table")
     assert diff_row == ["algo_config.learning_rate", "0.001 (command line)", "0.003 (command line)"]
     assert len(_cells(html, "command-line-table")) == 4  # 2 arms x 2 keys
+    # Arms labelled by what differs (value_coef, shared, does not), their directories named.
+    assert [row[0] for row in _cells(html, "arms")] == ["learning_rate=1e-3", "learning_rate=3e-3"]
+    assert "learning_rate=1e-3: tiny_learning_rate-1e-3_value_coef-0.25/" in html
     assert '<section id="verdict">' in html and "reference-normalised" in html  # CartPole's bounds
 
 
