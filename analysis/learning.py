@@ -52,7 +52,8 @@ LEARNING_COLUMNS = [
 
 def capped_runs(exp: Experiment, scores: Scores) -> dict[tuple[str, str, int], int]:
     """``{(arm, env, seed): cap}`` of the runs whose final evaluation episodes stopped at the harness's
-    cap (``sampler.eval_max_steps``, e.g. the smoke profile's 200 steps) instead of the env's own end:
+    cap (``sampler.eval_max_steps``, e.g. the smoke profile's 200 steps) below the env's own time
+    limit (``env_time_limit``; an episode at a cap equal to it ended where the env ends it):
     their returns are cut short, on another scale than random play and the reference, which ran whole
     episodes."""
     if (
@@ -64,10 +65,32 @@ def capped_runs(exp: Experiment, scores: Scores) -> dict[tuple[str, str, int], i
     last = exp.eval.merge(scores.final[KEYS + ["env_steps"]], on=KEYS + ["env_steps"])
     capped = {}
     for run, g in last.groupby(KEYS):
-        cap = exp.configs.get(run, {}).get("sampler", {}).get("eval_max_steps")
-        if isinstance(cap, int) and (g.length >= cap).any():
+        config = exp.configs.get(run, {})
+        cap = config.get("sampler", {}).get("eval_max_steps")
+        limit = env_time_limit(config.get("env", {}))
+        if isinstance(cap, int) and (limit is None or cap < limit) and (g.length >= cap).any():
             capped[run] = cap
     return capped
+
+
+def env_time_limit(env: dict) -> int | None:
+    """The env's own episode limit in env steps, from a run's config.json ``env``: its
+    ``max_episode_steps``, else for Atari ``max_episode_frames`` / ``frameskip`` (the defaults of
+    ``algorithms.envs.config.EnvConfig`` where absent), else gymnasium's registered time limit; None
+    when there is none (an episode that reaches the cap there was cut by it)."""
+    if env.get("max_episode_steps"):
+        return int(env["max_episode_steps"])
+    kind, env_id = env.get("kind", "atari"), env.get("id")
+    if kind == "atari":
+        return int(env.get("max_episode_frames", 108_000)) // int(env.get("frameskip", 4))
+    if kind != "gym" or not env_id:
+        return None
+    import gymnasium
+
+    try:
+        return gymnasium.spec(env_id).max_episode_steps
+    except gymnasium.error.Error:  # an id this gymnasium does not register
+        return None
 
 
 # What a return cut at the cap is, given the sign of the env's rewards (``cut_bound``).

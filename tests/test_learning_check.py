@@ -213,3 +213,23 @@ def test_minatar_and_atari_cuts_and_the_smoke_sentence(tmp_path):
     assert "<td>~ " in _row(html, "aggregate-table", "ppo")
     verdict = html[html.index('<section id="verdict">') :]
     assert verdict.index(SMOKE_SENTENCE.replace("'", "&#39;")) < verdict.index("ppo has not been shown")
+
+
+def test_an_evaluation_ending_at_the_envs_own_time_limit_is_not_cut(tmp_path):
+    """The cap equals the env's own limit (a classic-control smoke run: Acrobot's 500 steps, here
+    max_episode_steps = 100): episodes of that length ended where the env ends them, and carry no mark."""
+    from analysis.learning import capped_runs, env_time_limit
+
+    assert env_time_limit({"kind": "gym", "id": "Acrobot-v1"}) == 500
+    assert env_time_limit({"kind": "atari", "id": "pong"}) == 27_000
+    assert env_time_limit({"kind": "minatar", "id": "minatar_breakout"}) is None
+    env = {"id": "Acrobot-v1", "kind": "gym", "max_episode_steps": 100}
+    arms = {"ppo": SyntheticArm(-0.4, {"algo": "ppo", "env": env, "sampler": {"eval_max_steps": 100}})}
+    exp = write_experiment(tmp_path, "exp", arms, ["Acrobot-v1"], [0, 1, 2], n_logs=3, frameskip=1)
+    for config_path in exp.glob("ppo/Acrobot-v1/seed*/config.json"):  # write_experiment sets env.id only
+        config = json.loads(config_path.read_text())
+        config["env"] = env
+        config_path.write_text(json.dumps(config))
+    study = run_study(exp, reps=200)
+    assert capped_runs(study.experiment, study.scores) == {} and study.cut_short is None
+    assert study.learning.learned.all()
