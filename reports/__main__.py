@@ -21,7 +21,7 @@ def experiment_path(given: Path) -> Path:
         return given
     if (RUNS / given).is_dir():
         return RUNS / given
-    raise FileNotFoundError(f"no experiment {given}: neither a directory nor one under {RUNS}/")
+    raise FileNotFoundError(f"experiment directory {given} does not exist, nor {RUNS / given}")
 
 
 def main(argv: list[str] | None = None) -> int:

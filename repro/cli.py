@@ -63,14 +63,24 @@ def build_report(experiment: str, options: Sequence[str] = ()) -> int:
     return subprocess.run(argv, check=False).returncode
 
 
+# The plans `make reproduce-r2d1` runs (the Makefile's SUITE): their hint names the Makefile's variables.
+MAKE_PLANS = ("r2d1", "r2d1_minatar")
+
+
 def smaller_runs_hint(plan: str, profile: str) -> str:
-    """One line naming smaller runs than ``plan`` at ``profile``: the Makefile's variables, then the CLI's."""
+    """One line naming smaller runs than ``plan`` at ``profile``, in the form the user ran: for the
+    Makefile's R2D1 plans its variables, then the CLI's; for any other plan or setting the CLI's."""
     options = []
-    if profile not in ("mini", "minatar_cpu", "smoke"):
-        options.append("PROFILE=mini (--profile mini)")
-    if plan != "r2d1_minatar":
-        options.append("SUITE=minatar PROFILE=minatar_cpu (plan r2d1_minatar --profile minatar_cpu)")
-    options.append("fewer GAMES or SEEDS")
+    if plan in MAKE_PLANS:
+        if profile not in ("mini", "minatar_cpu", "smoke"):
+            options.append("PROFILE=mini (--profile mini)")
+        if plan != "r2d1_minatar":
+            options.append("SUITE=minatar PROFILE=minatar_cpu (plan r2d1_minatar --profile minatar_cpu)")
+        options.append("fewer GAMES or SEEDS")
+    else:
+        if profile != "smoke":
+            options.append("--profile smoke (minutes, says nothing about learning)")
+        options.append("fewer --env/--games or --seeds")
     return "hint: that is days on this machine; smaller runs: " + ", or ".join(options)
 
 

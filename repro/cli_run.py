@@ -284,12 +284,12 @@ def _dry_run_hint(args: argparse.Namespace) -> str:
     return " ".join([invoked_as(), *map(shlex.quote, argv), "--dry-run"])
 
 
-def _report(args: argparse.Namespace, experiment_dir: Path) -> int | None:
+def _report(args: argparse.Namespace, experiment_dir: Path, interrupted: bool) -> int | None:
     """The end of a run: build the report (``--report``; its exit code when that failed) or print the
-    command that builds it."""
+    command that builds it (also after an interruption: the rerun that continues builds it)."""
     from repro.cli import build_report, report_command
 
-    if not args.report:
+    if not args.report or interrupted:
         print(f"report: {report_command(experiment_dir)}")
         return None
     code = build_report(str(experiment_dir))
@@ -391,7 +391,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from repro.summary import summary_text
 
         print("\n" + summary_text(experiment_dir))
-        if (code := _report(args, experiment_dir)) is not None:
+        if (code := _report(args, experiment_dir, counts["interrupted"] > 0)) is not None:
             return code
     if counts["interrupted"]:
         print("interrupted: rerun the same command to continue from the checkpoints")

@@ -241,7 +241,8 @@ def without_base_values(point: Point, base: Any) -> Point:
     kept = {}
     for key, (text, value) in point.items():
         section, _, field = key.partition(".")
-        has = getattr(base.algo_config if section == "algo" else getattr(base, section), field)
+        # An unknown key stays: resolving the point refuses it, naming the key.
+        has = getattr(base.algo_config if section == "algo" else getattr(base, section, None), field, point)
         same = list(has) == list(value) if isinstance(has, list | tuple) else has == value
         if not same:
             kept[key] = (text, value)

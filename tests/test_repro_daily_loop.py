@@ -427,7 +427,7 @@ def test_the_console_command_is_the_cli_with_a_report_command(tmp_path):
     missing = rlrepro("report", "nope", cwd=tmp_path)
     assert (
         missing.returncode == 2
-        and "no experiment nope: neither a directory nor one under runs/" in missing.stderr
+        and "experiment directory nope does not exist, nor runs/nope" in missing.stderr
     )
 
 

@@ -141,7 +141,8 @@ def test_a_run_of_days_prints_a_one_line_hint_at_smaller_runs(files, scheduler, 
     assert "days" in lines[estimate]
     hint = lines[estimate + 1]
     assert hint.startswith("hint: ") and "days" in hint
-    assert "SUITE=minatar PROFILE=minatar_cpu" in hint and "GAMES or SEEDS" in hint
+    # A plan of the user's own: the CLI's options, not the Makefile's R2D1 suite.
+    assert "fewer --env/--games or --seeds" in hint and "SUITE=" not in hint
 
 
 def test_the_hint_names_only_smaller_runs():
@@ -149,6 +150,10 @@ def test_the_hint_names_only_smaller_runs():
     assert "PROFILE=mini" not in smaller_runs_hint("r2d1", "mini")
     minatar = smaller_runs_hint("r2d1_minatar", "minatar_cpu")
     assert "SUITE=minatar" not in minatar and "PROFILE=mini" not in minatar and "GAMES or SEEDS" in minatar
+    assert smaller_runs_hint("ppo_cartpole_zoo", "paper") == (
+        "hint: that is days on this machine; smaller runs: --profile smoke (minutes, says nothing about "
+        "learning), or fewer --env/--games or --seeds"
+    )
 
 
 def test_run_without_a_measurement_does_not_probe_a_short_plan(files, scheduler, no_probe):
@@ -156,6 +161,12 @@ def test_run_without_a_measurement_does_not_probe_a_short_plan(files, scheduler,
     printed = scheduler["printed"]
     assert "estimated duration: not measured on this machine for a2c_cartpole" in printed
     assert "a probe would add 50.0% to the env steps left" in printed
+    # The hint is the user's own command as a dry run (python -m repro here: the tests' argv[0]).
+    cartpole = files / "cartpole.toml"
+    assert (
+        f"a dry run with the probe (python -m repro run {cartpole} --seeds 2 --profile smoke --games "
+        f"CartPole-v1 --root {files / 'runs'} --no-progress --dry-run) measures it" in printed
+    )
 
 
 def test_run_probes_a_long_plan_and_keeps_the_measurement(files, scheduler, monkeypatch):
