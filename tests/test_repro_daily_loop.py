@@ -448,3 +448,25 @@ def test_the_progress_line_shows_each_running_jobs_latest_returns(tmp_path):
     assert returns_text(task) == "train 21.5"
     (run / "eval.csv").write_text("env_steps,episode,return\n200,0,30\n200,1,50\n300,0,100\n300,1,140\n")
     assert returns_text(task) == "train 21.5 eval 120"
+
+
+def test_classic_control_evaluations_are_not_cut_below_the_envs_time_limit(files):
+    """The smoke profile caps evaluation at 200 steps; on a classic-control env the job evaluates up
+    to the env's own time limit (cheap, and a cut CartPole episode reads a good agent as a bad one).
+    Other envs keep the profile's cap, a setting's own cap stands, and config.json records only the
+    env fields the env's kind uses (no Atari frameskip for CartPole)."""
+    from algorithms.train import config_to_dict
+
+    def eval_cap(setting: str, env: str | None, profile: str = "smoke") -> int:
+        (job,) = expand(setting_plan(setting, [env] if env else None), "1", profile, files / "runs")
+        return job.config.sampler.eval_max_steps
+
+    assert eval_cap("ppo_cartpole_zoo", "CartPole-v1") == 500
+    assert eval_cap("ppo_cartpole_zoo", "Acrobot-v1") == 500
+    assert eval_cap("ppo_cartpole_zoo", "MountainCar-v0") == 200  # its own limit
+    assert eval_cap("dqn_minatar", None) == 200
+    assert eval_cap(str(files / "tiny.toml"), None, str(files / "as_set.toml")) == 50  # the setting's own
+    (job,) = expand(setting_plan("ppo_cartpole_zoo", None), "1", "smoke", files / "runs")
+    stored = config_to_dict(job.config)
+    assert not {"frameskip", "frame_stack", "frame_size"} & set(stored["env"])
+    assert config_from_dict(json.loads(json.dumps(stored))) == job.config
