@@ -1,5 +1,6 @@
 # Every target installs what it needs into .venv on first use (the stamp below),
-# so `make test` alone works on a fresh machine.
+# so `make test` alone works on a fresh machine. The editable install also puts the console command
+# .venv/bin/rlrepro on the venv's PATH (pyproject's [project.scripts]).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -38,7 +39,7 @@ help:
 	@echo "make reproduce-r2d1 SEEDS=3 PROFILE=smoke|mini|paper [GAMES=pong,qbert] [BACKEND=local|ray] [JOBS=n] [PACK=K|auto]"
 	@echo "    [ADDRESS=head:6379] [SHARED_FS=1] [CPUS_PER_JOB=n] [GPUS_PER_JOB=0.25]   (docs/ray_cluster.md)"
 	@echo "make reproduce-r2d1 SUITE=minatar SEEDS=5 [PROFILE=minatar_cpu|smoke]"
-	@echo "make report EXP=runs/<experiment> | regress | regress-update"
+	@echo "make report EXP=<experiment> | regress | regress-update"
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -92,8 +93,9 @@ reproduce-r2d1: check-suite $(if $(filter ray,$(BACKEND)),$(STAMP_RAY),$(STAMP))
 	$(PY) -m reports build runs/$(R2D1_EXP)
 
 # Self-contained HTML report of one experiment (analysis + reports); prints the page's path.
+# EXP is the experiment's directory or its name under runs/.
 report: $(STAMP)
-	@test -n "$(EXP)" || { echo "make report: set EXP=runs/<experiment>" >&2; exit 2; }
+	@test -n "$(EXP)" || { echo "make report: set EXP=<experiment> (its name under runs/, or its path)" >&2; exit 2; }
 	$(PY) -m reports build "$(EXP)"
 
 # Learning-curve regression suite (analysis/regress.py; tasks in analysis/regress/suite.toml): every

@@ -5,12 +5,19 @@ The progress table is the record (analysis reads it); the console bar, TensorBoa
 views of the same rows. Each row holds every ``Counters.snapshot()`` column, episode-return statistics
 of the episodes finished since the last row, and the algorithm's diagnostics.
 
-The tracker is Weights & Biases in offline mode (``wandb.init(mode="offline")``: files under the run
-directory's ``wandb/``, nothing sent; ``wandb sync`` uploads them later), on when the environment
-variable ``RLREPRO_TRACKER`` is ``wandb`` (``python -m repro run --track`` sets it for its jobs) and
-the package is installed (``pip install wandb``; not a dependency). It gets the run's config.json as
-its config, one W&B run per run directory (id from the directory, so a resumed run continues it),
-grouped by arm, and every numeric progress column at the row's env step.
+TensorBoard and the tracker get the rows as grouped tags at the row's env step (``view_rows``):
+``train/`` (episode returns and lengths, update counts, the algorithm's diagnostics), ``time/``
+(rates and time splits) and ``eval/`` (each evaluation's return and length statistics); the env-step
+axis itself and the counters that never change within a run (``frameskip``) or only restate the axis
+(``frames``) are left out.
+
+The tracker is Weights & Biases, on when the environment variable ``RLREPRO_TRACKER`` is ``wandb``
+(``python -m repro run --track`` sets it for its jobs) and the package is installed (the ``track``
+extra: ``pip install -c constraints.txt -e '.[track]'``). It runs online when the user is logged in
+(``wandb login`` or ``WANDB_API_KEY``: ``wandb.login(prompt=False, verify=False)`` finds them without
+asking), else offline (files under the run directory's ``wandb/``, nothing sent; ``wandb sync``
+uploads them later). It gets the run's config.json as its config, one W&B run per run directory (id
+from the directory, so a resumed run continues it), grouped by arm.
 """
 
 from __future__ import annotations
@@ -41,6 +48,30 @@ def _numeric(row: dict[str, Any]) -> dict[str, float]:
     return {k: v for k, v in row.items() if isinstance(v, int | float) and math.isfinite(v)}
 
 
+# Progress columns the views leave out: the x-axis, and counters constant within a run or equal to
+# the axis times a constant (frames = env steps x frameskip).
+NOT_VIEWED = frozenset({"env_steps", "frameskip", "frames"})
+
+
+def view_rows(row: dict[str, Any], group: str = "train") -> dict[str, float]:
+    """A progress row's (or ``group="eval"``: an evaluation's) numeric values as TensorBoard and W&B
+    tags: ``time/`` for rates and time splits (``time_*``, ``*_per_second``, ``wall_time_s``),
+    ``group/`` for the rest, less ``NOT_VIEWED``."""
+    out = {}
+    for key, value in _numeric(row).items():
+        if key in NOT_VIEWED:
+            continue
+        timing = key.startswith("time_") or key.endswith("_per_second") or key == "wall_time_s"
+        out[f"{'time' if timing else group}/{key}"] = value
+    return out
+
+
+def wandb_mode(wandb: Any) -> str:
+    """``online`` when the user is logged in to W&B (credentials found without a prompt), else
+    ``offline``."""
+    return "online" if wandb.login(prompt=False, verify=False) else "offline"
+
+
 class WandbTracker:
     """One offline W&B run for a run directory (module docstring)."""
 
@@ -51,7 +82,7 @@ class WandbTracker:
         config = json.loads((path / "config.json").read_text())
         arm, env, seed = path.parts[-3:]
         self.run = wandb.init(
-            mode="offline",
+            mode=wandb_mode(wandb),
             dir=str(path),
             project=path.parts[-4],
             group=arm,
@@ -61,8 +92,8 @@ class WandbTracker:
             config=config,
         )
 
-    def log(self, row: dict[str, Any], env_steps: int) -> None:
-        self.run.log(_numeric(row), step=env_steps)
+    def log(self, tags: dict[str, float], env_steps: int) -> None:
+        self.run.log(tags, step=env_steps)
 
     def close(self) -> None:
         self.run.finish()
@@ -124,6 +155,7 @@ class RunLogger:
             mininterval=1.0,
         )
         self._last_steps = initial_steps
+        self._postfix: dict[str, str] = {}  # the console bar's latest training and evaluation returns
         self._diagnostic_keys = None if diagnostic_keys is None else sorted(diagnostic_keys)
 
     def advance(self, env_steps: int) -> None:
@@ -148,15 +180,28 @@ class RunLogger:
                 )
             row.update({k: float(diagnostics.get(k, math.nan)) for k in self._diagnostic_keys})
             self.run.append_progress(row)
-            if self.tensorboard is not None:
-                for key, value in _numeric(row).items():
-                    self.tensorboard.add_scalar(key, value, counters.env_steps)
-            if self.tracker is not None:
-                self.tracker.log(row, counters.env_steps)
-            self.bar.set_postfix(
-                ret=f"{row['return_mean']:.1f}", sps=f"{row['steps_per_second']:.0f}", refresh=False
-            )
+            self._view(view_rows(row), counters.env_steps)
+            self._postfix.update(ret=f"{row['return_mean']:.1f}", sps=f"{row['steps_per_second']:.0f}")
+            self.bar.set_postfix(self._postfix, refresh=False)
         return row
+
+    def log_eval(self, episodes: list[dict[str, Any]], env_steps: int) -> None:
+        """An evaluation's episodes (``return``, ``length``) as ``eval/`` tags of the views; the run
+        directory's eval.csv is written by the runner."""
+        stats = episode_stats(episodes)
+        stats["episodes"] = stats.pop("episodes_logged")
+        self._view(view_rows(stats, "eval"), env_steps)
+        if stats["episodes"]:
+            self._postfix["eval"] = f"{stats['return_mean']:.1f}"
+            self.bar.set_postfix(self._postfix, refresh=False)
+
+    def _view(self, tags: dict[str, float], env_steps: int) -> None:
+        """``tags`` to TensorBoard and the tracker, where on."""
+        if self.tensorboard is not None:
+            for key, value in tags.items():
+                self.tensorboard.add_scalar(key, value, env_steps)
+        if self.tracker is not None and tags:
+            self.tracker.log(tags, env_steps)
 
     def close(self) -> None:
         self.bar.close()

@@ -269,11 +269,14 @@ class TrainConfig:
 
 
 def config_to_dict(config: TrainConfig) -> dict[str, Any]:
-    """Plain JSON-compatible dict of ``config`` (tuples become lists; ``config_from_dict`` restores them)."""
+    """Plain JSON-compatible dict of ``config`` (tuples become lists; ``config_from_dict`` restores them);
+    the env's fields are those its kind uses (``algorithms.envs.config.applicable_fields``)."""
+    import importlib
+
     out = {
         "algo": config.algo,
         "algo_config": dataclasses.asdict(config.algo_config),
-        "env": dataclasses.asdict(config.env),
+        "env": importlib.import_module(ENV_CONFIG_MODULE).applicable_fields(config.env),
         "sampler": dataclasses.asdict(config.sampler),
         "runner": dataclasses.asdict(config.runner),
     }

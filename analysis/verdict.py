@@ -127,7 +127,8 @@ def arm_levels(
 def learning_sentence(levels: Sequence[ArmLevel], scale: float = 1.0, unit: str = "") -> str | None:
     """The sentence a verdict opens with when an arm has not been shown to learn (its IQM interval
     includes random play, 0, there is no interval, or its final evaluations were cut at the harness's
-    cap); None when every arm has."""
+    cap, their returns no lower bound: ``analysis.learning.cut_bound``); None when every arm has. With
+    one arm it says so of that arm alone: there is no comparison to qualify."""
     untrained = [level for level in levels if not level.learned]
     if not untrained:
         return None
@@ -136,7 +137,8 @@ def learning_sentence(levels: Sequence[ArmLevel], scale: float = 1.0, unit: str 
         if level.cap is not None:
             return (
                 f"{level.arm}'s final evaluation episodes stopped at the harness's cap of {level.cap} steps, "
-                "so its scores are not on random play's scale"
+                "where a cut return is no lower bound of the whole episode's, so its scores are not on "
+                "random play's scale"
             )
         if np.isnan(level.ci_low):
             return f"{level.arm} {_num(level.iqm, scale)}{unit} (one seed per game: no interval)"
@@ -144,6 +146,8 @@ def learning_sentence(levels: Sequence[ArmLevel], scale: float = 1.0, unit: str 
 
     levels_text = "; ".join(level_text(level) for level in untrained)
     why = "IQM with 95% CI including random play, 0, or evaluations cut short"
+    if len(levels) == 1:  # nothing to compare: the learning check alone
+        return f"{untrained[0].arm} has not been shown to learn at this budget ({why}: {levels_text})."
     if len(untrained) == len(levels):
         subject = "Neither arm has" if len(levels) == 2 else "No arm has"
         if any(level.cap is not None for level in untrained):

@@ -1,4 +1,6 @@
-"""``python -m reports build runs/<experiment>``: write the experiment's HTML report, print its path."""
+"""``python -m reports build runs/<experiment>``: write the experiment's HTML report, print its path.
+The experiment is its directory or its name under ``runs/`` (``python -m reports build
+ppo_cartpole_zoo-smoke``, as ``make report EXP=...`` and ``rlrepro report`` pass it)."""
 
 from __future__ import annotations
 
@@ -9,12 +11,24 @@ from pathlib import Path
 from analysis.scores import read_bounds
 from reports.build import build_report
 
+RUNS = Path("runs")
+
+
+def experiment_path(given: Path) -> Path:
+    """``given`` when it is a directory, else ``runs/<given>`` when that is one (an experiment's name);
+    ``FileNotFoundError`` naming both otherwise."""
+    if given.is_dir():
+        return given
+    if (RUNS / given).is_dir():
+        return RUNS / given
+    raise FileNotFoundError(f"experiment directory {given} does not exist, nor {RUNS / given}")
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reports", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build", help="build the HTML report of one experiment directory")
-    build.add_argument("experiment", type=Path, help="runs/<experiment>")
+    build.add_argument("experiment", type=Path, help="runs/<experiment>, or the experiment's name")
     build.add_argument(
         "--out", type=Path, default=None, help="output file (default: <experiment>/report.html)"
     )
@@ -46,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         bounds = read_bounds(args.bounds) if args.bounds is not None else None
         path = build_report(
-            args.experiment, out=args.out, reps=args.reps, table=args.table, baseline=args.baseline,
-            bounds=bounds,
+            experiment_path(args.experiment), out=args.out, reps=args.reps, table=args.table,
+            baseline=args.baseline, bounds=bounds,
         )  # fmt: skip
     except (FileNotFoundError, ValueError) as e:
         print(f"reports: {e}", file=sys.stderr)

@@ -44,6 +44,8 @@ PAGE_PROBE = """(() => ({
     [t.id, t.querySelectorAll("tbody tr:not(.empty)").length])),
   sections: Array.from(document.querySelectorAll("section[id]")).map(s => s.id),
   height: document.documentElement.scrollHeight,
+  scrollWidth: document.documentElement.scrollWidth,
+  clientWidth: document.documentElement.clientWidth,
 }))()"""
 
 
@@ -65,12 +67,18 @@ def find_chromium() -> str | None:
 @dataclass
 class PageCheck:
     """What the browser saw: console messages and exceptions (``errors``), per-image sizes, body-row
-    counts per table id, section ids."""
+    counts per table id, section ids, and the page's scrollable and visible widths (px)."""
 
     errors: list[str] = field(default_factory=list)
     images: list[dict[str, Any]] = field(default_factory=list)
     tables: dict[str, int] = field(default_factory=dict)
     sections: list[str] = field(default_factory=list)
+    scroll_width: int = 0
+    client_width: int = 0
+
+    @property
+    def scrolls_sideways(self) -> bool:
+        return self.scroll_width > self.client_width
 
     @property
     def broken_images(self) -> list[str]:
@@ -248,7 +256,10 @@ def check_page(
                 Path(screenshot).write_bytes(shot)
         finally:
             devtools.close()
-    return PageCheck(_errors(devtools.events), probe["images"], probe["tables"], probe["sections"])
+    return PageCheck(
+        _errors(devtools.events), probe["images"], probe["tables"], probe["sections"],
+        probe["scrollWidth"], probe["clientWidth"],
+    )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"sections: {', '.join(check.sections)}")
     print(f"images: {len(check.images)} ({len(check.broken_images)} not rendered: {check.broken_images})")
     print("table rows: " + ", ".join(f"{k}={v}" for k, v in check.tables.items()))
+    print(f"width: {check.scroll_width} px of {check.client_width} px visible")
     for error in check.errors:
         print(error)
     return 1 if check.errors or check.broken_images else 0

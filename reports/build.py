@@ -14,6 +14,7 @@ the aggregates, then the per-game comparison with published results; what ran an
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
 import json
@@ -30,7 +31,16 @@ from analysis.ablation import PLANNED_DIFFERENCE, ablation_record, verdict_arms
 from analysis.configdiff import InEffect, config_diff, effective_table, origins_table, run_effective_values
 from analysis.confirmatory import Registration, endpoint_table, registration, run_label
 from analysis.curves import Scores, resample_curves, score_tables
-from analysis.learning import arm_caps
+from analysis.learning import (
+    CUT_MARKS,
+    CUT_MEANINGS,
+    arm_caps,
+    arm_cut_bounds,
+    cut_bounds,
+    gap_bound,
+    marked,
+    smoke_sentence,
+)
 from analysis.published import TRAINING_LAST, minatar_like_for_like
 from analysis.robust import Robustness, balanced_runs, middle_sentence, robust_verdict
 from analysis.runs import KEYS, Experiment, load_experiment
@@ -285,7 +295,9 @@ def _config_section(exp: Experiment) -> Section:
     return section
 
 
-def _curves_section(scores: Scores, colours: dict[str, str], reps: int) -> Section:
+def _curves_section(
+    scores: Scores, colours: dict[str, str], reps: int, bounds: dict[tuple[str, str], str]
+) -> Section:
     sources = ", ".join(sorted(scores.curves.source.unique())) if len(scores.curves) else "none"
     section = Section(
         "learning-curves",
@@ -316,8 +328,8 @@ def _curves_section(scores: Scores, colours: dict[str, str], reps: int) -> Secti
                 env,
                 fmt(len(g)),
                 fmt(int(g.env_steps.max())),
-                ci_text(g.score.mean(), lo, hi),
-                fmt(norm.mean() * scores.scale),
+                marked(ci_text(g.score.mean(), lo, hi), bounds.get((arm, env))),
+                marked(fmt(norm.mean() * scores.scale), bounds.get((arm, env))),
             ]
         )
     section.tables.append(
@@ -336,6 +348,7 @@ def _curves_section(scores: Scores, colours: dict[str, str], reps: int) -> Secti
             + ", ".join(sorted(scores.final.source.unique())),
         )
     )
+    section.notes += _cut_legend(bounds.values())
     if not scores.training_curves.empty:
         training = aggregate.curve_bands(resample_curves(scores.training_curves, "score"), reps=reps)
         if not training.empty:
@@ -362,7 +375,7 @@ def _poi_pairs(exp: Experiment, arms: list[str]) -> list[tuple[str, str]]:
 
 
 def _aggregate_sections(
-    exp: Experiment, scores: Scores, colours: dict[str, str], reps: int
+    exp: Experiment, scores: Scores, colours: dict[str, str], reps: int, bounds: dict[tuple[str, str], str]
 ) -> tuple[list[Section], pd.DataFrame]:
     label = scores.label
     matrices, games, left_out = aggregate.score_matrices(scores.final)
@@ -386,10 +399,14 @@ def _aggregate_sections(
         value=metrics.value * scale, ci_low=metrics.ci_low * scale, ci_high=metrics.ci_high * scale
     )
     table = shown.pivot(index="arm", columns="metric").swaplevel(axis=1)
+    by_arm = arm_cut_bounds(bounds)
     rows = [
         [arm]
         + [
-            ci_text(*(table.loc[arm, (m, k)] for k in ("value", "ci_low", "ci_high")))
+            marked(
+                ci_text(*(table.loc[arm, (m, k)] for k in ("value", "ci_low", "ci_high"))),
+                gap_bound(by_arm.get(arm)) if m == "Optimality gap" else by_arm.get(arm),
+            )
             for m in aggregate.METRICS
         ]
         for arm in table.index
@@ -403,8 +420,14 @@ def _aggregate_sections(
         )
     )
     agg.figures.append(
-        Figure("fig-aggregates", figures.interval_estimates(shown, colours, label + unit), "aggregates")
+        Figure(
+            "fig-aggregates",
+            figures.interval_estimates(shown, colours, label + unit),
+            "aggregates",
+            _cut_caption(by_arm),
+        )
     )
+    agg.notes += _cut_legend(by_arm.values()) + _left_out_notes(left_out) + [IQM_INTERVALS]
     if scores.bounds is not None:
         agg.tables.append(_bounds_table(scores.bounds, games))
     if not scores.comparable:
@@ -425,6 +448,7 @@ def _aggregate_sections(
             "fig-profiles",
             figures.performance_profiles(profiles, colours, label + " tau"),
             "performance profiles",
+            _cut_caption(by_arm),
         )
     )
     sections = [agg, profile]
@@ -626,14 +650,17 @@ def _verdict_section(
     return section
 
 
-def _learning_section(study: Checks) -> Section | None:
+def _learning_section(study: Checks, arm_bounds: dict[str, str]) -> Section | None:
     """Each arm's level against random play and the published reference (``analysis.learning``). Its
     sentence for arms not shown to learn is the verdict's first (``build_report``), not repeated here."""
     if study.learning.empty:
         return None
     scale, unit = study.scores.scale, study.scores.unit
     frame = study.learning.assign(
-        iqm_ci=[ci_text(r.iqm, r.ci_low, r.ci_high, scale) for r in study.learning.itertuples()],
+        iqm_ci=[
+            marked(ci_text(r.iqm, r.ci_low, r.ci_high, scale), arm_bounds.get(r.arm))
+            for r in study.learning.itertuples()
+        ],
         reference=study.learning.reference_iqm * scale,
         training=study.learning.get("training_iqm", float("nan")) * scale,
     )
@@ -650,7 +677,10 @@ def _learning_section(study: Checks) -> Section | None:
         f"stratified-bootstrap CI); random play is 0; the reference is {study.learning_reference}, its "
         "IQM over the same games.",
         tables=[_table("learning-table", frame, columns)],
-        notes=[n for n in (study.cut_short, study.share_note) if n],
+        notes=([study.cut_short] if study.cut_short else [])
+        + ([study.share_note] if study.share_note else [])
+        + _cut_legend(arm_bounds.values())
+        + [IQM_INTERVALS],
     )
 
 
@@ -714,9 +744,12 @@ def _bounds_table(bounds: Bounds, envs: list[str]) -> Table:
     )
 
 
-def _minatar_published_section(exp: Experiment, scores: Scores, reps: int) -> Section | None:
+def _minatar_published_section(
+    exp: Experiment, scores: Scores, reps: int, bounds: dict[tuple[str, str], str]
+) -> Section | None:
     """Per MinAtar env and arm: our training return next to Young & Tian's DQN curve (a training
-    return) at our frame count, our greedy evaluation beside it (``analysis.published``)."""
+    return) at our frame count, our greedy evaluation beside it (``analysis.published``); ``bounds``:
+    the cut marks of the greedy evaluations (``analysis.learning.cut_bounds``)."""
     if not any(is_minatar(env) for env in scores.final.env.unique()):
         return None
     section = Section(
@@ -742,7 +775,8 @@ def _minatar_published_section(exp: Experiment, scores: Scores, reps: int) -> Se
         return section
     scale, unit = scores.scale, scores.unit
     rows = [
-        [r.arm, r.env, fmt(r.n_runs), fmt(r.frames), ci_text(r.eval_score, r.eval_ci_low, r.eval_ci_high),
+        [r.arm, r.env, fmt(r.n_runs), fmt(r.frames),
+         marked(ci_text(r.eval_score, r.eval_ci_low, r.eval_ci_high), bounds.get((r.arm, r.env))),
          ci_text(r.score, r.ci_low, r.ci_high),
          ci_text(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale),
          ci_text(r.published, r.published_low, r.published_high), fmt(r.published_in_ci), fmt(r.overlap),
@@ -769,6 +803,7 @@ def _minatar_published_section(exp: Experiment, scores: Scores, reps: int) -> Se
             rows,
         )  # fmt: skip
     )
+    section.notes += _cut_legend(bounds.values())
     if scores.reference == "dqn":
         reference = minatar_reference_table().scores
         section.tables.append(
@@ -799,10 +834,16 @@ def _minatar_published_section(exp: Experiment, scores: Scores, reps: int) -> Se
     return section
 
 
-def _published_section(scores: Scores, colours: dict[str, str], reps: int) -> Section | None:
+def _published_section(
+    scores: Scores, colours: dict[str, str], reps: int, bounds: dict[tuple[str, str], str]
+) -> Section | None:
     comparison = aggregate.compare_with_published(scores.final, reps=reps)
     if comparison.empty:  # no Atari-57 game among the envs
         return None
+    comparison["score_shown"] = [
+        marked(fmt(v), bounds.get((arm, env)))
+        for arm, env, v in zip(comparison.arm, comparison.env, comparison.score)
+    ]
     section = Section(
         "published",
         "Comparison with published scores (R2D2)",
@@ -815,7 +856,7 @@ def _published_section(scores: Scores, colours: dict[str, str], reps: int) -> Se
         ("game", "game"),
         ("runs", "n_runs"),
         ("frames", "frames"),
-        ("our score", "score"),
+        ("our score", "score_shown"),
         ("CI low", "ci_low"),
         ("CI high", "ci_high"),
         ("R2D2", "published"),
@@ -824,8 +865,14 @@ def _published_section(scores: Scores, colours: dict[str, str], reps: int) -> Se
     ]
     section.tables.append(_table("published-table", comparison, columns))
     section.figures.append(
-        Figure("fig-published", figures.published_ratios(comparison, colours), "ratio to R2D2")
+        Figure(
+            "fig-published",
+            figures.published_ratios(comparison, colours),
+            "ratio to R2D2",
+            _cut_caption(arm_cut_bounds(bounds)),
+        )
     )
+    section.notes += _cut_legend(bounds.values())
     return section
 
 
@@ -900,6 +947,124 @@ def _problems_section(exp: Experiment, left_out: pd.DataFrame) -> Section:
     return section
 
 
+# --- sweep arms labelled by what differs ---------------------------------------------------------
+# The prefix of a --set value's source in config.json's origins (repro.settings.command_line_entries).
+SET_SOURCE = "--set "
+
+
+def sweep_labels(exp: Experiment) -> dict[str, str]:
+    """Arm -> what tells it apart from the other arms (``learning_rate=1e-4``): its ``--set`` values
+    (config.json's origins) that not every arm shares; an arm with none keeps its name. Empty (no
+    relabelling) for fewer than two arms, an ablation (its record names arms), or labels that would
+    not be unique."""
+    if len(exp.arms) < 2 or ablation_record(exp.plan) is not None:
+        return {}
+    origins = origins_table(exp.configs)
+    sets = {arm: set() for arm in exp.arms}
+    for row in origins.itertuples():
+        if row.source.startswith(SET_SOURCE) and row.arm in sets:
+            key, _, text = row.source.removeprefix(SET_SOURCE).partition("=")
+            sets[row.arm].add((key, text))
+    if not any(sets.values()):
+        return {}
+    common = set.intersection(*sets.values())
+    labels = {
+        arm: ", ".join(f"{key.rpartition('.')[2]}={text}" for key, text in sorted(pairs - common)) or arm
+        for arm, pairs in sets.items()
+    }
+    return labels if len(set(labels.values())) == len(labels) else {}
+
+
+def relabelled(exp: Experiment, labels: dict[str, str]) -> Experiment:
+    """``exp`` with its arms renamed by ``labels`` in every table, its configs and its plan record."""
+    if not labels:
+        return exp
+
+    def frame(table: pd.DataFrame) -> pd.DataFrame:
+        return table.assign(arm=table.arm.map(lambda a: labels.get(a, a))) if "arm" in table else table
+
+    def names(value: Any) -> Any:
+        return [labels.get(a, a) for a in value] if isinstance(value, list) else value
+
+    plan = exp.plan
+    if plan is not None and "error" not in plan:
+        plan = {
+            **plan,
+            "arms": names(plan.get("arms")),
+            "plans": [
+                {**p, "arms": names(p.get("arms"))} for p in plan.get("plans", []) if isinstance(p, dict)
+            ],
+            "jobs": [{**j, "arm": labels.get(j.get("arm"), j.get("arm"))} for j in plan.get("jobs", [])],
+        }
+    return dataclasses.replace(
+        exp,
+        runs=frame(exp.runs), config=frame(exp.config), metadata=frame(exp.metadata),
+        progress=frame(exp.progress), eval=frame(exp.eval), skipped=frame(exp.skipped),
+        missing=frame(exp.missing),
+        configs={(labels.get(a, a), e, s): c for (a, e, s), c in exp.configs.items()},
+        plan=plan,
+    )  # fmt: skip
+
+
+def _labels_note(labels: dict[str, str]) -> list[str]:
+    """What ran's note of the arms shown by their labels, with their run directories."""
+    renamed = [
+        f"{label}: {arm}/" for arm, label in sorted(labels.items(), key=lambda x: x[1]) if label != arm
+    ]
+    if not renamed:
+        return []
+    return [
+        "Arms are labelled by the --set values that tell them apart; their run directories: "
+        + "; ".join(renamed)
+    ]
+
+
+# --- cut evaluations, runs left out, smoke runs (analysis.learning) ------------------------------------
+# The two IQM intervals of one arm the report shows, named where either appears.
+IQM_INTERVALS = (
+    "Two IQM intervals: the learning check's is widened by sqrt(n / (n - 1)) for n seeds (a bootstrap of "
+    "few seeds is too narrow; analysis/verdict.py) and uses every complete run of the arm; the aggregates' "
+    "is rliable's percentile interval over the runs kept to balance the arms. The verdict uses the widened "
+    "one."
+)
+
+
+def _cut_legend(bounds) -> list[str]:
+    """One note per cut mark among ``bounds`` (``analysis.learning.CUT_MARKS``): what it means."""
+    return [f"{CUT_MARKS[b]}: {CUT_MEANINGS[b]}." for b in CUT_MARKS if b in set(bounds)]
+
+
+def _cut_caption(arm_bounds: dict[str, str]) -> str:
+    """A figure's caption naming its arms whose figures come from cut evaluations, with their mark."""
+    if not arm_bounds:
+        return ""
+    arms = ", ".join(f"{arm} ({CUT_MARKS[b]})" for arm, b in sorted(arm_bounds.items()))
+    return f"From evaluations cut at the harness's cap: {arms}; the marks are explained below the table."
+
+
+def _left_out_notes(left_out: pd.DataFrame) -> list[str]:
+    """The runs left out of the aggregates to balance the arms, named beside the figures they change."""
+    if left_out.empty:
+        return []
+    runs = ", ".join(f"{r.arm}/{r.env}/seed{r.seed}" for r in left_out.itertuples())
+    return [
+        f"Left out of these aggregates to give every arm the same envs and runs per env: {runs}. The "
+        "per-env final scores (learning curves) and the learning check use every complete run, so their "
+        "means can differ from these."
+    ]
+
+
+def _with_smoke(section: Section | None, plan: dict | None) -> Section | None:
+    """The verdict section opened by ``analysis.learning.SMOKE_SENTENCE`` when a smoke profile ran."""
+    sentence = smoke_sentence(plan)
+    if sentence is None:
+        return section
+    if section is None:
+        return Section("verdict", "Verdict", statements=[sentence])
+    section.statements.insert(0, sentence)
+    return section
+
+
 # --- page ---------------------------------------------------------------------------------------
 def build_report(
     experiment_dir: Path | str,
@@ -915,11 +1080,13 @@ def build_report(
 
     Raises ``FileNotFoundError`` when the directory holds no run at all; anything less (damaged runs,
     no complete run) still gives a page that says what it skipped."""
-    exp = load_experiment(experiment_dir)
+    labels = sweep_labels(exp := load_experiment(experiment_dir))
+    exp = relabelled(exp, labels)
     colours = figures.arm_colours(exp.arms)
     scores = score_tables(exp, table, bounds)
     reg = registration(exp.path, exp.metadata, exp.plan)
     context = [_what_ran(exp), _config_section(exp)]
+    context[0].notes += _labels_note(labels)
     left_out = pd.DataFrame(columns=KEYS)
     if scores.final.empty:
         sections = context + [
@@ -928,24 +1095,29 @@ def build_report(
     else:
         from reports.factorial import factorial_section  # it builds on this module's Section
 
+        bounds = cut_bounds(exp, scores)
         verdict_section = _verdict_section(exp, scores, reps, baseline, reg)
         checks = learning_checks(exp, scores, reps, reg=reg)
         if verdict_section is None and checks.learning_lead:
             verdict_section = Section("verdict", "Verdict", statements=[checks.learning_lead])
-        aggregate_sections, left_out = _aggregate_sections(exp, scores, colours, reps)
-        published = [_published_section(scores, colours, reps), _minatar_published_section(exp, scores, reps)]
+        verdict_section = _with_smoke(verdict_section, exp.plan)
+        aggregate_sections, left_out = _aggregate_sections(exp, scores, colours, reps, bounds)
+        published = [
+            _published_section(scores, colours, reps, bounds),
+            _minatar_published_section(exp, scores, reps, bounds),
+        ]
         sections = [
             section
             for section in (
                 [
                     verdict_section,
-                    _learning_section(checks),
+                    _learning_section(checks, arm_cut_bounds(bounds)),
                     _effects_section(checks),
                     factorial_section(checks),
                 ]
                 + aggregate_sections
                 + published
-                + [_curves_section(scores, colours, reps)]
+                + [_curves_section(scores, colours, reps, bounds)]
                 + context
             )
             if section is not None

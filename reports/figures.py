@@ -51,7 +51,13 @@ def learning_curves(bands: pd.DataFrame, colours: dict[str, str], ylabel: str) -
     for ax, env in zip(axes.flat, envs):
         for arm, g in bands[bands.env == env].groupby("arm"):
             n = int(g.n_runs.iloc[0])
-            ax.plot(g.env_steps, g["mean"], color=colours[arm], label=f"{arm} (n={n})")
+            # A curve of one point (runs evaluated once) is a line of zero length: a marker shows it.
+            marker = "o" if len(g) == 1 else None
+            ax.plot(g.env_steps, g["mean"], color=colours[arm], marker=marker, label=f"{arm} (n={n})")
+            if len(g) == 1:
+                mean, lo, hi = (g[c].to_numpy(float) for c in ("mean", "ci_low", "ci_high"))
+                ax.errorbar(g.env_steps.to_numpy(), mean, yerr=[mean - lo, hi - mean], color=colours[arm],
+                            capsize=4, linewidth=1)  # fmt: skip
             ax.fill_between(g.env_steps, g.ci_low, g.ci_high, color=colours[arm], alpha=0.2, linewidth=0)
         ax.set_title(env)
         ax.set_xlabel("env steps")

@@ -11,6 +11,10 @@
                                   # estimated duration first (repro/probe.py), plan record, then the jobs
     python -m repro run r2d1_minatar --seeds 5 --pack 5   # the 5 seeds of each arm and game in one process
     python -m repro summary runs/r2d1-smoke
+    python -m repro report ppo_cartpole_zoo-smoke   # the HTML report: an experiment's name or path
+
+The console command ``rlrepro`` (pyproject's ``[project.scripts]``) is this CLI: ``rlrepro run ...``,
+``rlrepro report EXP``.
 
 Bad input (unknown setting, game, profile or plan, a bad seed spec, an unknown ``--set`` key or a
 value of the wrong type, a sweep over a budget key, ``--env`` with a plan, a missing optional
@@ -36,14 +40,47 @@ DEFAULT_ROOT = Path("runs")
 LONG_ESTIMATE_S = 86_400.0
 
 
+def invoked_as() -> str:
+    """How the user started this CLI, for the commands its hints print: ``rlrepro`` (the console
+    script) or ``python -m repro``."""
+    return "rlrepro" if Path(sys.argv[0]).name == "rlrepro" else "python -m repro"
+
+
+def report_command(experiment_dir: Path) -> str:
+    """The command that builds ``experiment_dir``'s report, in the form the user ran this CLI in."""
+    if invoked_as() == "rlrepro":
+        return f"rlrepro report {experiment_dir}"
+    return f"python -m reports build {experiment_dir}"
+
+
+def build_report(experiment: str, options: Sequence[str] = ()) -> int:
+    """Build an experiment's HTML report (``experiment``: a path or a name under ``runs/``) with
+    ``python -m reports build``, in a child process: the reports layer sits above this one
+    (pyproject's import contract), so it is run, never imported. Returns its exit code."""
+    import subprocess
+
+    argv = [sys.executable, "-m", "reports", "build", experiment, *options]
+    return subprocess.run(argv, check=False).returncode
+
+
+# The plans `make reproduce-r2d1` runs (the Makefile's SUITE): their hint names the Makefile's variables.
+MAKE_PLANS = ("r2d1", "r2d1_minatar")
+
+
 def smaller_runs_hint(plan: str, profile: str) -> str:
-    """One line naming smaller runs than ``plan`` at ``profile``: the Makefile's variables, then the CLI's."""
+    """One line naming smaller runs than ``plan`` at ``profile``, in the form the user ran: for the
+    Makefile's R2D1 plans its variables, then the CLI's; for any other plan or setting the CLI's."""
     options = []
-    if profile not in ("mini", "minatar_cpu", "smoke"):
-        options.append("PROFILE=mini (--profile mini)")
-    if plan != "r2d1_minatar":
-        options.append("SUITE=minatar PROFILE=minatar_cpu (plan r2d1_minatar --profile minatar_cpu)")
-    options.append("fewer GAMES or SEEDS")
+    if plan in MAKE_PLANS:
+        if profile not in ("mini", "minatar_cpu", "smoke"):
+            options.append("PROFILE=mini (--profile mini)")
+        if plan != "r2d1_minatar":
+            options.append("SUITE=minatar PROFILE=minatar_cpu (plan r2d1_minatar --profile minatar_cpu)")
+        options.append("fewer GAMES or SEEDS")
+    else:
+        if profile != "smoke":
+            options.append("--profile smoke (minutes, says nothing about learning)")
+        options.append("fewer --env/--games or --seeds")
     return "hint: that is days on this machine; smaller runs: " + ", or ".join(options)
 
 
@@ -101,6 +138,10 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    return build_report(args.experiment, args.options)
+
+
 def _command(module: str, name: str) -> Callable[[argparse.Namespace], int]:
     """The command ``name`` of ``module``, imported when it runs: ``--help`` and a job's start-up
     import only the command they run."""
@@ -120,7 +161,7 @@ def _add_set(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m repro", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog=invoked_as(), description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("list", help="shipped settings, profiles and plans")
@@ -206,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="no estimated duration (neither probe nor cache)",
     )
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--report", action="store_true", help="build the experiment's HTML report at the end")
     p.add_argument(
         "--pack",
         default=None,
@@ -239,6 +281,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--track", action="store_true")
         p.set_defaults(func=_command("repro.cli_job", func))
 
+    p = sub.add_parser("report", help="build the HTML report of runs/<experiment> (python -m reports build)")
+    p.add_argument("experiment", help="the experiment's name (under runs/) or its directory")
+    p.add_argument(
+        "options", nargs=argparse.REMAINDER, help="python -m reports build's options: --out, --reps, ..."
+    )
+    p.set_defaults(func=_cmd_report)
+
     p = sub.add_parser("summary", help="throughput summary of runs/<experiment>")
     p.add_argument("experiment_dir")
     p.set_defaults(func=_cmd_summary)
@@ -252,6 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     args = parser.parse_args(argv)
+    args.argv = argv  # what the user typed, for hints that repeat it (``run``'s --dry-run)
     try:
         return args.func(args)
     except ConfigError as e:

@@ -10,15 +10,17 @@ from repro.cli import LONG_ESTIMATE_S, smaller_runs_hint
 
 
 def print_estimate(
-    plan, jobs, slots, fresh: bool, may_probe: bool, packs=None, k: int = 1, always_probe: bool = False
-) -> None:
+    plan, jobs, slots, fresh: bool, may_probe: bool, packs=None, k: int = 1, always_probe: bool = False,
+    *, dry_run_hint: str,
+) -> None:  # fmt: skip
     """Print the plan's estimated duration on ``slots`` (repro/probe.py), and the hint when it is days;
     with ``packs`` (``--pack k``) packed and unpacked side by side, from probes of each arm alone and
     packed at each pack size.
 
     ``fresh`` (``--reprobe``): probe every arm and cache the results. Otherwise use cached measurements
     and probe the arms without one when ``always_probe`` (a dry run), or when ``may_probe`` and the
-    probes are at most ``MAX_PROBE_SHARE`` of the env steps left."""
+    probes are at most ``MAX_PROBE_SHARE`` of the env steps left. ``dry_run_hint``: the dry run of the
+    user's command, named when nothing is measured."""
     from repro import probe as pr
 
     device = slots[0].device
@@ -43,7 +45,7 @@ def print_estimate(
         names = ", ".join(arm if n == 1 else f"{arm} packed by {n}" for arm, n in missing)
         print(
             f"estimated duration: not measured on this machine for {names} ({why}); "
-            "a dry run with the probe (make repro-dry-run) measures it and keeps it for later runs"
+            f"a dry run with the probe ({dry_run_hint}) measures it and keeps it for later runs"
         )
         return
     for arm, n in missing:

@@ -334,6 +334,28 @@ def _progress(job, left: int) -> str:
     return ""
 
 
+def _dry_run_hint(args: argparse.Namespace) -> str:
+    """The user's own command with ``--dry-run``: what measures the throughput of what they ran."""
+    import shlex
+
+    from repro.cli import invoked_as
+
+    argv = [a for a in args.argv if a not in ("--no-probe", "--dry-run")]
+    return " ".join([invoked_as(), *map(shlex.quote, argv), "--dry-run"])
+
+
+def _report(args: argparse.Namespace, experiment_dir: Path, interrupted: bool) -> int | None:
+    """The end of a run: build the report (``--report``; its exit code when that failed) or print the
+    command that builds it (also after an interruption: the rerun that continues builds it)."""
+    from repro.cli import build_report, report_command
+
+    if not args.report or interrupted:
+        print(f"report: {report_command(experiment_dir)}")
+        return None
+    code = build_report(str(experiment_dir))
+    return code or None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from repro.scheduler import detect_slots, stop_on_signals
 
@@ -362,20 +384,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.estimate:
             print_estimate(
                 plan, jobs, slots, fresh=args.reprobe, may_probe=args.probe, packs=packs, k=pack,
-                always_probe=args.probe,
+                always_probe=args.probe, dry_run_hint=_dry_run_hint(args),
             )  # fmt: skip
         return 0
     if args.estimate and args.backend == "local":
         try:
-            print_estimate(plan, jobs, slots, fresh=False, may_probe=args.probe, packs=packs, k=pack)
+            print_estimate(
+                plan, jobs, slots, fresh=False, may_probe=args.probe, packs=packs, k=pack,
+                dry_run_hint=_dry_run_hint(args),
+            )  # fmt: skip
         except KeyboardInterrupt:
             print("interrupted while estimating: no job was started")
             return 130
     from algorithms.logger import tracker_available
-    from repro.record import write_plan_record
+    from repro.record import invocation_note, write_plan_record
 
     if args.track and not tracker_available():
-        print("--track: wandb is not installed (pip install wandb); runs are not tracked", file=sys.stderr)
+        print(
+            "--track: wandb is not installed (pip install -c constraints.txt -e '.[track]'); runs are not "
+            "tracked",
+            file=sys.stderr,
+        )
     views = (["--tensorboard"] if args.tensorboard else []) + (["--track"] if args.track else [])
     tasks = _tasks(jobs, cpus_per_job, packs, views)
     if args.backend == "ray" and (code := _connect_ray(args, jobs, tasks)) is not None:
@@ -386,6 +415,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             freeze(jobs[0].run_dir.parents[2], plan.path, section, seeds, args.allow_dirty).line,
             file=sys.stderr,
         )
+    if note := invocation_note(jobs[0].run_dir.parents[2], plan, jobs, seeds):
+        print(note)
     try:
         write_plan_record(jobs[0].run_dir.parents[2], plan, jobs, seeds)
     except OSError as e:  # a full disk or a read-only root: nothing can run, say so in one line
@@ -429,6 +460,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         from repro.summary import summary_text
 
         print("\n" + summary_text(experiment_dir))
+        if (code := _report(args, experiment_dir, counts["interrupted"] > 0)) is not None:
+            return code
     if counts["interrupted"]:
         print("interrupted: rerun the same command to continue from the checkpoints")
         return 130

@@ -18,11 +18,13 @@ differs between running a job here and on a Ray cluster is a ``Backend``.
 
 Progress is one tqdm bar in env steps over all tasks (finished ones included, every run of a packed
 task), read from the last row of each running run's ``progress.csv``; its ETA is what is left at the
-rate seen so far.
+rate seen so far. Beside it, each running task's latest training return and, where it has evaluated,
+its last evaluation's mean return (``returns_text``): what zoo's ``ep_rew_mean`` shows.
 """
 
 from __future__ import annotations
 
+import math
 import signal
 import sys
 import time
@@ -31,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from algorithms.rundir import RunBusy, RunUnreadable
+from algorithms.rundir import EVAL_FILE, PROGRESS_FILE, RunBusy, RunUnreadable
 from repro.job_side import BUSY_EXIT_CODE, NO_SPACE_EXIT_CODE, STOP_SIGNALS
-from repro.tasks import Outcome, Task, mark_unfinished
+from repro.tasks import Outcome, Task, mark_unfinished, tail_rows
 
 # How long a run whose lock is taken is waited for before it is skipped: a job whose scheduler was
 # killed gets SIGINT at once and stops like on Ctrl-C, well within the scheduler's 30 s grace.
@@ -63,6 +65,41 @@ class Backend(Protocol):
     def wait(self, timeout_s: float) -> list[Ended]: ...  # what ended within about ``timeout_s``
     def running(self) -> list[Task]: ...
     def stop(self, grace_s: float) -> list[Task]: ...
+
+
+def short_labels(keys: Sequence[str]) -> dict[str, str]:
+    """Each task key (``arm/env/seed0``) by the parts that tell the tasks apart (``seed0`` when only
+    the seeds differ), for the progress line; the last part when nothing differs."""
+    parts = [key.split("/") for key in keys]
+    if not parts:
+        return {}
+    varying = [i for i in range(len(parts[0])) if len({p[i] for p in parts if len(p) > i}) > 1]
+    return {key: "/".join(p[i] for i in varying if i < len(p)) or p[-1] for key, p in zip(keys, parts)}
+
+
+def returns_text(task: Task) -> str:
+    """A running task's latest returns for the progress line: ``train`` the mean training return of
+    its last progress row (episodes finished since the row before, as zoo's ``ep_rew_mean``),
+    ``eval`` the mean of its last evaluation; ``train -`` before any episode ended. A packed task
+    shows its first run's."""
+    rows = tail_rows(task.run_dir / PROGRESS_FILE)
+    train = _number(rows[-1].get("return_mean")) if rows else None
+    text = "train " + ("-" if train is None else f"{train:.4g}")
+    evals = tail_rows(task.run_dir / EVAL_FILE)
+    if evals:
+        last = [_number(r.get("return")) for r in evals if r.get("env_steps") == evals[-1].get("env_steps")]
+        if all(v is not None for v in last):
+            text += f" eval {sum(last) / len(last):.4g}"
+    return text
+
+
+def _number(text: str | None) -> float | None:
+    """A CSV cell as a finite float; None when empty, NaN or not a number."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
 
 
 class Progress:
@@ -163,6 +200,7 @@ def run_tasks(
     if skipped := sum(o.state == "skipped" for o in outcomes.values()):
         say(f"skipping {skipped} finished task(s); {len(pending)} to run on {where}")
     bar = Progress(tasks, policy.progress)
+    labels = short_labels([t.key for t in tasks])
     bar.done_steps = sum(t.steps for t in tasks if t.key in outcomes)
     attempts = Attempts(retries)
     busy_since: dict[str, float] = {}
@@ -255,7 +293,8 @@ def run_tasks(
             n_failed = sum(o.state == "failed" for o in outcomes.values())
             bar.update(
                 sum(t.steps_done() for t in running),
-                f"done {len(outcomes)}/{len(tasks)} running {len(running)} failed {n_failed}",
+                f"done {len(outcomes)}/{len(tasks)} running {len(running)} failed {n_failed}"
+                + "".join(f" | {labels[t.key]} {returns_text(t)}" for t in running if policy.progress),
             )
     except KeyboardInterrupt:
         for task in backend.stop(policy.grace_s):

@@ -27,7 +27,8 @@ the command line's ``--set`` values, then the plan's env id and seed), and its r
 ``<root>/<experiment>/<arm>/<env>/seed<k>`` (docs/ARCHITECTURE.md, Contract 5). A setting runs
 without a plan file too (``setting_plan``: one arm, the envs given or the setting's own ``env.id``).
 ``--set section.key=a,b,c`` makes a sweep: one arm per value (per combination for several keys),
-named by its values (``sweep_points``). Everything is validated while expanding, before any
+named by its values (``arm_suffix``; a value the arm has already is that arm, not another one:
+``without_base_values``). Everything is validated while expanding, before any
 directory is created: an unknown arm, game, profile, key or a bad seed spec is a ``ConfigError``.
 """
 
@@ -56,7 +57,14 @@ from repro.plan_args import format_seeds as format_seeds
 from repro.plan_args import parse_deviation as parse_deviation
 from repro.plan_args import parse_list as parse_list
 from repro.preregister import AnalysisSection, parse_section
-from repro.profiles import REPO_ROOT, Profile, apply_profile, is_budget_key, load_profile
+from repro.profiles import (
+    REPO_ROOT,
+    Profile,
+    apply_profile,
+    is_budget_key,
+    load_profile,
+    uncut_classic_control,
+)
 from repro.settings import (
     CONFIG_DIR,
     SET_OPTION,
@@ -257,14 +265,15 @@ def setting_plan(
 Point = dict[str, tuple[str, Any]]  # one value per ``--set`` key: "section.key" -> (text, value)
 
 
-def sweep_points(overrides: Overrides | None) -> list[tuple[str, Point]]:
-    """``(arm suffix, point)`` per combination of the ``--set`` values (``settings.parse_overrides``):
-    one point without overrides (suffix ""), else the Cartesian product in the order given. The suffix
-    names the arm by its values (``_learning_rate-1e-4``): runs of other values never share a run
-    directory. A sweep over a budget key (``repro.profiles.is_budget_key``) is refused: arms compared
-    in one report must have had the same budget."""
+def sweep_points(overrides: Overrides | None) -> list[Point]:
+    """One point per combination of the ``--set`` values (``settings.parse_overrides``): one empty
+    point without overrides, else the Cartesian product in the order given. ``expand`` names each
+    arm by its values (``arm_suffix``: ``_learning_rate-1e-4``), so runs of other values never share a
+    run directory, less the values the arm has already (``without_base_values``). A sweep over a
+    budget key (``repro.profiles.is_budget_key``) is refused: arms compared in one report must have
+    had the same budget."""
     if not overrides:
-        return [("", {})]
+        return [{}]
     for key, values in overrides.items():
         if len(values) > 1 and is_budget_key(key):
             texts = ",".join(text for text, _ in values)
@@ -272,13 +281,30 @@ def sweep_points(overrides: Overrides | None) -> list[tuple[str, Point]]:
                 f"{SET_OPTION} {key}={texts}: a sweep over a budget key is refused (arms compared in one "
                 "report need the same budget); run one value per experiment with --exp"
             )
+    return [dict(zip(overrides, c)) for c in itertools.product(*overrides.values())]
+
+
+def arm_suffix(overrides: Overrides, point: Point) -> str:
+    """The arm name's suffix of ``point`` (some of ``overrides``' keys with one value each): each
+    key's field name (its ``section-field`` where two sections share the field) and value."""
     fields = [key.partition(".")[2] for key in overrides]
-    names = [f if fields.count(f) == 1 else key.replace(".", "-") for f, key in zip(fields, overrides)]
-    points = []
-    for combination in itertools.product(*overrides.values()):
-        parts = [f"{name}-{_name_part(text)}" for name, (text, _) in zip(names, combination)]
-        points.append(("_" + "_".join(parts), dict(zip(overrides, combination))))
-    return points
+    names = {key: f if fields.count(f) == 1 else key.replace(".", "-") for f, key in zip(fields, overrides)}
+    return "".join(f"_{names[key]}-{_name_part(text)}" for key, (text, _) in point.items())
+
+
+def without_base_values(point: Point, base: Any) -> Point:
+    """``point`` less the keys whose value ``base`` (the arm's resolved ``TrainConfig`` without
+    ``--set``) already has: a sweep value equal to the setting's own is the setting's arm, not a second
+    arm of the same config under another name."""
+    kept = {}
+    for key, (text, value) in point.items():
+        section, _, field = key.partition(".")
+        # An unknown key stays: resolving the point refuses it, naming the key.
+        has = getattr(base.algo_config if section == "algo" else getattr(base, section, None), field, point)
+        same = list(has) == list(value) if isinstance(has, list | tuple) else has == value
+        if not same:
+            kept[key] = (text, value)
+    return kept
 
 
 def _name_part(text: str) -> str:
@@ -302,7 +328,8 @@ def resolve_job_setting(
     """The setting ``arm`` with an ablation arm's ``deviation`` (the ablate setting's entries of its
     keys, sources kept), scaled by ``profile``, with the command line's ``--set`` values (``point``),
     the plan's env id and seed (and the slot's device, and the job's CPUs as its torch threads when
-    the scheduler was given them)."""
+    the scheduler was given them); a classic-control env's evaluations are not cut below its own time
+    limit (``repro.profiles.uncut_classic_control``)."""
     setting = load_setting(arm, settings_dir, schema)
     classes = schema(setting.algo)
     if deviation is not None:
@@ -321,7 +348,8 @@ def resolve_job_setting(
     if threads is not None:
         per_job["runner.torch_threads"] = Entry(threads, "scheduler: CPUs per job", "plan", "scheduler")
     try:
-        return override(setting, per_job, classes), classes
+        setting = override(setting, per_job, classes)
+        return override(setting, uncut_classic_control(setting, classes), classes), classes
     except ConfigError as e:
         # The env id is the only per-job value that can be wrong: say which game, without the file.
         message = str(e)
@@ -398,9 +426,19 @@ def expand(
     if arms:
         by_name = {a.name: a for a in plan_arms}
         plan_arms = [by_name[a] if a in by_name and plan.ablate else Arm(a, a) for a in arms]
-    for spec, (suffix, point) in itertools.product(plan_arms, points):
+    seen = set()
+    for spec, point in itertools.product(plan_arms, points):
         arm = spec.setting
         check_arm_name(arm, "ARMS" if arms else f"{plan.path} [plan] 'arms'")
+        if point:
+            base = resolve_job_setting(
+                arm, profile, envs[0], 0, None, settings_dir, schema, deviation=spec.deviation
+            )
+            point = without_base_values(point, train_config(*base))
+        suffix = arm_suffix(overrides, point) if point else ""
+        if (spec.name, suffix) in seen:
+            continue
+        seen.add((spec.name, suffix))
         for env in envs:
             setting, classes = resolve_job_setting(
                 arm, profile, env, 0, None, settings_dir, schema, point=point, deviation=spec.deviation

@@ -202,3 +202,39 @@ def load_profile(name_or_path: str, profiles_dir: Path = PROFILES_DIR) -> Profil
 def apply_profile(setting: Setting, profile: Profile, classes: Mapping[str, type]) -> Setting:
     """``setting`` scaled by ``profile`` (validated again by the dataclasses)."""
     return override(setting, profile.changes_for(setting, classes), classes)
+
+
+# Where gymnasium registers the classic-control envs (CartPole, Acrobot, MountainCar, Pendulum).
+CLASSIC_CONTROL = "gymnasium.envs.classic_control"
+
+
+def uncut_classic_control(setting: Setting, classes: Mapping[str, type]) -> dict[str, Entry]:
+    """``{"sampler.eval_max_steps": the env's time limit}`` when ``setting`` runs a classic-control env
+    whose evaluation a profile caps below its own time limit, else ``{}`` (a cap the setting or the
+    command line gives stands): a profile's short cap (the smoke profile's 200 steps) saves time on
+    Atari, but a classic-control episode of 500 steps costs milliseconds, and a cut one reads a good
+    CartPole agent as a bad one (an evaluation at the cap of 200 scores 200 of 500)."""
+    from repro.settings import train_config
+
+    capped = setting.entries.get("sampler.eval_max_steps")
+    if capped is None or capped.origin != "profile":  # a setting's or the command line's own cap stands
+        return {}
+    config = train_config(setting, classes)
+    if config.env.kind != "gym":
+        return {}
+    import gymnasium
+
+    try:
+        spec = gymnasium.spec(config.env.id)
+    except gymnasium.error.Error:  # an id the env config refuses later, naming it
+        return {}
+    limit = config.env.max_episode_steps or spec.max_episode_steps
+    if not str(spec.entry_point).startswith(CLASSIC_CONTROL) or not limit:
+        return {}
+    if config.sampler.eval_max_steps >= limit:
+        return {}
+    source = (
+        f"the env's own time limit ({config.env.id}: {limit} steps): classic-control evaluations are "
+        "cheap, so no profile cuts them shorter (repro.profiles.uncut_classic_control)"
+    )
+    return {"sampler.eval_max_steps": Entry(limit, source, "harness", "harness")}

@@ -18,9 +18,12 @@ any). ``seeds`` is the seed spec of the seeds run (``repro.plans.format_seeds``:
 and of a designed ablation the design (``repro.ablation.design_record``: switches and each arm's row).
 The profile is named as
 ``repro.profiles.profile_label`` names it: a shipped profile by its name, another file by its path
-relative to the repository. Runs into an existing experiment add to its record: the same plan and
-profile merge (arms and envs in first-seen order, the union of the seeds, every job), another plan or
-profile is a record of its own (``make regress`` runs several plans into one experiment).
+relative to the repository. ``plans`` is the experiment's history: one entry per invocation that asked
+for something new, in the order they ran, never rewritten; rerunning an invocation (to resume it) adds
+nothing. ``arms`` and ``jobs`` are the union over the history (the jobs are the expected runs).
+``invocation_note`` is the one line ``run`` prints when an invocation adds arms, envs or seeds to an
+experiment that earlier invocations wrote (held-out seeds, another env, a sweep): they share one
+report, which may not be what the user meant (``--exp NAME`` starts a separate experiment).
 """
 
 from __future__ import annotations
@@ -41,11 +44,6 @@ PLAN_FILE = "plan.json"
 def _union(first: list[Any], second: list[Any]) -> list[Any]:
     """Every item of ``first``, then of ``second``, once each, in first-seen order."""
     return list(dict.fromkeys(first + second))
-
-
-def _seeds(entry: dict[str, Any]) -> tuple[int, ...]:
-    """The seeds of a record's entry; a count (records written before seed specs) means 0..count-1."""
-    return parse_seeds(entry.get("seeds", 1))
 
 
 def plan_record(plan: Plan, jobs: list[Job], seeds: tuple[int, ...]) -> dict[str, Any]:
@@ -82,23 +80,61 @@ def plan_record(plan: Plan, jobs: list[Job], seeds: tuple[int, ...]) -> dict[str
     return {"plans": [entry], "arms": arms, "jobs": rows}
 
 
+def _same_invocation(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two plan entries ask for the same runs (a rerun that resumes), whatever their titles."""
+    return {k: v for k, v in a.items() if k != "title"} == {k: v for k, v in b.items() if k != "title"}
+
+
 def merge_records(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """``old`` (the experiment's record) with ``new`` added (see the module docstring)."""
+    """``old`` (the experiment's record) with ``new``'s invocation added to its history (see the
+    module docstring): earlier entries are kept as written."""
     plans = [dict(p) for p in old.get("plans", [])]
-    for entry in new["plans"]:
-        key = (entry["plan"], entry["profile"])
-        same = next((p for p in plans if (p["plan"], p["profile"]) == key), None)
-        if same is None:
-            plans.append(entry)
-        else:
-            same.update(
-                title=entry["title"],
-                arms=_union(same["arms"], entry["arms"]),
-                envs=_union(same["envs"], entry["envs"]),
-                seeds=format_seeds(sorted(set(_seeds(same)) | set(_seeds(entry)))),
-            )
+    plans += [e for e in new["plans"] if not any(_same_invocation(e, p) for p in plans)]
     jobs = {(j["arm"], j["env"], j["seed"]): j for j in old.get("jobs", []) + new["jobs"]}
     return {"plans": plans, "arms": _union(old.get("arms", []), new["arms"]), "jobs": list(jobs.values())}
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    """The record at ``path``; None when absent or not this module's format."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return old if isinstance(old, dict) and isinstance(old.get("plans"), list) else None
+
+
+def invocation_note(experiment_dir: Path, plan: Plan, jobs: list[Job], seeds: Any) -> str | None:
+    """One line when this invocation adds runs (arms, envs or seeds) to an experiment that another
+    invocation wrote: what it adds, that the report covers both, and how to keep them apart; None for
+    a new experiment or a rerun of one of its invocations."""
+    old = _read_record(Path(experiment_dir) / PLAN_FILE)
+    if old is None:
+        return None
+    (entry,) = plan_record(plan, jobs, seeds)["plans"]
+    if any(_same_invocation(entry, p) for p in old["plans"]):
+        return None
+    known = {(j["arm"], j["env"], j["seed"]) for j in old.get("jobs", [])}
+    added = [j for j in jobs if (j.arm, j.env, j.seed) not in known]
+    if not added:
+        return None
+    parts = []
+    for what, values, before in (
+        ("arms", [j.arm for j in added], {k[0] for k in known}),
+        ("envs", [j.env for j in added], {k[1] for k in known}),
+    ):
+        new_values = [v for v in dict.fromkeys(values) if v not in before]
+        if new_values:
+            parts.append(f"{what} {', '.join(new_values)}")
+    new_seeds = sorted({j.seed for j in added} - {k[2] for k in known})
+    if new_seeds:
+        parts.append(f"seed {new_seeds[0]}" if len(new_seeds) == 1 else f"seeds {format_seeds(new_seeds)}")
+    what = "; ".join(parts) or f"{len(added)} runs"
+    n = len(old["plans"])
+    return (
+        f"note: adding {what} to experiment {Path(experiment_dir).name}, which {n} earlier "
+        f"invocation{'s' if n > 1 else ''} wrote (its report covers all of them; plan.json keeps each "
+        "invocation); --exp NAME runs a separate experiment"
+    )
 
 
 def write_plan_record(experiment_dir: Path, plan: Plan, jobs: list[Job], seeds: int) -> Path:
@@ -106,11 +142,8 @@ def write_plan_record(experiment_dir: Path, plan: Plan, jobs: list[Job], seeds: 
     (not this module's format) is replaced."""
     path = Path(experiment_dir) / PLAN_FILE
     record = plan_record(plan, jobs, seeds)
-    try:
-        old = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        old = None
-    if isinstance(old, dict) and isinstance(old.get("plans"), list):
+    old = _read_record(path)
+    if old is not None:
         record = merge_records(old, record)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, record)

@@ -97,24 +97,33 @@ class Outcome:
     error: str | None = None
 
 
-def last_env_steps(run_dir: Path) -> int:
-    """``env_steps`` of the last complete row of ``progress.csv`` (0 if none); cheap, tail only."""
-    path = Path(run_dir) / PROGRESS_FILE
+def tail_rows(path: Path) -> list[dict[str, str]]:
+    """The complete rows of the last 64 KiB of the CSV table at ``path`` (none when absent); cheap:
+    the header and the tail only, a torn last line dropped."""
     try:
         with open(path, "rb") as f:
             header = f.readline().decode()
             f.seek(0, os.SEEK_END)
             size = f.tell()
-            f.seek(max(len(header), size - 65536))
+            start = max(len(header), size - 65536)
+            f.seek(start)
             tail = f.read().decode(errors="replace")
     except OSError:
-        return 0
-    lines = [ln for ln in tail.split("\n")[:-1] if ln]  # drop a torn last line
+        return []
+    lines = tail.split("\n")[:-1]  # drop a torn last line
+    if start > len(header):  # the first line read starts part-way
+        lines = lines[1:]
+    lines = [ln for ln in lines if ln]
     if not lines or not header:
-        return 0
-    row = next(csv.DictReader(io.StringIO(header + lines[-1] + "\n")), None)
+        return []
+    return list(csv.DictReader(io.StringIO(header + "\n".join(lines) + "\n")))
+
+
+def last_env_steps(run_dir: Path) -> int:
+    """``env_steps`` of the last complete row of ``progress.csv`` (0 if none); cheap, tail only."""
+    rows = tail_rows(Path(run_dir) / PROGRESS_FILE)
     try:
-        return int(float(row["env_steps"])) if row else 0
+        return int(float(rows[-1]["env_steps"])) if rows else 0
     except (KeyError, ValueError, TypeError):
         return 0
 

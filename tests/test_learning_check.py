@@ -145,3 +145,93 @@ def test_an_arm_with_fewer_runs_does_not_cut_the_others_level_to_its_seeds(tmp_p
     assert not levels.loc["b", "learned"] and np.isnan(levels.loc["b", "ci_low"])
     markdown = study_markdown(study, "cmd", "2026-12-05")
     assert "| arm | runs per game |" in markdown and "| a | 5 |" in markdown
+
+
+def _capped_one_arm(tmp_path, env: str, skill: float, plan: dict | None = None):
+    """One arm on ``env`` whose final evaluations all stopped at a cap of 100 steps (the synthetic
+    episodes last 100 + k steps), 3 seeds."""
+    arms = {"ppo": SyntheticArm(skill, {"algo": "ppo", "sampler": {"eval_max_steps": 100}})}
+    exp = write_experiment(tmp_path, "exp", arms, [env], [0, 1, 2], n_logs=3, frameskip=1)
+    if plan is not None:
+        (exp / "plan.json").write_text(json.dumps(plan))
+    return exp
+
+
+def _row(html: str, table: str, arm: str) -> str:
+    import re
+
+    body = re.search(rf'<table id="{table}">.*?</table>', html, re.S).group(0)
+    return next(row for row in re.findall(r"<tr>(.*?)</tr>", body, re.S) if f"<td>{arm}</td>" in row)
+
+
+def test_cut_returns_of_a_positive_reward_env_are_lower_bounds_and_a_level_above_random_stands(tmp_path):
+    """CartPole pays +1 per step: a return cut at the cap is at most the whole episode's, so a cut arm
+    far above random play is shown to learn, and its figures carry the lower-bound mark."""
+    from analysis.learning import LOWER, cut_bound
+
+    assert cut_bound("CartPole-v1") == LOWER
+    exp = _capped_one_arm(tmp_path, "CartPole-v1", 1.0)  # about 500: the reference
+    study = run_study(exp, reps=300)
+    assert study.learning.learned.all() and study.learning.eval_cap.isna().all()
+    assert study.learning_lead is None
+    assert "ppo/CartPole-v1/seed0" in study.cut_short and "lower bounds" in study.cut_short
+    html = build_report(exp, reps=100).read_text()
+    for table in ("learning-table", "aggregate-table", "final-table"):
+        assert "<td>≥ " in _row(html, table, "ppo"), table
+    assert "≥: evaluations cut at the harness&#39;s cap" in html and "≤:" not in html
+
+
+def test_cut_returns_of_a_negative_reward_env_are_upper_bounds_and_not_shown_to_learn(tmp_path):
+    """Acrobot pays -1 per step: a return cut at the cap overstates the whole episode's (-200 where
+    the whole one may be -500), so the arm is not shown to learn however high its interval, the one-arm
+    verdict says so without a comparison, and every figure carries the upper-bound mark."""
+    from analysis.learning import UPPER, cut_bound
+
+    assert cut_bound("Acrobot-v1") == UPPER and cut_bound("MountainCar-v0") == UPPER
+    exp = _capped_one_arm(tmp_path, "Acrobot-v1", -0.4)  # about -200: 70% of the reference
+    study = run_study(exp, reps=300)
+    (level,) = study.learning.itertuples()
+    assert level.ci_low > 0 and not level.learned and level.eval_cap == 100
+    assert study.learning_lead.startswith("ppo has not been shown to learn at this budget")
+    assert "comparison" not in study.learning_lead
+    assert "upper bounds" in study.cut_short
+    html = build_report(exp, reps=100).read_text()
+    for table in ("learning-table", "aggregate-table", "final-table"):
+        assert "<td>≤ " in _row(html, table, "ppo"), table
+    assert "aggregate-table" in html and "≤: evaluations cut" in html and "≥:" not in html
+    assert "From evaluations cut at the harness&#39;s cap: ppo (≤)" in html  # the figures' captions
+
+
+def test_minatar_and_atari_cuts_and_the_smoke_sentence(tmp_path):
+    """MinAtar only adds reward (lower bound); Atari's rewards take both signs (unknown, ~); a smoke
+    run's verdict opens by saying the profile says nothing about learning."""
+    from analysis.learning import LOWER, SMOKE_SENTENCE, UNKNOWN, cut_bound, gap_bound
+
+    assert cut_bound("minatar_breakout") == LOWER and cut_bound("pong") == UNKNOWN
+    assert cut_bound("HalfCheetah-v5") == UNKNOWN and gap_bound(LOWER) == "upper"
+    plan = {"plans": [{"plan": "ppo", "title": "t", "profile": "smoke", "arms": ["ppo"]}], "arms": ["ppo"]}
+    exp = _capped_one_arm(tmp_path, "pong", 1.0, plan)
+    html = build_report(exp, reps=100).read_text()
+    assert "<td>~ " in _row(html, "aggregate-table", "ppo")
+    verdict = html[html.index('<section id="verdict">') :]
+    assert verdict.index(SMOKE_SENTENCE.replace("'", "&#39;")) < verdict.index("ppo has not been shown")
+
+
+def test_an_evaluation_ending_at_the_envs_own_time_limit_is_not_cut(tmp_path):
+    """The cap equals the env's own limit (a classic-control smoke run: Acrobot's 500 steps, here
+    max_episode_steps = 100): episodes of that length ended where the env ends them, and carry no mark."""
+    from analysis.learning import capped_runs, env_time_limit
+
+    assert env_time_limit({"kind": "gym", "id": "Acrobot-v1"}) == 500
+    assert env_time_limit({"kind": "atari", "id": "pong"}) == 27_000
+    assert env_time_limit({"kind": "minatar", "id": "minatar_breakout"}) is None
+    env = {"id": "Acrobot-v1", "kind": "gym", "max_episode_steps": 100}
+    arms = {"ppo": SyntheticArm(-0.4, {"algo": "ppo", "env": env, "sampler": {"eval_max_steps": 100}})}
+    exp = write_experiment(tmp_path, "exp", arms, ["Acrobot-v1"], [0, 1, 2], n_logs=3, frameskip=1)
+    for config_path in exp.glob("ppo/Acrobot-v1/seed*/config.json"):  # write_experiment sets env.id only
+        config = json.loads(config_path.read_text())
+        config["env"] = env
+        config_path.write_text(json.dumps(config))
+    study = run_study(exp, reps=200)
+    assert capped_runs(study.experiment, study.scores) == {} and study.cut_short is None
+    assert study.learning.learned.all()

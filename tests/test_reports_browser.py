@@ -57,3 +57,47 @@ def test_console_errors_and_broken_images_are_reported(tmp_path):
     assert check.tables == {"t": 1}
     assert any("boom" in e for e in check.errors)
     assert any("undefinedFunction" in e for e in check.errors)
+
+
+def _colour_pixels(html: str, figure_id: str, colour: str) -> int:
+    """Pixels of ``colour`` (within 0.1 per channel) in the page's figure ``figure_id``."""
+    import base64
+    import io
+    import re
+
+    import matplotlib.colors as mc
+    import matplotlib.image as mpimg
+    import numpy as np
+
+    uri = re.search(rf'<img id="{figure_id}" class="figure" src="data:image/png;base64,([^"]+)"', html).group(
+        1
+    )
+    image = mpimg.imread(io.BytesIO(base64.b64decode(uri)))[..., :3]
+    return int((np.abs(image - np.array(mc.to_rgb(colour))).max(axis=-1) < 0.1).sum())
+
+
+@pytest.mark.slow
+def test_a_report_of_single_point_curves_fits_1280_px_and_shows_them(tmp_path):
+    """Runs evaluated once (the smoke profile's runs): each curve is one point, drawn with a marker and
+    its interval (a line of one point is invisible: only the legend had the arm's colour, 46 pixels
+    of it, where the marker adds about 140); long arm names and paths do not make the page scroll
+    sideways at 1280 px (wide tables scroll in their own box)."""
+    from reports.figures import arm_colours
+
+    arms = {
+        "ppo_cartpole_zoo_learning_rate-1e-4_value_coef-0.25_discount-0.9": SyntheticArm(
+            0.6, {"algo": "ppo"}
+        ),
+        "ppo_cartpole_zoo": SyntheticArm(0.9, {"algo": "ppo"}),
+    }
+    exp = write_experiment(tmp_path, "exp", arms, ["CartPole-v1"], [0, 1, 2], n_logs=1, eval_episodes=2)
+    page = build_report(exp, reps=100)
+    screenshot = tmp_path / "report.png"
+
+    check = check_page(page, screenshot=screenshot, width=1280)
+
+    assert check.errors == [] and check.broken_images == []
+    assert check.client_width == 1280 and not check.scrolls_sideways, (check.scroll_width, check.client_width)
+    html = page.read_text()
+    for arm, colour in arm_colours(list(arms)).items():
+        assert _colour_pixels(html, "fig-learning-curves", colour) > 100, arm

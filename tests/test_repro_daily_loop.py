@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import json
+import os
 import re
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from tiny_setting import a2c_cartpole_setting
 
 from algorithms.configs import ConfigError
 from algorithms.train import config_from_dict
+from analysis.synthetic import SyntheticArm, write_experiment
 from repro import extras
 from repro.cli import main
 from repro.plans import expand, load_plan, parse_seeds, setting_plan
@@ -93,10 +95,16 @@ def test_a_setting_runs_without_a_plan_with_a_sweep_seeds_and_tensorboard(files)
     (diff_row,) = _cells(html, "config-diff-table")
     assert diff_row == ["algo_config.learning_rate", "0.001 (command line)", "0.003 (command line)"]
     assert len(_cells(html, "command-line-table")) == 4  # 2 arms x 2 keys
+    # Arms labelled by what differs (value_coef, shared, does not), their directories named.
+    assert [row[0] for row in _cells(html, "arms")] == ["learning_rate=1e-3", "learning_rate=3e-3"]
+    assert "learning_rate=1e-3: tiny_learning_rate-1e-3_value_coef-0.25/" in html
     assert '<section id="verdict">' in html and "reference-normalised" in html  # CartPole's bounds
 
 
 def test_sweep_expansion_one_arm_per_combination(files):
+    """One arm per combination of values, named by them, less the values the setting has already
+    (the tiny setting runs serially with discount 0.99): such a value is the setting's arm, not a
+    second arm of the same config under another name."""
     plan = setting_plan(str(files / "tiny.toml"), ["CartPole-v1", "Acrobot-v1"])
     overrides = parse_overrides(
         ["algo.learning_rate=1e-3,3e-3", "sampler.mode=serial", "algo.discount=0.9,0.99"]
@@ -104,19 +112,32 @@ def test_sweep_expansion_one_arm_per_combination(files):
     jobs = expand(plan, "5,7", str(files / "as_set.toml"), files / "runs", overrides=overrides)
     assert len(jobs) == 4 * 2 * 2  # 2 x 1 x 2 combinations, 2 envs, 2 seeds
     names = sorted({j.arm for j in jobs})
-    assert names[0] == "tiny_learning_rate-1e-3_mode-serial_discount-0.9"
+    assert names == [
+        "tiny_learning_rate-1e-3", "tiny_learning_rate-1e-3_discount-0.9",
+        "tiny_learning_rate-3e-3", "tiny_learning_rate-3e-3_discount-0.9",
+    ]  # fmt: skip
     assert {(j.config.algo_config.learning_rate, j.config.algo_config.discount) for j in jobs} == {
         (1e-3, 0.9), (1e-3, 0.99), (3e-3, 0.9), (3e-3, 0.99),
     }  # fmt: skip
     assert {j.seed for j in jobs} == {5, 7} and {j.env for j in jobs} == {"CartPole-v1", "Acrobot-v1"}
-    job = next(j for j in jobs if j.arm == names[0])
-    assert job.overrides == (
-        ("algo.learning_rate", "1e-3"),
-        ("sampler.mode", "serial"),
-        ("algo.discount", "0.9"),
-    )
-    assert job.run_dir.parent.parent.name == names[0]
+    job = next(j for j in jobs if j.arm == names[1])
+    assert job.overrides == (("algo.learning_rate", "1e-3"), ("algo.discount", "0.9"))
+    assert job.run_dir.parent.parent.name == names[1]
     assert not (files / "runs").exists()
+
+
+def test_a_sweep_value_equal_to_the_base_value_is_the_base_arm(files):
+    """``--set algo.learning_rate=1e-4,7e-4`` on a setting whose rate is 7e-4: two arms, the setting's
+    own (named as it, no override) and lr 1e-4; a single ``--set`` of the base value renames nothing."""
+    plan = setting_plan(str(files / "tiny.toml"), ["CartPole-v1"])
+    sweep = parse_overrides(["algo.learning_rate=1e-4,7e-4"])
+    jobs = expand(plan, "1", str(files / "as_set.toml"), files / "runs", overrides=sweep)
+    assert [(j.arm, j.overrides) for j in jobs] == [
+        ("tiny_learning_rate-1e-4", (("algo.learning_rate", "1e-4"),)), ("tiny", ()),
+    ]  # fmt: skip
+    same = parse_overrides(["algo.learning_rate=0.0007"])
+    (job,) = expand(plan, "1", str(files / "as_set.toml"), files / "runs", overrides=same)
+    assert job.arm == "tiny" and job.config.algo_config.learning_rate == 7e-4
 
 
 def test_set_values_are_read_as_toml_with_strings_lists_and_quoted_commas():
@@ -255,12 +276,17 @@ def test_a_base_file_resolves_against_the_referring_settings_folder(tmp_path, mo
 
 class _WandbStandIn:
     """Records what ``algorithms.logger.WandbTracker`` hands to ``wandb``: the interface the tracker
-    relies on (``init`` with mode, config and ids, ``Run.log`` per row, ``Run.finish``); the real
-    package, where installed, runs in ``test_the_tracker_writes_an_offline_wandb_run``."""
+    relies on (``login(prompt=False)``, ``init`` with mode, config and ids, ``Run.log`` per row,
+    ``Run.finish``); the real package, where installed, runs in
+    ``test_the_tracker_writes_an_offline_wandb_run``. ``logged_in``: what ``login`` finds."""
 
-    def __init__(self):
-        self.inits, self.rows, self.finished = [], [], 0
+    def __init__(self, logged_in: bool = False):
+        self.inits, self.rows, self.finished, self.logged_in = [], [], 0, logged_in
         self.__spec__ = importlib.machinery.ModuleSpec("wandb", None)
+
+    def login(self, prompt: bool = True, verify: bool = True) -> bool:
+        assert prompt is False  # never asks for a key inside a job
+        return self.logged_in
 
     def init(self, **kwargs):
         self.inits.append(kwargs)
@@ -273,30 +299,66 @@ class _WandbStandIn:
         self.finished += 1
 
 
-def test_the_tracker_gets_the_runs_config_and_every_progress_row(files, monkeypatch):
+@pytest.mark.parametrize("logged_in", [False, True])
+def test_the_tracker_gets_the_runs_config_and_grouped_rows(files, monkeypatch, logged_in):
+    """Online when logged in, else offline; every progress row and every evaluation as grouped tags
+    (train/, time/, eval/) at its env step, without the axis and the constant counters."""
     from algorithms.logger import TRACKER_ENV
     from algorithms.train import train
     from repro.settings import default_schema, train_config
 
-    stand_in = _WandbStandIn()
+    stand_in = _WandbStandIn(logged_in)
     monkeypatch.setitem(sys.modules, "wandb", stand_in)
     monkeypatch.setenv(TRACKER_ENV, "wandb")
     setting = load_setting(str(files / "tiny.toml"))
     run_dir = files / "exp" / "tiny" / "CartPole-v1" / "seed0"
     train(train_config(setting, default_schema(setting.algo)), run_dir)
     (init,) = stand_in.inits
-    assert init["mode"] == "offline" and init["dir"] == str(run_dir.resolve())
+    assert init["mode"] == ("online" if logged_in else "offline")
+    assert init["dir"] == str(run_dir.resolve())
     assert init["config"] == json.loads((run_dir / "config.json").read_text())
     assert (init["project"], init["group"], init["name"]) == ("exp", "tiny", "tiny/CartPole-v1/seed0")
-    assert [step for step, _ in stand_in.rows] == [100, 200, 300, 400] and stand_in.finished == 1
+    progress = [step for step, row in stand_in.rows if "train/return_mean" in row]
+    evaluations = [(step, row) for step, row in stand_in.rows if "eval/return_mean" in row]
+    assert progress == [100, 200, 300, 400] and stand_in.finished == 1
+    eval_csv = (run_dir / "eval.csv").read_text().splitlines()
+    assert [step for step, _ in evaluations] == sorted({int(line.split(",")[0]) for line in eval_csv[1:]})
+    assert {"eval/length_mean", "eval/episodes"} <= set(evaluations[-1][1])
+    last_row = [row for _, row in stand_in.rows if "train/return_mean" in row][-1]
+    assert "time/steps_per_second" in last_row and "train/updates" in last_row
+    keys = {key for _, row in stand_in.rows for key in row}
+    assert all(key.split("/")[0] in ("train", "time", "eval") for key in keys)
+    assert not keys & {"train/frameskip", "train/env_steps", "train/frames"}
     assert all(isinstance(v, int | float) for _, row in stand_in.rows for v in row.values())
-    assert "return_mean" in stand_in.rows[-1][1] and "steps_per_second" in stand_in.rows[-1][1]
+
+
+def test_tensorboard_gets_grouped_tags_and_evaluation_returns(files):
+    import dataclasses
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from algorithms.train import train
+    from repro.settings import default_schema, train_config
+
+    setting = load_setting(str(files / "tiny.toml"))
+    config = train_config(setting, default_schema(setting.algo))
+    config = dataclasses.replace(config, runner=dataclasses.replace(config.runner, tensorboard=True))
+    run_dir = files / "exp" / "tiny" / "CartPole-v1" / "seed0"
+    train(config, run_dir)
+    events = EventAccumulator(str(run_dir / "tb"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"train/return_mean", "eval/return_mean", "time/steps_per_second"} <= tags
+    assert all(tag.split("/")[0] in ("train", "time", "eval") for tag in tags)
+    assert "train/frameskip" not in tags and "frameskip" not in tags
+    assert [e.step for e in events.Scalars("train/return_mean")] == [100, 200, 300, 400]
 
 
 def test_the_tracker_writes_an_offline_wandb_run(files, monkeypatch):
     """With the real package (not a dependency: skipped where it is not installed)."""
     pytest.importorskip(
-        "wandb", reason="wandb is optional (pip install wandb); the stand-in test covers the rest"
+        "wandb",
+        reason="wandb is the track extra (pip install -e '.[track]'); the stand-in test covers the rest",
     )
     from algorithms.logger import TRACKER_ENV
     from algorithms.train import train
@@ -308,3 +370,103 @@ def test_the_tracker_writes_an_offline_wandb_run(files, monkeypatch):
     run_dir = files / "exp" / "tiny" / "CartPole-v1" / "seed0"
     train(train_config(setting, default_schema(setting.algo)), run_dir)
     assert list((run_dir / "wandb").glob("offline-run-*/*.wandb"))
+
+
+@pytest.mark.slow
+def test_adding_seeds_keeps_the_history_says_so_and_ends_at_the_report(files):
+    """A second invocation with held-out seeds adds to the experiment: plan.json keeps the first
+    invocation as written and adds the second, the run says so in one line, and each run ends at the
+    report (the command printed, or built with --report)."""
+    root = files / "runs"
+    argv = ["run", str(files / "tiny.toml"), "--profile", str(files / "as_set.toml"), "--root", str(root),
+            "--no-progress", "--no-estimate"]  # fmt: skip
+    experiment = root / "tiny-as_set"
+    first = repro(*argv, "--seeds", "3,4")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "note: adding" not in first.stdout
+    assert f"report: python -m reports build {experiment}" in first.stdout
+    written = json.loads((experiment / "plan.json").read_text())["plans"]
+    again = repro(*argv, "--seeds", "5-5", "--report")
+    assert again.returncode == 0, again.stderr[-3000:]
+    (note,) = [line for line in again.stdout.splitlines() if line.startswith("note: adding")]
+    assert note.startswith("note: adding seed 5 to experiment tiny-as_set, which 1 earlier invocation")
+    assert "--exp NAME" in note
+    plans = json.loads((experiment / "plan.json").read_text())["plans"]
+    assert plans[:1] == written and [p["seeds"] for p in plans] == ["3,4", "5-5"]
+    assert str(experiment / "report.html") in again.stdout and (experiment / "report.html").is_file()
+    rerun = repro(*argv, "--seeds", "5-5")  # the same invocation again: nothing new to say or record
+    assert rerun.returncode == 0 and "note: adding" not in rerun.stdout
+    assert len(json.loads((experiment / "plan.json").read_text())["plans"]) == 2
+
+
+def test_the_console_command_is_the_cli_with_a_report_command(tmp_path):
+    """pyproject's ``[project.scripts]`` names ``rlrepro``; its target, called as the installed script
+    calls it (``sys.exit(main())`` with ``sys.argv[0]`` the script), lists the settings, names itself
+    in its usage, and ``rlrepro report`` takes an experiment's name under runs/ (the Makefile's venv
+    installs the script: ``pip install -e``)."""
+    import tomllib
+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, function = scripts["rlrepro"].partition(":")
+    call = f"import sys; sys.argv[0] = 'rlrepro'; from {module} import {function}; sys.exit({function}())"
+
+    def rlrepro(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+        return subprocess.run([sys.executable, "-c", call, *args], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=600)  # fmt: skip
+
+    listed = rlrepro("list")
+    assert listed.returncode == 0 and "ppo_cartpole_zoo" in listed.stdout.splitlines()[0]
+    usage = rlrepro("--help")
+    assert usage.stdout.startswith("usage: rlrepro") and "report" in usage.stdout
+    arms = {"a": SyntheticArm(1.0, {"algo": "a2c"})}
+    write_experiment(tmp_path / "runs", "exp", arms, ["CartPole-v1"], [0, 1], n_logs=2, eval_episodes=1)
+    built = rlrepro("report", "exp", "--reps", "100", cwd=tmp_path)
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert built.stdout.strip() == str(Path("runs") / "exp" / "report.html")
+    missing = rlrepro("report", "nope", cwd=tmp_path)
+    assert (
+        missing.returncode == 2
+        and "experiment directory nope does not exist, nor runs/nope" in missing.stderr
+    )
+
+
+def test_the_progress_line_shows_each_running_jobs_latest_returns(tmp_path):
+    """Each running task by what tells it apart, with the mean training return of its last progress
+    row and the mean of its last evaluation (a torn last line is not read)."""
+    from repro.loop import returns_text, short_labels
+    from repro.tasks import Task
+
+    keys = ["ppo/CartPole-v1/seed0", "ppo/CartPole-v1/seed1", "ppo_lr-1e-4/CartPole-v1/seed0"]
+    assert short_labels(keys) == dict(zip(keys, ["ppo/seed0", "ppo/seed1", "ppo_lr-1e-4/seed0"]))
+    assert short_labels(keys[:1]) == {keys[0]: "seed0"}
+    run = tmp_path / "seed0"
+    run.mkdir()
+    task = Task(keys[0], run, ("true",), 1000)
+    assert returns_text(task) == "train -"
+    (run / "progress.csv").write_text("env_steps,return_mean\n100,\n200,21.5\n300,4")
+    assert returns_text(task) == "train 21.5"
+    (run / "eval.csv").write_text("env_steps,episode,return\n200,0,30\n200,1,50\n300,0,100\n300,1,140\n")
+    assert returns_text(task) == "train 21.5 eval 120"
+
+
+def test_classic_control_evaluations_are_not_cut_below_the_envs_time_limit(files):
+    """The smoke profile caps evaluation at 200 steps; on a classic-control env the job evaluates up
+    to the env's own time limit (cheap, and a cut CartPole episode reads a good agent as a bad one).
+    Other envs keep the profile's cap, a setting's own cap stands, and config.json records only the
+    env fields the env's kind uses (no Atari frameskip for CartPole)."""
+    from algorithms.train import config_to_dict
+
+    def eval_cap(setting: str, env: str | None, profile: str = "smoke") -> int:
+        (job,) = expand(setting_plan(setting, [env] if env else None), "1", profile, files / "runs")
+        return job.config.sampler.eval_max_steps
+
+    assert eval_cap("ppo_cartpole_zoo", "CartPole-v1") == 500
+    assert eval_cap("ppo_cartpole_zoo", "Acrobot-v1") == 500
+    assert eval_cap("ppo_cartpole_zoo", "MountainCar-v0") == 200  # its own limit
+    assert eval_cap("dqn_minatar", None) == 200
+    assert eval_cap(str(files / "tiny.toml"), None, str(files / "as_set.toml")) == 50  # the setting's own
+    (job,) = expand(setting_plan("ppo_cartpole_zoo", None), "1", "smoke", files / "runs")
+    stored = config_to_dict(job.config)
+    assert not {"frameskip", "frame_stack", "frame_size"} & set(stored["env"])
+    assert config_from_dict(json.loads(json.dumps(stored))) == job.config

@@ -141,7 +141,8 @@ def test_a_run_of_days_prints_a_one_line_hint_at_smaller_runs(files, scheduler, 
     assert "days" in lines[estimate]
     hint = lines[estimate + 1]
     assert hint.startswith("hint: ") and "days" in hint
-    assert "SUITE=minatar PROFILE=minatar_cpu" in hint and "GAMES or SEEDS" in hint
+    # A plan of the user's own: the CLI's options, not the Makefile's R2D1 suite.
+    assert "fewer --env/--games or --seeds" in hint and "SUITE=" not in hint
 
 
 def test_the_hint_names_only_smaller_runs():
@@ -149,6 +150,10 @@ def test_the_hint_names_only_smaller_runs():
     assert "PROFILE=mini" not in smaller_runs_hint("r2d1", "mini")
     minatar = smaller_runs_hint("r2d1_minatar", "minatar_cpu")
     assert "SUITE=minatar" not in minatar and "PROFILE=mini" not in minatar and "GAMES or SEEDS" in minatar
+    assert smaller_runs_hint("ppo_cartpole_zoo", "paper") == (
+        "hint: that is days on this machine; smaller runs: --profile smoke (minutes, says nothing about "
+        "learning), or fewer --env/--games or --seeds"
+    )
 
 
 def test_run_without_a_measurement_does_not_probe_a_short_plan(files, scheduler, no_probe):
@@ -156,6 +161,12 @@ def test_run_without_a_measurement_does_not_probe_a_short_plan(files, scheduler,
     printed = scheduler["printed"]
     assert "estimated duration: not measured on this machine for a2c_cartpole" in printed
     assert "a probe would add 50.0% to the env steps left" in printed
+    # The hint is the user's own command as a dry run (python -m repro here: the tests' argv[0]).
+    cartpole = files / "cartpole.toml"
+    assert (
+        f"a dry run with the probe (python -m repro run {cartpole} --seeds 2 --profile smoke --games "
+        f"CartPole-v1 --root {files / 'runs'} --no-progress --dry-run) measures it" in printed
+    )
 
 
 def test_run_probes_a_long_plan_and_keeps_the_measurement(files, scheduler, monkeypatch):
@@ -222,30 +233,34 @@ def test_the_estimate_counts_only_what_is_left(files):
     assert estimate.low == estimate.seconds == estimate.high  # one slot, no segments: no spread
 
 
-def test_plan_record_adds_up_runs_into_one_experiment(files):
+def test_plan_record_keeps_each_invocation_of_one_experiment(files):
     plan = load_plan(str(files / "cartpole.toml"))
     experiment = files / "runs" / "cartpole-smoke"
     write_plan_record(experiment, plan, _jobs(files, games=("CartPole-v1",), seeds=1), seeds=1)
+    first = json.loads((experiment / PLAN_FILE).read_text())["plans"]
     write_plan_record(experiment, plan, _jobs(files, games=("Acrobot-v1",), seeds=2), seeds=2)
     record = json.loads((experiment / PLAN_FILE).read_text())
-    (entry,) = record["plans"]
-    assert entry == {
+    assert record["plans"][:1] == first  # what ran before is never rewritten
+    assert record["plans"][1] == {
         "plan": "cartpole",
         "title": TITLE,
         "profile": "smoke",  # a shipped profile by its name
         "arms": ["a2c_cartpole"],
-        "envs": ["CartPole-v1", "Acrobot-v1"],
-        "seeds": "0,1",  # the union of the seeds, as a seed spec
+        "envs": ["Acrobot-v1"],
+        "seeds": "0,1",
     }
     assert record["arms"] == ["a2c_cartpole"]
     assert sorted((j["env"], j["seed"]) for j in record["jobs"]) == [
         ("Acrobot-v1", 0), ("Acrobot-v1", 1), ("CartPole-v1", 0),
     ]  # fmt: skip
     assert {j["n_steps"] for j in record["jobs"]} == {2_000}
-    # Another profile is a plan entry of its own, named by its path (outside the repository: absolute).
+    # Rerunning an invocation (to resume it) adds nothing to the history.
+    write_plan_record(experiment, plan, _jobs(files, games=("Acrobot-v1",), seeds=2), seeds=2)
+    assert len(json.loads((experiment / PLAN_FILE).read_text())["plans"]) == 2
+    # Another profile, named by its path (outside the repository: absolute).
     write_plan_record(experiment, plan, _jobs(files, profile=str(files / "long.toml"), seeds=1), seeds=1)
     record = json.loads((experiment / PLAN_FILE).read_text())
-    assert [p["profile"] for p in record["plans"]] == ["smoke", str((files / "long.toml").resolve())]
+    assert [p["profile"] for p in record["plans"]] == ["smoke", "smoke", str((files / "long.toml").resolve())]
     assert len(record["jobs"]) == 3  # the same (arm, env, seed) again
 
 

@@ -10,6 +10,7 @@ silent default from either library.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from dataclasses import dataclass, fields
 from typing import Literal
@@ -151,6 +152,19 @@ class EnvConfig:
     def env_frameskip(self) -> int:
         """Frames per env step as step accounting counts them: ``frameskip`` for Atari, 1 otherwise."""
         return self.frameskip if self.kind == "atari" else 1
+
+
+def applicable_fields(config: EnvConfig) -> dict[str, object]:
+    """The fields of ``config`` its kind uses, as a dict (config.json's ``env``): a gymnasium id
+    leaves out ``ATARI_ONLY_FIELDS`` and a MinAtar game keeps ``MINATAR_FIELDS``, whose other fields
+    hold defaults it never reads (CartPole's ``frameskip`` 4 against the 1 its progress rows log).
+    Reading the file back restores them from the defaults."""
+    values = dataclasses.asdict(config)
+    if config.kind == "gym":
+        return {k: v for k, v in values.items() if k not in ATARI_ONLY_FIELDS}
+    if config.kind == "minatar":
+        return {k: v for k, v in values.items() if k in MINATAR_FIELDS}
+    return values
 
 
 def _check_int(name: str, value: object, minimum: int) -> None:

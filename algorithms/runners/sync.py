@@ -428,6 +428,8 @@ class SyncRunner:
         }
         with counters.timer("logging"):
             self.run_dir.append_eval([{**stamp, **episode} for episode in episodes])
+            if self.logger is not None:
+                self.logger.log_eval(episodes, counters.env_steps)
 
     def save_checkpoint(self) -> None:
         if self.run_dir is None:
