@@ -43,7 +43,7 @@ from analysis.curves import Scores, score_tables
 from analysis.factorial import FactorialAnalysis, factorial_effects, factorial_lines
 from analysis.learning import arm_caps, cut_short_note, learning_table
 from analysis.published import TRAINING_LAST, minatar_like_for_like, minatar_training_final, our_protocol
-from analysis.robust import Robustness, balanced_runs, middle_sentence, robust_verdict
+from analysis.robust import Robustness, balanced_runs, carried_sentence, middle_sentence, robust_verdict
 from analysis.runs import Experiment, load_experiment
 from analysis.scores import is_minatar, minatar_published_curves
 from repro.plan_args import format_seeds
@@ -325,20 +325,25 @@ def with_replication_base(study: Study, replication: Study) -> Study:
     return replace(study, checks=replace(study.checks, effect_games=games))
 
 
-def pooled_verdict(study: Study, replication: Study, seed: int = 0) -> tuple[verdict.Verdict, list[int]]:
+def pooled_verdict(
+    study: Study, replication: Study, seed: int = 0
+) -> tuple[verdict.Verdict, list[int], Robustness]:
     """The verdict of the study's two arms on the complete runs of both experiments together (their
     seeds differ: ``check_replication``), balanced as any verdict is (``aggregate.score_matrices``),
-    and the seeds it compares."""
+    the seeds it compares, and its robustness across games (``analysis.robust``)."""
     arms = [study.verdict.baseline, study.verdict.candidate]
     finals = [s.scores.final for s in (study, replication)]
     pair = pd.concat([final[final.arm.isin(arms)] for final in finals], ignore_index=True)
-    matrices, _, left_out = aggregate.score_matrices(pair)
+    matrices, games, left_out = aggregate.score_matrices(pair)
     caps = {
         arm: min(c[arm] for c in (study.caps, replication.caps) if arm in c)
         for arm in {**study.caps, **replication.caps}
     }
-    found = verdict.two_arm_verdict(matrices, *arms, study.reps, seed, **_units(study.scores), caps=caps)
-    return found, _balanced_seeds(pair, left_out)
+    correction = study.registration.section.correction if study.registration.frozen else "holm"
+    found, _, checked = robust_verdict(
+        pair, matrices, games, *arms, study.reps, seed, correction, **_units(study.scores), caps=caps
+    )
+    return found, _balanced_seeds(pair, left_out), checked
 
 
 def pooling_allowed(study: Study) -> bool:
@@ -356,7 +361,7 @@ def replication_lines(study: Study, replication: Study, pool: bool = False) -> l
     runs = [study, replication]
     scale, unit = study.scores.scale, study.scores.difference_unit
     a, b = study.verdict.baseline, study.verdict.candidate
-    pooled, pooled_seeds = pooled_verdict(study, replication) if pool else (None, [])
+    pooled, pooled_seeds, pooled_robustness = pooled_verdict(study, replication) if pool else (None, [], None)
     verdicts = [study.verdict, replication.verdict] + ([pooled] if pool else [])
     in_units = f" ({unit.strip()})" if unit else ""
 
@@ -423,9 +428,10 @@ def replication_lines(study: Study, replication: Study, pool: bool = False) -> l
             else "**exploratory**: no frozen [analysis] section allows pooling, so this reading was chosen "
             "after the data"
         )
+        carried = carried_sentence(pooled_robustness, study.scores.scale, unit)
         pooled_sentence = (
             f"Pooled ({label}), the two seed sets ({pooled.n_games} games x {pooled.n_runs} runs per game "
-            f"and arm) {found} by the verdict rule. {power.sentence}"
+            f"and arm) {found} by the verdict rule.{' ' + carried if carried else ''} {power.sentence}"
         )
     else:
         pooled_sentence = (
@@ -444,6 +450,11 @@ def replication_lines(study: Study, replication: Study, pool: bool = False) -> l
         "",
         *_md_table(["", "study", "replication", *(["pooled"] if pool else [])], rows),
         "",
+        *(
+            robustness_block(pooled_robustness, study.scores, "The pooled verdict across games")
+            if pool
+            else []
+        ),
     ]
 
 
@@ -605,12 +616,16 @@ def registration_lines(study: Study) -> list[str]:
 
 
 def robustness_lines(study: Study) -> list[str]:
-    """The verdict across games (``analysis.robust``): each game's effect and test, the verdict with
-    each game left out, and which games make up each arm's IQM middle half."""
-    r = study.robustness
-    if r is None:
+    """The study's verdict across games (``robustness_block``)."""
+    if study.robustness is None:
         return []
-    scale, unit = study.scores.scale, study.scores.difference_unit
+    return robustness_block(study.robustness, study.scores, "The verdict across games")
+
+
+def robustness_block(r: Robustness, scores: Scores, title: str) -> list[str]:
+    """A verdict across games (``analysis.robust``): each game's effect and test, the verdict with
+    each game left out, and which games make up each arm's IQM middle half."""
+    scale, unit = scores.scale, scores.difference_unit
     games = [
         [row.env, fmt(row.baseline_mean), fmt(row.candidate_mean), f"{row.difference:+.3g}", fmt(row.p),
          fmt(row.p_adjusted)]
@@ -623,7 +638,7 @@ def robustness_lines(study: Study) -> list[str]:
     ]  # fmt: skip
     correction = r.games.correction.iloc[0] if len(r.games) else "holm"
     lines = [
-        "## The verdict across games",
+        f"## {title}",
         "",
         f"Each game's own effect ({r.candidate} - {r.baseline}, mean final return), its two-sided "
         f"Mann-Whitney p and the p adjusted across the {len(games)} games ({correction}):",

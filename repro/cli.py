@@ -105,13 +105,15 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def _cmd_show(args: argparse.Namespace) -> int:
     from repro.inspect_settings import resolve_label, show_text
-    from repro.plans import PLANS_DIR, is_plan, load_plan, plan_lines
+    from repro.plans import PLANS_DIR, is_plan, load_plan, plan_analysis, plan_lines
+    from repro.preregister import analysis_lines
     from repro.settings import available_settings
 
     # A name that is both (r2d1_minatar) is the setting; its plan shows by path.
     setting_name = not args.setting.endswith(".toml") and args.setting in available_settings()
     if "@" not in args.setting and not setting_name and is_plan(args.setting):
-        print("\n".join(plan_lines(load_plan(args.setting))))
+        plan = load_plan(args.setting)
+        print("\n".join(plan_lines(plan) + analysis_lines(plan_analysis(plan))))
         return 0
     label = args.setting + (f"@{args.profile}" if args.profile else "")
     print(show_text(resolve_label(label, sets=args.set or ())))

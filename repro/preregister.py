@@ -352,3 +352,23 @@ def freeze(
     else:
         line = f"analysis {short} already frozen for the {' and '.join(touched)} seeds"
     return Freeze(added, line + note)
+
+
+def analysis_lines(section: AnalysisSection | None) -> list[str]:
+    """A plan's ``[analysis]`` as ``repro show`` prints it (nothing without one)."""
+    if section is None:
+        return []
+    again = section.replication_seeds
+    sets = f"seeds {seeds_text(section.seeds)}"
+    if again:
+        sets += f", replication seeds {seeds_text(again)}{' (pooled with them)' if section.pool else ''}"
+    lines = [
+        f"analysis: {section.hash[:12]}, frozen by run before a seed set's first job: alpha "
+        f"{section.alpha:g}, {section.correction} across {len(section.endpoints)} endpoints, {sets}"
+    ]
+    for e in section.endpoints:
+        what = {"game": f"{e.candidate} - {e.baseline} on {e.game}",
+                "aggregate": f"{e.metric} of {e.candidate} - {e.baseline}",
+                "effect": f"main effect of {e.switch} on {e.game or 'the aggregate'}"}[e.kind]  # fmt: skip
+        lines.append(f"  {e.name}: {what}; {e.test}, {e.sides}")
+    return lines

@@ -239,7 +239,7 @@ def test_pooling_asked_for_after_the_data_is_labelled_exploratory(experiment, fr
 
 def test_the_pooled_verdict_is_the_verdict_of_one_experiment_of_both_seed_sets(experiment, fresh, tmp_path):
     study = run_study(experiment, reps=200)
-    pooled, seeds = pooled_verdict(study, run_study(fresh[0], baseline="published", reps=200))
+    pooled, seeds, _ = pooled_verdict(study, run_study(fresh[0], baseline="published", reps=200))
     both = tmp_path / "both"  # one experiment holding the run directories of the two
     for arm in ("published", BASE):
         for exp in (experiment, fresh[0]):
