@@ -56,6 +56,8 @@ def env_config_class() -> type:
 # The largest env-step budget a run may ask for: four times Agent57's 22.5 B env steps (90 B frames,
 # Badia et al. 2020), the longest published Atari budget; a larger one is a typo, not an experiment.
 MAX_ENV_STEPS = 100_000_000_000
+# The largest run seed: numpy's global RNG (``seed_everything``) takes seeds below 2**32.
+MAX_SEED = 2**32 - 1
 
 
 def _check_cpu_list(config: Any, field: str) -> None:
@@ -191,7 +193,7 @@ class RunnerConfig:
         check_field(self, self.log_interval_steps >= 1, "log_interval_steps", ">= 1")
         check_field(self, self.eval_interval_steps >= 0, "eval_interval_steps", ">= 0")
         check_field(self, self.checkpoint_interval_steps >= 0, "checkpoint_interval_steps", ">= 0")
-        check_field(self, self.seed >= 0, "seed", ">= 0")
+        check_field(self, 0 <= self.seed <= MAX_SEED, "seed", f"from 0 to {MAX_SEED} (2**32 - 1)")
         check_field(self, self.torch_threads >= 1, "torch_threads", ">= 1")
         check_field(self, bool(_DEVICE.match(self.device)), "device", "'cpu', 'cuda' or 'cuda:<k>'")
         check_field(self, self.n_gpus >= 1, "n_gpus", ">= 1")

@@ -60,7 +60,23 @@ def _plan_jobs(args: argparse.Namespace):
         plan, seeds, args.profile, Path(args.root), experiment=args.exp or None, envs=games, arms=arms,
         overrides=overrides,
     )  # fmt: skip
+    _check_one_job_per_run(plan, jobs)
     return plan, seeds, jobs
+
+
+def _check_one_job_per_run(plan, jobs) -> None:
+    """``ConfigError`` when two jobs would train into one run directory: an arm or env listed twice
+    (also as a name and as a path to the same setting), which would run it twice at once and count
+    it twice."""
+    seen: dict = {}
+    for job in jobs:
+        other = seen.setdefault(job.run_dir, job)
+        if other is not job:
+            given = other.setting if other.setting == job.setting else f"{other.setting}' and '{job.setting}"
+            raise ConfigError(
+                f"{plan.path}: arm '{job.arm}' ('{given}') on env '{job.env}' is planned twice (an arm or "
+                f"env listed twice): two jobs for one run directory, {job.run_dir.parent}"
+            )
 
 
 def _power_plan(pilot: str, envs, detect: float, given: str | None, spec: str | None) -> str:
