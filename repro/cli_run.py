@@ -310,6 +310,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ConfigError("BACKEND=ray needs the ray extra: pip install -e '.[ray]'") from None
     slots = detect_slots(n_jobs, threads, gpus_per_job=gpus_per_job if args.backend == "local" else None)
     packs, pack = _packs(args.pack, jobs, len(slots), args.backend)
+    from repro.changed import check_unchanged
+
+    check_unchanged(jobs, args.rerun_changed, args.dry_run)
     if args.dry_run:
         _dry_run(plan, jobs, len(slots), slots[0].device if args.backend == "local" else "ray", packs, pack)
         if args.estimate:

@@ -183,8 +183,9 @@ def test_a_complete_run_with_a_damaged_last_row_is_not_skipped_but_repaired(plan
     run = run_of(plan)
     tear_last_row(run / "progress.csv", how)
     exp = plan.parent / "runs" / "cartpole-paper"
-    if how != "lost":  # read around, and listed, not passed over in silence
-        assert "complete runs read around damage" in summary_text(exp)
+    # Not complete to the summary either (one rule: ``completion``), and listed with why.
+    assert "status.json calls complete that are not" in summary_text(exp)
+    if how != "lost":
         assert "dropped a torn last line" in summary_text(exp)
     assert repro_main(run_args(plan)) == 0
     out, err = capfd.readouterr()
@@ -193,7 +194,7 @@ def test_a_complete_run_with_a_damaged_last_row_is_not_skipped_but_repaired(plan
     assert "1 complete, 0 skipped" in out and "Traceback" not in out + err
     assert "resuming from previous.pt at 1,800 env steps" in (run / LOG_FILE).read_text()
     check_exact(run)
-    assert "read around damage" not in summary_text(exp)
+    assert "calls complete that are not" not in summary_text(exp)
 
 
 def test_cutting_a_table_back_keeps_the_bytes_of_the_rows_it_keeps(tmp_path):
@@ -467,3 +468,77 @@ def test_two_schedulers_at_once_write_one_attempt_header(tmp_path):
     assert "is writing" in second_out
     data = read_run(run)
     assert data.status == "complete" and data.progress["env_steps"].tolist() == [200, 400]
+
+
+# --- a changed config never touches a finished run; one rule of "complete" (issue 47, items 1, 9) --------
+def files_of(run: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_changed_config_names_the_run_and_key_and_touches_nothing(plan, capfd, dry_run):
+    """Before, the dry run called the run complete and the run retried it 3x and marked it failed."""
+    run = run_of(plan)
+    before = files_of(run)
+    write_plan(plan.parent, 2 * STEPS)  # the plan's arm, its budget edited
+    assert repro_main(run_args(plan) + (["--dry-run"] if dry_run else [])) == 2
+    out, err = capfd.readouterr()
+    lines = err.strip().splitlines()
+    assert (
+        lines[0]
+        == "a2c_cartpole/CartPole-v1/seed0: config differs at 'runner.n_steps': stored 2000, now 4000"
+    )
+    assert (
+        lines[1].startswith("error: 1 run(s) in ")
+        and "--exp NAME" in lines[1]
+        and "--rerun-changed" in lines[1]
+    )
+    assert len(lines) == 2 and "complete" not in out
+    assert files_of(run) == before
+
+
+@pytest.mark.slow
+def test_rerun_changed_keeps_the_old_run_and_runs_it_afresh(plan, capfd):
+    run = run_of(plan)
+    before = files_of(run)
+    write_plan(plan.parent, 2 * STEPS)
+    assert repro_main(run_args(plan) + ["--rerun-changed"]) == 0
+    out, err = capfd.readouterr()
+    [kept] = run.parent.glob("seed0.changed-*")
+    assert f"--rerun-changed: kept {run} as {kept.name}; running it afresh" in out
+    assert {kept / p.relative_to(run): data for p, data in before.items()} == files_of(kept)
+    assert rows(run)[-1] == 2 * STEPS and read_run(run).status == "complete"
+    assert "1 runs  1 complete" in out  # the kept directory is not a run of the experiment
+
+
+@pytest.mark.slow
+def test_tensorboard_on_a_rerun_is_not_a_change(plan, capfd):
+    """Before, the job refused to resume: config differs at 'runner.tensorboard'."""
+    run = run_of(plan)
+    tear_last_row(run / "progress.csv", "lost")
+    assert repro_main(run_args(plan) + ["--tensorboard"]) == 0
+    out, err = capfd.readouterr()
+    assert "1 complete, 0 skipped" in out and "differs" not in out + err, out + err
+    check_exact(run)
+    assert any((run / "tb").iterdir())
+
+
+@pytest.mark.slow
+def test_a_run_missing_whole_rows_is_unfinished_to_every_reader(plan, capfd):
+    """The dry run, the summary and the study go by the scheduler's rule (``completion``): before,
+    all three called a run complete whose last rows were gone, while ``run`` repaired it."""
+    run = run_of(plan)
+    table = run / "progress.csv"
+    table.write_bytes(b"".join(table.read_bytes().splitlines(keepends=True)[:-3]))  # 1,400 of 2,000
+    exp = plan.parent / "runs" / "cartpole-paper"
+    assert repro_main(run_args(plan) + ["--dry-run"]) == 0
+    out, _ = capfd.readouterr()
+    assert "resumes at 1.4k" in out and "done: 0 complete, 1 part-way" in out, out
+    text = summary_text(exp)
+    assert "0 complete" in text and "status.json calls complete that are not" in text
+    assert "progress.csv ends at 1,400 of 2,000 env steps" in text
+    assert analysis_main(["study", str(exp), "--reps", "100"]) == 0
+    assert "from 0 complete runs" in capfd.readouterr().out
+    assert repro_main(run_args(plan)) == 0
+    check_exact(run)

@@ -78,7 +78,7 @@ from algorithms.rundir.meta import (
 )
 from algorithms.rundir.reader import RunData, completion, find_runs, is_complete, read_run, read_status
 from algorithms.rundir.tables import CsvTable, read_table, sound_length
-from algorithms.rundir.writer import RunDir, verify_checkpoint
+from algorithms.rundir.writer import RunDir, config_differences, verify_checkpoint
 
 __all__ = [
     "CHECKPOINT_DIR",
@@ -108,6 +108,7 @@ __all__ = [
     "atomic_write_json",
     "collect_metadata",
     "completion",
+    "config_differences",
     "declared_effective_values",
     "find_runs",
     "is_complete",

@@ -12,7 +12,7 @@ import secrets
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,7 @@ class RunDir:
         effective_values: dict[str, dict[str, Any]] | None = None,
         extra_metadata: dict[str, Any] | None = None,
         read_stored: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        ignore: Collection[str] = (),
     ) -> RunDir:
         """Create (or, with ``resume``, reopen) a run directory for ``config``, holding its lock until
         ``close`` (``RunBusy`` when another process holds it; nothing is written then).
@@ -70,7 +71,8 @@ class RunDir:
         Reopening checks that the stored config equals ``config``: resuming a run under a different
         config would silently mix two experiments in one table. ``read_stored`` turns the stored
         config into today's form first (renamed keys, fields added since with their defaults); the
-        file itself is left as it was written.
+        file itself is left as it was written. ``ignore`` names keys (dotted: ``runner.tensorboard``)
+        that may differ: options that do not change what the run computes.
         """
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -84,7 +86,7 @@ class RunDir:
                 fresh = json.loads(json.dumps(config, default=_json_default))
                 if read_stored is not None:
                     stored = json.loads(json.dumps(read_stored(stored), default=_json_default))
-                diff = _first_difference(stored, fresh)
+                diff = next(config_differences(stored, fresh, ignore), None)
                 if diff is not None:
                     raise ValueError(f"{config_file}: cannot resume, config differs at {diff}")
             else:
@@ -283,17 +285,22 @@ def _load_checkpoint(path: Path) -> dict[str, Any]:
     return state
 
 
-def _first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
+def config_differences(a: Any, b: Any, ignore: Collection[str] = (), prefix: str = "") -> Iterator[str]:
+    """Each key (dotted, with both values) at which the configs ``a`` and ``b`` differ, in sorted key
+    order, but for the keys in ``ignore``."""
+    if prefix in ignore:
+        return
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b)):
             name = f"{prefix}.{key}" if prefix else str(key)
+            if name in ignore:
+                continue
             if key not in a or key not in b:
-                return f"'{name}' (present in only one)"
-            found = _first_difference(a[key], b[key], name)
-            if found is not None:
-                return found
-        return None
-    return None if a == b else f"'{prefix}': stored {a!r}, now {b!r}"
+                yield f"'{name}' (present in only one)"
+            else:
+                yield from config_differences(a[key], b[key], ignore, name)
+    elif a != b:
+        yield f"'{prefix}': stored {a!r}, now {b!r}"
 
 
 def _keep_as(source: Path, target: Path) -> None:
