@@ -4,8 +4,9 @@ differs between running a job here and on a Ray cluster is a ``Backend``.
 
 * **Skip.** A task whose runs are all complete (``Task.complete``) is skipped, before it starts
   and again each time it is about to (another scheduler may have finished it meanwhile); one whose
-  run directory may not be read fails with one line. Before its first attempt, a task's runs that
-  need repair (a damaged ``status.json``, a torn last row) are said in one line each.
+  run directory may not be read, or not written (read-only), fails with one line, not retried.
+  Before its first attempt, a task's runs that need repair (a damaged ``status.json``, a torn last
+  row) are said in one line each.
 * **Busy.** A task one of whose runs another process holds (``algorithms.rundir``'s lock) waits up
   to ``busy_wait_s`` for it, then is skipped with one line (state ``busy``), having written nothing.
   An attempt whose backend found the run taken when it started (``BUSY_EXIT_CODE``) did not count,
@@ -189,8 +190,12 @@ def run_tasks(
                 done(task, Outcome(task.key, "skipped", 0, 0.0))
                 return False
             repairs = task.damage() if held is None and task.key not in attempts.count else []
+            locked = task.read_only() if held is None else None
         except RunUnreadable as error:
             fail(task, str(error))
+            return False
+        if locked is not None:  # every attempt would fail at its first write: not started, not retried
+            fail(task, f"{locked} is read-only (chmod u+w it, or run into another --exp)")
             return False
         if held is None:
             busy_since.pop(task.key, None)

@@ -542,3 +542,23 @@ def test_a_run_missing_whole_rows_is_unfinished_to_every_reader(plan, capfd):
     assert "from 0 complete runs" in capfd.readouterr().out
     assert repro_main(run_args(plan)) == 0
     check_exact(run)
+
+
+# --- a read-only run directory (issue 47, item 6) ---------------------------------------------------------
+@pytest.mark.slow
+def test_a_read_only_run_fails_in_one_line_not_retried_and_the_others_run(plan):
+    """Before, its job failed 3x, then the scheduler died of a PermissionError marking it failed."""
+    run = run_of(plan)
+    tear_last_row(run / "progress.csv", "lost")
+    (run / "status.json").write_text('{"state": "interrupted", "error": null}')
+    before = files_of(run)
+    run.chmod(0o555)
+    try:
+        done = as_user("repro", *run_args(plan, seeds=2))
+    finally:
+        run.chmod(0o755)
+    assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr, done.stderr[-3000:]
+    said = f"a2c_cartpole/CartPole-v1/seed0: FAILED ({run} is read-only (chmod u+w it, or run into another"
+    assert said in done.stderr and "retrying" not in done.stderr, done.stderr
+    assert "1 complete, 0 skipped (already complete), 1 failed" in done.stdout
+    assert files_of(run) == before and read_run(run_of(plan, 1)).status == "complete"
