@@ -562,3 +562,45 @@ def test_a_read_only_run_fails_in_one_line_not_retried_and_the_others_run(plan):
     assert said in done.stderr and "retrying" not in done.stderr, done.stderr
     assert "1 complete, 0 skipped (already complete), 1 failed" in done.stdout
     assert files_of(run) == before and read_run(run_of(plan, 1)).status == "complete"
+
+
+# --- a full disk or a read-only directory in the report path (issue 47, item 7) ---------------------------
+# ``reports`` or ``analysis`` with the file size limited to ``argv[1]`` bytes: a write past it fails
+# (EFBIG), at the point and in the way a full disk's ENOSPC does.
+SMALL_DISK = textwrap.dedent(
+    """
+    import importlib, resource, signal, sys
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))
+    sys.exit(importlib.import_module(sys.argv[2] + ".__main__").main(sys.argv[3:]))
+    """
+)
+REPORT_WRITERS = {
+    "reports": lambda exp, out: ["build", str(exp), "--reps", "100", "--out", str(out)],
+    "analysis": lambda exp, out: ["study", str(exp), "--reps", "100", "--csv", str(out)],
+}
+
+
+@pytest.mark.parametrize("tool", sorted(REPORT_WRITERS))
+@pytest.mark.parametrize("fault", ["full_disk", "read_only"])
+def test_report_and_study_writes_are_whole_or_nothing_and_one_line(tmp_path, tool, fault):
+    """Before: a traceback, and a 0-byte (or cut) report.html or CSV left behind."""
+    for seed in (0, 1):
+        write_run(tmp_path, "exp", seed)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = out_dir / "result"
+    argv = REPORT_WRITERS[tool](tmp_path / "exp", out)
+    if fault == "full_disk":
+        done = subprocess.run([sys.executable, "-c", SMALL_DISK, "64", tool, *argv], cwd=REPO,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        why = "File too large"
+    else:
+        out_dir.chmod(0o555)
+        try:
+            done = as_user(tool, *argv)
+        finally:
+            out_dir.chmod(0o755)
+        why = "Permission denied"
+    assert done.returncode == 1 and done.stderr == f"{tool}: cannot write {out}: {why}\n", done.stderr[-3000:]
+    assert list(out_dir.iterdir()) == []
