@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Protocol
 
 from algorithms.rundir import RunBusy, RunUnreadable
-from repro.job_side import BUSY_EXIT_CODE, NO_SPACE_EXIT_CODE, STOP_SIGNALS
+from repro.job_side import BUSY_EXIT_CODE, NO_SPACE_EXIT_CODE, STOP_SIGNALS, raise_stop
 from repro.tasks import Outcome, Task, mark_unfinished
 
 # How long a run whose lock is taken is waited for before it is skipped: a job whose scheduler was
@@ -167,7 +167,7 @@ def run_tasks(
     bar.done_steps = sum(t.steps for t in tasks if t.key in outcomes)
     attempts = Attempts(retries)
     busy_since: dict[str, float] = {}
-    previous_handlers = {sig: signal.signal(sig, signal.default_int_handler) for sig in STOP_SIGNALS}
+    previous_handlers = {sig: signal.signal(sig, raise_stop) for sig in (*STOP_SIGNALS, signal.SIGALRM)}
 
     def done(task: Task, outcome: Outcome) -> None:
         outcomes[task.key] = outcome
