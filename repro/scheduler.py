@@ -194,9 +194,13 @@ class LocalBackend:
 
 
 def spawn_job(argv: Sequence[str], **popen: Any) -> subprocess.Popen:
-    """Start a job in a session of its own, with the stop signals blocked: one sent before the job's
-    handler is in place (``repro.job_side.stop_on_signals``, first thing in ``python -m repro``) waits
-    for it, instead of killing the interpreter mid-start-up or being lost in its imports."""
+    """Start a job in a session of its own. A ``python -m repro`` job starts with the stop signals
+    blocked: one sent before its handler is in place (``repro.job_side.stop_on_signals``, the first
+    thing ``python -m repro`` does, unblocking them) waits for it, instead of killing the
+    interpreter mid-start-up or being lost in its imports. Any other command (a test's toy job)
+    would never unblock them, and starts as it is."""
+    if list(argv[1:3]) != ["-m", "repro"]:
+        return subprocess.Popen(argv, start_new_session=True, **popen)
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         return subprocess.Popen(argv, start_new_session=True, **popen)
