@@ -27,26 +27,28 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-# The code of Python's import system: a KeyboardInterrupt raised there can be lost ("Exception ignored
-# in ... _get_module_lock": a weakref callback swallows it) or leave a module lock held.
+# The code of Python's import system. A KeyboardInterrupt raised while a module is being imported can
+# be swallowed ("Exception ignored in ... _get_module_lock": a weakref callback of the import system),
+# or abort the process (-6: "terminate called after throwing an instance of
+# 'pybind11::error_already_set'", when torch's initialisation in C++ checks for signals), or leave
+# half-imported modules: a stop is taken between imports, never during one.
 _IMPORT_SYSTEM = "<frozen importlib."
 # The file name of code compiled from a string (``exec``, ``eval``: dataclasses and namedtuple make
-# their methods so, also while modules load): a KeyboardInterrupt out of such code marks CPython to
-# end by SIGINT (exit -2) even when it is caught and the process exits 130.
+# their methods so): a KeyboardInterrupt out of such code marks CPython to end by SIGINT (exit -2)
+# even when it is caught and the process exits 130.
 _FROM_A_STRING = "<string>"
 # How soon a stop signal that came at such a point is taken again (SIGALRM).
 RETAKE_S = 0.01
 
 
 def _not_here(frame: FrameType) -> bool:
-    """Whether a ``KeyboardInterrupt`` raised at ``frame`` could be lost or misreported: in the import
-    system's own code, or under code run from a string (but the ``python -c`` script itself, the
-    outermost frame)."""
-    if frame.f_code.co_filename.startswith(_IMPORT_SYSTEM):
-        return True
+    """Whether a ``KeyboardInterrupt`` raised at ``frame`` could be lost or misreported: while a
+    module is being imported, or under code run from a string (but the ``python -c`` script itself,
+    the outermost frame)."""
     below: FrameType | None = frame
     while below is not None:
-        if below.f_code.co_filename == _FROM_A_STRING and below.f_back is not None:
+        name = below.f_code.co_filename
+        if name.startswith(_IMPORT_SYSTEM) or (name == _FROM_A_STRING and below.f_back is not None):
             return True
         below = below.f_back
     return False
@@ -55,8 +57,8 @@ def _not_here(frame: FrameType) -> bool:
 def raise_stop(signum: int, frame: FrameType | None) -> None:
     """The stop signals' handler: ``KeyboardInterrupt``, as Ctrl-C, but never where it could be lost
     or misreported (``_not_here``: 1 stop in 35 in a job's first second was swallowed and the job ran
-    to its end); there the stop is taken again ``RETAKE_S`` later (a SIGALRM timer, also handled
-    here)."""
+    to its end); there the stop is taken again every ``RETAKE_S`` (a SIGALRM timer, also handled
+    here) until it can be raised: after the import under way."""
     if frame is not None and _not_here(frame):
         signal.setitimer(signal.ITIMER_REAL, RETAKE_S)
         return
