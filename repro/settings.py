@@ -158,6 +158,8 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not UTF-8 text: {e.reason}") from e
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from e
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise ConfigError(f"{path}: arrays or tables nested too deeply to read") from None
 
 
 def parse_entry(raw: Any, where: str, origins: tuple[str, ...] = FILE_ORIGINS) -> tuple[Any, str, str]:

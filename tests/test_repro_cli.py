@@ -373,6 +373,7 @@ BAD_INPUT = {
         ["run", "PLAN_ENV_TWICE", "--seeds", "1", "--dry-run"],
         "arm 'a2c_atari' ('a2c_atari') on env 'pong' is planned twice",
     ),
+    "toml_nested_5000_deep": (["show", "TOML_DEEP"], "arrays or tables nested too deeply to read"),
     "pilot_random_bytes": (["run", "PLAN", "--pilot", "PILOT_random_bytes", "--dry-run"], "not a CSV table"),
     "pilot_nan": (
         ["run", "PLAN", "--pilot", "PILOT_nan", "--dry-run"],
@@ -402,6 +403,7 @@ BAD_FILES = {
         PILOT_HEADER + "".join(f"{a},pong,{s},0.5\n" for a in "ab" for s in range(4))
     ).encode(),
     "PILOT_repeated_seed": (PILOT_HEADER + "a,pong,0,0.1\na,pong,1,0.3\na,pong,0,0.1\n").encode(),
+    "TOML_DEEP": b'[setting]\ntitle = "t"\nx = ' + b"[" * 5000 + b"]" * 5000 + b"\n",
     "PLAN_ARM_TWICE": PLAN.replace('["ppo_atari", "a2c_atari"]', '["a2c_atari", "a2c_atari"]').encode(),
     "PLAN_ENV_TWICE": PLAN.replace('["ppo_atari", "a2c_atari"]', '["a2c_atari"]')
     .replace('["pong", "breakout"]', '["pong", "pong"]')

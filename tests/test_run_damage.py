@@ -504,6 +504,10 @@ def test_rerun_changed_keeps_the_old_run_and_runs_it_afresh(plan, capfd):
     run = run_of(plan)
     before = files_of(run)
     write_plan(plan.parent, 2 * STEPS)
+    assert repro_main(run_args(plan) + ["--rerun-changed", "--dry-run"]) == 0
+    out, _ = capfd.readouterr()
+    assert f"--rerun-changed: would keep {run} as seed0.changed-" in out and "1 not started" in out, out
+    assert files_of(run) == before
     assert repro_main(run_args(plan) + ["--rerun-changed"]) == 0
     out, err = capfd.readouterr()
     [kept] = run.parent.glob("seed0.changed-*")
@@ -641,3 +645,48 @@ def test_a_stop_in_a_jobs_first_second_is_never_lost(tmp_path):
                 proc.returncode,
                 text,
             )
+
+
+# --- smaller faults (issue 47, item 12) ---------------------------------------------------------------------
+def test_a_checkpoint_copied_from_another_seed_is_not_resumed(tmp_path, capfd):
+    """Before, a run resumed from another seed's checkpoint and ended a mixed run marked complete."""
+    runs = {}
+    for seed in (0, 1):
+        run = RunDir.open(tmp_path / f"seed{seed}", {"runner": {"seed": seed}}, {"seed": seed})
+        run.append_progress({"env_steps": 100})
+        run.save_checkpoint({"counters": {"env_steps": 100}, "runner": {"last_log_steps": 100}})
+        runs[seed] = run
+    shutil.copyfile(runs[0].checkpoint_path, runs[1].checkpoint_path)
+    runs[1].previous_checkpoint_path.unlink(missing_ok=True)
+    checkpoint, said = runs[1].recover()
+    assert checkpoint is None and "another run's checkpoint" in said and "starting afresh" in said, said
+    assert runs[0].recover() == (runs[0].load_checkpoint(), None)  # its own is resumed as before
+    for run in runs.values():
+        run.close()
+
+
+def test_a_run_stopped_at_its_start_is_interrupted_not_corrupt(tmp_path, capsys):
+    """The scheduler's status.json beside the log of a job stopped before it wrote config.json."""
+    run = run_path(tmp_path, "exp", "arm", "CartPole-v1", 0)
+    run.mkdir(parents=True)
+    (run / LOG_FILE).write_text("=== attempt 1 on cpu0\n")
+    (run / "status.json").write_text('{"state": "interrupted", "error": "the scheduler was interrupted"}')
+    assert read_run(run).status == "incomplete"
+    assert "corrupt" not in summary_text(tmp_path / "exp")
+
+
+def test_a_job_stopped_before_its_run_opened_does_not_point_at_a_status_json(tmp_path, capsys):
+    from repro.cli_job import _as_job
+    from repro.job_side import STOP_SIGNALS
+
+    def stopped() -> None:
+        raise KeyboardInterrupt
+
+    handlers = {sig: signal.getsignal(sig) for sig in (*STOP_SIGNALS, signal.SIGALRM)}
+    try:  # a job's handlers (``stop_on_signals``), not this process's once the test is over
+        assert _as_job(stopped, [str(tmp_path / "seed0")]) == 130
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    err = capsys.readouterr().err
+    assert "status.json" not in err and "stopped before the run started" in err, err

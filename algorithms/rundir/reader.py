@@ -78,8 +78,8 @@ def read_status(path: Path) -> tuple[dict[str, Any] | None, str | None]:
 def read_run(path: Path) -> RunData:
     """Read a run directory without raising on damage (``RunUnreadable`` when it may not be read).
 
-    * corrupt: config.json / metadata.json unreadable or missing, or a table that does not parse,
-      whose rows are not numbers, or whose env steps repeat or go backwards;
+    * corrupt: config.json / metadata.json unreadable, or missing beside progress rows, or a table
+      that does not parse, whose rows are not numbers, or whose env steps repeat or go backwards;
     * complete: finished as the scheduler judges it (``completion``: status.json says complete and
       the progress rows, none torn, reach the run's budget) and everything parses;
     * incomplete: readable, but still running, failed or killed, its status.json damaged, or said
@@ -99,8 +99,8 @@ def _read_run(path: Path) -> RunData:
     status_obj, status_problem = read_status(path)
     if status_problem is not None or status_obj is None:
         problems.append(status_problem or f"{STATUS_FILE} missing")
-    corrupt = config is None or metadata is None
     tables = {}
+    corrupt = False
     for name in (PROGRESS_FILE, EVAL_FILE):
         try:
             table, table_problems = read_table(path / name)
@@ -116,6 +116,12 @@ def _read_run(path: Path) -> RunData:
         if problem is not None:
             problems.append(problem)
             corrupt = True
+    if config is None or metadata is None:
+        damaged = any(p.startswith(f"{name} unreadable") or p.startswith(f"{name}:") for p in problems
+                      for name in (CONFIG_FILE, METADATA_FILE))  # fmt: skip
+        # A run stopped at its start (the scheduler's status.json beside its log, no config.json or
+        # metadata.json yet) has nothing to distrust: not started, not corrupt.
+        corrupt = corrupt or damaged or not tables[PROGRESS_FILE].empty
     state = status_obj.get("state") if status_obj else None
     finished, why_not = completion(path, budget(config))
     if corrupt:

@@ -5,6 +5,7 @@ imported inside the checkpoint functions only.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -36,6 +37,10 @@ from algorithms.rundir.layout import (
 from algorithms.rundir.lock import acquire_lock, release_lock
 from algorithms.rundir.meta import collect_metadata
 from algorithms.rundir.tables import CsvTable, read_table
+
+# The checkpoint's key naming the run it belongs to: the SHA-256 of the run's config.json (written
+# once, at the run's start). A checkpoint copied in from another run (another seed) is refused.
+RUN_IDENTITY_KEY = "run_config_sha256"
 
 
 class RunDir:
@@ -146,6 +151,8 @@ class RunDir:
 
         counters = state.get("counters")
         steps = counters.get("env_steps") if isinstance(counters, dict) else None
+        if (identity := self._identity()) is not None:
+            state = {**state, RUN_IDENTITY_KEY: identity}
 
         buf = io.BytesIO()
         torch.save(state, buf)
@@ -171,7 +178,9 @@ class RunDir:
         """``latest.pt`` (``None`` when there is none); ``recover`` has made sure it loads."""
         if not self.checkpoint_path.exists():
             return None
-        return _load_checkpoint(self.checkpoint_path)
+        checkpoint = _load_checkpoint(self.checkpoint_path)
+        checkpoint.pop(RUN_IDENTITY_KEY, None)  # the run's own (``recover`` checked it), not its state
+        return checkpoint
 
     def recover(self) -> tuple[dict[str, Any] | None, str | None]:
         """Make the run agree with the newest checkpoint that loads, before the run writes anything.
@@ -192,6 +201,9 @@ class RunDir:
                 continue
             try:
                 checkpoint = _load_checkpoint(candidate)
+                owner = checkpoint.pop(RUN_IDENTITY_KEY, None)
+                if owner is not None and owner != self._identity():  # older checkpoints carry none
+                    raise ValueError("another run's checkpoint (saved beside another config.json)")
                 env_steps = int(checkpoint["counters"]["env_steps"])
             except Exception as error:  # any way a damaged file fails to load or to make sense
                 checkpoint = None
@@ -230,6 +242,13 @@ class RunDir:
                 "tables cut back to it"
             )
         return checkpoint, None
+
+    def _identity(self) -> str | None:
+        """``RUN_IDENTITY_KEY``'s value for this run (``None`` before its config.json exists)."""
+        try:
+            return hashlib.sha256((self.path / CONFIG_FILE).read_bytes()).hexdigest()
+        except FileNotFoundError:
+            return None
 
     def _missing_row(self, checkpoint: dict[str, Any]) -> str | None:
         """How ``progress.csv`` (already cut back to ``checkpoint``) lacks the last row the run had
