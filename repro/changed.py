@@ -52,13 +52,13 @@ def _line(job: Job, changes: list[str]) -> str:
     return f"  {job.key}: config differs at {'; '.join(changes[:SHOWN_KEYS])}{more}"
 
 
-def check_unchanged(jobs: Sequence[Job], rerun_changed: bool, dry_run: bool) -> None:
+def check_unchanged(jobs: Sequence[Job], rerun_changed: bool, dry_run: bool) -> frozenset[str]:
     """Raise ``ConfigError`` (after one line per changed run on stderr) when runs of ``jobs`` ran
     with another config; with ``rerun_changed``, move each aside instead (said, not done, on a dry
-    run) so that it runs afresh."""
+    run) so that it runs afresh. Returns the keys of the jobs that run afresh so."""
     changed = changed_runs(jobs)
     if not changed:
-        return
+        return frozenset()
     for job, changes in changed:
         print(_line(job, changes), file=sys.stderr)
     experiment = jobs[0].run_dir.parents[2]
@@ -76,6 +76,7 @@ def check_unchanged(jobs: Sequence[Job], rerun_changed: bool, dry_run: bool) -> 
             continue
         _move_aside(job.run_dir, kept)
         print(f"--rerun-changed: kept {job.run_dir} as {kept.name}; running it afresh")
+    return frozenset(job.key for job, _ in changed)
 
 
 def _move_aside(run_dir: Path, kept: Path) -> None:

@@ -249,13 +249,15 @@ def _connect_ray(args, jobs, tasks) -> int | None:
     return None
 
 
-def _dry_run(plan, jobs, n_slots: int, slot_kind: str, packs, k: int) -> None:
+def _dry_run(plan, jobs, n_slots: int, slot_kind: str, packs, k: int, afresh=frozenset()) -> None:
+    """The plan's jobs, how far each got and the totals; ``afresh``: the keys of jobs whose runs
+    ``--rerun-changed`` would move aside (all their steps left)."""
     from repro.probe import steps_left
     from repro.tables import human_count, render
 
     print(f"plan {plan.name}: {plan.title}")
     print(f"experiment directory: {jobs[0].run_dir.parents[2]}")
-    left = [steps_left(j) for j in jobs]
+    left = [j.n_steps if j.key in afresh else steps_left(j) for j in jobs]
     rows = [
         (j.key, human_count(j.n_steps), human_count(j.frames), j.config.runner.device, _progress(j, n))
         for j, n in zip(jobs, left)
@@ -312,9 +314,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     packs, pack = _packs(args.pack, jobs, len(slots), args.backend)
     from repro.changed import check_unchanged
 
-    check_unchanged(jobs, args.rerun_changed, args.dry_run)
+    afresh = check_unchanged(jobs, args.rerun_changed, args.dry_run)
     if args.dry_run:
-        _dry_run(plan, jobs, len(slots), slots[0].device if args.backend == "local" else "ray", packs, pack)
+        where = slots[0].device if args.backend == "local" else "ray"
+        _dry_run(plan, jobs, len(slots), where, packs, pack, afresh)
         if args.estimate:
             print_estimate(
                 plan, jobs, slots, fresh=args.reprobe, may_probe=args.probe, packs=packs, k=pack,
