@@ -130,6 +130,26 @@ def check_replay(name: str, config: Any, num_envs: int, observation_space: gym.S
         check(config, num_envs, observation_space.sample())
 
 
+# Bytes of a step's reward (float32) and its terminated, truncated and episode-start flags in every
+# replay's ring (``algorithms.replay.ring``).
+RING_STEP_BYTES = 4 + 3
+
+
+def replay_bytes(config: Any, observation_space: gym.Space, action_space: gym.Space) -> int | None:
+    """At least the bytes the replay of an algorithm ``config`` (one with ``replay_size_steps``)
+    allocates: each env step's observation (``observation_bytes_per_step``), action, reward and
+    flags; priorities and per-storage fields come on top. ``None`` for an algorithm without replay."""
+    import numpy as np
+
+    from algorithms.replay.observations import observation_bytes_per_step
+
+    steps = getattr(config, "replay_size_steps", None)
+    if not isinstance(steps, int):
+        return None
+    action = np.asarray(action_space.sample()).nbytes
+    return steps * (observation_bytes_per_step(observation_space.sample()) + action + RING_STEP_BYTES)
+
+
 @dataclass(frozen=True)
 class AgentFactory:
     """Picklable recipe for an agent: call it in any process to build a fresh copy.

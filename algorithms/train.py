@@ -20,6 +20,7 @@ Seeding rule (the same for every runner and sampler mode):
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import sys
 from dataclasses import dataclass
@@ -56,6 +57,8 @@ def env_config_class() -> type:
 # The largest env-step budget a run may ask for: four times Agent57's 22.5 B env steps (90 B frames,
 # Badia et al. 2020), the longest published Atari budget; a larger one is a typo, not an experiment.
 MAX_ENV_STEPS = 100_000_000_000
+# The largest run seed: numpy's global RNG (``seed_everything``) takes seeds below 2**32.
+MAX_SEED = 2**32 - 1
 
 
 def _check_cpu_list(config: Any, field: str) -> None:
@@ -191,7 +194,7 @@ class RunnerConfig:
         check_field(self, self.log_interval_steps >= 1, "log_interval_steps", ">= 1")
         check_field(self, self.eval_interval_steps >= 0, "eval_interval_steps", ">= 0")
         check_field(self, self.checkpoint_interval_steps >= 0, "checkpoint_interval_steps", ">= 0")
-        check_field(self, self.seed >= 0, "seed", ">= 0")
+        check_field(self, 0 <= self.seed <= MAX_SEED, "seed", f"from 0 to {MAX_SEED} (2**32 - 1)")
         check_field(self, self.torch_threads >= 1, "torch_threads", ">= 1")
         check_field(self, bool(_DEVICE.match(self.device)), "device", "'cpu', 'cuda' or 'cuda:<k>'")
         check_field(self, self.n_gpus >= 1, "n_gpus", ">= 1")
@@ -381,6 +384,22 @@ def train(config: TrainConfig, run_dir: Path | str, resume: bool = True) -> Coun
 
 INTERRUPTED = "stopped by Ctrl-C or a stop signal; rerun to continue"
 
+# Config keys that change what a run shows, not what it computes: a run resumed with TensorBoard
+# event files turned on (or off) is the same run.
+RESULT_NEUTRAL_KEYS = ("runner.tensorboard",)
+
+
+def config_changes(stored: dict[str, Any], config: TrainConfig, ignore: tuple[str, ...] = ()) -> list[str]:
+    """Every key at which a run directory's ``stored`` config differs from ``config`` (with both
+    values), the stored one read as today's (``_stored_config_today``), keys in
+    ``RESULT_NEUTRAL_KEYS`` and ``ignore`` left out: what resuming ``config`` there would refuse."""
+    from algorithms.rundir import config_differences
+    from algorithms.rundir.atomic import _json_default
+
+    fresh = json.loads(json.dumps(config_to_dict(config), default=_json_default))
+    today = json.loads(json.dumps(_stored_config_today(stored), default=_json_default))
+    return list(config_differences(today, fresh, RESULT_NEUTRAL_KEYS + ignore))
+
 
 def _stored_config_today(stored: dict[str, Any]) -> dict[str, Any]:
     """A run directory's stored config as ``config_to_dict`` writes it today: keys renamed since under
@@ -407,6 +426,7 @@ def open_run(
         effective_values=declared_effective_values("algo_config", config.algo_config),
         extra_metadata=extra_metadata,
         read_stored=_stored_config_today,
+        ignore=RESULT_NEUTRAL_KEYS,
     )
     try:
         _, repaired = run.recover()

@@ -9,6 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from algorithms.rundir import atomic_write_bytes
 from analysis.factorial import factorial_path
 from analysis.study import (
     check_replication,
@@ -82,16 +83,20 @@ def main(argv: list[str] | None = None) -> int:
     effects = effects_path(args.csv) if args.csv is not None and not found.effects.empty else None
     factorial = found.checks.factorial
     design = factorial_path(args.csv) if args.csv is not None and factorial is not None else None
-    for path, write in (
-        (args.csv, lambda p: result_table(found.scores).to_csv(p, index=False)),
-        (effects, lambda p: found.effects.to_csv(p, index=False)),
-        (design, lambda p: factorial.effects.to_csv(p, index=False)),
-        (args.markdown, lambda p: p.write_text(markdown, encoding="utf-8")),
+    for path, text in (
+        (args.csv, lambda: result_table(found.scores).to_csv(index=False)),
+        (effects, lambda: found.effects.to_csv(index=False)),
+        (design, lambda: factorial.effects.to_csv(index=False)),
+        (args.markdown, lambda: markdown),
     ):
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write(path)
-            print(path)
+        if path is None:
+            continue
+        try:  # whole or not at all: a full disk leaves the file as it was, never a 0-byte one
+            atomic_write_bytes(path, text().encode("utf-8"))
+        except OSError as e:
+            print(f"analysis: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+            return 1
+        print(path)
     if args.csv is None and args.markdown is None:
         print(markdown)
     return 0

@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as e:
         print(f"reports: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # a full disk, a read-only --out: nothing was written
+        print(f"reports: cannot write {e.filename or 'the report'}: {e.strerror or e}", file=sys.stderr)
+        return 1
     print(path)
     return 0
 

@@ -26,6 +26,7 @@ import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from algorithms.configs import ConfigError
+from algorithms.rundir import atomic_write_bytes
 from analysis import aggregate, verdict
 from analysis.ablation import PLANNED_DIFFERENCE, ablation_record, verdict_arms
 from analysis.configdiff import InEffect, config_diff, effective_table, origins_table, run_effective_values
@@ -1134,8 +1135,7 @@ def build_report(
         sections=sections,
     )
     path = Path(out) if out is not None else exp.path / REPORT_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(html, encoding="utf-8")
+    atomic_write_bytes(path, html.encode("utf-8"))  # a full disk leaves the old report, never half of one
     return path
 
 

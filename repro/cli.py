@@ -232,6 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dry-run", action="store_true")
     p.add_argument(
+        "--rerun-changed",
+        action="store_true",
+        help="runs that ran with another config start afresh (the old directory kept beside them)",
+    )
+    p.add_argument(
         "--no-probe",
         dest="probe",
         action="store_false",

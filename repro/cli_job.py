@@ -49,7 +49,7 @@ def _job_configs(args: argparse.Namespace, seeds: Sequence[int]) -> list:
     return configs
 
 
-def _as_job(body: Callable[[], None]) -> int:
+def _as_job(body: Callable[[], None], run_dirs: Sequence[str]) -> int:
     """Run ``body`` as a job of the scheduler: stop with it, and as on Ctrl-C at SIGTERM or SIGHUP also
     when started by hand (so status.json says interrupted); exit with ``BUSY_EXIT_CODE`` when a run
     directory is held by another process, ``NO_SPACE_EXIT_CODE`` on a full disk, 130 when interrupted."""
@@ -66,7 +66,7 @@ def _as_job(body: Callable[[], None]) -> int:
         print(f"error: {e}; this job did not start and wrote nothing", file=sys.stderr)
         return BUSY_EXIT_CODE
     except KeyboardInterrupt:
-        print("interrupted: stopped; status.json says interrupted (rerun to continue)", file=sys.stderr)
+        print(f"interrupted: stopped; {_said(run_dirs)}", file=sys.stderr)
         return 130
     except OSError as e:
         if e.errno != errno.ENOSPC:
@@ -76,6 +76,22 @@ def _as_job(body: Callable[[], None]) -> int:
     return 0
 
 
+def _said(run_dirs: Sequence[str]) -> str:
+    """What the runs' files say after a stop: status.json says interrupted where the run had opened,
+    nothing where the stop came first (no status.json to point at)."""
+    from algorithms.rundir import read_status
+
+    def interrupted(run_dir: str) -> bool:
+        try:
+            return (read_status(Path(run_dir))[0] or {}).get("state") == "interrupted"
+        except ValueError:  # may not be read: it says nothing we can point at
+            return False
+
+    if any(map(interrupted, run_dirs)):
+        return "status.json says interrupted (rerun to continue)"
+    return "stopped before the run started; nothing of it was written (rerun to start it)"
+
+
 def cmd_run_job(args: argparse.Namespace) -> int:
     from algorithms.train import train
 
@@ -83,7 +99,7 @@ def cmd_run_job(args: argparse.Namespace) -> int:
         (config,) = _job_configs(args, [args.seed])
         train(config, Path(args.run_dir), resume=True)
 
-    return _as_job(body)
+    return _as_job(body, [args.run_dir])
 
 
 def cmd_pack_job(args: argparse.Namespace) -> int:
@@ -114,4 +130,4 @@ def cmd_pack_job(args: argparse.Namespace) -> int:
             if not is_complete(run_dir, config.runner.n_steps):
                 train(config, run_dir, resume=True)
 
-    return _as_job(body)
+    return _as_job(body, args.run_dir)

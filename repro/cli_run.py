@@ -64,7 +64,23 @@ def _plan_jobs(args: argparse.Namespace):
         plan, seeds, args.profile, Path(args.root), experiment=args.exp or None, envs=games, arms=arms,
         overrides=overrides,
     )  # fmt: skip
+    _check_one_job_per_run(plan, jobs)
     return plan, seeds, jobs
+
+
+def _check_one_job_per_run(plan, jobs) -> None:
+    """``ConfigError`` when two jobs would train into one run directory: an arm or env listed twice
+    (also as a name and as a path to the same setting), which would run it twice at once and count
+    it twice."""
+    seen: dict = {}
+    for job in jobs:
+        other = seen.setdefault(job.run_dir, job)
+        if other is not job:
+            given = other.setting if other.setting == job.setting else f"{other.setting}' and '{job.setting}"
+            raise ConfigError(
+                f"{plan.path}: arm '{job.arm}' ('{given}') on env '{job.env}' is planned twice (an arm or "
+                f"env listed twice): two jobs for one run directory, {job.run_dir.parent}"
+            )
 
 
 def _power_plan(pilot: str, envs, detect: float, given: str | None, spec: str | None) -> str:
@@ -276,13 +292,15 @@ def _connect_ray(args, jobs, tasks) -> int | None:
     return None
 
 
-def _dry_run(plan, jobs, n_slots: int, slot_kind: str, packs, k: int) -> None:
+def _dry_run(plan, jobs, n_slots: int, slot_kind: str, packs, k: int, afresh=frozenset()) -> None:
+    """The plan's jobs, how far each got and the totals; ``afresh``: the keys of jobs whose runs
+    ``--rerun-changed`` would move aside (all their steps left)."""
     from repro.probe import steps_left
     from repro.tables import human_count, render
 
     print(f"plan {plan.name}: {plan.title}")
     print(f"experiment directory: {jobs[0].run_dir.parents[2]}")
-    left = [steps_left(j) for j in jobs]
+    left = [j.n_steps if j.key in afresh else steps_left(j) for j in jobs]
     rows = [
         (j.key, human_count(j.n_steps), human_count(j.frames), j.config.runner.device, _progress(j, n))
         for j, n in zip(jobs, left)
@@ -376,9 +394,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ConfigError("BACKEND=ray needs the ray extra: pip install -e '.[ray]'") from None
     slots = detect_slots(n_jobs, threads, gpus_per_job=gpus_per_job if args.backend == "local" else None)
     packs, pack = _packs(args.pack, jobs, len(slots), args.backend)
+    from repro.changed import check_unchanged
+
+    afresh = check_unchanged(jobs, args.rerun_changed, args.dry_run)
     section = plan_analysis(plan)
     if args.dry_run:
-        _dry_run(plan, jobs, len(slots), slots[0].device if args.backend == "local" else "ray", packs, pack)
+        where = slots[0].device if args.backend == "local" else "ray"
+        _dry_run(plan, jobs, len(slots), where, packs, pack, afresh)
         if section is not None:
             print(_analysis_line(section, seeds, jobs[0].run_dir.parents[2]))
         if args.estimate:

@@ -4,8 +4,9 @@ differs between running a job here and on a Ray cluster is a ``Backend``.
 
 * **Skip.** A task whose runs are all complete (``Task.complete``) is skipped, before it starts
   and again each time it is about to (another scheduler may have finished it meanwhile); one whose
-  run directory may not be read fails with one line. Before its first attempt, a task's runs that
-  need repair (a damaged ``status.json``, a torn last row) are said in one line each.
+  run directory may not be read, or not written (read-only), fails with one line, not retried.
+  Before its first attempt, a task's runs that need repair (a damaged ``status.json``, a torn last
+  row) are said in one line each.
 * **Busy.** A task one of whose runs another process holds (``algorithms.rundir``'s lock) waits up
   to ``busy_wait_s`` for it, then is skipped with one line (state ``busy``), having written nothing.
   An attempt whose backend found the run taken when it started (``BUSY_EXIT_CODE``) did not count,
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Protocol
 
 from algorithms.rundir import EVAL_FILE, PROGRESS_FILE, RunBusy, RunUnreadable
-from repro.job_side import BUSY_EXIT_CODE, NO_SPACE_EXIT_CODE, STOP_SIGNALS
+from repro.job_side import BUSY_EXIT_CODE, NO_SPACE_EXIT_CODE, STOP_SIGNALS, raise_stop
 from repro.tasks import Outcome, Task, mark_unfinished, tail_rows
 
 # How long a run whose lock is taken is waited for before it is skipped: a job whose scheduler was
@@ -204,7 +205,7 @@ def run_tasks(
     bar.done_steps = sum(t.steps for t in tasks if t.key in outcomes)
     attempts = Attempts(retries)
     busy_since: dict[str, float] = {}
-    previous_handlers = {sig: signal.signal(sig, signal.default_int_handler) for sig in STOP_SIGNALS}
+    previous_handlers = {sig: signal.signal(sig, raise_stop) for sig in (*STOP_SIGNALS, signal.SIGALRM)}
 
     def done(task: Task, outcome: Outcome) -> None:
         outcomes[task.key] = outcome
@@ -227,8 +228,12 @@ def run_tasks(
                 done(task, Outcome(task.key, "skipped", 0, 0.0))
                 return False
             repairs = task.damage() if held is None and task.key not in attempts.count else []
+            locked = task.read_only() if held is None else None
         except RunUnreadable as error:
             fail(task, str(error))
+            return False
+        if locked is not None:  # every attempt would fail at its first write: not started, not retried
+            fail(task, f"{locked} is read-only (chmod u+w it, or run into another --exp)")
             return False
         if held is None:
             busy_since.pop(task.key, None)

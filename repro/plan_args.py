@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from algorithms.configs import ConfigError
+from algorithms.train import MAX_SEED
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 # Seeds per (arm, env): rliable's own studies use up to 100 runs per task (Agarwal et al. 2021); a
@@ -92,6 +93,8 @@ def parse_seeds(spec: Any, what: str = "--seeds") -> tuple[int, ...]:
     repeated = sorted({s for s in seeds if seeds.count(s) > 1})
     if repeated:
         raise bad(f"seed {repeated[0]} is listed twice")
+    if seeds and max(seeds) > MAX_SEED:
+        raise bad(f"seed {max(seeds)} is past the largest seed, {MAX_SEED} (2**32 - 1)")
     return tuple(seeds)
 
 

@@ -50,6 +50,7 @@ from repro.ablation import Arm, ablation_arms, deviation_entry, deviation_groups
 from repro.ablation import plan_lines as plan_lines
 from repro.design import DESIGNS
 from repro.extras import check_extras
+from repro.memory import check_replay_memory
 from repro.plan_args import MAX_SEEDS as MAX_SEEDS
 from repro.plan_args import NAME, check_arm_name, parse_seeds
 from repro.plan_args import format_deviation as format_deviation
@@ -389,6 +390,7 @@ def check_model_fits(arm: str, config: Any, setting: Setting | None = None) -> N
             f"{where}: the replay cannot hold one training item with sampler.batch_B="
             f"{config.sampler.batch_B} on env '{config.env.id}': {str(e).splitlines()[0]}"
         ) from e
+    check_replay_memory(arm, config, setting, observation_space, action_space)
 
 
 def expand(

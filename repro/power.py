@@ -168,19 +168,30 @@ def read_pilot(
         path = table
     if not path.is_file():
         raise ConfigError(f"--pilot {path}: no such file or experiment directory")
-    with path.open(newline="") as f:
-        rows = list(csv.DictReader(f))
+    try:
+        with path.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise ConfigError(f"--pilot {path}: not a CSV table ({type(e).__name__}: {e})") from None
+    except OSError as e:
+        raise ConfigError(f"--pilot {path}: cannot be read: {e.strerror or e}") from None
     absent = [c for c in PILOT_COLUMNS if rows and c not in rows[0]]
     if not rows or absent:
         raise ConfigError(f"--pilot {path}: expected a tidy result table with columns {list(PILOT_COLUMNS)}")
     scores: dict[str, dict[str, list[float]]] = {}
-    for row in rows:
+    seen: dict[tuple[str, str, str], int] = {}
+    for line, row in enumerate(rows, start=2):  # line 1 is the header
+        where = f"--pilot {path} line {line}"
         try:
             value = float(row["normalised"])
-        except ValueError:
-            raise ConfigError(
-                f"--pilot {path}: normalised score {row['normalised']!r} is not a number"
-            ) from None
+        except (TypeError, ValueError):
+            value = math.nan
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: normalised score {row['normalised']!r} is not a finite number")
+        key = (row["arm"], row["env"], row["seed"])
+        if key in seen:  # one run twice would count as two seeds and understate the spread
+            raise ConfigError(f"{where}: arm {key[0]} on {key[1]} seed {key[2]} repeats line {seen[key]}")
+        seen[key] = line
         scores.setdefault(row["arm"], {}).setdefault(row["env"], []).append(value)
     all_games = sorted({g for per_arm in scores.values() for g in per_arm})
     games = [g for g in all_games if envs and g in envs] or all_games
@@ -205,6 +216,11 @@ def plan_seeds(
     """The ``PowerPlan`` of a study on ``envs`` from the pilot table at ``path`` (module doc)."""
     matrices, games = read_pilot(path, envs)
     arm_se = {arm: arm_iqm_se(m, reps) for arm, m in matrices.items() if m.shape[0] >= 2}
+    if not any(se > 0 for se in arm_se.values()):
+        raise ConfigError(
+            f"--pilot {path}: every arm scores the same on every seed of {games} (no seed-to-seed spread "
+            "to plan from: runs that all failed or all hit a bound?)"
+        )
     n0 = max(m.shape[0] for m in matrices.values())
     widest = max(arm_se, key=lambda a: arm_se[a] * math.sqrt(matrices[a].shape[0]))
     n_widest = matrices[widest].shape[0]

@@ -280,7 +280,7 @@ def startup_seconds() -> float:
 
 def steps_left(job: Job) -> int:
     """Env steps ``job`` still has to run: none when complete, else from its last progress row on."""
-    if is_complete(job.run_dir):
+    if is_complete(job.run_dir, job.n_steps):
         return 0
     return job.n_steps - min(job.n_steps, last_env_steps(job.run_dir))
 

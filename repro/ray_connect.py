@@ -5,7 +5,8 @@ the plan's jobs, before anything is written.
   nodes as the tasks' working directory, ``.git`` included so that runs record their commit.
 * A cluster address that does not answer, and Ctrl-C while Ray's client is connecting, are one
   line of ours within ``CONNECT_TIMEOUT_S``, not minutes of Ray's own retries (``connect``).
-* A local instance this process starts stays on loopback (``LOOPBACK_NODE_IP``).
+* A local instance this process starts stays on loopback (``LOOPBACK_NODE_IP``), and stops when this
+  process exits, also when killed (``repro.ray_reaper``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from algorithms.configs import ConfigError
+from repro.ray_reaper import start_reaper
 
 REPO = Path(__file__).resolve().parents[1]
 # An unreachable address is one line of ours within 30 s of the command, not minutes of Ray's
@@ -122,6 +124,8 @@ def connect(address: str | None, timeout_s: float | None = None) -> None:
     # A local instance this process starts (no address, none to join) stays on loopback; one it
     # joins keeps the node IP it was started with.
     starting = not address and services.canonicalize_bootstrap_address(None) is None
+    if starting:  # its agents and workers stop when this process does, however it exits
+        start_reaper()
     try:
         ray.init(
             address=address,

@@ -42,13 +42,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from algorithms.configs import ConfigError
 from algorithms.rundir import LOCK_FDS_ENV, RunUnreadable, take_lock
 from repro.job_side import BUSY_EXIT_CODE as BUSY_EXIT_CODE
 from repro.job_side import NO_SPACE_EXIT_CODE as NO_SPACE_EXIT_CODE
-from repro.job_side import SCHEDULER_PID_ENV
+from repro.job_side import SCHEDULER_PID_ENV, STOP_SIGNALS
 from repro.job_side import follow_scheduler as follow_scheduler
 from repro.job_side import stop_on_signals as stop_on_signals
 from repro.loop import BUSY_WAIT_S, Ended, Policy, run_tasks, say_stderr
@@ -157,10 +157,10 @@ class LocalBackend:
         argv = [*task.argv, "--device", slot.device]
         try:
             log = open_log(task.run_dirs, attempt, slot.name, argv)
-            proc = subprocess.Popen(
+            proc = spawn_job(
                 argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env={**self.env, **slot.env, LOCK_FDS_ENV: json.dumps(locks)},
-                start_new_session=True, pass_fds=tuple(locks.values()),
+                pass_fds=tuple(locks.values()),
             )  # fmt: skip
         except OSError:
             self.idle.append(slot)
@@ -191,6 +191,21 @@ class LocalBackend:
         for *_, log in self.jobs.values():
             log.close()
         return self.running()
+
+
+def spawn_job(argv: Sequence[str], **popen: Any) -> subprocess.Popen:
+    """Start a job in a session of its own. A ``python -m repro`` job starts with the stop signals
+    blocked: one sent before its handler is in place (``repro.job_side.stop_on_signals``, the first
+    thing ``python -m repro`` does, unblocking them) waits for it, instead of killing the
+    interpreter mid-start-up or being lost in its imports. Any other command (a test's toy job)
+    would never unblock them, and starts as it is."""
+    if list(argv[1:3]) != ["-m", "repro"]:
+        return subprocess.Popen(argv, start_new_session=True, **popen)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        return subprocess.Popen(argv, start_new_session=True, **popen)
+    finally:  # the scheduler's own stop signals, held meanwhile, are taken now
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def run_local(

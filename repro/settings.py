@@ -158,6 +158,8 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not UTF-8 text: {e.reason}") from e
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from e
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise ConfigError(f"{path}: arrays or tables nested too deeply to read") from None
 
 
 def parse_entry(raw: Any, where: str, origins: tuple[str, ...] = FILE_ORIGINS) -> tuple[Any, str, str]:
@@ -433,7 +435,19 @@ def parse_overrides(texts: Sequence[str]) -> Overrides:
         if len(set(parts)) != len(parts):
             raise ConfigError(f"{where}: a value is listed twice")
         out[key] = tuple((p, _toml_value(p)) for p in parts)
+        _check_distinct(where, out[key])
     return out
+
+
+def _check_distinct(where: str, values: Sequence[tuple[str, Any]]) -> None:
+    """A sweep's values written differently but equal (``1e-3,0.001``, ``1000,1_000``) would make two
+    arms of one config, run twice under two names: a one-line ``ConfigError`` naming both."""
+    for i, (text, value) in enumerate(values):
+        same = next(
+            (t for t, v in values[:i] if v == value and isinstance(v, bool) == isinstance(value, bool)), None
+        )
+        if same is not None:
+            raise ConfigError(f"{where}: {same} and {text} are the same value")
 
 
 def command_line_entries(point: Mapping[str, tuple[str, Any]]) -> dict[str, Entry]:

@@ -6,9 +6,10 @@ logging excluded), and the achieved replay ratio under both countings, ``trained
 the loss per env step, R2D2's) and ``with_burnin`` (burn-in steps included, rlpyt's). Totals are
 ratios of sums (steps over summed train time), not means of ratios. A run whose files are damaged
 (``algorithms.rundir.read_run``: rows that repeat or go backwards, a table that does not parse)
-shows state ``corrupt`` and is listed under the tables with what is wrong; a run read around damage
-(a torn last row: ``read_run``'s notes) is listed too, and one whose ``status.json`` says complete
-without a progress row shows ``incomplete``. A directory that may not be read raises
+shows state ``corrupt`` and is listed under the tables with what is wrong; a complete run read
+around damage (``read_run``'s notes) is listed too, and one whose ``status.json`` says complete
+that is not (``algorithms.rundir.completion``, the scheduler's rule: rows torn, missing or short of
+its budget) shows ``unfinished`` and is listed with why. A directory that may not be read raises
 ``RunUnreadable`` (one line at the command line), never "no run directories".
 """
 
@@ -55,8 +56,10 @@ def collect(experiment_dir: Path) -> list[RunThroughput]:
         rel = path.relative_to(experiment_dir).parts
         arm, env, seed = (rel + ("?", "?", "?"))[:3] if len(rel) < 3 else rel[-3:]
         state = run.state or run.status
-        if run.status != "complete" and state == "complete" or run.status == "corrupt":
+        if run.status == "corrupt":
             state = run.status
+        elif run.status != "complete" and state == "complete":  # said complete, short of it (``completion``)
+            state = "unfinished"
         out.append(RunThroughput(arm, env, seed, state, values, run.problems))
     return out
 
@@ -95,6 +98,7 @@ def summary_text(experiment_dir: Path) -> str:
     for title, chosen in (
         ("corrupt runs (their numbers above cannot be trusted; not used for results)", ("corrupt",)),
         ("complete runs read around damage (rerun the plan to repair them)", ("complete",)),
+        ("runs status.json calls complete that are not (rerun the plan to repair them)", ("unfinished",)),
     ):
         listed = [f"  {r.arm}/{r.env}/{r.seed}: {'; '.join(r.problems)}" for r in runs
                   if r.state in chosen and r.problems]  # fmt: skip

@@ -10,19 +10,28 @@ import datetime as dt
 import io
 import os
 import shlex
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from algorithms.rundir import (
+    CHECKPOINT_DIR,
+    EVAL_FILE,
+    LOCK_FILE,
     LOG_FILE,
     PROGRESS_FILE,
+    STATUS_FILE,
     completion,
     is_complete,
     lock_holder,
     set_status_if_free,
 )
+
+# The files of a run directory its job writes in place (appends, truncates, locks) or whose rename it
+# needs: each must be writable for the job to run.
+REWRITTEN = (STATUS_FILE, PROGRESS_FILE, EVAL_FILE, LOG_FILE, LOCK_FILE)
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,10 @@ class Task:
         """Env steps its runs have logged (``progress.csv``), each at most its budget."""
         return sum(min(m.steps, last_env_steps(m.run_dir)) for m in self.runs)
 
+    def read_only(self) -> Path | None:
+        """The first path of its runs not complete that its job could not write (``read_only``)."""
+        return next((p for d in self.unfinished() if (p := read_only(d)) is not None), None)
+
     def holder(self) -> tuple[int, Path] | None:
         """The first of its runs another process holds, with that process's pid (0: not known yet)."""
         return next(((pid, d) for d in self.run_dirs if (pid := lock_holder(d)) is not None), None)
@@ -128,11 +141,32 @@ def last_env_steps(run_dir: Path) -> int:
         return 0
 
 
+def read_only(run_dir: Path) -> Path | None:
+    """``run_dir``, or the first of its files a job rewrites, when this process may not write it (a
+    read-only copy, ``chmod 555``): its job would fail at its first write, and fail again on every
+    retry. ``None`` for a run not created yet (its parent's permission is its creation's matter)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return None
+    if not os.access(run_dir, os.W_OK | os.X_OK):
+        return run_dir
+    written = [run_dir / name for name in REWRITTEN] + [run_dir / CHECKPOINT_DIR]
+    return next((p for p in written if p.exists() and not os.access(p, os.W_OK)), None)
+
+
 def mark_unfinished(task: Task, state: str, error: str) -> None:
     """``state`` (failed, interrupted) in the ``status.json`` of each run of ``task`` not complete,
-    unless another process holds the run (then it is that process's to write)."""
+    unless another process holds the run (then it is that process's to write). A run whose
+    ``status.json`` cannot be written (read-only, a full disk) keeps the one it has: said on stderr in
+    one line, and the scheduler goes on."""
     for run_dir in task.unfinished():
-        set_status_if_free(run_dir, state, error)
+        try:
+            set_status_if_free(run_dir, state, error)
+        except OSError as e:
+            print(
+                f"{run_dir}: cannot write status.json ({e.strerror or e}); it still says what it said",
+                file=sys.stderr,
+            )
 
 
 def log_dirs(run_dirs: Sequence[Path]) -> list[Path]:

@@ -281,6 +281,8 @@ def test_the_dry_run_says_which_seed_sets_freeze(tmp_path, capsys):
     assert repro_main(["show", str(path)]) == 0
     shown = capsys.readouterr().out
     assert "analysis: " in shown and "holm across 1 endpoints, seeds 0,1" in shown
-    assert "  game_CartPole-v1: ppo_cartpole_zoo - dqn_cartpole on CartPole-v1; mann_whitney, greater" in shown
+    assert (
+        "  game_CartPole-v1: ppo_cartpole_zoo - dqn_cartpole on CartPole-v1; mann_whitney, greater" in shown
+    )
     assert "confirmatory seeds 0,1 (freezes before its first job); seeds 2 in neither set: exploratory" in out
     assert not root.exists()

@@ -6,6 +6,7 @@ be one line and exit 2 before anything is written. The backend on a real two-nod
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -232,3 +233,56 @@ def test_gpu_share_on_a_machine_without_gpus_is_refused(tmp_path):
         "error: GPUS_PER_JOB=0.25 but this machine has 0 GPU"
     )
     assert not root.exists()
+
+
+# --- the local instance stops with its driver (issue 47, item 10) -------------------------------------------
+TAG_ENV = "RLREPRO_TEST_RAY_TAG"
+
+
+def tagged(tag: str) -> list[str]:
+    """What runs (its command line) with ``TAG_ENV=tag`` in its environment: every process of the
+    driver's local instance inherits it, whatever the code under test does."""
+    mark, found = f"{TAG_ENV}={tag}".encode(), []
+    for entry in os.scandir("/proc"):
+        try:
+            if entry.name.isdigit() and mark in Path(entry.path, "environ").read_bytes().split(b"\0"):
+                found.append(Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ").decode()[:80])
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", ["sigint_while_connecting", "kill_9_while_running"])
+def test_a_local_ray_instance_leaves_no_process_once_its_driver_is_gone(tmp_path, stop):
+    """Before, ray::DashboardAgent and ray::RuntimeEnvAgent outlived the driver by 35-80 s."""
+    pytest.importorskip("ray")
+    from interrupts import wait_for
+    from tiny_setting import a2c_cartpole_setting
+
+    (tmp_path / "a2c.toml").write_text(a2c_cartpole_setting(200_000, 200))
+    plan = tmp_path / "plan.toml"
+    plan.write_text(f'[plan]\ntitle = "t"\narms = ["{tmp_path / "a2c.toml"}"]\nenvs = ["CartPole-v1"]\n'
+                    'envs_source = "test"\n')  # fmt: skip
+    tag = f"{stop}-{os.getpid()}-{time.time_ns()}"
+    cmd = [sys.executable, "-m", "repro", "run", str(plan), "--seeds", "1", "--profile", "paper", "--backend",
+           "ray", "--root", str(tmp_path / "runs"), "--no-estimate", "--no-progress"]  # fmt: skip
+    driver = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, TAG_ENV: tag}, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        if stop == "sigint_while_connecting":  # Ray's head processes are up, ray.init has not returned
+            wait_for(lambda: len(tagged(tag)) > 2, 300, "the local instance starting", driver)
+            driver.send_signal(signal.SIGINT)
+        else:
+            logs = tmp_path / "runs"
+            wait_for(lambda: any(logs.rglob("progress.csv")), 600, "a job training on Ray", driver)
+            driver.kill()
+        driver.wait(timeout=60)
+        deadline = time.monotonic() + 10  # 5 s on an idle machine; the suite's load stretches it
+        while (left := tagged(tag)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not left, left
+    finally:
+        if driver.poll() is None:
+            driver.kill()

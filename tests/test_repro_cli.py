@@ -331,6 +331,83 @@ BAD_INPUT = {
     ),
     "malformed_setting": (["show", "BAD"], "unknown key 'learning_rat'"),
     "unknown_command": (["launch"], "invalid choice: 'launch'"),
+    # Issue 47: what a job would fail on (or run wrongly) is refused at --dry-run, before any job.
+    "seeds_past_2_32": (
+        ["run", "PLAN", "--seeds", "4294967296-4294967296", "--dry-run"],
+        "seed 4294967296 is past the largest seed, 4294967295",
+    ),
+    "seeds_20_digits": (
+        ["run", "PLAN", "--seeds", "1,12345678901234567890", "--dry-run"],
+        "seed 12345678901234567890 is past the largest seed",
+    ),
+    "discrete_algo_on_box_actions": (
+        ["run", "dqn_cartpole", "--env", "Pendulum-v1", "--seeds", "1", "--profile", "smoke", "--dry-run"],
+        "setting 'dqn_cartpole' cannot run on env 'Pendulum-v1' (observations (3,)): DQN, C51 and "
+        "Rainbow each takes Discrete actions; this env's are Box(",
+    ),
+    "box_algo_on_discrete_actions": (
+        ["run", "ddpg_pendulum", "--env", "CartPole-v1", "--seeds", "1", "--profile", "smoke", "--dry-run"],
+        "DDPG and TD3 each takes 1-D Box actions; this env's are Discrete(2)",
+    ),
+    "replay_past_memory": (
+        ["run", "dqn_cartpole", "--seeds", "1", "--set", "algo.replay_size_steps=1000000000000", "--dry-run"],
+        "algo.replay_size_steps=1,000,000,000,000 on env 'CartPole-v1' needs at least 43,772.2 GiB of memory",
+    ),
+    "sweep_same_float": (
+        ["run", "ppo_cartpole_zoo", "--seeds", "1", "--set", "algo.learning_rate=1e-3,0.001", "--dry-run"],
+        "--set 'algo.learning_rate=1e-3,0.001': 1e-3 and 0.001 are the same value",
+    ),
+    "sweep_same_exponent": (
+        ["run", "ppo_cartpole_zoo", "--seeds", "1", "--set", "algo.learning_rate=1e-3,1E-3", "--dry-run"],
+        "1e-3 and 1E-3 are the same value",
+    ),
+    "sweep_same_int": (
+        ["run", "dqn_cartpole", "--seeds", "1", "--set", "algo.replay_size_steps=1000,1_000", "--dry-run"],
+        "1000 and 1_000 are the same value",
+    ),
+    "plan_arm_twice": (
+        ["run", "PLAN_ARM_TWICE", "--seeds", "1", "--dry-run"],
+        "arm 'a2c_atari' ('a2c_atari') on env 'pong' is planned twice",
+    ),
+    "plan_env_twice": (
+        ["run", "PLAN_ENV_TWICE", "--seeds", "1", "--dry-run"],
+        "arm 'a2c_atari' ('a2c_atari') on env 'pong' is planned twice",
+    ),
+    "toml_nested_5000_deep": (["show", "TOML_DEEP"], "arrays or tables nested too deeply to read"),
+    "pilot_random_bytes": (["run", "PLAN", "--pilot", "PILOT_random_bytes", "--dry-run"], "not a CSV table"),
+    "pilot_nan": (
+        ["run", "PLAN", "--pilot", "PILOT_nan", "--dry-run"],
+        "line 3: normalised score 'nan' is not a",
+    ),
+    "pilot_inf": (
+        ["run", "PLAN", "--pilot", "PILOT_inf", "--dry-run"],
+        "line 2: normalised score '-inf' is not a",
+    ),
+    "pilot_all_equal": (
+        ["run", "PLAN", "--pilot", "PILOT_all_equal", "--dry-run"],
+        "every arm scores the same on every seed",
+    ),
+    "pilot_repeated_seed": (
+        ["run", "PLAN", "--pilot", "PILOT_repeated_seed", "--dry-run"],
+        "line 4: arm a on pong seed 0 repeats line 2",
+    ),
+}
+
+# The files the cases above name: pilot tables (``repro.power.read_pilot``) and plans.
+PILOT_HEADER = "arm,env,seed,normalised\n"
+BAD_FILES = {
+    "PILOT_random_bytes": bytes(range(128, 256)) * 4,
+    "PILOT_nan": (PILOT_HEADER + "a,pong,0,0.1\na,pong,1,nan\n").encode(),
+    "PILOT_inf": (PILOT_HEADER + "a,pong,0,-inf\na,pong,1,0.2\n").encode(),
+    "PILOT_all_equal": (
+        PILOT_HEADER + "".join(f"{a},pong,{s},0.5\n" for a in "ab" for s in range(4))
+    ).encode(),
+    "PILOT_repeated_seed": (PILOT_HEADER + "a,pong,0,0.1\na,pong,1,0.3\na,pong,0,0.1\n").encode(),
+    "TOML_DEEP": b'[setting]\ntitle = "t"\nx = ' + b"[" * 5000 + b"]" * 5000 + b"\n",
+    "PLAN_ARM_TWICE": PLAN.replace('["ppo_atari", "a2c_atari"]', '["a2c_atari", "a2c_atari"]').encode(),
+    "PLAN_ENV_TWICE": PLAN.replace('["ppo_atari", "a2c_atari"]', '["a2c_atari"]')
+    .replace('["pong", "breakout"]', '["pong", "pong"]')
+    .encode(),
 }
 
 
@@ -342,7 +419,10 @@ def test_bad_input_is_one_line_exit_2_no_run_dir(case, plan_file, tmp_path, caps
         '[algo]\nlearning_rat = { value = 1e-3, source = "typo" }\n'
     )
     argv, expected = BAD_INPUT[case]
+    for name in set(argv) & set(BAD_FILES):
+        (tmp_path / f"{name}.toml").write_bytes(BAD_FILES[name])
     argv = [str(plan_file) if a == "PLAN" else str(bad) if a == "BAD" else a for a in argv]
+    argv = [str(tmp_path / f"{a}.toml") if a in BAD_FILES else a for a in argv]
     root = tmp_path / "runs"
     if argv[0] == "run":
         argv += ["--root", str(root)]

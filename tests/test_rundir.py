@@ -103,6 +103,9 @@ def test_corrupt_and_missing_files_are_reported(tmp_path):
     assert data.status == "corrupt" and any("config.json unreadable" in p for p in data.problems)
     other = make_run(tmp_path / "b")
     (other.path / "metadata.json").unlink()
+    # Without a row it stopped at its start, before it wrote metadata.json: nothing to distrust.
+    assert read_run(other.path).status == "incomplete"
+    other.append_progress({"env_steps": 1})
     assert read_run(other.path).status == "corrupt"
 
 

@@ -23,7 +23,7 @@ import torch
 from torch.nn import functional as F
 
 from algorithms.agents.qpg_agents import DeterministicAgent
-from algorithms.algos.base import QpgAlgo, QpgConfig
+from algorithms.algos.base import QpgAlgo, QpgConfig, require_action_space
 from algorithms.arrays import NamedArrays
 from algorithms.functional.policy_losses import q_target
 from algorithms.models.policies import DeterministicPolicy
@@ -46,6 +46,7 @@ class Config(QpgConfig):
 
 
 def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space) -> DeterministicAgent:
+    require_action_space(action_space, gym.spaces.Box, "DDPG and TD3 each")
     model = DeterministicPolicy(int(observation_space.shape[0]), action_space, config.hidden_sizes)
     return DeterministicAgent(
         model, observation_space, action_space, config.exploration_std, config.random_steps

@@ -29,7 +29,14 @@ from torch import nn
 
 from algorithms.agents.dqn_agents import EpsilonGreedyAgent
 from algorithms.agents.epsilon import EpsilonSchedule
-from algorithms.algos.base import OptInfo, QReplayLearner, WithoutCompiler, adam, run_step_hooks
+from algorithms.algos.base import (
+    OptInfo,
+    QReplayLearner,
+    WithoutCompiler,
+    adam,
+    require_action_space,
+    run_step_hooks,
+)
 from algorithms.arrays import NamedArrays
 from algorithms.configs import check_field, check_ranges
 from algorithms.functional.td import (
@@ -143,6 +150,7 @@ def q_agent(
 ) -> EpsilonGreedyAgent:
     """The epsilon-greedy agent of ``config``'s Q-network; distributional (C51, Rainbow) with
     ``n_atoms`` logits over ``support`` per action, acting on the expected return."""
+    require_action_space(action_space, gym.spaces.Discrete, "DQN, C51 and Rainbow each")
     model = QNetwork(
         observation_space.shape,
         action_space.n,

@@ -55,7 +55,7 @@ from torch import nn
 
 from algorithms.agents.dqn_agents import R2D1Agent
 from algorithms.agents.epsilon import EpsilonSchedule
-from algorithms.algos.base import OptInfo, QReplayLearner, adam
+from algorithms.algos.base import OptInfo, QReplayLearner, adam, require_action_space
 from algorithms.algos.r2d1_targets import initial_sequence_priorities, sampler_td_errors, targets
 from algorithms.arrays import NamedArrays, concatenate
 from algorithms.configs import check_field, check_ranges
@@ -202,6 +202,7 @@ class Config:
 
 
 def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space) -> R2D1Agent:
+    require_action_space(action_space, gym.spaces.Discrete, "R2D1")
     model = R2D1Model(
         observation_space.shape,
         action_space.n,

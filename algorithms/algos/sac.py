@@ -25,7 +25,7 @@ import torch
 from torch.nn import functional as F
 
 from algorithms.agents.qpg_agents import SquashedGaussianAgent
-from algorithms.algos.base import QpgAlgo, QpgConfig
+from algorithms.algos.base import QpgAlgo, QpgConfig, require_action_space
 from algorithms.arrays import NamedArrays
 from algorithms.functional.policy_losses import sac_temperature_loss, soft_q_target
 from algorithms.models.policies import TanhGaussianPolicy
@@ -57,6 +57,7 @@ class Config(QpgConfig):
 def build_agent(
     config: Config, observation_space: gym.Space, action_space: gym.Space
 ) -> SquashedGaussianAgent:
+    require_action_space(action_space, gym.spaces.Box, "SAC")
     model = TanhGaussianPolicy(int(observation_space.shape[0]), action_space, config.hidden_sizes)
     return SquashedGaussianAgent(model, observation_space, action_space, config.random_steps)
 

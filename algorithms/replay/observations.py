@@ -130,3 +130,12 @@ def observations_for(example: np.ndarray) -> FullObservations | FrameObservation
     if example.ndim == 3 and example.dtype == np.uint8:
         return FrameObservations(example.shape[0])
     return FullObservations()
+
+
+def observation_bytes_per_step(example: np.ndarray) -> int:
+    """Bytes the replay keeps of one env step's observation like ``example`` (``observations_for``'s
+    storage; module docstring): one frame of a frame stack, else the observation and final observation."""
+    example = np.asarray(example)
+    if isinstance(observations_for(example), FrameObservations):
+        return example[-1].nbytes
+    return 2 * example.nbytes

@@ -79,7 +79,7 @@ from algorithms.rundir.meta import (
 )
 from algorithms.rundir.reader import RunData, completion, find_runs, is_complete, read_run, read_status
 from algorithms.rundir.tables import CsvTable, read_table, sound_length
-from algorithms.rundir.writer import RunDir, verify_checkpoint
+from algorithms.rundir.writer import RunDir, config_differences, verify_checkpoint
 
 __all__ = [
     "CHECKPOINT_DIR",
@@ -109,6 +109,7 @@ __all__ = [
     "atomic_write_json",
     "collect_metadata",
     "completion",
+    "config_differences",
     "declared_effective_values",
     "find_runs",
     "git_state",

@@ -78,11 +78,12 @@ def read_status(path: Path) -> tuple[dict[str, Any] | None, str | None]:
 def read_run(path: Path) -> RunData:
     """Read a run directory without raising on damage (``RunUnreadable`` when it may not be read).
 
-    * corrupt: config.json / metadata.json unreadable or missing, or a table that does not parse,
-      whose rows are not numbers, or whose env steps repeat or go backwards;
-    * complete: status.json says complete and everything parses (a torn last line is tolerated
-      and listed in ``problems``; rerunning the plan repairs it: ``completion``);
-    * incomplete: readable, but still running, failed or killed, or its status.json damaged.
+    * corrupt: config.json / metadata.json unreadable, or missing beside progress rows, or a table
+      that does not parse, whose rows are not numbers, or whose env steps repeat or go backwards;
+    * complete: finished as the scheduler judges it (``completion``: status.json says complete and
+      the progress rows, none torn, reach the run's budget) and everything parses;
+    * incomplete: readable, but still running, failed or killed, its status.json damaged, or said
+      complete with rows torn or missing (listed in ``problems``; rerunning the plan repairs it).
     """
     path = Path(path)
     try:
@@ -98,8 +99,8 @@ def _read_run(path: Path) -> RunData:
     status_obj, status_problem = read_status(path)
     if status_problem is not None or status_obj is None:
         problems.append(status_problem or f"{STATUS_FILE} missing")
-    corrupt = config is None or metadata is None
     tables = {}
+    corrupt = False
     for name in (PROGRESS_FILE, EVAL_FILE):
         try:
             table, table_problems = read_table(path / name)
@@ -115,13 +116,22 @@ def _read_run(path: Path) -> RunData:
         if problem is not None:
             problems.append(problem)
             corrupt = True
+    if config is None or metadata is None:
+        damaged = any(p.startswith(f"{name} unreadable") or p.startswith(f"{name}:") for p in problems
+                      for name in (CONFIG_FILE, METADATA_FILE))  # fmt: skip
+        # A run stopped at its start (the scheduler's status.json beside its log, no config.json or
+        # metadata.json yet) has nothing to distrust: not started, not corrupt.
+        corrupt = corrupt or damaged or not tables[PROGRESS_FILE].empty
     state = status_obj.get("state") if status_obj else None
+    finished, why_not = completion(path, budget(config))
     if corrupt:
         status: RunStatus = "corrupt"
-    elif state == "complete" and not tables[PROGRESS_FILE].empty:
+    elif finished:
         status = "complete"
     else:
         status = "incomplete"
+        if why_not is not None and state == "complete":
+            problems.append(why_not.rsplit(":", 1)[0])
         if state == "failed" and status_obj and status_obj.get("error"):
             problems.append(f"failed: {status_obj['error']}")
     return RunData(path, config, metadata, tables[PROGRESS_FILE], tables[EVAL_FILE], state, status, problems)
@@ -221,11 +231,22 @@ def find_runs(experiment_dir: Path) -> list[Path]:
     return sorted(found)
 
 
+def budget(config: dict[str, Any] | None) -> int | None:
+    """The env-step budget (``runner.n_steps``) of a run's stored config; ``None`` when it has none."""
+    runner = config.get("runner") if isinstance(config, dict) else None
+    steps = runner.get("n_steps") if isinstance(runner, dict) else None
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) else None
+
+
 def completion(path: Path, steps: int | None = None) -> tuple[bool, str | None]:
     """Whether the run at ``path`` is finished, cheaply (``status.json`` and the tail of
     ``progress.csv``), and, when it looks finished or damaged but is not, why (one phrase): a
-    damaged ``status.json``; complete, but the last progress row torn or missing, or (with ``steps``,
-    the run's env-step budget) the rows ending short of it. ``RunUnreadable`` when not permitted."""
+    damaged ``status.json``; complete, but the last progress row torn or missing, or the rows ending
+    short of ``steps``, the run's env-step budget (by default its config.json's). The one rule of
+    "complete" for the scheduler, the dry run, ``read_run`` (summary, study, report) and the job.
+    ``RunUnreadable`` when not permitted."""
+    if steps is None:
+        steps = budget(_read_json(Path(path) / CONFIG_FILE, []))
     status, damaged = read_status(path)
     if damaged is not None:
         return False, f"{damaged}: running it again"

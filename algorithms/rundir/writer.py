@@ -5,6 +5,7 @@ imported inside the checkpoint functions only.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -12,7 +13,7 @@ import secrets
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,10 @@ from algorithms.rundir.lock import acquire_lock, release_lock
 from algorithms.rundir.meta import collect_metadata
 from algorithms.rundir.tables import CsvTable, read_table
 
+# The checkpoint's key naming the run it belongs to: the SHA-256 of the run's config.json (written
+# once, at the run's start). A checkpoint copied in from another run (another seed) is refused.
+RUN_IDENTITY_KEY = "run_config_sha256"
+
 
 class RunDir:
     """Writer side of one run directory. Build with ``RunDir.open``."""
@@ -59,6 +64,7 @@ class RunDir:
         effective_values: dict[str, dict[str, Any]] | None = None,
         extra_metadata: dict[str, Any] | None = None,
         read_stored: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        ignore: Collection[str] = (),
     ) -> RunDir:
         """Create (or, with ``resume``, reopen) a run directory for ``config``, holding its lock until
         ``close`` (``RunBusy`` when another process holds it; nothing is written then).
@@ -70,7 +76,8 @@ class RunDir:
         Reopening checks that the stored config equals ``config``: resuming a run under a different
         config would silently mix two experiments in one table. ``read_stored`` turns the stored
         config into today's form first (renamed keys, fields added since with their defaults); the
-        file itself is left as it was written.
+        file itself is left as it was written. ``ignore`` names keys (dotted: ``runner.tensorboard``)
+        that may differ: options that do not change what the run computes.
         """
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -84,7 +91,7 @@ class RunDir:
                 fresh = json.loads(json.dumps(config, default=_json_default))
                 if read_stored is not None:
                     stored = json.loads(json.dumps(read_stored(stored), default=_json_default))
-                diff = _first_difference(stored, fresh)
+                diff = next(config_differences(stored, fresh, ignore), None)
                 if diff is not None:
                     raise ValueError(f"{config_file}: cannot resume, config differs at {diff}")
             else:
@@ -144,6 +151,8 @@ class RunDir:
 
         counters = state.get("counters")
         steps = counters.get("env_steps") if isinstance(counters, dict) else None
+        if (identity := self._identity()) is not None:
+            state = {**state, RUN_IDENTITY_KEY: identity}
 
         buf = io.BytesIO()
         torch.save(state, buf)
@@ -169,7 +178,9 @@ class RunDir:
         """``latest.pt`` (``None`` when there is none); ``recover`` has made sure it loads."""
         if not self.checkpoint_path.exists():
             return None
-        return _load_checkpoint(self.checkpoint_path)
+        checkpoint = _load_checkpoint(self.checkpoint_path)
+        checkpoint.pop(RUN_IDENTITY_KEY, None)  # the run's own (``recover`` checked it), not its state
+        return checkpoint
 
     def recover(self) -> tuple[dict[str, Any] | None, str | None]:
         """Make the run agree with the newest checkpoint that loads, before the run writes anything.
@@ -190,6 +201,9 @@ class RunDir:
                 continue
             try:
                 checkpoint = _load_checkpoint(candidate)
+                owner = checkpoint.pop(RUN_IDENTITY_KEY, None)
+                if owner is not None and owner != self._identity():  # older checkpoints carry none
+                    raise ValueError("another run's checkpoint (saved beside another config.json)")
                 env_steps = int(checkpoint["counters"]["env_steps"])
             except Exception as error:  # any way a damaged file fails to load or to make sense
                 checkpoint = None
@@ -228,6 +242,13 @@ class RunDir:
                 "tables cut back to it"
             )
         return checkpoint, None
+
+    def _identity(self) -> str | None:
+        """``RUN_IDENTITY_KEY``'s value for this run (``None`` before its config.json exists)."""
+        try:
+            return hashlib.sha256((self.path / CONFIG_FILE).read_bytes()).hexdigest()
+        except FileNotFoundError:
+            return None
 
     def _missing_row(self, checkpoint: dict[str, Any]) -> str | None:
         """How ``progress.csv`` (already cut back to ``checkpoint``) lacks the last row the run had
@@ -283,17 +304,22 @@ def _load_checkpoint(path: Path) -> dict[str, Any]:
     return state
 
 
-def _first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
+def config_differences(a: Any, b: Any, ignore: Collection[str] = (), prefix: str = "") -> Iterator[str]:
+    """Each key (dotted, with both values) at which the configs ``a`` and ``b`` differ, in sorted key
+    order, but for the keys in ``ignore``."""
+    if prefix in ignore:
+        return
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b)):
             name = f"{prefix}.{key}" if prefix else str(key)
+            if name in ignore:
+                continue
             if key not in a or key not in b:
-                return f"'{name}' (present in only one)"
-            found = _first_difference(a[key], b[key], name)
-            if found is not None:
-                return found
-        return None
-    return None if a == b else f"'{prefix}': stored {a!r}, now {b!r}"
+                yield f"'{name}' (present in only one)"
+            else:
+                yield from config_differences(a[key], b[key], ignore, name)
+    elif a != b:
+        yield f"'{prefix}': stored {a!r}, now {b!r}"
 
 
 def _keep_as(source: Path, target: Path) -> None:
