@@ -37,10 +37,17 @@ from analysis import aggregate, verdict
 from analysis.ablation import rank_test
 from analysis.factorial import AGGREGATE, factorial_effects
 from analysis.multiple import adjust
-from repro.plan_args import format_seeds
 from repro.plans import PLANS_DIR
 from repro.power import stratified_resamples
-from repro.preregister import AnalysisSection, Endpoint, parse_section, plan_file, read_record, section_hash
+from repro.preregister import (
+    AnalysisSection,
+    Endpoint,
+    parse_section,
+    plan_file,
+    read_record,
+    section_hash,
+    seeds_text,
+)
 from repro.settings import read_toml
 
 PRE = "pre-registered"
@@ -317,4 +324,4 @@ def endpoint_table(
 
 
 def _seeds_text(runs: pd.DataFrame) -> str:
-    return format_seeds(sorted({int(s) for s in runs.seed})) if len(runs) else "–"
+    return seeds_text(sorted({int(s) for s in runs.seed})) if len(runs) else "–"
