@@ -47,6 +47,9 @@ RENAMED: dict[str, str] = {
 }
 # Old keys whose value is the reciprocal of the new key's.
 RECIPROCAL = frozenset({"updates_per_step"})
+# The largest run seed: numpy's global RNG (``seed_everything``) takes seeds below 2**32. Here, not in
+# train.py, so that planning and analysis check seeds without loading the training core.
+MAX_SEED = 2**32 - 1
 
 
 def migrate_renamed(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:

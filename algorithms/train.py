@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from algorithms import registry
-from algorithms.configs import ConfigError, build, check_field, check_types, migrate_renamed
+from algorithms.configs import MAX_SEED, ConfigError, build, check_field, check_types, migrate_renamed
 from algorithms.cpus import parse_cpus
 
 if TYPE_CHECKING:
@@ -57,8 +57,6 @@ def env_config_class() -> type:
 # The largest env-step budget a run may ask for: four times Agent57's 22.5 B env steps (90 B frames,
 # Badia et al. 2020), the longest published Atari budget; a larger one is a typo, not an experiment.
 MAX_ENV_STEPS = 100_000_000_000
-# The largest run seed: numpy's global RNG (``seed_everything``) takes seeds below 2**32.
-MAX_SEED = 2**32 - 1
 
 
 def _check_cpu_list(config: Any, field: str) -> None:

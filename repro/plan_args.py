@@ -9,8 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from algorithms.configs import ConfigError
-from algorithms.train import MAX_SEED
+from algorithms.configs import MAX_SEED, ConfigError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 # Seeds per (arm, env): rliable's own studies use up to 100 runs per task (Agarwal et al. 2021); a

@@ -432,13 +432,16 @@ def expand(
     for spec, point in itertools.product(plan_arms, points):
         arm = spec.setting
         check_arm_name(arm, "ARMS" if arms else f"{plan.path} [plan] 'arms'")
+        swept = bool(point)
         if point:
             base = resolve_job_setting(
                 arm, profile, envs[0], 0, None, settings_dir, schema, deviation=spec.deviation
             )
             point = without_base_values(point, train_config(*base))
         suffix = arm_suffix(overrides, point) if point else ""
-        if (spec.name, suffix) in seen:
+        # A sweep value equal to the base's is the base's arm, once; an arm the plan lists twice is
+        # refused by the caller (repro.cli_run), not merged here.
+        if swept and (spec.name, suffix) in seen:
             continue
         seen.add((spec.name, suffix))
         for env in envs:

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from algorithms.configs import ConfigError
-from repro.ablation import ablation_arms
+from repro.ablation import ablation_arms, deviation_groups
 from repro.cli import main
 from repro.design import STANDARD, Design, check_design, standard_generators
-from repro.plans import expand, load_plan
+from repro.plans import expand, load_plan, plan_analysis
 from repro.power import plan_design_seeds
 from repro.record import plan_record
 
@@ -124,7 +124,9 @@ def test_the_shipped_plan_runs_16_arms_with_the_endpoints_as_base_and_published(
         ("minatar_breakout",),
         "300-302",
     )
-    assert plan.analysis is None
+    section = plan_analysis(plan)  # frozen before the run's first job (repro/preregister.py)
+    assert section.seeds == (300, 301, 302) and section.correction == "holm" and len(section.endpoints) == 9
+    assert {e.switch for e in section.endpoints if e.kind == "effect"} == set(deviation_groups(plan)[2])
     arms = ablation_arms(plan)
     assert len(arms) == 16 and arms[0].name == BASE and arms[-1].name == PUBLISHED
     assert arms[0].deviation is None and arms[-1].deviation is None and arms[-1].setting == PUBLISHED

@@ -61,7 +61,7 @@ def _write_reference(directory):
     curves = pd.DataFrame(
         [
             {"env": env, "algo": algo, "frames": f, "return": v, "return_low": v - band,
-             "return_high": v + band, "source": f"fixture Fig. 2 {env} {f}"}
+             "return_high": v + band, "source": f"fixture Fig. 2 {env} {f}", "protocol": "training return"}
             for env, (r, d, lo, hi) in REFERENCE.items()
             for algo, k in (("DQN", 1.0), ("AC", 3.0))
             for f, v, band in ((0, r, 0.0), (1_000_000, k * 0.6 * d, 0.1 * d),
@@ -297,11 +297,12 @@ def test_report_of_a_minatar_experiment_opens_with_the_verdict(experiment, minat
     assert capsys.readouterr().out.strip() == str(out)
     html = out.read_text()
     order = _section_order(html)
-    assert order[:4] == ["verdict", "learning", "aggregates", "performance-profiles"]
+    # No [analysis] was frozen: the verdict stays first and the line labelling it exploratory follows.
+    assert order[:5] == ["verdict", "analysis-plan", "learning", "aggregates", "performance-profiles"]
     assert order.index("published-minatar") < order.index("learning-curves") < order.index("what-ran")
     assert '<section id="published">' not in html  # no Atari game
     statements = re.findall(r'<p class="statement">(.*?)</p>', html, re.S)
-    assert len(statements) == 2
+    assert len(statements) == 3 and statements[2].startswith("Exploratory: no [analysis] section was frozen")
     assert statements[0].startswith(f"{CORRECTED} is better than {PUBLISHED} over 5 games x 3 seeds per arm")
     assert "the smallest IQM DQN-normalised score difference detected with 80% power" in statements[1]
     assert len(_rows(html, "verdict-table")) == 4
@@ -338,12 +339,15 @@ def test_study_writes_result_table_and_markdown(experiment, minatar_data, tmp_pa
     assert f"{CORRECTED} is better than {PUBLISHED}" in verdict_line
     assert "**Power.** With 5 games x 3 seeds per arm" in text and "Method: normal approximation" in text
     sections = [line for line in text.splitlines() if line.startswith("## ")]
-    assert sections == ["## Learning check", "## Aggregates", "## Per game", "## Runs not used"]
+    assert sections == [
+        "## The verdict across games", "## Learning check", "## Aggregates", "## Per game",
+        "## Runs not used",
+    ]  # fmt: skip
     assert text.index("**Verdict (exploratory).**") < text.index("## Aggregates")
     assert "| arm | IQM (%) | Median (%) | Mean (%) | Optimality gap (%) |" in text
     per_game = text[text.index("## Per game") : text.index("## Runs not used")]
     assert len([line for line in per_game.splitlines() if line.startswith(f"| {CORRECTED} | minatar_")]) == 5
-    assert "published DQN at these frames [reading range]" in per_game
+    assert "published DQN training return at these frames [reading range]" in per_game
     assert "fixture Fig. 2 minatar_freeway 0; fixture Fig. 2 minatar_freeway 1000000" in per_game
 
     # without output paths the summary is printed; --baseline swaps A and B; an empty directory is a

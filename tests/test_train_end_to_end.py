@@ -71,7 +71,10 @@ def test_train_writes_a_complete_run_directory(tmp_path):
     checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "latest.pt", weights_only=True)
     assert checkpoint["counters"]["env_steps"] == 400
     # The probe algorithm has no replay; its envs go in ("sampler", RunnerConfig.checkpoint_replay).
-    assert set(checkpoint) == {"format", "agent", "algo", "counters", "rng", "runner", "sampler"}
+    # The run's identity (algorithms/rundir/writer.py): which run's directory the checkpoint belongs to.
+    assert set(checkpoint) == {
+        "format", "agent", "algo", "counters", "rng", "runner", "sampler", "run_config_sha256",
+    }  # fmt: skip
 
 
 def test_budget_not_divisible_by_the_batch_logs_a_final_row(tmp_path):

@@ -244,11 +244,18 @@ class RunDir:
         return checkpoint, None
 
     def _identity(self) -> str | None:
-        """``RUN_IDENTITY_KEY``'s value for this run (``None`` before its config.json exists)."""
+        """``RUN_IDENTITY_KEY``'s value for this run (``None`` before its config.json exists): the
+        SHA-256 of its config.json without the budget (``runner.n_steps``), canonically ordered. What
+        a run trains (algorithm, env, seed, every setting) is its identity; how far it trains is not,
+        since a run stopped part-way is the same run, and a changed budget is refused before any job
+        starts (``repro.changed``)."""
         try:
-            return hashlib.sha256((self.path / CONFIG_FILE).read_bytes()).hexdigest()
+            config = json.loads((self.path / CONFIG_FILE).read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
+        if isinstance(config.get("runner"), dict):
+            config["runner"] = {k: v for k, v in config["runner"].items() if k != "n_steps"}
+        return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
     def _missing_row(self, checkpoint: dict[str, Any]) -> str | None:
         """How ``progress.csv`` (already cut back to ``checkpoint``) lacks the last row the run had
