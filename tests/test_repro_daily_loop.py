@@ -431,6 +431,15 @@ def test_the_console_command_is_the_cli_with_a_report_command(tmp_path):
     )
 
 
+def test_the_installed_console_command_lists_the_settings():
+    """The script the Makefile's venv installs (``pip install -e``, run again whenever pyproject.toml
+    changes) is on the interpreter's bin path and runs the CLI."""
+    script = Path(sys.executable).with_name("rlrepro")
+    assert script.exists(), f"{script} is absent: make venv (pip install -e .) installs it"
+    listed = subprocess.run([str(script), "list"], capture_output=True, text=True, timeout=600)
+    assert listed.returncode == 0 and "r2d1_minatar_factorial" in listed.stdout, listed.stderr[-2000:]
+
+
 def test_the_progress_line_shows_each_running_jobs_latest_returns(tmp_path):
     """Each running task by what tells it apart, with the mean training return of its last progress
     row and the mean of its last evaluation (a torn last line is not read)."""
