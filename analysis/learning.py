@@ -157,6 +157,12 @@ def marked(text: str, bound: str | None) -> str:
     return text if bound is None else f"{CUT_MARKS[bound]} {text}"
 
 
+def cut_legend(bounds) -> list[str]:
+    """One sentence per cut mark among ``bounds`` (``CUT_MARKS``): what it means (the report's and the
+    study page's legend)."""
+    return [f"{CUT_MARKS[b]}: {CUT_MEANINGS[b]}." for b in CUT_MARKS if b in set(bounds)]
+
+
 def gap_bound(bound: str | None) -> str | None:
     """The bound of an optimality gap (1 - score, clipped) computed from scores cut with ``bound``: a
     lower bound of the score is an upper bound of its gap, and the other way round."""

@@ -41,7 +41,17 @@ from analysis.confirmatory import (
 )
 from analysis.curves import Scores, score_tables
 from analysis.factorial import FactorialAnalysis, factorial_effects, factorial_lines
-from analysis.learning import arm_caps, cut_short_note, learning_table
+from analysis.learning import (
+    arm_caps,
+    arm_cut_bounds,
+    cut_bounds,
+    cut_legend,
+    cut_short_note,
+    gap_bound,
+    learning_table,
+    marked,
+    smoke_sentence,
+)
 from analysis.published import TRAINING_LAST, minatar_like_for_like, minatar_training_final, our_protocol
 from analysis.robust import Robustness, balanced_runs, carried_sentence, middle_sentence, robust_verdict
 from analysis.runs import Experiment, load_experiment
@@ -172,6 +182,7 @@ class Study:
     endpoints: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ENDPOINT_COLUMNS))
     robustness: Robustness | None = None  # the verdict's, ``analysis.robust``
     label: tuple[str, str] = (EXPLORATORY, "")  # the verdict's and aggregates' ``run_label``
+    bounds: dict[tuple[str, str], str] = field(default_factory=dict)  # ``learning.cut_bounds``
 
     @property
     def learning(self) -> pd.DataFrame:
@@ -262,6 +273,7 @@ def run_study(
         endpoints=endpoint_table(reg, scores.final, exp.metadata, ablation_record(exp.plan), reps, seed),
         robustness=checked,
         label=run_label(reg, balanced_runs(scores.final), exp.metadata),
+        bounds=cut_bounds(exp, scores),
     )
 
 
@@ -493,7 +505,8 @@ def _md_table(columns: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _per_game_lines(study: Study) -> list[str]:
-    table, scale = study.per_game, study.scores.scale
+    """The per-game table; a figure of an arm and env with cut evaluations carries its mark."""
+    table, scale, bounds = study.per_game, study.scores.scale, study.bounds
     norm = f"{study.scores.label}{study.scores.unit} [95% CI]"
     base = ["arm", "env", "runs", "frames", "final return [95% CI]"]
     if "published_source" in table:
@@ -502,7 +515,8 @@ def _per_game_lines(study: Study) -> list[str]:
                    "published DQN training return at these frames [reading range]", "published inside our CI",
                    "our CI overlaps the reading range"]  # fmt: skip
         rows = [
-            [r.arm, r.env, fmt(r.n_runs), fmt(r.frames), ci_text(r.eval_score, r.eval_ci_low, r.eval_ci_high),
+            [r.arm, r.env, fmt(r.n_runs), fmt(r.frames),
+             marked(ci_text(r.eval_score, r.eval_ci_low, r.eval_ci_high), bounds.get((r.arm, r.env))),
              ci_text(r.score, r.ci_low, r.ci_high),
              ci_text(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale),
              ci_text(r.published, r.published_low, r.published_high), fmt(r.published_in_ci), fmt(r.overlap)]
@@ -523,7 +537,8 @@ def _per_game_lines(study: Study) -> list[str]:
     elif "game" in table:
         columns = base + ["R2D2 (Table 4)", "ratio", "R2D2 inside our CI"]
         rows = [
-            [r.arm, r.env, fmt(r.n_runs), fmt(r.frames), ci_text(r.score, r.ci_low, r.ci_high),
+            [r.arm, r.env, fmt(r.n_runs), fmt(r.frames),
+             marked(ci_text(r.score, r.ci_low, r.ci_high), bounds.get((r.arm, r.env))),
              fmt(r.published), fmt(r.ratio), fmt(r.published_in_ci)]
             for r in table.itertuples()
         ]  # fmt: skip
@@ -535,13 +550,16 @@ def _per_game_lines(study: Study) -> list[str]:
     else:
         columns = base + [norm]
         rows = [
-            [r.arm, r.env, fmt(r.n_runs), fmt(r.frames), ci_text(r.score, r.ci_low, r.ci_high),
-             ci_text(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale)]
+            [r.arm, r.env, fmt(r.n_runs), fmt(r.frames),
+             marked(ci_text(r.score, r.ci_low, r.ci_high), bounds.get((r.arm, r.env))),
+             marked(ci_text(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale),
+                    bounds.get((r.arm, r.env)))]
             for r in table.itertuples()
         ]  # fmt: skip
         intro = "Final raw score per arm and env (mean over seeds, 95% bootstrap CI)."
     notes = [f"Note: {study.per_game_note}.", ""] if study.per_game_note else []
-    return ["## Per game", "", intro, "", *notes, *_md_table(columns, rows), ""]
+    legend = _legend_lines(bounds.values())
+    return ["## Per game", "", intro, "", *notes, *_md_table(columns, rows), "", *legend]
 
 
 def registration_lines(study: Study) -> list[str]:
@@ -680,14 +698,17 @@ def robustness_block(r: Robustness, scores: Scores, title: str) -> list[str]:
     return lines + [carried, "", middle_sentence(r), ""]
 
 
-def learning_lines(study: Study | Checks) -> list[str]:
-    """The learning check: each arm's IQM against random play (0) and the published reference."""
+def learning_lines(study: Study) -> list[str]:
+    """The learning check: each arm's IQM against random play (0) and the published reference; an
+    arm's IQM from cut evaluations carries its mark (``learning.arm_cut_bounds``)."""
     if study.learning.empty:
         return []
     scale, unit = study.scores.scale, study.scores.unit
     training = "training_iqm" in study.learning
+    arm_bounds = arm_cut_bounds(study.bounds)
     rows = [
-        [r.arm, fmt(r.runs), ci_text(r.iqm, r.ci_low, r.ci_high, scale), fmt(r.eval_cap), fmt(r.learned),
+        [r.arm, fmt(r.runs), marked(ci_text(r.iqm, r.ci_low, r.ci_high, scale), arm_bounds.get(r.arm)),
+         fmt(r.eval_cap), fmt(r.learned),
          *([fmt(r.training_iqm * scale)] if training else []), fmt(r.reference_iqm * scale),
          fmt(r.share_of_reference)]
         for r in study.learning.itertuples()
@@ -714,7 +735,13 @@ def learning_lines(study: Study | Checks) -> list[str]:
         "",
         *([f"Note: {study.cut_short}", ""] if study.cut_short else []),
         *([study.share_note, ""] if study.share_note else []),
+        *_legend_lines(arm_bounds.values()),
     ]
+
+
+def _legend_lines(bounds) -> list[str]:
+    """``learning.cut_legend`` of ``bounds`` as markdown lines (none for uncut figures)."""
+    return [line for sentence in cut_legend(bounds) for line in (sentence, "")]
 
 
 def effect_lines(study: Study | Checks) -> list[str]:
@@ -835,6 +862,8 @@ def study_markdown(
         if not study.effects.empty:
             lines += [f"Deviation table: `{effects_path(Path(csv_path))}`.", ""]
     lines += registration_lines(study)
+    if (smoke := smoke_sentence(exp.plan)) is not None:
+        lines += [f"**{smoke}**", ""]
     if study.verdict is not None and study.power is not None:
         lines += [
             f"**Verdict ({study.label[0]}).** {study.verdict.sentence}",
@@ -868,15 +897,20 @@ def study_markdown(
             "",
         ]
         table = study.aggregates.set_index(["arm", "metric"])
+        by_arm = arm_cut_bounds(study.bounds)
         rows = [
             [arm]
             + [
-                ci_text(*table.loc[(arm, m), ["value", "ci_low", "ci_high"]], scores.scale)
+                marked(
+                    ci_text(*table.loc[(arm, m), ["value", "ci_low", "ci_high"]], scores.scale),
+                    gap_bound(by_arm.get(arm)) if m == "Optimality gap" else by_arm.get(arm),
+                )
                 for m in aggregate.METRICS
             ]
             for arm in dict.fromkeys(study.aggregates.arm)
         ]
         lines += [*_md_table(["arm"] + [m + scores.unit for m in aggregate.METRICS], rows), ""]
+        lines += _legend_lines(by_arm.values())
     if not scores.final.empty:
         lines += _per_game_lines(study)
     unused = (

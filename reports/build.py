@@ -34,10 +34,10 @@ from analysis.confirmatory import Registration, endpoint_table, registration, ru
 from analysis.curves import Scores, resample_curves, score_tables
 from analysis.learning import (
     CUT_MARKS,
-    CUT_MEANINGS,
     arm_caps,
     arm_cut_bounds,
     cut_bounds,
+    cut_legend,
     gap_bound,
     marked,
     smoke_sentence,
@@ -349,7 +349,7 @@ def _curves_section(
             + ", ".join(sorted(scores.final.source.unique())),
         )
     )
-    section.notes += _cut_legend(bounds.values())
+    section.notes += cut_legend(bounds.values())
     if not scores.training_curves.empty:
         training = aggregate.curve_bands(resample_curves(scores.training_curves, "score"), reps=reps)
         if not training.empty:
@@ -428,7 +428,7 @@ def _aggregate_sections(
             _cut_caption(by_arm),
         )
     )
-    agg.notes += _cut_legend(by_arm.values()) + _left_out_notes(left_out) + [IQM_INTERVALS]
+    agg.notes += cut_legend(by_arm.values()) + _left_out_notes(left_out) + [IQM_INTERVALS]
     if scores.bounds is not None:
         agg.tables.append(_bounds_table(scores.bounds, games))
     if not scores.comparable:
@@ -680,7 +680,7 @@ def _learning_section(study: Checks, arm_bounds: dict[str, str]) -> Section | No
         tables=[_table("learning-table", frame, columns)],
         notes=([study.cut_short] if study.cut_short else [])
         + ([study.share_note] if study.share_note else [])
-        + _cut_legend(arm_bounds.values())
+        + cut_legend(arm_bounds.values())
         + [IQM_INTERVALS],
     )
 
@@ -804,7 +804,7 @@ def _minatar_published_section(
             rows,
         )  # fmt: skip
     )
-    section.notes += _cut_legend(bounds.values())
+    section.notes += cut_legend(bounds.values())
     if scores.reference == "dqn":
         reference = minatar_reference_table().scores
         section.tables.append(
@@ -873,7 +873,7 @@ def _published_section(
             _cut_caption(arm_cut_bounds(bounds)),
         )
     )
-    section.notes += _cut_legend(bounds.values())
+    section.notes += cut_legend(bounds.values())
     return section
 
 
@@ -1028,11 +1028,6 @@ IQM_INTERVALS = (
     "is rliable's percentile interval over the runs kept to balance the arms. The verdict uses the widened "
     "one."
 )
-
-
-def _cut_legend(bounds) -> list[str]:
-    """One note per cut mark among ``bounds`` (``analysis.learning.CUT_MARKS``): what it means."""
-    return [f"{CUT_MARKS[b]}: {CUT_MEANINGS[b]}." for b in CUT_MARKS if b in set(bounds)]
 
 
 def _cut_caption(arm_bounds: dict[str, str]) -> str:

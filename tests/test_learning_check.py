@@ -179,6 +179,23 @@ def test_cut_returns_of_a_positive_reward_env_are_lower_bounds_and_a_level_above
     for table in ("learning-table", "aggregate-table", "final-table"):
         assert "<td>≥ " in _row(html, table, "ppo"), table
     assert "≥: evaluations cut at the harness&#39;s cap" in html and "≤:" not in html
+    _assert_study_page_marks(study, "≥")
+
+
+def _md_row(markdown: str, section: str, arm: str) -> str:
+    """The first row of ``arm`` in the table under the study page's ``## section``."""
+    part = markdown[markdown.index(f"## {section}") :]
+    return next(line for line in part.splitlines() if line.startswith(f"| {arm} |"))
+
+
+def _assert_study_page_marks(study, mark: str) -> None:
+    """The study page marks the cut arm's figures as the report does and explains the mark once per
+    table (learning check, aggregates, per game), and only that mark."""
+    markdown = study_markdown(study, "cmd", "today")
+    for section in ("Learning check", "Aggregates", "Per game"):
+        assert f"| {mark} " in _md_row(markdown, section, "ppo"), section
+    assert markdown.count(f"{mark}: evaluations cut at the harness's cap") == 3
+    assert not ({"≥", "≤", "~"} - {mark}) & {line[:1] for line in markdown.splitlines()}
 
 
 def test_cut_returns_of_a_negative_reward_env_are_upper_bounds_and_not_shown_to_learn(tmp_path):
@@ -200,6 +217,9 @@ def test_cut_returns_of_a_negative_reward_env_are_upper_bounds_and_not_shown_to_
         assert "<td>≤ " in _row(html, table, "ppo"), table
     assert "aggregate-table" in html and "≤: evaluations cut" in html and "≥:" not in html
     assert "From evaluations cut at the harness&#39;s cap: ppo (≤)" in html  # the figures' captions
+    _assert_study_page_marks(study, "≤")
+    aggregates = _md_row(study_markdown(study, "cmd", "today"), "Aggregates", "ppo")
+    assert aggregates.rstrip(" |").split(" | ")[-1].startswith("≥ ")  # the gap of an upper bound: lower
 
 
 def test_minatar_and_atari_cuts_and_the_smoke_sentence(tmp_path):
@@ -215,6 +235,10 @@ def test_minatar_and_atari_cuts_and_the_smoke_sentence(tmp_path):
     assert "<td>~ " in _row(html, "aggregate-table", "ppo")
     verdict = html[html.index('<section id="verdict">') :]
     assert verdict.index(SMOKE_SENTENCE.replace("'", "&#39;")) < verdict.index("ppo has not been shown")
+    study = run_study(exp, reps=100)
+    _assert_study_page_marks(study, "~")
+    page = study_markdown(study, "cmd", "today")
+    assert page.index(f"**{SMOKE_SENTENCE}**") < page.index("ppo has not been shown")
 
 
 def test_an_evaluation_ending_at_the_envs_own_time_limit_is_not_cut(tmp_path):
