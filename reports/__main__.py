@@ -54,6 +54,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="arm A of a two-arm verdict (default: the plan's first arm, else the arm named 'published')",
     )
+    build.add_argument(
+        "--figures",
+        type=Path,
+        default=None,
+        help="also write each figure of the report there as <figure id>.png (for a page in docs/results)",
+    )
     args = parser.parse_args(argv)
     if args.reps < 100:
         parser.error(f"--reps must be at least 100, got {args.reps}")
@@ -61,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         bounds = read_bounds(args.bounds) if args.bounds is not None else None
         path = build_report(
             experiment_path(args.experiment), out=args.out, reps=args.reps, table=args.table,
-            baseline=args.baseline, bounds=bounds,
+            baseline=args.baseline, bounds=bounds, figures_dir=args.figures,
         )  # fmt: skip
     except (FileNotFoundError, ValueError) as e:
         print(f"reports: {e}", file=sys.stderr)

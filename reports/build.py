@@ -14,6 +14,7 @@ the aggregates, then the per-game comparison with published results; what ran an
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime as dt
 import itertools
@@ -1069,10 +1070,12 @@ def build_report(
     table: str = "r2d2",
     baseline: str | None = None,
     bounds: Bounds | None = None,
+    figures_dir: Path | str | None = None,
 ) -> Path:
     """Write the experiment's report (default ``<experiment_dir>/report.html``) and return its path.
     ``baseline``: arm A of a two-arm verdict (default: ``analysis.verdict.order_arms``); ``bounds``:
-    per-env score bounds (``analysis.scores.read_bounds``) for envs without a shipped reference.
+    per-env score bounds (``analysis.scores.read_bounds``) for envs without a shipped reference;
+    ``figures_dir``: also write each figure there as ``<figure id>.png`` (``write_figures``).
 
     Raises ``FileNotFoundError`` when the directory holds no run at all; anything less (damaged runs,
     no complete run) still gives a page that says what it skipped."""
@@ -1131,7 +1134,26 @@ def build_report(
     )
     path = Path(out) if out is not None else exp.path / REPORT_FILE
     atomic_write_bytes(path, html.encode("utf-8"))  # a full disk leaves the old report, never half of one
+    if figures_dir is not None:
+        write_figures(sections, Path(figures_dir))
     return path
+
+
+PNG_URI = "data:image/png;base64,"
+
+
+def write_figures(sections: list[Section], directory: Path) -> list[Path]:
+    """Each figure of ``sections`` as ``directory/<figure id>.png``, the bytes the report embeds, for a
+    results page in docs/ to link (a page of markdown cannot hold the report's data URIs)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for figure in (f for section in sections for f in section.figures):
+        if not figure.uri.startswith(PNG_URI):
+            raise ValueError(f"figure {figure.id} is not an embedded PNG")
+        path = directory / f"{figure.id}.png"
+        atomic_write_bytes(path, base64.b64decode(figure.uri[len(PNG_URI) :]))
+        written.append(path)
+    return written
 
 
 def render(**context: Any) -> str:

@@ -3,8 +3,10 @@ multiplicity corrections, and the design's power plan (repro/power.py) against s
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -15,6 +17,7 @@ from analysis.factorial import AGGREGATE, factorial_effects, factorial_lines
 from analysis.multiple import adjust
 from analysis.study import run_study
 from analysis.synthetic import SyntheticArm, write_experiment
+from reports.__main__ import main as reports_main
 from reports.factorial import factorial_section
 from repro.design import Design
 from repro.power import design_power, design_seeds_needed, effect_se, plan_design_seeds
@@ -233,3 +236,12 @@ def test_the_study_and_the_report_show_a_designed_ablation(tmp_path):
         "factorial-additivity",
     ]
     assert section.figures[0].uri.startswith("data:image/png;base64,")
+    # The report's figures as files, for the results page in docs/ (python -m reports build --figures).
+    out, figures = tmp_path / "fx.html", tmp_path / "figures"
+    assert (
+        reports_main(["build", str(exp), "--out", str(out), "--reps", "200", "--figures", str(figures)]) == 0
+    )
+    png = (figures / "fig-half-normal.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and base64.b64encode(png).decode() in out.read_text()
+    ids = set(re.findall(r'<img id="([^"]+)"', out.read_text()))
+    assert {p.stem for p in figures.glob("*.png")} == ids
