@@ -135,10 +135,12 @@ def check_replay(name: str, config: Any, num_envs: int, observation_space: gym.S
 RING_STEP_BYTES = 4 + 3
 
 
-def replay_bytes(config: Any, observation_space: gym.Space, action_space: gym.Space) -> int | None:
-    """At least the bytes the replay of an algorithm ``config`` (one with ``replay_size_steps``)
-    allocates: each env step's observation (``observation_bytes_per_step``), action, reward and
-    flags; priorities and per-storage fields come on top. ``None`` for an algorithm without replay."""
+def replay_bytes(name: str, config: Any, observation_space: gym.Space, action_space: gym.Space) -> int | None:
+    """At least the bytes the replay of algorithm ``name`` with ``config`` (one with
+    ``replay_size_steps``) allocates: each env step's observation (``observation_bytes_per_step``),
+    action, reward and flags, and what the algorithm's storage and selector add per step
+    (``Algo.replay_step_bytes``); stored recurrent states come on top. ``None`` for an algorithm
+    without replay."""
     import numpy as np
 
     from algorithms.replay.observations import observation_bytes_per_step
@@ -146,8 +148,10 @@ def replay_bytes(config: Any, observation_space: gym.Space, action_space: gym.Sp
     steps = getattr(config, "replay_size_steps", None)
     if not isinstance(steps, int):
         return None
-    action = np.asarray(action_space.sample()).nbytes
-    return steps * (observation_bytes_per_step(observation_space.sample()) + action + RING_STEP_BYTES)
+    action = np.asarray(action_space.sample())
+    per_step = observation_bytes_per_step(observation_space.sample()) + action.nbytes + RING_STEP_BYTES
+    extra = getattr(algo_module(name).Algo, "replay_step_bytes", None)
+    return int(steps * (per_step + (extra(config, action) if extra is not None else 0)))
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ def check_replay_memory(
     lower bound: such a job cannot run here whatever else runs beside it)."""
     from algorithms import registry
 
-    need = registry.replay_bytes(config.algo_config, observation_space, action_space)
+    need = registry.replay_bytes(config.algo, config.algo_config, observation_space, action_space)
     have = physical_memory()
     if need is None or need <= have:
         return

@@ -351,7 +351,7 @@ BAD_INPUT = {
     ),
     "replay_past_memory": (
         ["run", "dqn_cartpole", "--seeds", "1", "--set", "algo.replay_size_steps=1000000000000", "--dry-run"],
-        "algo.replay_size_steps=1,000,000,000,000 on env 'CartPole-v1' needs at least 43,772.2 GiB of memory",
+        "algo.replay_size_steps=1,000,000,000,000 on env 'CartPole-v1' needs at least 54,948.0 GiB of memory",
     ),
     "sweep_same_float": (
         ["run", "ppo_cartpole_zoo", "--seeds", "1", "--set", "algo.learning_rate=1e-3,0.001", "--dry-run"],

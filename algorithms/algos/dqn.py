@@ -51,7 +51,7 @@ from algorithms.models.torsos import CONV_TORSOS
 from algorithms.replay.buffer import ReplayBuffer
 from algorithms.replay.observations import observations_for
 from algorithms.replay.selectors import PrioritizedSelector, UniformSelector
-from algorithms.replay.transitions import TransitionStorage, transition_rows
+from algorithms.replay.transitions import NSTEP_STEP_BYTES, TransitionStorage, transition_rows
 from algorithms.samplers.base import BatchSpec
 
 OPTIMIZERS = ("rmsprop", "adam")
@@ -257,6 +257,13 @@ class Algo(QReplayLearner):
         """``ValueError`` when ``build_replay`` would find the replay too small for one transition
         (``registry.check_replay``: planning asks before any job runs)."""
         transition_rows(config.replay_size_steps, num_envs, observations_for(observation), config.n_step)
+
+    @staticmethod
+    def replay_step_bytes(config: Config, action: np.ndarray) -> float:
+        """Bytes per env step ``build_replay``'s replay keeps beside the ring's own fields
+        (``registry.replay_bytes``): the n-step fields and its selector's arrays, one item per step."""
+        selector = PrioritizedSelector if config.prioritized else UniformSelector
+        return NSTEP_STEP_BYTES + selector.ITEM_BYTES
 
     def build_replay(self, example: NamedArrays) -> ReplayBuffer:
         """n-step transition storage (single frames for Atari stacks) x uniform or prioritized sampling."""

@@ -258,6 +258,17 @@ class Algo(QReplayLearner):
             config.sequence_period_steps,
         )
 
+    @staticmethod
+    def replay_step_bytes(config: Config, action: np.ndarray) -> float:
+        """Bytes per env step ``build_replay``'s replay keeps beside the ring's own fields
+        (``registry.replay_bytes``): the previous action and reward, and the selector's arrays, one item
+        per ``sequence_period_steps`` (the stored recurrent states come on top)."""
+        return (
+            action.nbytes
+            + np.dtype(np.float32).itemsize
+            + PrioritizedSelector.ITEM_BYTES / (config.sequence_period_steps)
+        )
+
     def build_replay(self, example: NamedArrays) -> ReplayBuffer:
         c = self.config
         storage = self.new_storage(

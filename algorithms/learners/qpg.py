@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+import numpy as np
 import torch
 
 from algorithms.agents.base import Agent
@@ -24,7 +25,7 @@ from algorithms.models.ensemble import QEnsemble
 from algorithms.replay.buffer import ReplayBuffer
 from algorithms.replay.observations import FullObservations
 from algorithms.replay.selectors import UniformSelector
-from algorithms.replay.transitions import TransitionStorage
+from algorithms.replay.transitions import NSTEP_STEP_BYTES, TransitionStorage
 from algorithms.resume import tree_from_state, tree_state
 
 Noise = dict[str, torch.Tensor]
@@ -214,6 +215,12 @@ class QpgAlgo:
     DIAGNOSTICS: tuple[str, ...]
     N_CRITICS: int
     ACTOR_TARGET: bool
+
+    @staticmethod
+    def replay_step_bytes(config: QpgConfig, action: np.ndarray) -> float:
+        """Bytes per env step ``ReplayFeed``'s replay keeps beside the ring's own fields
+        (``registry.replay_bytes``): the 1-step transition fields and the uniform selector's flag."""
+        return NSTEP_STEP_BYTES + UniformSelector.ITEM_BYTES
 
     def __init_subclass__(
         cls, *, diagnostics: tuple[str, ...], critics: int, actor_target: bool, **kwargs: Any

@@ -46,6 +46,7 @@ class UniformSelector:
     """
 
     redraw_rounds = 4
+    ITEM_BYTES = 1  # the valid flag (``registry.replay_bytes``)
 
     def __init__(self, num_items: int, seed: int | None = None, shared: bool = False) -> None:
         if num_items < 1:
@@ -111,6 +112,9 @@ class PrioritizedSelector:
             False reproduces rlpyt's 2019 R2D1, which stored input priorities unexponentiated
             (rlpyt ``PrioritizedReplay.append_samples``; deviation 2 of the R2D1 reproduction).
     """
+
+    # p^alpha (float64), the valid flag and at least the sum tree's leaf (float64): ``registry.replay_bytes``
+    ITEM_BYTES = 8 + 1 + 8
 
     def __init__(
         self,

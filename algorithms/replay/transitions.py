@@ -59,6 +59,11 @@ def transition_rows(capacity_steps: int, num_envs: int, observations: Observatio
     return rows
 
 
+# The n-step fields each stored step carries beside the ring's own (``StepRing``'s ``extra``).
+NSTEP_FIELDS = {"return_n": np.float32, "discount_n": np.float32, "done_n": np.bool_, "steps_n": np.int16}
+NSTEP_STEP_BYTES = sum(np.dtype(dtype).itemsize for dtype in NSTEP_FIELDS.values())
+
+
 class TransitionStorage:
     """n-step transitions of B envs in a ring of ``capacity_steps // B`` rows.
 
@@ -93,12 +98,7 @@ class TransitionStorage:
             num_envs,
             example,
             observations,
-            extra=dict(
-                return_n=np.zeros((), dtype=np.float32),
-                discount_n=np.zeros((), dtype=np.float32),
-                done_n=np.zeros((), dtype=bool),
-                steps_n=np.zeros((), dtype=np.int16),
-            ),
+            extra={name: np.zeros((), dtype=dtype) for name, dtype in NSTEP_FIELDS.items()},
             shared=shared,
         )
         self.num_items = rows * num_envs
