@@ -163,6 +163,12 @@ def cut_legend(bounds) -> list[str]:
     return [f"{CUT_MARKS[b]}: {CUT_MEANINGS[b]}." for b in CUT_MARKS if b in set(bounds)]
 
 
+def metric_bound(metric: str, bound: str | None) -> str | None:
+    """The bound of an aggregate ``metric`` (``analysis.aggregate.METRICS``) over scores cut with
+    ``bound``: the optimality gap's is ``gap_bound``'s, the others' ``bound`` itself."""
+    return gap_bound(bound) if metric == "Optimality gap" else bound
+
+
 def gap_bound(bound: str | None) -> str | None:
     """The bound of an optimality gap (1 - score, clipped) computed from scores cut with ``bound``: a
     lower bound of the score is an upper bound of its gap, and the other way round."""

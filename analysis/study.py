@@ -47,9 +47,9 @@ from analysis.learning import (
     cut_bounds,
     cut_legend,
     cut_short_note,
-    gap_bound,
     learning_table,
     marked,
+    metric_bound,
     smoke_sentence,
 )
 from analysis.published import TRAINING_LAST, minatar_like_for_like, minatar_training_final, our_protocol
@@ -903,7 +903,7 @@ def study_markdown(
             + [
                 marked(
                     ci_text(*table.loc[(arm, m), ["value", "ci_low", "ci_high"]], scores.scale),
-                    gap_bound(by_arm.get(arm)) if m == "Optimality gap" else by_arm.get(arm),
+                    metric_bound(m, by_arm.get(arm)),
                 )
                 for m in aggregate.METRICS
             ]

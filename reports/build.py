@@ -39,8 +39,8 @@ from analysis.learning import (
     arm_cut_bounds,
     cut_bounds,
     cut_legend,
-    gap_bound,
     marked,
+    metric_bound,
     smoke_sentence,
 )
 from analysis.published import TRAINING_LAST, minatar_like_for_like
@@ -407,7 +407,7 @@ def _aggregate_sections(
         + [
             marked(
                 ci_text(*(table.loc[arm, (m, k)] for k in ("value", "ci_low", "ci_high"))),
-                gap_bound(by_arm.get(arm)) if m == "Optimality gap" else by_arm.get(arm),
+                metric_bound(m, by_arm.get(arm)),
             )
             for m in aggregate.METRICS
         ]

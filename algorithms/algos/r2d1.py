@@ -266,7 +266,7 @@ class Algo(QReplayLearner):
         return (
             action.nbytes
             + np.dtype(np.float32).itemsize
-            + PrioritizedSelector.ITEM_BYTES / (config.sequence_period_steps)
+            + PrioritizedSelector.ITEM_BYTES / config.sequence_period_steps
         )
 
     def build_replay(self, example: NamedArrays) -> ReplayBuffer:
