@@ -34,6 +34,10 @@ CONNECT_TIMEOUT_S = 20.0
 # took 27 s on the 2-core dev machine at load 8 (docs/results/run_integrity.md), past the 20 s above.
 LOCAL_START_TIMEOUT_S = 120.0
 INTERRUPTED_CONNECTING = "interrupted while connecting to Ray: no job was started"
+# The start of the message of the bare Exception Ray raises when its node did not register in time,
+# and of our line for it.
+START_TIMED_OUT = "The current node timed out during startup."
+LOCAL_START_FAILED = "the local Ray instance did not start"
 # The node IP of a local instance this process starts, and of the test clusters: loopback, so that
 # nothing of it connects over the host's interface address. Not 127.0.0.1 itself: Ray (2.60,
 # ``ray._private.services.resolve_ip_for_localhost``, applied to ``ray.init``'s ``_node_ip_address``,
@@ -141,6 +145,15 @@ def connect(address: str | None, timeout_s: float | None = None) -> None:
         raise ConfigError(message.removeprefix("error: ")) from None
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise ConfigError(f"cannot connect to Ray at {address}: {str(e).splitlines()[0]}") from None
+    except Exception as e:
+        # Ray raises a bare Exception when a node it starts has not registered with its GCS within
+        # the 30 s it hard-codes (ray/_private/node.py), which a busy 2-core machine can miss.
+        if not (starting and START_TIMED_OUT in str(e)):
+            raise
+        raise ConfigError(
+            f"{LOCAL_START_FAILED}: {str(e).splitlines()[0]} Try again when the machine "
+            "is less busy, or start one with `ray start --head` and give its address"
+        ) from None
     finally:
         connected.set()
         if in_main:

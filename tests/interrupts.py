@@ -13,6 +13,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,28 @@ def wait_for(condition, timeout_s: float, what: str, proc: subprocess.Popen | No
             raise AssertionError(f"the process ended before {what}: {output}")
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.02)
+
+
+def started_past_ray(
+    start: Callable[[], subprocess.Popen], ready: Callable[[], bool], timeout_s: float, what: str
+) -> subprocess.Popen:
+    """``start()``'s child once ``ready()`` holds (as ``wait_for``), the child started afresh up to
+    twice where it ended because Ray's start of a local instance timed out: Ray gives its node a
+    hard-coded 30 s to register, which a loaded 2-core machine can miss (``repro.ray_connect``). The
+    child's output must be piped as text."""
+    from repro.ray_connect import LOCAL_START_FAILED
+
+    for _ in range(2):
+        proc = start()
+        try:
+            wait_for(ready, timeout_s, what, proc)
+            return proc
+        except AssertionError as e:
+            if proc.poll() is None or LOCAL_START_FAILED not in str(e):
+                raise
+    proc = start()
+    wait_for(ready, timeout_s, what, proc)
+    return proc
 
 
 def ctrl_c_in_optimize(config: TrainConfig, run_dir: Path, monkeypatch, at_call: int) -> Path:

@@ -258,7 +258,7 @@ def tagged(tag: str) -> list[str]:
 def test_a_local_ray_instance_leaves_no_process_once_its_driver_is_gone(tmp_path, stop):
     """Before, ray::DashboardAgent and ray::RuntimeEnvAgent outlived the driver by 35-80 s."""
     pytest.importorskip("ray")
-    from interrupts import wait_for
+    from interrupts import started_past_ray, wait_for
     from tiny_setting import a2c_cartpole_setting
 
     (tmp_path / "a2c.toml").write_text(a2c_cartpole_setting(200_000, 200))
@@ -268,15 +268,22 @@ def test_a_local_ray_instance_leaves_no_process_once_its_driver_is_gone(tmp_path
     tag = f"{stop}-{os.getpid()}-{time.time_ns()}"
     cmd = [sys.executable, "-m", "repro", "run", str(plan), "--seeds", "1", "--profile", "paper", "--backend",
            "ray", "--root", str(tmp_path / "runs"), "--no-estimate", "--no-progress"]  # fmt: skip
-    driver = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, TAG_ENV: tag}, start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+
+    def start() -> subprocess.Popen:
+        return subprocess.Popen(cmd, cwd=REPO, env={**os.environ, TAG_ENV: tag}, start_new_session=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+
+    def training() -> bool:
+        return any((tmp_path / "runs").rglob("progress.csv"))
+
+    driver = None
     try:
         if stop == "sigint_while_connecting":  # Ray's head processes are up, ray.init has not returned
+            driver = start()
             wait_for(lambda: len(tagged(tag)) > 2, 300, "the local instance starting", driver)
             driver.send_signal(signal.SIGINT)
         else:
-            logs = tmp_path / "runs"
-            wait_for(lambda: any(logs.rglob("progress.csv")), 600, "a job training on Ray", driver)
+            driver = started_past_ray(start, training, 600, "a job training on Ray")
             driver.kill()
         driver.wait(timeout=60)
         deadline = time.monotonic() + 10  # 5 s on an idle machine; the suite's load stretches it
@@ -284,5 +291,27 @@ def test_a_local_ray_instance_leaves_no_process_once_its_driver_is_gone(tmp_path
             time.sleep(0.2)
         assert not left, left
     finally:
-        if driver.poll() is None:
+        if driver is not None and driver.poll() is None:
             driver.kill()
+
+
+@pytest.mark.ray
+def test_a_local_start_that_ray_gives_up_on_is_one_line(monkeypatch):
+    ray = pytest.importorskip("ray")
+    import repro.ray_connect as ray_connect
+
+    raised = []
+
+    def init(**_):
+        raise raised[-1]
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray_connect, "start_reaper", lambda: None)  # no instance to reap
+    monkeypatch.setenv("RAY_TMPDIR", "/nonexistent-ray-tmp")  # no local instance to join
+    # What Ray raises (a bare Exception) when the node it starts has not registered within its 30 s.
+    raised.append(Exception(ray_connect.START_TIMED_OUT + " This could happen because the raylet failed."))
+    with pytest.raises(ConfigError, match=r"^the local Ray instance did not start: The current node timed"):
+        ray_connect.connect(None)
+    raised.append(Exception("something else"))  # any other failure is not ours to reword
+    with pytest.raises(Exception, match="^something else$"):
+        ray_connect.connect(None)

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from interrupts import sigint_default, wait_for
+from interrupts import sigint_default, started_past_ray, wait_for
 from tiny_setting import a2c_cartpole_setting, a2c_long_profile
 
 from algorithms.rundir import LOG_FILE, read_run
@@ -444,15 +444,15 @@ def test_two_node_cluster_streams_results_survives_node_loss_and_ctrl_c(files):
     print(f"Ray processes on this machine (ps): {ray_before} before, {ray_process_count()} after")
 
 
-# A driver that starts a local instance (``repro run --backend ray`` without ``--address``), prints
-# its pid and what Ray says of the node IPs, then waits for its stdin to close.
+# A driver that starts a local instance (``repro run --backend ray`` without ``--address``), writes
+# its pid and what Ray says of the node IPs to the file it is given, then waits for its stdin to close.
 LOCAL_DRIVER = """
 import json, os, sys, ray
 from repro.ray_backend import connect
 connect(None)
 found = {"pid": os.getpid(), "nodes": [n["NodeManagerAddress"] for n in ray.nodes()],
          "driver": ray.util.get_node_ip_address()}
-print(json.dumps(found), flush=True)
+open(sys.argv[1], "w").write(json.dumps(found))
 sys.stdin.read()
 ray.shutdown()
 """
@@ -464,14 +464,21 @@ def test_a_local_instance_started_by_the_backend_stays_on_loopback():
     base = Path(tempfile.mkdtemp(prefix="rl", dir="/tmp"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"RAY_TMPDIR": str(base)}
     pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
-    driver = subprocess.Popen([sys.executable, "-c", LOCAL_DRIVER], cwd=REPO, env=env, text=True, **pipes)
+    report = base / "found.json"
+
+    def start() -> subprocess.Popen:
+        cmd = [sys.executable, "-c", LOCAL_DRIVER, str(report)]
+        return subprocess.Popen(cmd, cwd=REPO, env=env, text=True, **pipes)
+
+    driver = None
     try:
-        line = driver.stdout.readline()
-        found = json.loads(line) if line.startswith("{") else {"output": line + driver.stdout.read()}
+        driver = started_past_ray(start, report.exists, 300, "the local instance started")
+        found = json.loads(report.read_text())
         assert found.get("nodes") == [LOOPBACK_NODE_IP] and found["driver"] == LOOPBACK_NODE_IP, found
         ours = process_tree(driver.pid)  # the instance's processes are the driver's children
         assert len(ours) > 3 and non_loopback_connections(ours) == []
     finally:
-        driver.communicate(timeout=120)
+        if driver is not None:
+            driver.communicate(timeout=120)
         shutil.rmtree(base, ignore_errors=True)
     assert driver.returncode == 0
