@@ -251,3 +251,34 @@ def test_run_logger_with_declared_diagnostics_takes_a_first_row_before_any_updat
     logger.close()
     run.close()
     assert list(read_run(run.path).progress.columns[-2:]) == ["loss", "q_mean"]
+
+
+def test_atomic_writes_take_the_umask_or_keep_the_mode_of_the_file_they_replace(tmp_path, monkeypatch):
+    """``mkstemp`` creates its files 0o600: every report, table, status and checkpoint once came out
+    readable by its owner alone, whatever the umask."""
+    import os
+
+    import algorithms.rundir.atomic as atomic
+
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert atomic._UMASK == umask  # the process's own
+
+    def mode(path):
+        return path.stat().st_mode & 0o777
+
+    monkeypatch.setattr(atomic, "_UMASK", 0o022)
+    report = tmp_path / "report.html"
+    atomic.atomic_write_bytes(report, b"new")
+    assert mode(report) == 0o644
+    report.chmod(0o640)
+    atomic.atomic_write_bytes(report, b"replaced")
+    assert mode(report) == 0o640 and report.read_bytes() == b"replaced"
+    run = make_run(tmp_path)
+    run.save_checkpoint({"w": torch.zeros(1), "counters": Counters(env_steps=5).state_dict()})
+    written = (run.path / "status.json", run.path / "config.json", run.checkpoint_path)
+    assert [mode(p) for p in written] == [0o644] * 3
+    monkeypatch.setattr(atomic, "_UMASK", 0o077)
+    private = tmp_path / "private.csv"
+    atomic.atomic_write_bytes(private, b"x")
+    assert mode(private) == 0o600

@@ -15,13 +15,37 @@ from typing import Any
 import numpy as np
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# Read once: setting the umask to read it is not thread-safe, and runs do not change it.
+_UMASK = _umask()
+
+
+def temporary_beside(path: Path) -> tuple[int, str]:
+    """A temporary file in ``path``'s directory for a write that ends renamed over ``path``: its
+    descriptor and name, with the mode ``path`` has, or for a new file the mode ``open`` would give
+    (0o666 less the umask). ``mkstemp`` makes it 0o600, which the rename would hand on to a report or
+    a results table that others on the machine are meant to read."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        mode = 0o666 & ~_UMASK
+    os.fchmod(fd, mode)
+    return fd, tmp
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see either the old or the new content."""
     path = Path(path)
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = temporary_beside(path)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

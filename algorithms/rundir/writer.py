@@ -11,7 +11,6 @@ import json
 import os
 import secrets
 import shutil
-import tempfile
 import zipfile
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from algorithms.rundir.atomic import _fsync_dir, _json_default, _now, atomic_write_json
+from algorithms.rundir.atomic import _fsync_dir, _json_default, _now, atomic_write_json, temporary_beside
 from algorithms.rundir.layout import (
     CHECKPOINT_DIR,
     CHECKPOINT_FILE,
@@ -158,7 +157,7 @@ class RunDir:
         torch.save(state, buf)
         latest, previous = self.checkpoint_path, self.previous_checkpoint_path
         latest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=latest.parent, prefix=f".{latest.name}.", suffix=".tmp")
+        fd, tmp = temporary_beside(latest)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(buf.getbuffer())
