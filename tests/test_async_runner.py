@@ -11,6 +11,7 @@ import multiprocessing as mp
 import os
 import signal
 import threading
+import time
 
 import async_probe_algo as probe
 import async_probe_optimize_only
@@ -177,6 +178,39 @@ def test_async_run_resumes_from_its_checkpoint(tmp_path, monkeypatch) -> None:
     # within one update of 16.
     assert runner.progress[_LEARN_START] == pytest.approx(440 - counted / 1.5)
     owed = counted + 1.5 * (800 - 440)
+    assert owed <= counters.samples_trained <= owed + 16
+
+
+def test_no_update_escapes_the_throttle_while_the_warm_batch_is_handed_over(tmp_path, monkeypatch) -> None:
+    """The copier appends the batch that makes the replay warm, then hands it over; the warm-up's end
+    L is set from that hand-over. Held open here for 0.3 s (as a loaded machine may hold the copier),
+    the optimizer used to update without a throttle meanwhile: a resumed run in ``make test`` ended
+    52 samples past what it owed (1024 against at most 988)."""
+    import algorithms.replay.shared as shared
+
+    end_read = shared.DoubleBuffer.end_read
+    held = []
+
+    def slow_hand_over(self, slot):
+        end_read(self, slot)
+        if warm_now[0] and not held:
+            held.append(True)
+            time.sleep(0.3)
+
+    warm_now = [False]
+    append = probe.Algo.append_samples
+
+    def append_samples(self, samples):
+        append(self, samples)
+        warm_now[0] = self.warm
+
+    monkeypatch.setattr(shared.DoubleBuffer, "end_read", slow_hand_over)
+    monkeypatch.setattr(probe.Algo, "append_samples", append_samples)
+    target, n_steps = 1.5, 400
+    runner = build(make_config(n_steps, target), tmp_path / "run")
+    counters = runner.run()
+    assert held and runner.progress[_LEARN_START] == 80  # the 40-step batch that ends the 64-step warm-up
+    owed = target * (n_steps - 80)
     assert owed <= counters.samples_trained <= owed + 16
 
 

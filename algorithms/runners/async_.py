@@ -361,8 +361,16 @@ class AsyncRunner(SyncRunner):
                 behind = not sampling_done  # no throttle: train whenever there is data
             if self.split and behind and data_since_idle:
                 with counters.timer("optimizing"), self.replay_lock.read():
-                    self.agent.set_mode("train", steps)
-                    opt_info = self.algo.train(counters.sampler_itrs, 1)
+                    # Warm while L is still NaN: the copier has appended the batch that made the
+                    # replay warm and not yet handed it over. Updates now would escape the throttle;
+                    # that arrival sets L, so wait for it.
+                    handing_over = target > 0 and math.isnan(learn_start) and self.algo.warm
+                    if not handing_over:
+                        self.agent.set_mode("train", steps)
+                        opt_info = self.algo.train(counters.sampler_itrs, 1)
+                if handing_over:
+                    data_since_idle = False
+                    continue
                 self.add_opt_info(opt_info)
                 if opt_info.updates == 0:
                     data_since_idle = False  # still warming up: wait for more data
