@@ -1,7 +1,7 @@
 """A minimal replay-based algorithm for the asynchronous-runner tests: not for learning anything.
 
 It follows Contract 4 and its async extension: ``append_samples`` stores each step's (observation,
-action, reward) in a ring, ``train(itr, n)`` runs ``n`` Adam steps regressing a linear Q(s, a) on
+action, reward) in a ring, ``learn(n)`` runs ``n`` Adam steps regressing a linear Q(s, a) on
 the reward of ``batch_size`` replayed steps (once ``learning_starts_steps`` steps are stored), and
 ``optimize`` is both for the synchronous runner. Each update reports ``burnin_steps`` extra
 replayed steps per sample, as a recurrent algorithm's burn-in would, so both replay-ratio
@@ -24,8 +24,8 @@ from torch import nn
 
 from algorithms import registry
 from algorithms.agents.base import Agent
-from algorithms.algos.base import OptInfo
 from algorithms.arrays import NamedArrays
+from algorithms.learners.common import OptInfo
 
 
 def _unpickle_config(cls: type, fields: dict) -> Config:
@@ -96,7 +96,7 @@ class Algo:
     def warm(self) -> bool:
         return self.env_steps >= self.config.learning_starts_steps
 
-    def train(self, itr: int, n_updates: int) -> OptInfo:
+    def learn(self, n_updates: int) -> OptInfo:
         if not self.warm:
             return OptInfo(diagnostics=dict.fromkeys(self.diagnostic_keys, float("nan")))
         stored = min(self.env_steps, self.config.capacity_steps)
@@ -120,7 +120,7 @@ class Algo:
 
     def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
         self.append_samples(samples)
-        return self.train(itr, self.config.updates_per_batch)
+        return self.learn(self.config.updates_per_batch)
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "env_steps": self.env_steps}

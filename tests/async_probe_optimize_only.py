@@ -8,8 +8,8 @@ from typing import ClassVar
 
 import async_probe_algo as probe
 
-from algorithms.algos.base import OptInfo
 from algorithms.arrays import NamedArrays
+from algorithms.learners.common import OptInfo
 
 
 class Config(probe.Config):

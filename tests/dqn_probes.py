@@ -1,4 +1,5 @@
-"""Probe data for the DQN-family tests: a two-step chain with known Q-values, as Contract 3 batches."""
+"""Probe data for the DQN-family tests: a two-step chain with known Q-values, as Contract 3 batches;
+and a replay learner's loss on a batch as its single run computes it (``single_loss``)."""
 
 import gymnasium as gym
 import numpy as np
@@ -38,3 +39,9 @@ def chain_samples(T: int, B: int, rng: np.random.Generator) -> NamedArrays:
             observation=torch.from_numpy(obs[0]), prev_action=torch.zeros(B, dtype=torch.long)
         ),
     )
+
+
+def single_loss(algo, batch: NamedArrays, measure: bool = True):
+    """``algo``'s loss on ``batch`` with the mode a single run's gradient step gives it."""
+    mode = algo.loss_mode(algo.config, batch, measure=measure, traced=False)
+    return algo.loss_fn(algo.config, algo.model, algo.target_model, batch, mode)

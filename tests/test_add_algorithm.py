@@ -48,7 +48,7 @@ import torch
 from torch import nn
 
 from algorithms.agents.base import Agent
-from algorithms.algos.base import OptInfo
+from algorithms.learners.common import OptInfo
 from algorithms.arrays import NamedArrays
 
 

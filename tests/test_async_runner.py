@@ -135,7 +135,7 @@ def test_killed_sampler_process_is_a_clear_error(tmp_path) -> None:
 
 
 def test_algorithm_with_optimize_only_runs_unthrottled(tmp_path) -> None:
-    """Without append_samples/train: optimize on every batch, at the algorithm's own replay ratio."""
+    """Without append_samples/learn: optimize on every batch, at the algorithm's own replay ratio."""
     config = dataclasses.replace(
         make_config(400, 0.0), algo="probe_optimize_only", algo_config=async_probe_optimize_only.Config()
     )
@@ -151,18 +151,18 @@ def test_async_run_resumes_from_its_checkpoint(tmp_path, monkeypatch) -> None:
     """A run that fails after its checkpoint at 400 steps resumes there; progress has every row once."""
     config = make_config(800, 1.5, log_interval_steps=200, checkpoint_interval_steps=400)
     path = tmp_path / "run"
-    original_train = probe.Algo.train
+    original_learn = probe.Algo.learn
 
-    def failing_train(self, itr, n_updates):
+    def failing_learn(self, n_updates):
         if self.env_steps >= 520:
             raise RuntimeError("injected optimizer failure")
-        return original_train(self, itr, n_updates)
+        return original_learn(self, n_updates)
 
-    monkeypatch.setattr(probe.Algo, "train", failing_train)
+    monkeypatch.setattr(probe.Algo, "learn", failing_learn)
     with pytest.raises(RuntimeError, match="injected optimizer failure"):
         build(config, path).run()
     assert not mp.active_children()
-    monkeypatch.setattr(probe.Algo, "train", original_train)
+    monkeypatch.setattr(probe.Algo, "learn", original_learn)
     run = RunDir.open(path, config_to_dict(config), {"seed": config.runner.seed}, resume=True)
     checkpoint = run.load_checkpoint()
     assert checkpoint["counters"]["env_steps"] == 400

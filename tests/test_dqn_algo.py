@@ -5,8 +5,9 @@ import pytest
 import torch
 from dqn_probes import A_STATE, ACT, B_STATE, OBS, chain_samples
 
-from algorithms.algos import dqn
+from algorithms.algos import c51, dqn
 from algorithms.arrays import NamedArrays
+from algorithms.learners.q_replay import LossMode
 from algorithms.samplers.base import BatchSpec
 
 torch.set_num_threads(1)
@@ -76,7 +77,7 @@ def test_dqn_loss_matches_hand_computed_target():
         next_observation=obs[[1, 0, 1]],
         is_weights=torch.tensor([1.0, 0.5, 0.25]),
     )
-    loss, td_abs, _ = algo.loss(batch)
+    loss, td_abs, _ = dqn.loss(algo.config, algo.model, algo.target_model, batch, LossMode())
     with torch.no_grad():
         q_online_next = algo.model(batch.next_observation)
         q_target_next = algo.target_model(batch.next_observation)
@@ -91,7 +92,7 @@ def test_dqn_loss_matches_hand_computed_target():
     algo_plain = make_algo(small_config())
     algo_plain.model.load_state_dict(algo.model.state_dict())
     algo_plain.target_model.load_state_dict(algo.target_model.state_dict())
-    _, td_plain, _ = algo_plain.loss(batch)
+    _, td_plain, _ = dqn.loss(algo_plain.config, algo_plain.model, algo_plain.target_model, batch, LossMode())
     y_plain = batch.return_n + batch.discount_n * q_target_next.max(1).values
     assert torch.allclose(td_plain, (q - y_plain).abs())
 
@@ -120,20 +121,20 @@ def test_dqn_diagnostics_beyond_the_loss_are_measured_every_tenth_update(clip_gr
     20, ... of the run only (``diagnostic_period``); clipping, where on, clips every update."""
     algo = make_algo(small_config(clip_grad_norm=clip_grad_norm))
     seen, norms = [], []
-    loss_of, clip_of = algo.loss, algo.clip_gradients
+    clip_of = algo.clip_gradients
 
-    def loss(batch):
-        out = loss_of(batch)
-        diagnostics = {k: float(v) for k, v in out[2].items()}
-        seen.append((algo.updates, algo.measuring, float(out[0].detach()), diagnostics))
+    def loss(config, model, target_model, batch, mode):
+        out = dqn.loss(config, model, target_model, batch, mode)
+        diagnostics = {k: float(v) for k, v in out.diagnostics.items()}
+        seen.append((algo.updates, mode.measure, float(out.loss.detach()), diagnostics))
         return out
 
-    def clip():
-        norm = clip_of()
+    def clip(measure):
+        norm = clip_of(measure)
         norms.append(None if norm is None else float(norm))
         return norm
 
-    algo.loss, algo.clip_gradients = loss, clip
+    algo.loss_fn, algo.clip_gradients = loss, clip
     rng = np.random.default_rng(0)
     algo.optimize(0, chain_samples(16, 4, rng))  # warm: 64 updates
     info = algo.optimize(1, chain_samples(4, 4, rng))  # 16 more, updates 64..79
@@ -145,12 +146,9 @@ def test_dqn_diagnostics_beyond_the_loss_are_measured_every_tenth_update(clip_gr
     assert info.diagnostics["loss"] == pytest.approx(np.mean([value for value, _ in late]))
     assert info.diagnostics["q_mean"] == pytest.approx(np.mean([d["q_mean"] for d in measured]))
     assert info.diagnostics["grad_norm"] == pytest.approx(norms[70])
-    assert algo.measuring  # a direct call of the loss gets every diagnostic
-    algo.loss = loss_of
-    assert set(algo.loss(algo.replay.sample(8)[0].replace(is_weights=torch.ones(8)))[2]) == {
-        "q_mean",
-        "td_abs_mean",
-    }
+    batch = algo.replay.sample(8)[0].replace(is_weights=torch.ones(8))
+    out = dqn.loss(algo.config, algo.model, algo.target_model, batch, LossMode())
+    assert set(out.diagnostics) == {"q_mean", "td_abs_mean"}  # the default mode measures
 
 
 def test_dqn_same_seed_same_parameters_and_state_dict_round_trip():
@@ -190,8 +188,33 @@ def test_dqn_async_extension_appends_without_training_and_trains_on_demand():
     rng = np.random.default_rng(0)
     algo.append_samples(chain_samples(4, 4, rng))
     assert algo.updates == 0 and not algo.warm
-    assert algo.train(0, 5).updates == 0  # still warming up: no updates, NaN diagnostics
+    assert algo.learn(5).updates == 0  # still warming up: no updates, NaN diagnostics
     algo.append_samples(chain_samples(4, 4, rng))
-    info = algo.train(1, 5)
+    info = algo.learn(5)
     assert algo.warm and info.updates == 5 == algo.updates and info.samples_trained == 5 * 32
     assert set(info.diagnostics) == set(algo.diagnostic_keys)
+
+
+@pytest.mark.parametrize("algo_module", [dqn, c51])
+def test_loss_is_a_function_of_its_inputs_only(algo_module):
+    """The same inputs give the same loss, priorities and diagnostics whatever the learner has done
+    in between (updates, optimizer state, replay, update credit): no mode is set on it."""
+    config = algo_module.Config(**{**small_config(prioritized=True).__dict__, "optimizer": "adam"})
+    torch.manual_seed(0)
+    algo = algo_module.Algo(config, algo_module.build_agent(config, OBS, ACT), 1, BatchSpec(8, 4))
+    rng = np.random.default_rng(0)
+    algo.optimize(0, chain_samples(16, 4, rng))
+    batch = algo.replay.sample(8)[0].replace(is_weights=torch.rand(8))
+    mode = algo.loss_mode(config, batch, measure=True, traced=False)
+    before = algo_module.loss(config, algo.model, algo.target_model, batch, mode)
+    weights = {k: v.clone() for k, v in algo.model.state_dict().items()}
+    target = {k: v.clone() for k, v in algo.target_model.state_dict().items()}
+    algo.optimize(1, chain_samples(4, 4, rng))
+    algo.credit = 3
+    algo.model.load_state_dict(weights)
+    algo.target_model.load_state_dict(target)
+    after = algo_module.loss(config, algo.model, algo.target_model, batch, mode)
+    assert algo.updates == 80
+    assert torch.equal(before.loss, after.loss) and torch.equal(before.priorities, after.priorities)
+    assert before.diagnostics.keys() == after.diagnostics.keys() and before.diagnostics
+    assert all(torch.equal(before.diagnostics[k], after.diagnostics[k]) for k in before.diagnostics)

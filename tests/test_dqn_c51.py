@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from dqn_probes import A_STATE, ACT, B_STATE, OBS, chain_samples
+from dqn_probes import A_STATE, ACT, B_STATE, OBS, chain_samples, single_loss
 
 from algorithms.algos import c51, rainbow
 from algorithms.arrays import NamedArrays
@@ -61,7 +61,7 @@ def test_c51_loss_matches_hand_projection():
         next_observation=obs[[1, 0]],
         is_weights=torch.tensor([1.0, 0.5]),
     )
-    loss, ce, _ = algo.loss(batch)
+    loss, ce, _ = single_loss(algo, batch)
     with torch.no_grad():
         p_next = torch.softmax(algo.target_model(obs[[1]]), -1)[0]  # [A, 3] at s' = B of sample 0
         best = int((p_next * torch.tensor([-1.0, 0.0, 1.0])).sum(-1).argmax())

@@ -1,4 +1,4 @@
-"""The harness's optimizers skip ``Optimizer``'s per-step wrapper (algorithms/algos/base.py,
+"""The harness's optimizers skip ``Optimizer``'s per-step wrapper (algorithms/learners/common.py,
 ``WithoutCompiler``) but must still run registered step hooks: the multi-GPU runner averages the
 critics' gradients over ranks in a global step pre-hook (algorithms/runners/ddp.py); without it
 the SAC replicas drifted apart."""
@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from algorithms.algos.base import RMSprop, adam
 from algorithms.algos.dqn import CenteredRMSprop
+from algorithms.learners.common import RMSprop, adam
 
 
 def _optimizers(param):
@@ -76,7 +76,7 @@ def test_a2c_rmsprop_steps_as_torchs_without_importing_the_compiler():
     docs/results/r2d1_minatar_speed.md)."""
     code = """
 import sys, torch
-from algorithms.algos.base import RMSprop
+from algorithms.learners.common import RMSprop
 def run(optimizer_class):
     p = torch.nn.Parameter(torch.linspace(-1, 1, 5))
     opt = optimizer_class([p], lr=0.01, alpha=0.99, eps=1e-5)

@@ -49,7 +49,8 @@ PACKABLE = (
 )
 # R2D1 with a time limit of 12 steps: the trained windows of every minibatch hold time limits, so the
 # loss bootstraps from final observations, a branch the packed learner decides outside the transform
-# (``data_branches``) and the single run by reading the data.
+# (``r2d1.loss_mode`` with ``traced``: every step's values, kept by ``torch.where``) and the single run
+# at the steps ``loss_mode`` finds.
 EXTRA = {
     "r2d1_time_limits": dataclasses.replace(
         CASES["r2d1"][0], env=dataclasses.replace(MASKED_CARTPOLE, max_episode_steps=12)

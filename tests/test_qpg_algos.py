@@ -15,7 +15,6 @@ from torch.nn import functional as F
 
 from algorithms.agents.qpg_agents import DeterministicAgent, SquashedGaussianAgent
 from algorithms.algos import ddpg, sac, td3
-from algorithms.algos.base import adam
 from algorithms.arrays import NamedArrays
 from algorithms.functional.policy_losses import (
     clipped_double_q_target,
@@ -25,6 +24,7 @@ from algorithms.functional.policy_losses import (
     smoothed_target_action,
     soft_q_target,
 )
+from algorithms.learners.common import adam
 from algorithms.models.ensemble import QEnsemble
 from algorithms.models.policies import QNetwork
 from algorithms.samplers.base import BatchSpec

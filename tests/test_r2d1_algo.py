@@ -2,10 +2,12 @@
 it should, replay-ratio accounting both ways, and a memory probe only a recurrent learner solves."""
 
 import dataclasses
+import itertools
 
 import numpy as np
 import pytest
 import torch
+from dqn_probes import single_loss
 from r2d1_probes import ACT, OBS, Driver
 
 from algorithms.algos import r2d1
@@ -121,7 +123,7 @@ def quantities(config: r2d1.Config) -> dict[str, np.ndarray]:
     out["alpha_beta"] = np.array([selector.alpha, selector.beta])
     out["tree_priorities"] = selector.tree.get(items)
     fixed = storage.extract(items[:8]).replace(is_weights=torch.ones(8))
-    loss, priorities, _ = algo.loss(fixed)
+    loss, priorities, _ = single_loss(algo, fixed)
     out["loss"], out["priorities"] = np.array([float(loss.detach())]), priorities.detach().numpy()
     _, learner = make(config, seed=1)
     infos = [learner.optimize(i, b) for i, b in enumerate(batches)]
@@ -277,12 +279,12 @@ def test_time_limits_bootstrap_from_final_observations(frames):
     storage = algo.replay.storage
     items = np.flatnonzero(storage.valid(np.arange(storage.num_items)))[:2]
     batch = storage.extract(items).replace(is_weights=torch.ones(2))
-    loss, priorities, _ = algo.loss(batch)
+    loss, priorities, _ = single_loss(algo, batch)
     assert torch.isfinite(loss) and priorities.shape == (2,)
     if not frames:
         moved = batch.replace(final_observation=batch.final_observation + 1.0)
-        assert not torch.allclose(algo.loss(moved)[0], loss)
-    assert algo.train(0, 2).updates == 2
+        assert not torch.allclose(single_loss(algo, moved)[0], loss)
+    assert algo.learn(2).updates == 2
 
 
 def test_a_batch_bootstrap_values_are_the_next_batch_first_acting_values():
@@ -332,9 +334,9 @@ def test_unrolls_cut_or_whole_give_one_pass_values_and_trained_steps_gradients()
 
     q_ref, _, states_ref = one_pass()
     grads_ref = torch.autograd.grad(q_ref[:trained].square().sum(), params)
-    for need_states in (False, True):
-        q_cut, states_cut = algo.unroll(model, batch, need_states)
-        q_whole, states_whole = algo.unroll(model, batch, need_states, grad=False)
+    for need_states, stepwise in itertools.product((False, True), (False, True)):
+        q_cut, states_cut = r2d1.unroll(algo.config, model, batch, need_states, stepwise)
+        q_whole, states_whole = r2d1.unroll(algo.config, model, batch, need_states, stepwise, grad=False)
         assert q_cut.shape == q_whole.shape == q_ref.shape
         torch.testing.assert_close(q_cut.detach(), q_ref.detach(), rtol=1e-6, atol=1e-6)
         torch.testing.assert_close(q_whole, q_ref.detach(), rtol=1e-6, atol=1e-6)
@@ -347,3 +349,32 @@ def test_unrolls_cut_or_whole_give_one_pass_values_and_trained_steps_gradients()
             ):
                 torch.testing.assert_close(cut.detach(), ref.detach(), rtol=1e-6, atol=1e-6)
                 torch.testing.assert_close(whole, ref.detach(), rtol=1e-6, atol=1e-6)
+
+
+def test_loss_is_a_function_of_its_inputs_only():
+    """The same inputs give the same loss, priorities and diagnostics whatever the learner has done
+    in between (updates, optimizer state, replay priorities, update credit): no mode is set on it."""
+    config = dataclasses.replace(SMALL, learning_starts_steps=16, batch_size_sequences=2)
+    torch.manual_seed(0)
+    algo = r2d1.Algo(config, r2d1.build_agent(config, OBS, ACT), 1, BatchSpec(8, 2))
+    for batch in _truncating_batches(False, 4):
+        algo.append_samples(batch)
+    storage = algo.replay.storage
+    items = np.flatnonzero(storage.valid(np.arange(storage.num_items)))[:2]
+    batch = storage.extract(items).replace(is_weights=torch.ones(2))
+    mode = r2d1.loss_mode(config, batch, measure=True, traced=False)
+    assert mode.time_limits is not None  # the branch a packed run takes apart from a single one
+    before = r2d1.loss(config, algo.model, algo.target_model, batch, mode)
+    weights = {k: v.clone() for k, v in algo.model.state_dict().items()}
+    target = {k: v.clone() for k, v in algo.target_model.state_dict().items()}
+    algo.learn(3)
+    algo.credit, algo.replay_steps = 123.0, 7
+    algo.model.load_state_dict(weights)
+    algo.target_model.load_state_dict(target)
+    after = r2d1.loss(config, algo.model, algo.target_model, batch, mode)
+    assert algo.updates == 3
+    assert torch.equal(before.loss, after.loss) and torch.equal(before.priorities, after.priorities)
+    assert before.diagnostics.keys() == after.diagnostics.keys() == {"q_mean", "td_abs_mean"}
+    assert all(torch.equal(before.diagnostics[k], after.diagnostics[k]) for k in before.diagnostics)
+    quiet = r2d1.loss(config, algo.model, algo.target_model, batch, mode._replace(measure=False))
+    assert torch.equal(quiet.loss, before.loss) and quiet.diagnostics == {}

@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from algorithms.agents.base import Agent
-from algorithms.algos.base import OptInfo
 from algorithms.arrays import NamedArrays
+from algorithms.learners.common import OptInfo
 
 
 @dataclass(frozen=True)

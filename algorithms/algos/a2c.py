@@ -31,7 +31,6 @@ import gymnasium as gym
 import torch
 
 from algorithms.agents.pg_agents import PgAgent, actor_critic_agent
-from algorithms.algos.base import OptInfo, PgLearner, RMSprop, anneal_fraction, validate_pg_config
 from algorithms.configs import check_field
 from algorithms.functional.advantages import (
     discounted_returns,
@@ -40,6 +39,8 @@ from algorithms.functional.advantages import (
     standardize_advantage,
 )
 from algorithms.functional.policy_losses import a2c_loss
+from algorithms.learners.common import OptInfo, RMSprop
+from algorithms.learners.policy_gradient import PgLearner, anneal_fraction, validate_pg_config
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ and the defaults differ. Rainbow minus noisy nets is a configuration of this alg
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import torch
@@ -27,6 +28,7 @@ from algorithms.algos import dqn
 from algorithms.arrays import NamedArrays
 from algorithms.configs import check_field
 from algorithms.functional.td import categorical_cross_entropy, categorical_target
+from algorithms.learners.q_replay import LossMode, LossOut
 from algorithms.models.heads import expected_q
 
 
@@ -62,26 +64,28 @@ def build_agent(config: Config, observation_space: gym.Space, action_space: gym.
     return dqn.q_agent(config, observation_space, action_space, config.n_atoms, config.support())
 
 
+def loss(config: Config, model: Any, target_model: Any, batch: NamedArrays, mode: LossMode) -> LossOut:
+    """Weighted cross-entropy to the projected target -> (loss, per-sample CE, diagnostics)."""
+    support = config.support().to(batch.return_n.device)
+    logits = model(batch.observation)  # [N, A, K]
+    index = torch.arange(logits.shape[0], device=logits.device)
+    logits_taken = logits[index, batch.action.long()]  # [N, K]
+    with torch.no_grad():
+        target_logits = target_model(batch.next_observation)
+        selector = model(batch.next_observation) if config.double else target_logits
+        best = expected_q(selector, support).argmax(dim=-1)
+        probs_next = torch.softmax(target_logits[index, best], dim=-1)
+        target_probs = categorical_target(batch.return_n, batch.discount_n, probs_next, support)
+    cross_entropy = categorical_cross_entropy(target_probs, logits_taken)
+    weighted = (batch.is_weights * cross_entropy).mean()
+    if not mode.measure:
+        return LossOut(weighted, cross_entropy.detach(), {})
+    q_taken = expected_q(logits_taken.detach().unsqueeze(-2), support).squeeze(-1)
+    return LossOut(weighted, cross_entropy.detach(), {"q_mean": q_taken.mean()})
+
+
 class Algo(dqn.Algo):
     """DQN's learner with the categorical loss."""
 
     diagnostic_keys = ("loss", "q_mean", "grad_norm")
-
-    def loss(self, batch: NamedArrays) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """Weighted cross-entropy to the projected target -> (loss, per-sample CE, diagnostics)."""
-        support = self.agent.support.to(batch.return_n.device)
-        logits = self.model(batch.observation)  # [N, A, K]
-        index = torch.arange(logits.shape[0], device=logits.device)
-        logits_taken = logits[index, batch.action.long()]  # [N, K]
-        with torch.no_grad():
-            target_logits = self.target_model(batch.next_observation)
-            selector = self.model(batch.next_observation) if self.config.double else target_logits
-            best = expected_q(selector, support).argmax(dim=-1)
-            probs_next = torch.softmax(target_logits[index, best], dim=-1)
-            target_probs = categorical_target(batch.return_n, batch.discount_n, probs_next, support)
-        cross_entropy = categorical_cross_entropy(target_probs, logits_taken)
-        loss = (batch.is_weights * cross_entropy).mean()
-        if not self.measuring:
-            return loss, cross_entropy.detach(), {}
-        q_taken = expected_q(logits_taken.detach().unsqueeze(-2), support).squeeze(-1)
-        return loss, cross_entropy.detach(), {"q_mean": q_taken.mean()}
+    loss_fn = staticmethod(loss)

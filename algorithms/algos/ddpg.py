@@ -23,9 +23,10 @@ import torch
 from torch.nn import functional as F
 
 from algorithms.agents.qpg_agents import DeterministicAgent
-from algorithms.algos.base import QpgAlgo, QpgConfig, require_action_space
 from algorithms.arrays import NamedArrays
 from algorithms.functional.policy_losses import q_target
+from algorithms.learners.common import require_action_space
+from algorithms.learners.qpg import QpgAlgo, QpgConfig
 from algorithms.models.policies import DeterministicPolicy
 
 

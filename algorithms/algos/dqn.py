@@ -17,26 +17,15 @@ been collected, runs one update per ``env_steps_per_update`` env steps (Nature: 
 
 from __future__ import annotations
 
-import copy
-import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
 import torch
-from torch import nn
 
 from algorithms.agents.dqn_agents import EpsilonGreedyAgent
 from algorithms.agents.epsilon import EpsilonSchedule
-from algorithms.algos.base import (
-    OptInfo,
-    QReplayLearner,
-    WithoutCompiler,
-    adam,
-    require_action_space,
-    run_step_hooks,
-)
 from algorithms.arrays import NamedArrays
 from algorithms.configs import check_field, check_ranges
 from algorithms.functional.td import (
@@ -46,13 +35,14 @@ from algorithms.functional.td import (
     select_action_values,
     squared_loss,
 )
+from algorithms.learners.common import OptInfo, WithoutCompiler, adam, require_action_space, run_step_hooks
+from algorithms.learners.q_replay import LossMode, LossOut, QReplayLearner
 from algorithms.models.dqn_model import QNetwork
 from algorithms.models.torsos import CONV_TORSOS
 from algorithms.replay.buffer import ReplayBuffer
 from algorithms.replay.observations import observations_for
 from algorithms.replay.selectors import PrioritizedSelector, UniformSelector
 from algorithms.replay.transitions import NSTEP_STEP_BYTES, TransitionStorage, transition_rows
-from algorithms.samplers.base import BatchSpec
 
 OPTIMIZERS = ("rmsprop", "adam")
 LOSSES = ("huber", "squared")
@@ -228,29 +218,37 @@ class CenteredRMSprop(WithoutCompiler, torch.optim.RMSprop):
             torch._foreach_addcdiv_(params, grads, avg, value=-group["lr"])
 
 
+def loss(config: Config, model: Any, target_model: Any, batch: NamedArrays, mode: LossMode) -> LossOut:
+    """Weighted TD loss of a minibatch -> (loss, |TD error| [batch] for priorities, diagnostics)."""
+    q = select_action_values(model(batch.observation), batch.action)
+    with torch.no_grad():
+        q_target_next = target_model(batch.next_observation)
+        if config.double:
+            q_online_next = model(batch.next_observation)
+            y = double_q_learning_target(batch.return_n, batch.discount_n, q_target_next, q_online_next)
+        else:
+            y = q_learning_target(batch.return_n, batch.discount_n, q_target_next)
+    td_error = q - y
+    elementwise = huber_loss(td_error) if config.loss == "huber" else squared_loss(td_error)
+    weighted = (batch.is_weights * elementwise).mean()
+    td_abs = td_error.detach().abs()
+    if not mode.measure:
+        return LossOut(weighted, td_abs, {})
+    return LossOut(weighted, td_abs, {"q_mean": q.detach().mean(), "td_abs_mean": td_abs.mean()})
+
+
 class Algo(QReplayLearner):
     """DQN learner: replay, target network, optimizer (see the module docstring)."""
 
     credit_key = "update_credit"
+    loss_fn = staticmethod(loss)
 
     # Reported on every optimize call (NaN before learning starts): loss, mean Q(s, a) of the
     # minibatch, mean |TD error|, gradient norm before clipping.
     diagnostic_keys: tuple[str, ...] = ("loss", "q_mean", "td_abs_mean", "grad_norm")
 
-    def __init__(
-        self, config: Config, agent: EpsilonGreedyAgent, counters_frameskip: int, batch_spec: BatchSpec
-    ):
-        self.config = config
-        self.agent = agent
-        self.model: nn.Module = agent.model
-        self.target_model = copy.deepcopy(self.model).requires_grad_(False)
-        self.optimizer = make_optimizer(config, self.model.parameters())
-        self.batch_spec = BatchSpec(*batch_spec)
-        self.replay: ReplayBuffer | None = None  # built from the first batch's example step
-        self.replay_steps = 0  # steps appended since the replay was empty (``replay_state_dict``)
-        self.updates = 0
-        self.credit = 0  # env steps not yet matched by an update
-        self.clip_grad_norm = config.clip_grad_norm if config.clip_grad_norm > 0 else math.inf
+    def make_optimizer(self, params: Any) -> torch.optim.Optimizer:
+        return make_optimizer(self.config, params)
 
     @staticmethod
     def check_replay(config: Config, num_envs: int, observation: np.ndarray) -> None:
@@ -282,25 +280,6 @@ class Algo(QReplayLearner):
             selector = UniformSelector(storage.num_items, seed=self.selector_seed())
         return ReplayBuffer(storage, selector)
 
-    # --- the loss -----------------------------------------------------------------------------------
-    def loss(self, batch: NamedArrays) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """Weighted TD loss of a minibatch -> (loss, |TD error| [batch] for priorities, diagnostics)."""
-        q = select_action_values(self.model(batch.observation), batch.action)
-        with torch.no_grad():
-            q_target_next = self.target_model(batch.next_observation)
-            if self.config.double:
-                q_online_next = self.model(batch.next_observation)
-                y = double_q_learning_target(batch.return_n, batch.discount_n, q_target_next, q_online_next)
-            else:
-                y = q_learning_target(batch.return_n, batch.discount_n, q_target_next)
-        td_error = q - y
-        elementwise = huber_loss(td_error) if self.config.loss == "huber" else squared_loss(td_error)
-        loss = (batch.is_weights * elementwise).mean()
-        td_abs = td_error.detach().abs()
-        if not self.measuring:
-            return loss, td_abs, {}
-        return loss, td_abs, {"q_mean": q.detach().mean(), "td_abs_mean": td_abs.mean()}
-
     # --- the loop -------------------------------------------------------------------------------------
     def take_samples(self, samples: NamedArrays) -> int:
         """Append the batch; once warm, one update is due per ``env_steps_per_update`` env steps."""
@@ -316,7 +295,7 @@ class Algo(QReplayLearner):
         self.ensure_replay(samples).append(samples)
         self.replay_steps += samples.reward.numel()
 
-    def minibatch(self) -> tuple[int, bool]:
+    def draw_spec(self) -> tuple[int, bool]:
         return self.config.batch_size, self.config.prioritized
 
     def opt_info(self, n_updates: int, diagnostics: dict[str, float]) -> OptInfo:

@@ -31,7 +31,6 @@ import gymnasium as gym
 import torch
 
 from algorithms.agents.pg_agents import PgAgent, RecurrentPgAgent, actor_critic_agent
-from algorithms.algos.base import OptInfo, PgLearner, adam, anneal_fraction, validate_pg_config
 from algorithms.arrays import NamedArrays
 from algorithms.functional.advantages import (
     explained_variance,
@@ -39,7 +38,13 @@ from algorithms.functional.advantages import (
     standardize_advantage,
 )
 from algorithms.functional.policy_losses import approx_kl, entropy_bonus, ppo_clipped_surrogate, value_loss
-from algorithms.learners.policy_gradient import minibatch_epochs
+from algorithms.learners.common import OptInfo, adam
+from algorithms.learners.policy_gradient import (
+    PgLearner,
+    anneal_fraction,
+    minibatch_epochs,
+    validate_pg_config,
+)
 
 
 @dataclass(frozen=True)
@@ -132,9 +137,9 @@ class Algo(PgLearner):
             group["lr"] = learning_rate
         # Each epoch's permutation drawn as the epoch starts: none after a KL stop.
         orders = (minibatch_indices(n_items, self.n_minibatches) for _ in range(self.config.epochs))
-        stepper = Minibatches(self, batch, clip_epsilon)
+        grad_step = Minibatches(self, batch, clip_epsilon)
         totals, updates, stopped_early = minibatch_epochs(
-            stepper, orders, MINIBATCH_DIAGNOSTICS, self.config.target_kl
+            grad_step, orders, MINIBATCH_DIAGNOSTICS, self.config.target_kl
         )
         means = {key: float(total) / updates if updates else float("nan") for key, total in totals.items()}
         return self.opt_info(batch, updates, means, stopped_early)
@@ -228,7 +233,7 @@ class Algo(PgLearner):
 
 
 class Minibatches:
-    """A single run's ``MinibatchStepper``: the minibatches of ``batch``, each loss backpropagated and
+    """A single run's ``MinibatchGradStep``: the minibatches of ``batch``, each loss backpropagated and
     one clipped optimizer step (``PgLearner.clipped_step``)."""
 
     def __init__(self, algo: Algo, batch: NamedArrays, clip_epsilon: float) -> None:

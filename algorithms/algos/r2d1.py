@@ -43,25 +43,23 @@ R2D1 runs deviate from R2D2"):
 
 from __future__ import annotations
 
-import copy
-import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
 import torch
-from torch import nn
 
 from algorithms.agents.dqn_agents import R2D1Agent
 from algorithms.agents.epsilon import EpsilonSchedule
-from algorithms.algos.base import OptInfo, QReplayLearner, adam, require_action_space
 from algorithms.algos.r2d1_targets import initial_sequence_priorities, sampler_td_errors, targets
 from algorithms.arrays import NamedArrays, concatenate
 from algorithms.configs import check_field, check_ranges
 from algorithms.functional.priorities import sequence_priority
 from algorithms.functional.td import select_action_values
 from algorithms.functional.value_rescaling import VALUE_TRANSFORMS
+from algorithms.learners.common import OptInfo, require_action_space
+from algorithms.learners.q_replay import LossMode, LossOut, QReplayLearner
 from algorithms.models.r2d1_model import R2D1Model
 from algorithms.models.torsos import CONV_TORSOS
 from algorithms.replay.buffer import ReplayBuffer
@@ -69,7 +67,6 @@ from algorithms.replay.observations import observations_for
 from algorithms.replay.selectors import PrioritizedSelector
 from algorithms.replay.sequences import SequenceStorage, sequence_rows
 from algorithms.resume import tree_from_state, tree_state
-from algorithms.samplers.base import BatchSpec
 
 
 @dataclass(frozen=True)
@@ -215,28 +212,153 @@ def build_agent(config: Config, observation_space: gym.Space, action_space: gym.
     return R2D1Agent(model, observation_space, action_space, config.epsilon_schedule)
 
 
+def unroll(
+    config: Config, model: Any, batch: NamedArrays, need_states: bool, stepwise: bool, grad: bool = True
+) -> tuple[torch.Tensor, Any]:
+    """Q-values [T + n, B, A] of the steps after the burn-in (with per-step states when
+    ``need_states``), the state burnt in from the stored one and reset where an episode begins.
+
+    With ``grad`` (the online network) only the T trained steps carry a gradient: the burn-in
+    and the n bootstrap steps after them, whose values only pick the double-Q action, run without
+    one, so the backward pass skips their rows (a third of the rows past the burn-in at the
+    MinAtar scale, T = 10, n = 5). Without ``grad`` (the target network) the whole sequence is one
+    pass. The values are those of one pass in every case; each cut costs each layer one more call
+    (about 0.7 of 8.7 CPU ms for a target unroll at the MinAtar scale)."""
+    burn, trained = config.burn_in_steps, config.sequence_length_steps
+
+    def run(steps: slice, state: Any, states: bool) -> tuple:
+        """``model`` over the ``steps`` of ``batch`` from ``state``: (q, next state[, per-step states])."""
+        return model(
+            batch.observation[steps],
+            batch.prev_action[steps],
+            batch.prev_reward[steps],
+            state,
+            reset=batch.episode_start[steps],
+            return_states=states,
+            stepwise=stepwise,
+        )
+
+    if not grad:
+        with torch.no_grad():
+            q, _, *states = run(slice(None), batch.init_state, need_states)
+        return q[burn:], (states[0][burn:] if need_states else None)
+    state = batch.init_state
+    if burn:
+        with torch.no_grad():
+            _, state = run(slice(None, burn), state, False)
+    q, state, *states = run(slice(burn, burn + trained), state, need_states)
+    with torch.no_grad():
+        q_tail, _, *tail = run(slice(burn + trained, None), state, need_states)
+    return torch.cat([q, q_tail]), (concatenate([states[0], tail[0]]) if need_states else None)
+
+
+def final_observation_values(
+    config: Config, model: Any, batch: NamedArrays, states: NamedArrays, where: Any, stepwise: bool
+) -> torch.Tensor:
+    """Q-values [k, A] at the true final observations of the time-limit steps ``where`` (t, b), or
+    with ``where`` None at every step t < T + n - 1 of every sequence, [T + n - 1, B, A]."""
+    burn = config.burn_in_steps
+    if where is not None:
+        t, b = where
+        return model(
+            batch.final_observation[burn + t, b],
+            batch.action[burn + t, b],
+            batch.reward[burn + t, b],
+            states[t, b],
+            stepwise=stepwise,
+        )[0]
+    steps = slice(burn, burn + config.sequence_length_steps + config.n_step - 1)
+    lead = batch.action[steps].shape
+    flat = batch[steps].map(lambda x: x.reshape(-1, *x.shape[2:]))
+    before = states[: lead[0]].map(lambda x: x.reshape(-1, *x.shape[2:]))
+    q = model(flat.final_observation, flat.action, flat.reward, before, stepwise=stepwise)[0]
+    return q.reshape(*lead, -1)
+
+
+EVERY_STEP = "every step"  # ``LossMode.time_limits``: the data-independent form
+
+
+def loss_mode(config: Config, batch: NamedArrays, measure: bool, traced: bool) -> LossMode:
+    """Where the sequences of ``batch`` ([..., L, B]) have a time limit at which ``loss`` bootstraps
+    from the true final observation, read from the data outside the loss: the steps (t, b), or
+    under a transform ``EVERY_STEP`` when any sequence has one (the loss cannot read the data there)."""
+    time_limits = None
+    if "final_observation" in batch:
+        burn = config.burn_in_steps
+        window = batch.truncated[..., burn : burn + config.sequence_length_steps + config.n_step - 1, :]
+        if traced:
+            time_limits = EVERY_STEP if bool(window.any()) else None
+        else:
+            where = torch.nonzero(window, as_tuple=True)
+            time_limits = where if where[0].numel() > 0 else None
+    return LossMode(measure=measure, traced=traced, time_limits=time_limits)
+
+
+def loss(config: Config, model: Any, target_model: Any, batch: NamedArrays, mode: LossMode) -> LossOut:
+    """Importance-weighted squared TD loss of the trained steps -> (loss, priorities [B], diagnostics)."""
+    c = config
+    burn, T = c.burn_in_steps, c.sequence_length_steps
+    rest = slice(burn, None)
+    reward, terminated, truncated = batch.reward[rest], batch.terminated[rest], batch.truncated[rest]
+    valid = torch.ones_like(terminated[:T])
+    if "final_observation" not in batch:
+        # No final frame kept: a window reaching a time limit stops one step before it and bootstraps
+        # from the time-limit step's own observation, which is not trained on itself (as in
+        # replay/transitions.py).
+        cut = torch.zeros_like(truncated)
+        cut[:-1] = truncated[1:]
+        valid = ~truncated[:T]
+        truncated = cut
+    need_states = mode.time_limits is not None
+    where = None if isinstance(mode.time_limits, str) else mode.time_limits
+    q_all, states = unroll(c, model, batch, need_states, mode.traced)
+    with torch.no_grad():
+        q_target_all, target_states = unroll(c, target_model, batch, need_states, mode.traced, grad=False)
+        online = q_all.detach().clone()
+        if need_states:
+            # Windows ending in a time limit at t bootstrap from Q at index t + 1, which holds the next
+            # episode's first step: put the true final observation's values there (Pardo et al. 2018).
+            online_final = final_observation_values(c, model, batch, states, where, mode.traced)
+            target_final = final_observation_values(c, target_model, batch, target_states, where, mode.traced)
+            if where is not None:
+                online[where[0] + 1, where[1]] = online_final
+                q_target_all[where[0] + 1, where[1]] = target_final
+            else:
+                span = truncated[: T + c.n_step - 1]
+                at, after = span.unsqueeze(-1), slice(1, span.shape[0] + 1)
+                online[after] = torch.where(at, online_final, online[after])
+                q_target_all[after] = torch.where(at, target_final, q_target_all[after])
+        best = online.argmax(dim=-1, keepdim=True)  # double Q-learning: the online net selects
+        q_bootstrap = torch.cat(
+            [q_target_all.gather(-1, best).squeeze(-1), q_target_all.new_zeros(1, q_all.shape[1])]
+        )
+        y = targets(c, reward, terminated, truncated, q_bootstrap, c.n_step)[:T]
+    q = select_action_values(q_all[:T], batch.action[rest][:T])
+    delta = q - y
+    valid_f = valid.to(delta.dtype)
+    weighted = (0.5 * delta**2 * valid_f * batch.is_weights).sum() / valid_f.sum().clamp(min=1.0)
+    priorities = sequence_priority(delta.detach(), c.priority_eta, valid, check_valid=not mode.traced)
+    if not mode.measure:
+        return LossOut(weighted, priorities, {})
+    diagnostics = {"q_mean": q.detach().mean(), "td_abs_mean": delta.detach().abs().mean()}
+    return LossOut(weighted, priorities, diagnostics)
+
+
 class Algo(QReplayLearner):
     """R2D1 learner: prioritized sequence replay with stored states, burn-in, target net, Adam."""
 
     credit_key = "replay_credit"
+    credit_type = float  # replayed steps owed to the replay-ratio target
     # Reported on every optimize call (NaN before learning starts).
     diagnostic_keys: tuple[str, ...] = ("loss", "q_mean", "td_abs_mean", "grad_norm")
     # Every update: beside an R2D1 update (tens of ms) the diagnostics cost nothing measurable, and
     # a short run's progress rows hold only a few updates each.
     diagnostic_period = 1
+    loss_fn = staticmethod(loss)
+    loss_mode = staticmethod(loss_mode)
 
-    def __init__(self, config: Config, agent: R2D1Agent, counters_frameskip: int, batch_spec: BatchSpec):
-        self.config = config
-        self.agent = agent
-        self.model: R2D1Model = agent.model
-        self.target_model = copy.deepcopy(self.model).requires_grad_(False)
-        self.optimizer = adam(self.model.parameters(), config.learning_rate, config.optimizer_eps)
-        self.batch_spec = BatchSpec(*batch_spec)
-        self.replay: ReplayBuffer | None = None  # built from the first batch's example step
-        self.replay_steps = 0  # steps appended since the replay was empty (``replay_state_dict``)
-        self.updates = 0
-        self.clip_grad_norm = config.clip_grad_norm if config.clip_grad_norm > 0 else math.inf
-        self.credit = 0.0  # replayed steps owed to the replay-ratio target
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
         # Sampler |TD errors| of the newest rows, [rows, B], from absolute row _td_first_row on: the
         # initial priority of a sequence needs its trained steps, which span several sampler batches.
         self._td_history = torch.zeros(0, self.batch_spec.B)
@@ -344,138 +466,6 @@ class Algo(QReplayLearner):
         self._td_first_row = int(state["td_first_row"])
         self._pending = tree_from_state(state["pending"])
 
-    # --- the loss -----------------------------------------------------------------------------------
-    def unroll(
-        self, model: nn.Module, batch: NamedArrays, need_states: bool, grad: bool = True
-    ) -> tuple[torch.Tensor, Any]:
-        """Q-values [T + n, B, A] of the steps after the burn-in (with per-step states when
-        ``need_states``), the state burnt in from the stored one and reset where an episode begins.
-
-        With ``grad`` (the online network) only the T trained steps carry a gradient: the burn-in
-        and the n bootstrap steps after them, whose values only pick the double-Q action, run without
-        one, so the backward pass skips their rows (a third of the rows past the burn-in at the
-        MinAtar scale, T = 10, n = 5). Without ``grad`` (the target network) the whole sequence is one
-        pass. The values are those of one pass in every case; each cut costs each layer one more call
-        (about 0.7 of 8.7 CPU ms for a target unroll at the MinAtar scale)."""
-        c = self.config
-        burn, trained = c.burn_in_steps, c.sequence_length_steps
-        if not grad:
-            with torch.no_grad():
-                q, _, *states = self._pass(model, batch, slice(None), batch.init_state, need_states)
-            return q[burn:], (states[0][burn:] if need_states else None)
-        state = batch.init_state
-        if burn:
-            with torch.no_grad():
-                _, state = self._pass(model, batch, slice(None, burn), state, False)
-        q, state, *states = self._pass(model, batch, slice(burn, burn + trained), state, need_states)
-        with torch.no_grad():
-            q_tail, _, *tail = self._pass(model, batch, slice(burn + trained, None), state, need_states)
-        return torch.cat([q, q_tail]), (concatenate([states[0], tail[0]]) if need_states else None)
-
-    @staticmethod
-    def _pass(model: nn.Module, batch: NamedArrays, steps: slice, state: Any, need_states: bool) -> tuple:
-        """``model`` over the ``steps`` of ``batch`` from ``state``: (q, next state[, per-step states])."""
-        return model(
-            batch.observation[steps],
-            batch.prev_action[steps],
-            batch.prev_reward[steps],
-            state,
-            reset=batch.episode_start[steps],
-            return_states=need_states,
-        )
-
-    def final_observation_values(
-        self, model: nn.Module, batch: NamedArrays, states: NamedArrays, where: Any
-    ) -> torch.Tensor:
-        """Q-values [k, A] at the true final observations of the time-limit steps ``where`` (t, b), or
-        with ``where`` None at every step t < T + n - 1 of every sequence, [T + n - 1, B, A]."""
-        burn = self.config.burn_in_steps
-        if where is not None:
-            t, b = where
-            return model(
-                batch.final_observation[burn + t, b],
-                batch.action[burn + t, b],
-                batch.reward[burn + t, b],
-                states[t, b],
-            )[0]
-        steps = slice(burn, burn + self.config.sequence_length_steps + self.config.n_step - 1)
-        lead = batch.action[steps].shape
-        flat = batch[steps].map(lambda x: x.reshape(-1, *x.shape[2:]))
-        before = states[: lead[0]].map(lambda x: x.reshape(-1, *x.shape[2:]))
-        q = model(flat.final_observation, flat.action, flat.reward, before)[0]
-        return q.reshape(*lead, -1)
-
-    def data_branches(self, batch: NamedArrays) -> dict[str, Any]:
-        """Whether any sequence of ``batch`` [..., L, B] has a time limit where the loss bootstraps
-        from its final observation (``loss`` otherwise finds where by reading the data)."""
-        c = self.config
-        if "final_observation" not in batch:
-            return {"any_time_limit": False}
-        window = batch.truncated[
-            ..., c.burn_in_steps : c.burn_in_steps + c.sequence_length_steps + c.n_step - 1, :
-        ]
-        return {"any_time_limit": bool(window.any())}
-
-    any_time_limit = False  # set with ``data_independent`` (``data_branches``)
-
-    def loss(self, batch: NamedArrays) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """Importance-weighted squared TD loss of the trained steps -> (loss, priorities [B], diagnostics)."""
-        c = self.config
-        burn, T = c.burn_in_steps, c.sequence_length_steps
-        rest = slice(burn, None)
-        reward, terminated, truncated = batch.reward[rest], batch.terminated[rest], batch.truncated[rest]
-        full_observations = "final_observation" in batch
-        valid = torch.ones_like(terminated[:T])
-        if not full_observations:
-            # No final frame kept: a window reaching a time limit stops one step before it and bootstraps
-            # from the time-limit step's own observation, which is not trained on itself (as in
-            # replay/transitions.py).
-            cut = torch.zeros_like(truncated)
-            cut[:-1] = truncated[1:]
-            valid = ~truncated[:T]
-            truncated = cut
-        span = truncated[: T + c.n_step - 1]
-        where = None
-        if not full_observations:
-            need_states = False
-        elif self.data_independent:  # the values at every step, kept where a time limit is (below)
-            need_states = self.any_time_limit
-        else:
-            where = torch.nonzero(span, as_tuple=True)
-            need_states = where[0].numel() > 0
-        q_all, states = self.unroll(self.model, batch, need_states)
-        with torch.no_grad():
-            q_target_all, target_states = self.unroll(self.target_model, batch, need_states, grad=False)
-            online = q_all.detach().clone()
-            if need_states:
-                # Windows ending in a time limit at t bootstrap from Q at index t + 1, which holds the next
-                # episode's first step: put the true final observation's values there (Pardo et al. 2018).
-                online_final = self.final_observation_values(self.model, batch, states, where)
-                target_final = self.final_observation_values(self.target_model, batch, target_states, where)
-                if where is not None:
-                    online[where[0] + 1, where[1]] = online_final
-                    q_target_all[where[0] + 1, where[1]] = target_final
-                else:
-                    at, after = span.unsqueeze(-1), slice(1, span.shape[0] + 1)
-                    online[after] = torch.where(at, online_final, online[after])
-                    q_target_all[after] = torch.where(at, target_final, q_target_all[after])
-            best = online.argmax(dim=-1, keepdim=True)  # double Q-learning: the online net selects
-            q_bootstrap = torch.cat(
-                [q_target_all.gather(-1, best).squeeze(-1), q_target_all.new_zeros(1, q_all.shape[1])]
-            )
-            y = targets(c, reward, terminated, truncated, q_bootstrap, c.n_step)[:T]
-        q = select_action_values(q_all[:T], batch.action[rest][:T])
-        delta = q - y
-        valid_f = valid.to(delta.dtype)
-        loss = (0.5 * delta**2 * valid_f * batch.is_weights).sum() / valid_f.sum().clamp(min=1.0)
-        priorities = sequence_priority(
-            delta.detach(), c.priority_eta, valid, check_valid=not self.data_independent
-        )
-        if not self.measuring:
-            return loss, priorities, {}
-        diagnostics = {"q_mean": q.detach().mean(), "td_abs_mean": delta.detach().abs().mean()}
-        return loss, priorities, diagnostics
-
     # --- the loop -------------------------------------------------------------------------------------
     def take_samples(self, samples: NamedArrays) -> int:
         """Append the batch; once warm, as many updates are due as the replay-ratio target owes."""
@@ -489,7 +479,7 @@ class Algo(QReplayLearner):
         self.credit -= n_updates * per_update
         return n_updates
 
-    def minibatch(self) -> tuple[int, bool]:
+    def draw_spec(self) -> tuple[int, bool]:
         return self.config.batch_size_sequences, True
 
     def opt_info(self, n_updates: int, diagnostics: dict[str, float]) -> OptInfo:

@@ -25,9 +25,10 @@ import torch
 from torch.nn import functional as F
 
 from algorithms.agents.qpg_agents import SquashedGaussianAgent
-from algorithms.algos.base import QpgAlgo, QpgConfig, require_action_space
 from algorithms.arrays import NamedArrays
 from algorithms.functional.policy_losses import sac_temperature_loss, soft_q_target
+from algorithms.learners.common import require_action_space
+from algorithms.learners.qpg import QpgAlgo, QpgConfig
 from algorithms.models.policies import TanhGaussianPolicy
 
 

@@ -24,9 +24,9 @@ from torch.nn import functional as F
 
 from algorithms.agents.qpg_agents import DeterministicAgent
 from algorithms.algos import ddpg
-from algorithms.algos.base import QpgAlgo
 from algorithms.arrays import NamedArrays
 from algorithms.functional.policy_losses import clipped_double_q_target, smoothed_target_action
+from algorithms.learners.qpg import QpgAlgo
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
-"""What an algorithm's ``optimize`` returns to the runner (docs/ARCHITECTURE.md, Contract 4) and the
-optimizer pieces every algorithm uses: the fused Adam and the mixin that keeps optimizers off the
-compiler stack and the per-step profiling wrapper.
+"""What an algorithm's ``optimize`` returns to the runner (docs/ARCHITECTURE.md, Contract 4), the
+optimizer pieces every algorithm uses (the fused Adam, the mixin that keeps optimizers off the
+compiler stack, the per-step profiling wrapper) and the action-space check of ``build_agent``.
 """
 
 from __future__ import annotations
@@ -10,8 +10,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import gymnasium as gym
 import torch
 from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+
+
+def require_action_space(action_space: gym.Space, kind: type[gym.Space], family: str) -> None:
+    """``ValueError`` (one line; the planner's ``check_model_fits`` makes it a ``ConfigError``) unless
+    the env's actions are ``kind`` (a 1-D ``Box`` for continuous control): an algorithm built for
+    the other kind fails inside its model with an AttributeError otherwise."""
+    flat = kind is not gym.spaces.Box or len(getattr(action_space, "shape", ()) or ()) == 1
+    if not (isinstance(action_space, kind) and flat):
+        shape = "1-D " if kind is gym.spaces.Box else ""
+        raise ValueError(f"{family} takes {shape}{kind.__name__} actions; this env's are {action_space}")
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """What the actor-critic policy gradients (A2C, PPO) share: the learning-rate schedule, the config
 checks, the learner's optimizer and checkpoint, and PPO's epochs of minibatch steps
-(``minibatch_epochs``), which single and packed runs share through a ``MinibatchStepper``: a
+(``minibatch_epochs``), which single and packed runs share through a ``MinibatchGradStep``: a
 single run's backpropagates through ``ppo.Algo.minibatch_loss``, a packed run's
 (``algorithms.packed.learners``) computes K members' gradients at once.
 """
@@ -79,7 +79,7 @@ class PgLearner:
         self.optimizer.load_state_dict(state["optimizer"])
 
 
-class MinibatchStepper(Protocol):
+class MinibatchGradStep(Protocol):
     """The seam between ``minibatch_epochs`` and the run kind: one minibatch's loss and step."""
 
     def loss(self, indices: Any) -> tuple[Any, dict[str, torch.Tensor]]:
@@ -91,7 +91,7 @@ class MinibatchStepper(Protocol):
 
 
 def minibatch_epochs(
-    stepper: MinibatchStepper, orders: Iterable[Iterable[Any]], keys: Sequence[str], target_kl: float
+    grad_step: MinibatchGradStep, orders: Iterable[Iterable[Any]], keys: Sequence[str], target_kl: float
 ) -> tuple[dict[str, Any], int, bool]:
     """One optimizer step per minibatch of each epoch (``orders``: per epoch, the minibatches'
     indices, drawn when the epoch starts), stopped before the step whose approximate KL to the
@@ -102,10 +102,10 @@ def minibatch_epochs(
     updates = 0
     for order in orders:
         for indices in order:
-            loss, values = stepper.loss(indices)
+            loss, values = grad_step.loss(indices)
             if target_kl > 0 and values["approx_kl"].item() > 1.5 * target_kl:
                 return totals, updates, True
-            values["grad_norm"] = stepper.step(loss)
+            values["grad_norm"] = grad_step.step(loss)
             updates += 1
             for key in keys:
                 totals[key] = totals[key] + values[key].detach()

@@ -1,11 +1,19 @@
-"""Q-learning from replay: the learner state and update loop DQN (C51, Rainbow) and R2D1 share, in
+"""Q-learning from replay: the learner DQN (C51, Rainbow) and R2D1 share, and its update loop for
 single and packed runs (``replay_updates``).
 
-One update: every member draws a minibatch from its own replay; the stepper computes the loss's
-gradient and takes one clipped optimizer step (``Stepper``); each member writes the new priorities
-of the items it drew and counts the update; every ``target_update_period_updates`` updates the
-target network becomes a copy of the online one. A single run is one member with
-``SingleStepper``; a packed run's stepper (``algorithms.packed.learners``) steps K members at once.
+An algorithm's loss is a function of its inputs only (``LossFn``):
+``loss(config, model, target_model, batch, mode) -> LossOut``. What a caller may choose (whether
+to measure the diagnostics, whether the loss runs under a ``torch.func`` transform, where R2D1's
+time limits are) comes in ``mode``, a ``LossMode`` built outside the loss by the learner's
+``loss_mode``; nothing is read from the learner. A single run and a packed one call the same loss:
+the single run with the online and target networks as modules (``SingleGradStep``), the packed run
+with them as functions of one member's slice of the stacked parameters, under
+``vmap(grad(...))`` (``algorithms.packed.learners``).
+
+One update: every member draws a minibatch from its own replay; the gradient step computes the
+loss's gradient and takes one clipped optimizer step (``GradStep``); each member writes the new
+priorities of the items it drew and counts the update; every ``target_update_period_updates``
+updates the target network becomes a copy of the online one.
 
 The loss is read on every update; the other diagnostics (the loss's own, ``grad_norm``) are measured
 on every ``diagnostic_period``-th update of the run, as CleanRL logs its losses at intervals: on Young
@@ -16,23 +24,52 @@ then a mean over every tenth of its updates (R2D1 measures every update: ``diagn
 
 from __future__ import annotations
 
+import copy
 import math
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 import torch
 
+from algorithms.agents.base import Agent
 from algorithms.arrays import NamedArrays, to_torch
-from algorithms.learners.common import OptInfo, nonfinite_loss
+from algorithms.learners.common import OptInfo, adam, nonfinite_loss
 from algorithms.replay.buffer import ReplayBuffer
 from algorithms.replay.observations import observations_for
 from algorithms.resume import tree_from_state, tree_state
+from algorithms.samplers.base import BatchSpec
 
 # One member's replay draw: (minibatch, drawn items, importance-sampling weights).
 Draw = tuple[NamedArrays, Any, Any]
 
 
-class Stepper(Protocol):
+class LossMode(NamedTuple):
+    """What a loss is told by its caller rather than finding out itself."""
+
+    # The diagnostics beyond the loss (``q_mean``, ...) are computed: every ``diagnostic_period``-th
+    # update (module docstring).
+    measure: bool = True
+    # Under a ``torch.func`` transform (a packed run): no branch may read the data, and R2D1's LSTM
+    # runs step by step (``models.recurrent.stepwise_lstm``), which the transforms can batch.
+    traced: bool = False
+    # R2D1 only, where the batch keeps the true final observations of time-limit steps: None = no
+    # time limit in the window; (t, b) = the steps that have one; "every step" = the values at every
+    # step, kept by ``torch.where`` where a time limit is (the data-independent form, ``traced``).
+    time_limits: Any = None
+
+
+class LossOut(NamedTuple):
+    loss: torch.Tensor  # 0-dim
+    priorities: torch.Tensor  # [B]: the new priority of each item of the batch
+    diagnostics: dict[str, torch.Tensor]  # 0-dim each; {} unless ``mode.measure``
+
+
+# ``loss(config, model, target_model, batch, mode)``; ``model`` and ``target_model`` are callables
+# (modules, or functions of one member's parameters in a packed run).
+LossFn = Callable[[Any, Callable[..., Any], Callable[..., Any], NamedArrays, LossMode], LossOut]
+
+
+class GradStep(Protocol):
     """The seam between the update loop and the run kind: one update's gradient and optimizer step."""
 
     # Whether a member whose loss is not finite stops (a packed run's other members go on) or trains
@@ -42,24 +79,24 @@ class Stepper(Protocol):
     def batch(self, draws: list[Draw]) -> NamedArrays:
         """The loss's input from the members' draws, on the learner's device."""
 
-    def step(self, batch: NamedArrays) -> tuple[dict[str, torch.Tensor], Any]:
-        """Gradient and optimizer step on ``batch``. Returns the diagnostics (``loss``, and where the
-        learners are ``measuring`` also the loss's others and ``grad_norm``: 0-dim tensors for one
-        member, ``[K]`` for K) and the new priorities indexable by member."""
+    def step(self, batch: NamedArrays, measure: bool) -> tuple[dict[str, torch.Tensor], Any]:
+        """Gradient and optimizer step on ``batch``. Returns the diagnostics (``loss``, and with
+        ``measure`` also the loss's others and ``grad_norm``: 0-dim tensors for one member, ``[K]``
+        for K) and the new priorities indexable by member."""
 
     def sync_targets(self) -> None:
         """The hard target update: target <- online."""
 
 
 def replay_updates(
-    learners: Sequence[Any], members: Sequence[int], n_updates: int, stepper: Stepper
+    learners: Sequence[QReplayLearner], members: Sequence[int], n_updates: int, grad_step: GradStep
 ) -> tuple[dict[int, dict[str, float]], dict[int, str]]:
     """``n_updates`` updates of the ``members`` (indices into ``learners``, ascending) still
     training; each member's diagnostics averaged over its updates, and the members that stopped
-    (``Stepper.stops_failed``) with why. A stopped member still draws (fixed shapes), but its
+    (``GradStep.stops_failed``) with why. A stopped member still draws (fixed shapes), but its
     priorities and update count are not written from then on."""
     first = learners[members[0]]
-    batch_size, update_priorities = first.minibatch()
+    batch_size, update_priorities = first.draw_spec()
     keys = first.diagnostic_keys
     loss_at = keys.index("loss")
     period, diagnostic_period = first.config.target_update_period_updates, first.diagnostic_period
@@ -69,41 +106,35 @@ def replay_updates(
     failures: dict[int, str] = {}
     live = list(members)
     done = first.updates  # every live member's count: they update in lockstep
-    try:
-        for _ in range(n_updates):
-            measuring = done % diagnostic_period == 0
-            for learner in learners:
-                learner.measuring = measuring
-            draws = [learner.replay.sample(batch_size) for learner in learners]
-            info, priorities = stepper.step(stepper.batch(draws))
-            # One conversion for all of them: a float() per 0-dim tensor costs a few us each.
-            if measuring:
-                rows = torch.stack([info[key] for key in keys], dim=-1).reshape(-1, len(keys)).tolist()
-                losses = [row[loss_at] for row in rows]
+    for _ in range(n_updates):
+        measure = done % diagnostic_period == 0
+        draws = [learner.replay.sample(batch_size) for learner in learners]
+        info, priorities = grad_step.step(grad_step.batch(draws), measure)
+        # One conversion for all of them: a float() per 0-dim tensor costs a few us each.
+        if measure:
+            rows = torch.stack([info[key] for key in keys], dim=-1).reshape(-1, len(keys)).tolist()
+            losses = [row[loss_at] for row in rows]
+        else:
+            losses = info["loss"].reshape(-1).tolist()
+        for k in live:
+            if grad_step.stops_failed and not math.isfinite(losses[k]):
+                mean = means(keys, sums[k], counts[k], measured[k])
+                failures[k] = nonfinite_loss(losses[k], mean, learners[k].updates + 1)
+                continue
+            if update_priorities:
+                learners[k].replay.update_priorities(draws[k][1], priorities[k].cpu())
+            learners[k].updates += 1
+            counts[k] += 1
+            if measure:
+                measured[k] += 1
+                sums[k] = [total + value for total, value in zip(sums[k], rows[k])]
             else:
-                losses = info["loss"].reshape(-1).tolist()
-            for k in live:
-                if stepper.stops_failed and not math.isfinite(losses[k]):
-                    mean = means(keys, sums[k], counts[k], measured[k])
-                    failures[k] = nonfinite_loss(losses[k], mean, learners[k].updates + 1)
-                    continue
-                if update_priorities:
-                    learners[k].replay.update_priorities(draws[k][1], priorities[k].cpu())
-                learners[k].updates += 1
-                counts[k] += 1
-                if measuring:
-                    measured[k] += 1
-                    sums[k] = [total + value for total, value in zip(sums[k], rows[k])]
-                else:
-                    sums[k][loss_at] += losses[k]
-            if failures:
-                live = [k for k in live if k not in failures]
-            done += 1
-            if done % period == 0:
-                stepper.sync_targets()
-    finally:
-        for learner in learners:
-            learner.measuring = True
+                sums[k][loss_at] += losses[k]
+        if failures:
+            live = [k for k in live if k not in failures]
+        done += 1
+        if done % period == 0:
+            grad_step.sync_targets()
     return {k: means(keys, sums[k], counts[k], measured[k]) for k in members}, failures
 
 
@@ -116,14 +147,16 @@ def means(keys: Sequence[str], sums: list[float], count: int, measured: int) -> 
     }
 
 
-class SingleStepper:
-    """A single run's update step: backpropagation through the learner's ``loss``, the gradient
+class SingleGradStep:
+    """A single run's gradient step: backpropagation through the algorithm's loss, the gradient
     clipped (``QReplayLearner.clip_gradients``), one step of its optimizer."""
 
     stops_failed = False
 
     def __init__(self, learner: QReplayLearner) -> None:
         self.learner = learner
+        # Read once: reading it walks the model's parameters, as costly as the loop's own work. The
+        # runners move the agent to its device before they build the learner.
         self.device = learner.agent.device
 
     def batch(self, draws: list[Draw]) -> NamedArrays:
@@ -133,12 +166,13 @@ class SingleStepper:
             batch = batch.to_torch(self.device)
         return batch
 
-    def step(self, batch: NamedArrays) -> tuple[dict[str, torch.Tensor], Any]:
-        learner = self.learner
-        loss, priorities, info = learner.loss(batch)
+    def step(self, batch: NamedArrays, measure: bool) -> tuple[dict[str, torch.Tensor], Any]:
+        learner, config = self.learner, self.learner.config
+        mode = learner.loss_mode(config, batch, measure=measure, traced=False)
+        loss, priorities, info = learner.loss_fn(config, learner.model, learner.target_model, batch, mode)
         learner.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        norm = learner.clip_gradients()
+        norm = learner.clip_gradients(measure)
         if norm is not None:
             info["grad_norm"] = norm
         learner.optimizer.step()
@@ -150,11 +184,15 @@ class SingleStepper:
 
 
 class QReplayLearner:
-    """The learner state DQN (with C51 and Rainbow) and R2D1 share: the warm-up test, the replay's
-    storage and selector seed, the checkpoint, and a single run's ``updates`` minibatch steps
-    (``replay_updates`` with ``SingleStepper``), each a replay draw, ``loss(batch) -> (loss,
-    priorities, info)``, one clipped optimizer step, new priorities for the drawn items and the
-    periodic hard target sync.
+    """The learner DQN (with C51 and Rainbow) and R2D1 share: model, target network, optimizer and
+    replay; the warm-up test, the replay's storage and selector seed, the checkpoint, and a single
+    run's updates (``replay_updates`` with ``SingleGradStep``), each a replay draw, the algorithm's
+    ``loss_fn``, one clipped optimizer step, new priorities for the drawn items and the periodic
+    hard target sync.
+
+    An algorithm states what differs: ``loss_fn`` (and ``loss_mode`` where its loss is told more than
+    whether to measure), ``credit_key`` and ``credit_type``, ``diagnostic_keys``, ``make_optimizer``,
+    and the replay (``build_replay``, ``take_samples``, ``draw_spec``, ``opt_info``).
 
     Checkpointed state (``state_dict``): target network, optimizer, update count and ``credit``, the
     update schedule carried between calls (DQN: env steps not yet matched by an update; R2D1:
@@ -162,20 +200,41 @@ class QReplayLearner:
     replay goes into checkpoints on its own (``replay_state_dict``: its contents, priorities and
     generators, the steps appended, and a subclass's ``replay_extra_state``), when the runner's
     ``checkpoint_replay`` setting asks for it.
-
-    Subclasses set ``config`` (with ``learning_starts_steps`` and ``target_update_period_updates``),
-    ``agent``, ``model``, ``target_model``, ``optimizer``, ``clip_grad_norm``, ``replay``,
-    ``replay_steps``, ``updates``, ``diagnostic_keys`` and ``loss``.
     """
 
-    # Set while a ``torch.func`` transform runs ``loss``, where no branch may read the data; what the
-    # branches would have read is then set with it (``data_branches``).
-    data_independent = False
-    # The diagnostics beyond the loss are measured on updates 0, P, 2P, ... of the run (module
-    # docstring); ``measuring`` says whether this update does (``replay_updates`` sets it per update),
-    # and ``loss`` returns them, and ``clip_gradients`` the norm, only then.
-    diagnostic_period = 10
-    measuring = True
+    loss_fn: ClassVar[LossFn]
+    credit_key: ClassVar[str]
+    credit_type: ClassVar[type] = int
+    diagnostic_keys: ClassVar[tuple[str, ...]]
+    # The diagnostics beyond the loss are measured on updates 0, P, 2P, ... of the run (module docstring).
+    diagnostic_period: ClassVar[int] = 10
+
+    def __init__(self, config: Any, agent: Agent, counters_frameskip: int, batch_spec: BatchSpec) -> None:
+        self.config = config
+        self.agent = agent
+        self.model = agent.model
+        self.target_model = copy.deepcopy(self.model).requires_grad_(False)
+        self.optimizer = self.make_optimizer(self.model.parameters())
+        self.batch_spec = BatchSpec(*batch_spec)
+        self.clip_grad_norm = config.clip_grad_norm if config.clip_grad_norm > 0 else math.inf
+        self.replay: ReplayBuffer | None = None  # built from the first batch's example step
+        self.replay_example: NamedArrays | None = None
+        self.replay_steps = 0  # steps appended since the replay was empty (``replay_state_dict``)
+        self.updates = 0
+        self.credit = self.credit_type(0)
+        self.grad_step = SingleGradStep(self)
+        # Taken on the first unclipped norm, not here: a DDP or packed run replaces the parameters
+        # after the learner is built.
+        self._norm_params: list[torch.nn.Parameter] | None = None
+
+    def make_optimizer(self, params: Any) -> torch.optim.Optimizer:
+        return adam(params, self.config.learning_rate, self.config.optimizer_eps)
+
+    @staticmethod
+    def loss_mode(config: Any, batch: NamedArrays, measure: bool, traced: bool) -> LossMode:
+        """The ``LossMode`` of ``batch``, computed outside any transform (``batch`` may have a leading
+        member dimension when ``traced``)."""
+        return LossMode(measure=measure, traced=traced)
 
     @property
     def warm(self) -> bool:
@@ -186,8 +245,6 @@ class QReplayLearner:
             and self.replay_steps >= self.config.learning_starts_steps
             and len(self.replay) > 0
         )
-
-    credit_key: str
 
     def new_storage(self, storage_cls: type, example: NamedArrays, **kwargs: Any) -> Any:
         """``storage_cls`` (transitions or sequences) holding ``replay_size_steps`` env steps of this
@@ -202,6 +259,9 @@ class QReplayLearner:
             self.replay_example = samples.replace(bootstrap=None)[0, 0].map(lambda x: to_torch(x).clone())
             self.replay = self.build_replay(self.replay_example)
         return self.replay
+
+    def build_replay(self, example: NamedArrays) -> ReplayBuffer:
+        raise NotImplementedError
 
     def replay_state_dict(self) -> dict[str, Any] | None:
         """The replay and what goes with it, for a checkpoint (None before the first batch)."""
@@ -248,17 +308,27 @@ class QReplayLearner:
         self.target_model.load_state_dict(state["target_model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates = int(state["updates"])
-        self.credit = type(self.credit)(state[self.credit_key])
+        self.credit = self.credit_type(state[self.credit_key])
 
     def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
-        """Append the batch, then the updates it makes due (``take_samples``)."""
-        return self.train(itr, self.take_samples(samples))
+        """Append the batch, then run the updates it makes due (``take_samples``: none while the
+        replay warms up, so the diagnostics are NaN)."""
+        n_updates = self.take_samples(samples)
+        diagnostics, _ = replay_updates([self], [0], n_updates, self.grad_step)
+        return self.opt_info(n_updates, diagnostics[0])
+
+    def learn(self, n_updates: int) -> OptInfo:
+        """``n_updates`` updates from the replay without appending (Contract 4's async extension);
+        none while warming up."""
+        n_updates = n_updates if self.warm else 0
+        diagnostics, _ = replay_updates([self], [0], n_updates, self.grad_step)
+        return self.opt_info(n_updates, diagnostics[0])
 
     def take_samples(self, samples: NamedArrays) -> int:
-        """Append a sampler batch to the replay; returns how many updates are now due."""
+        """Append a sampler batch to the replay; returns how many updates are now due (0 until warm)."""
         raise NotImplementedError
 
-    def minibatch(self) -> tuple[int, bool]:
+    def draw_spec(self) -> tuple[int, bool]:
         """(items per minibatch, whether updates write new priorities)."""
         raise NotImplementedError
 
@@ -266,41 +336,18 @@ class QReplayLearner:
         """What ``n_updates`` updates did, with their averaged ``diagnostics``."""
         raise NotImplementedError
 
-    def data_branches(self, batch: NamedArrays) -> dict[str, Any]:
-        """What ``loss`` reads from the data to choose its branches, for ``batch`` with leading
-        dimensions: a caller that runs the loss under a ``torch.func`` transform, where no branch may
-        read the data, computes these outside it and sets them as attributes of the loss's
-        algorithm. None by default."""
-        return {}
-
-    def train(self, itr: int, n_updates: int) -> OptInfo:
-        """``n_updates`` updates from the replay (none while warming up: NaN diagnostics)."""
-        if not self.warm:
-            return OptInfo(diagnostics=dict.fromkeys(self.diagnostic_keys, math.nan))
-        return self.opt_info(n_updates, self.run_updates(n_updates))
-
-    def clip_gradients(self) -> torch.Tensor | None:
+    def clip_gradients(self, measure: bool) -> torch.Tensor | None:
         """Clip the model's gradient to 2-norm ``clip_grad_norm``; returns the norm before clipping.
-        With clipping off (inf) the norm is only a diagnostic: computed where ``measuring`` (else
+        With clipping off (inf) the norm is only a diagnostic: computed where ``measure`` (else
         None), with the two multi-tensor kernels ``clip_grad_norm_`` computes it with, without its
         grouping and scaling work (docs/results/bench_minatar.md)."""
         if math.isinf(self.clip_grad_norm):
-            if not self.measuring:
+            if not measure:
                 return None
             # The parameter list is kept: walking the model's modules for it cost as much as the
             # norm of a MinAtar network's gradient (docs/results/bench_minatar.md).
-            params = self.__dict__.get("_norm_params")
-            if params is None:
-                params = self._norm_params = list(self.model.parameters())
-            grads = [p.grad for p in params if p.grad is not None]
+            if self._norm_params is None:
+                self._norm_params = list(self.model.parameters())
+            grads = [p.grad for p in self._norm_params if p.grad is not None]
             return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
         return torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
-
-    def run_updates(self, n_updates: int) -> dict[str, float]:
-        """``n_updates`` minibatch steps (``replay_updates``); the diagnostics averaged over them."""
-        # Kept: building it reads the model's device, which costs as much as the loop's own work.
-        stepper = self.__dict__.get("_stepper")
-        if stepper is None:
-            stepper = self._stepper = SingleStepper(self)
-        diagnostics, _ = replay_updates([self], [0], n_updates, stepper)
-        return diagnostics[0]

@@ -1,6 +1,6 @@
 """What the three Q-value policy gradients (DDPG, TD3, SAC) share: the config fields, the critics, the
 replay and its update schedule, the learner state, and one update (``qpg_update``), which single and
-packed runs share through its stepper: the algorithm itself steps a single run (``QpgAlgo``:
+packed runs share through its gradient step: the algorithm itself steps a single run (``QpgAlgo``:
 ``critic_step``, ``actor_step``, ``count_update``, ``update_targets``), a packed run's learner
 (``algorithms.packed.learners``) steps K members at once. Each algorithm's losses stay in its file.
 """
@@ -31,7 +31,7 @@ from algorithms.resume import tree_from_state, tree_state
 Noise = dict[str, torch.Tensor]
 
 
-class QpgStepper(Protocol):
+class QpgGradStep(Protocol):
     """The seam between one update and the run kind: the gradient steps on a minibatch ``batch`` and
     its random draws ``noise``, each returning its diagnostics as tensors."""
 
@@ -49,13 +49,13 @@ class QpgStepper(Protocol):
     def update_targets(self) -> None: ...
 
 
-def qpg_update(stepper: QpgStepper, batch: NamedArrays, noise: Noise) -> dict[str, torch.Tensor]:
+def qpg_update(grad_step: QpgGradStep, batch: NamedArrays, noise: Noise) -> dict[str, torch.Tensor]:
     """One gradient update on a replay minibatch and its random draws: the critics, then, when due,
     the actor and the target networks; returns the update's diagnostics."""
-    info = stepper.critic_step(batch, noise)
-    if stepper.count_update():
-        info.update(stepper.actor_step(batch, noise))
-        stepper.update_targets()
+    info = grad_step.critic_step(batch, noise)
+    if grad_step.count_update():
+        info.update(grad_step.actor_step(batch, noise))
+        grad_step.update_targets()
     return info
 
 
@@ -209,7 +209,7 @@ class QpgAlgo:
     parts of one update (``qpg_update``): ``draw_noise`` (the update's random draws, made first),
     ``critic_loss`` and ``actor_loss`` (each ``(loss, {key: scalar tensor})``, functions of the
     batch, the draws and the networks) and ``count_update`` (whether the actor and the targets
-    update after this critic update). The class is a single run's stepper of ``qpg_update``.
+    update after this critic update). The class is a single run's gradient step of ``qpg_update``.
     """
 
     DIAGNOSTICS: tuple[str, ...]

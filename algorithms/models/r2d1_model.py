@@ -1,9 +1,11 @@
 """The R2D1 recurrent Q-network (Kapturowski et al. 2019, "Recurrent Experience Replay in Distributed
 Reinforcement Learning", Appendix "Hyper-parameters"; rlpyt ``models/dqn/atari_r2d1_model.py``):
 
-    frames -> Nature conv torso -> fc 512 (ReLU)
+    frames -> Nature conv torso [-> fc (ReLU), rlpyt's layer, with ``fc_size`` > 0]
            -> LSTM 512, fed [features, one-hot previous action, previous reward]
            -> dueling head (value and advantage streams of 512 units each).
+
+The defaults are ``algos.r2d1.Config``'s (R2D2's network: no fc layer).
 
 For vector observations the conv torso is replaced by an MLP (the velocity-masked control tasks); for
 MinAtar's 10x10 maps ``conv_torso="minatar"`` puts its small convolution there (``torsos.py``).
@@ -18,7 +20,7 @@ from torch import nn
 
 from algorithms.arrays import NamedArrays
 from algorithms.models.heads import DuelingHead
-from algorithms.models.recurrent import lstm_with_resets
+from algorithms.models.recurrent import lstm_with_resets, stepwise_lstm
 from algorithms.models.torsos import build_torso
 
 
@@ -35,20 +37,17 @@ class R2D1Model(nn.Module):
     ``return_states`` adds the (h, c) after every step, ``[T, B, H]``, as a third output. Both go
     through ``recurrent.lstm_with_resets`` (one input product for all steps and a hand-written
     recurrence); otherwise the whole sequence goes through the fused LSTM in one call.
-
-    ``sequence_lstm`` runs the LSTM over the sequence, ``lstm_with_resets``'s signature; a caller
-    that runs the model under ``torch.func`` transforms, which batch neither the fused LSTM nor the
-    hand-written recurrence, sets one that they can batch for the time being.
+    ``stepwise`` runs the LSTM one step at a time in plain tensor operations instead
+    (``recurrent.stepwise_lstm``): the same values, in a form ``torch.func`` transforms can batch
+    (a packed run's loss), which neither the fused LSTM nor the hand-written recurrence is.
     """
-
-    sequence_lstm = staticmethod(lstm_with_resets)
 
     def __init__(
         self,
         observation_shape: tuple[int, ...],
         n_actions: int,
         lstm_size: int = 512,
-        fc_size: int = 512,
+        fc_size: int = 0,
         head_hidden_size: int = 512,
         mlp_hidden_sizes: tuple[int, ...] = (64, 64),
         conv_torso: str = "nature",
@@ -79,6 +78,7 @@ class R2D1Model(nn.Module):
         state: NamedArrays | None = None,
         reset: torch.Tensor | None = None,
         return_states: bool = False,
+        stepwise: bool = False,
     ) -> tuple[torch.Tensor, NamedArrays] | tuple[torch.Tensor, NamedArrays, NamedArrays]:
         lead = observation.shape[: observation.dim() - len(self.observation_shape)]
         if len(lead) > 2:
@@ -102,7 +102,8 @@ class R2D1Model(nn.Module):
             h0 = c0 = lstm_input.new_zeros(B, self.lstm_size)
         else:
             h0, c0 = state.h.reshape(B, self.lstm_size), state.c.reshape(B, self.lstm_size)
-        lstm_out, h, c, cells = self.sequence_lstm(self.lstm, lstm_input, h0, c0, reset, return_states)
+        sequence_lstm = stepwise_lstm if stepwise else lstm_with_resets
+        lstm_out, h, c, cells = sequence_lstm(self.lstm, lstm_input, h0, c0, reset, return_states)
         q = self.head(lstm_out).reshape(*lead, self.n_actions)
         state_shape = (B, self.lstm_size) if len(lead) else (self.lstm_size,)
         next_state = NamedArrays(h=h.reshape(state_shape), c=c.reshape(state_shape))

@@ -137,3 +137,26 @@ def lstm_with_resets(
     bias = lstm.bias_ih_l0 + lstm.bias_hh_l0
     out, cells = _ResetLSTM.apply(x, lstm.weight_ih_l0, lstm.weight_hh_l0, bias, h0, c0, keep)
     return out, out[-1], cells[-1], cells if return_cells else None
+
+
+def stepwise_lstm(lstm: nn.LSTM, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor,
+                  reset: torch.Tensor | None,
+                  return_cells: bool = False) -> tuple[torch.Tensor, ...]:  # fmt: skip
+    """``models.recurrent.lstm_with_resets`` one step at a time in plain tensor operations, which
+    ``torch.func`` transforms can batch (the fused kernel and the hand-written recurrence there have
+    no batching rule): the single-layer ``lstm`` over ``x`` [T, B, D] from (h, c) [B, H], the state
+    zeroed before step t where ``reset[t]``. Returns the outputs [T, B, H], the final (h, c) [B, H]
+    and the cell states [T, B, H] (whatever ``return_cells`` says: they cost nothing extra here)."""
+    projected = x @ lstm.weight_ih_l0.T + lstm.bias_ih_l0 + lstm.bias_hh_l0  # [T, B, 4H]
+    keep = None if reset is None else (~reset.reshape(x.shape[0], -1, 1)).to(x.dtype)
+    outputs, cells = [], []
+    for t in range(x.shape[0]):
+        if keep is not None:
+            h, c = h * keep[t], c * keep[t]
+        # PyTorch's gate order: input, forget, cell, output.
+        i, f, g, o = (projected[t] + h @ lstm.weight_hh_l0.T).chunk(4, dim=-1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        outputs.append(h)
+        cells.append(c)
+    return torch.stack(outputs), h, c, torch.stack(cells)

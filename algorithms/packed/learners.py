@@ -1,7 +1,7 @@
 """Packed learners: the members' updates as one computation over stacked parameters.
 
 Each learner wraps the K member algorithms a packed run built (one per seed, each exactly as a
-single run builds it) and is the stepper of their family's update loop (``algorithms.learners``:
+single run builds it) and is the gradient step of their family's update loop (``algorithms.learners``:
 ``replay_updates``, ``minibatch_epochs``, ``qpg_update``, the loops single runs use): every member
 keeps its own replay, update schedule, counters and random draws, and runs its own loss code (the
 algorithm's ``loss``, ``minibatch_loss`` or ``critic_loss`` and ``actor_loss``, mapped over the
@@ -59,14 +59,14 @@ class PackedLearner:
             algo.optimizer = MemberOptimizer(self.optimizer, k)
         self.clip_grad_norm = clip_grad_norm
 
-    def apply_gradients(self, grads: dict[str, torch.Tensor], measuring: bool = True) -> torch.Tensor | None:
+    def apply_gradients(self, grads: dict[str, torch.Tensor], measure: bool = True) -> torch.Tensor | None:
         """Install the members' gradients, clip each member's, take the optimizer step; returns the
         gradient norms before clipping [K]. With clipping off they are only a diagnostic: computed
-        where ``measuring`` (else None), as a single run's ``QReplayLearner.clip_gradients``."""
+        where ``measure`` (else None), as a single run's ``QReplayLearner.clip_gradients``."""
         for name, param in self.online.params.items():
             param.grad = grads[name]
         norms = None
-        if measuring or math.isfinite(self.clip_grad_norm):
+        if measure or math.isfinite(self.clip_grad_norm):
             norms = clip_member_gradients(self.online.params, self.clip_grad_norm)
         self.optimizer.step()
         return norms
@@ -74,7 +74,7 @@ class PackedLearner:
 
 class PackedQLearner(PackedLearner):
     """The replay-based Q-learners (``QReplayLearner``: DQN, C51, Rainbow, R2D1), packed: their update
-    loop (``replay_updates``) with this learner as its stepper.
+    loop (``replay_updates``) with this learner as its gradient step.
 
     One update: each member draws its own minibatch from its own replay (uniform, or prioritized
     from its own sum tree), the members' losses and gradients come from one vmapped call of the
@@ -90,20 +90,19 @@ class PackedQLearner(PackedLearner):
         self.target = StackedParameters([a.target_model for a in self.algos], requires_grad=False)
         template = self.algos[0]
         self.device = template.agent.device
-        self.branches: dict[str, Any] = {}  # the minibatch's ``data_branches``, set before each call
 
-        def member_loss(params, buffers, target_params, target_buffers, flat_batch):
-            view = member_view(
-                template,
-                model=self.online.call({**params, **buffers}),
-                target_model=self.target.call({**target_params, **target_buffers}),
-                data_independent=True,
-                **self.branches,
+        def member_loss(params, buffers, target_params, target_buffers, flat_batch, mode):
+            loss, priorities, info = template.loss_fn(
+                template.config,
+                self.online.call({**params, **buffers}),
+                self.target.call({**target_params, **target_buffers}),
+                unflatten(flat_batch),
+                mode,
             )
-            loss, priorities, info = view.loss(unflatten(flat_batch))
             return loss, (loss.detach(), priorities, info)
 
-        self.gradients = member_gradients(member_loss)
+        # The mode is the same for every member (None: not mapped).
+        self.gradients = member_gradients(member_loss, in_dims=(0, 0, 0, 0, 0, None))
 
     def take(self, k: int, samples: NamedArrays) -> int:
         """Member ``k`` appends its batch to its replay; the updates it now owes."""
@@ -116,7 +115,7 @@ class PackedQLearner(PackedLearner):
             )
         n_updates = taken[0]
         if n_updates == 0 or not self.algos[members[0]].warm:
-            return [(self.algos[k].train(0, 0), None) for k in members]
+            return [(self.algos[k].learn(0), None) for k in members]
         diagnostics, failures = replay_updates(self.algos, members, n_updates, self)
         return [(self.algos[k].opt_info(n_updates, diagnostics[k]), failures.get(k)) for k in members]
 
@@ -124,18 +123,19 @@ class PackedQLearner(PackedLearner):
         """The members' minibatches stacked, [K, ...]; a stopped member's too (fixed shapes)."""
         return stack_members([data.replace(is_weights=w) for data, _, w in draws]).to_torch(self.device)
 
-    def step(self, batch: NamedArrays) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    def step(self, batch: NamedArrays, measure: bool) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """One vmapped gradient of the members' losses and one step of the stacked optimizer."""
-        self.branches = self.algos[0].data_branches(batch)
-        with self.online.transformed(), self.target.transformed():
-            grads, (loss, priorities, info) = self.gradients(
-                self.online.params,
-                self.online.buffers,
-                self.target.params,
-                self.target.buffers,
-                flatten(batch),
-            )
-        norms = self.apply_gradients(grads, self.algos[0].measuring)
+        template = self.algos[0]
+        mode = template.loss_mode(template.config, batch, measure=measure, traced=True)
+        grads, (loss, priorities, info) = self.gradients(
+            self.online.params,
+            self.online.buffers,
+            self.target.params,
+            self.target.buffers,
+            flatten(batch),
+            mode,
+        )
+        norms = self.apply_gradients(grads, measure)
         if norms is not None:
             info["grad_norm"] = norms
         info["loss"] = loss
@@ -181,7 +181,7 @@ class PackedPpoLearner(PackedLearner):
     def update(
         self, members: Sequence[int], taken: Sequence[tuple[NamedArrays, int, list[tuple[torch.Tensor, ...]]]]
     ) -> list[tuple[OptInfo, str | None]]:
-        """The members' epochs (``minibatch_epochs``) with this learner as their stepper."""
+        """The members' epochs (``minibatch_epochs``) with this learner as their gradient step."""
         from algorithms.algos.ppo import MINIBATCH_DIAGNOSTICS
 
         algos = self.algos
@@ -295,7 +295,7 @@ class PackedQpgLearner:
     def update(
         self, members: Sequence[int], taken: Sequence[list[tuple[NamedArrays, dict[str, torch.Tensor]]]]
     ) -> list[tuple[OptInfo, str | None]]:
-        """The members' updates: each one ``qpg_update`` with this learner as its stepper."""
+        """The members' updates: each one ``qpg_update`` with this learner as its gradient step."""
         if len({len(t) for t in taken}) > 1:
             raise RuntimeError(
                 f"packed members owe different numbers of updates {[len(t) for t in taken]}; "

@@ -17,8 +17,7 @@ K members replaces K sets of dispatches, autograd nodes and optimizer loops.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -73,19 +72,6 @@ class StackedParameters:
                 _set_tensor(module, name, stacked.data[k], parameter=True)
             for name, stacked in self.buffers.items():
                 _set_tensor(module, name, stacked[k], parameter=False)
-
-    @contextmanager
-    def transformed(self) -> Iterator[None]:
-        """While ``torch.func`` runs the template: its modules with a ``sequence_lstm``
-        (``R2D1Model``) run their LSTM with ``stepwise_lstm``, which the transforms can batch."""
-        recurrent = [m for m in self.template.modules() if hasattr(m, "sequence_lstm")]
-        for module in recurrent:
-            module.sequence_lstm = stepwise_lstm
-        try:
-            yield
-        finally:
-            for module in recurrent:
-                del module.sequence_lstm  # the class's own again
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """Parameters and buffers by name, as ``functional_call`` takes them."""
@@ -169,26 +155,3 @@ def clip_member_gradients(params: dict[str, nn.Parameter], max_norm: float) -> t
         for g in grads:
             g.mul_(coefficient.view(-1, *([1] * (g.dim() - 1))))
     return norms
-
-
-def stepwise_lstm(lstm: nn.LSTM, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor,
-                  reset: torch.Tensor | None,
-                  return_cells: bool = False) -> tuple[torch.Tensor, ...]:  # fmt: skip
-    """``models.recurrent.lstm_with_resets`` one step at a time in plain tensor operations, which
-    ``torch.func`` transforms can batch (the fused kernel and the hand-written recurrence there have
-    no batching rule): the single-layer ``lstm`` over ``x`` [T, B, D] from (h, c) [B, H], the state
-    zeroed before step t where ``reset[t]``. Returns the outputs [T, B, H], the final (h, c) [B, H]
-    and the cell states [T, B, H] (whatever ``return_cells`` says: they cost nothing extra here)."""
-    projected = x @ lstm.weight_ih_l0.T + lstm.bias_ih_l0 + lstm.bias_hh_l0  # [T, B, 4H]
-    keep = None if reset is None else (~reset.reshape(x.shape[0], -1, 1)).to(x.dtype)
-    outputs, cells = [], []
-    for t in range(x.shape[0]):
-        if keep is not None:
-            h, c = h * keep[t], c * keep[t]
-        # PyTorch's gate order: input, forget, cell, output.
-        i, f, g, o = (projected[t] + h @ lstm.weight_hh_l0.T).chunk(4, dim=-1)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        h = torch.sigmoid(o) * torch.tanh(c)
-        outputs.append(h)
-        cells.append(c)
-    return torch.stack(outputs), h, c, torch.stack(cells)

@@ -7,7 +7,7 @@ al. 2019, Sec. 2.3)::
     sampler process                     this process
     ---------------                     ------------
     sampler (any mode) -> DoubleBuffer -> copier thread: algo.append_samples(batch)  [replay write lock]
-          ^                                main thread:   algo.train(itr, 1)           [replay read lock]
+          ^                                main thread:   algo.learn(1)                [replay read lock]
           |                                               logging, evaluation, checkpoints
           +------ SharedStateDict <------- parameters, pushed every async_param_sync_steps env steps
 
@@ -37,10 +37,10 @@ al. 2019, Sec. 2.3)::
   as fast as it can and the ratio is whatever results (R2D2's learner).
 
 Algorithms (Contract 4): one that implements the async extension, ``append_samples(samples)``
-(add a batch to its replay, count its env steps, no training), ``train(itr, n_updates) ->
+(add a batch to its replay, count its env steps, no training), ``learn(n_updates) ->
 OptInfo`` (that many updates from the replay, or none while still warming up), ``warm``
 (whether the replay holds enough to train from) and ``diagnostic_keys`` (the progress columns its
-diagnostics fill: a row can be due before ``train``'s first call), runs as drawn
+diagnostics fill: a row can be due before ``learn``'s first call), runs as drawn
 above, throttled. Any other algorithm runs with ``optimize(itr, batch)`` called here on each batch
 as it arrives (the copier hands over a copy and frees the slot): sampling still overlaps
 optimization and parameters still follow every ``async_param_sync_steps``, but the replay ratio is
@@ -65,9 +65,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from algorithms.algos.base import OptInfo
 from algorithms.arrays import buffer_from_example
 from algorithms.cpus import parse_cpus, pin_thread, pinned
+from algorithms.learners.common import OptInfo
 from algorithms.replay.shared import DoubleBuffer, RWLock
 from algorithms.runners.sync import SyncRunner
 from algorithms.samplers.base import BatchSpec, allocate_samples, make_sampler, record_example
@@ -88,9 +88,9 @@ DATA_TIMEOUT_S = 600.0  # no batch from the sampler for this long: report it ins
 
 
 def trains_from_replay(algo: Any) -> bool:
-    """Whether ``algo`` implements the async extension (``append_samples``, ``train``, ``warm`` and
+    """Whether ``algo`` implements the async extension (``append_samples``, ``learn``, ``warm`` and
     ``diagnostic_keys``)."""
-    methods = all(callable(getattr(algo, m, None)) for m in ("append_samples", "train"))
+    methods = all(callable(getattr(algo, m, None)) for m in ("append_samples", "learn"))
     return methods and hasattr(algo, "warm") and hasattr(algo, "diagnostic_keys")
 
 
@@ -100,7 +100,7 @@ def check_async_algo(algo: Any, name: str, replay_ratio_target: float) -> None:
         raise TypeError(
             f"RunnerConfig.replay_ratio_target {replay_ratio_target} needs an algorithm that trains "
             f"from its replay apart from appending; {name!r} lacks append_samples(samples), "
-            "train(itr, n_updates), warm or diagnostic_keys (Contract 4, async extension)"
+            "learn(n_updates), warm or diagnostic_keys (Contract 4, async extension)"
         )
 
 
@@ -344,7 +344,7 @@ class AsyncRunner(SyncRunner):
         runner = self.config.runner
         target = runner.replay_ratio_target
         counters = self.counters
-        data_since_idle = True  # new data arrived since train() last did no update
+        data_since_idle = True  # new data arrived since learn() last did no update
         while True:
             if self.take_arrivals():
                 data_since_idle = True
@@ -367,7 +367,7 @@ class AsyncRunner(SyncRunner):
                     handing_over = target > 0 and math.isnan(learn_start) and self.algo.warm
                     if not handing_over:
                         self.agent.set_mode("train", steps)
-                        opt_info = self.algo.train(counters.sampler_itrs, 1)
+                        opt_info = self.algo.learn(1)
                 if handing_over:
                     data_since_idle = False
                     continue

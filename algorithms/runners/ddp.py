@@ -51,8 +51,8 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from algorithms.algos.base import OptInfo
 from algorithms.counters import Counters
+from algorithms.learners.common import OptInfo
 from algorithms.process import configure_process
 from algorithms.rundir import RunDir, rng_state
 from algorithms.runners.sync import SyncRunner, finite_mean

@@ -51,8 +51,8 @@ import numpy as np
 import torch
 
 from algorithms import registry, resume
-from algorithms.algos.base import OptInfo
 from algorithms.counters import Counters
+from algorithms.learners.common import OptInfo
 from algorithms.logger import RunLogger
 from algorithms.resume import unpickle_tree
 from algorithms.rundir import RunDir, rng_state, set_rng_state
