@@ -88,7 +88,6 @@ from algorithms.samplers.base import env_spaces, make_sampler
 from algorithms.samplers.workers import spawn_context, split_ranks
 from algorithms.train import SamplerConfig
 from bench import speed
-from bench.bench_env import cpu_model
 
 # "<mode>_threads": the env-only modes with the native env's own threads as their workers
 # (``SamplerConfig.env_workers="threads"``), one vector env per group in the main process.
@@ -872,7 +871,7 @@ def main() -> None:
         if name in sections:
             section(args, rows)
     settings = {k: v for k, v in vars(args).items() if k not in ("out", "quick")}
-    machine = f"{cpu_model()}, {os.cpu_count()} logical CPUs"
+    machine = f"{speed.cpu_model()}, {os.cpu_count()} logical CPUs"
     for row in rows:
         row.update(settings, machine=machine)
     speed.write_rows(args.out, rows, list(dict.fromkeys(k for row in rows for k in row)))
