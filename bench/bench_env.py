@@ -12,8 +12,8 @@ actions), ``--minatar-envs`` envs stepped three ways with uniformly random actio
 ``make_vec_env`` builds (in this process) stepped alone (``vec_env``); the serial sampler on it
 (``serial``); and the parallel CPU sampler (``SamplerConfig(mode="cpu")``) with the envs split over
 ``--minatar-workers`` worker processes (``cpu_<n>w``), both samplers acting with
-``bench.bench_sampler``'s trivial random policy. The three are built once per game and timed
-interleaved batch by batch in each repeat (``bench.bench_sampler.time_interleaved``: batches of
+``bench.sampler_parts``' trivial random policy. The three are built once per game and timed
+interleaved batch by batch in each repeat (``bench.sampler_parts.time_interleaved``: batches of
 ``--minatar-batch-t`` steps, one warm-up batch not timed, ``--steps`` batched steps in all), so
 drifts of a shared machine's load hit them alike; CPU seconds count this process and the worker
 processes, every thread.
@@ -43,7 +43,7 @@ from algorithms.envs.factory import make_vec_env
 from algorithms.envs.minatar import MINATAR_GAMES
 from algorithms.samplers.base import make_sampler
 from algorithms.train import SamplerConfig
-from bench.bench_sampler import AgentFactory, raw_batches, time_interleaved
+from bench.sampler_parts import AgentFactory, raw_batches, time_interleaved
 from bench.speed import cpu_model
 
 BACKENDS = ("native", "gymnasium")
