@@ -44,7 +44,6 @@ import torch
 from algorithms.algos import dqn
 from algorithms.envs.config import EnvConfig
 from bench import speed
-from bench.bench_env import cpu_model
 from repro.settings import setting_configs
 
 # Nature DQN with SB3's DQN defaults where they differ (the file says which, with their sources).
@@ -163,7 +162,7 @@ def main() -> None:
         [
             "# DQN on Pong: training throughput (env steps/s)",
             "",
-            f"Machine: {cpu_model()}, torch threads {args.threads}; replay {args.replay_size}, "
+            f"Machine: {speed.cpu_model()}, torch threads {args.threads}; replay {args.replay_size}, "
             f"batch {BATCH_SIZE}, one update per {TRAIN_FREQ} steps, {args.steps} timed steps after "
             f"{args.learning_starts}, median of {args.repeats}. 1-minute load average "
             f"{load_before:.2f} at the start, {load_after:.2f} at the end.",

@@ -12,8 +12,8 @@ actions), ``--minatar-envs`` envs stepped three ways with uniformly random actio
 ``make_vec_env`` builds (in this process) stepped alone (``vec_env``); the serial sampler on it
 (``serial``); and the parallel CPU sampler (``SamplerConfig(mode="cpu")``) with the envs split over
 ``--minatar-workers`` worker processes (``cpu_<n>w``), both samplers acting with
-``bench.bench_sampler``'s trivial random policy. The three are built once per game and timed
-interleaved batch by batch in each repeat (``bench.bench_sampler.time_interleaved``: batches of
+``bench.sampler_parts``' trivial random policy. The three are built once per game and timed
+interleaved batch by batch in each repeat (``bench.sampler_parts.time_interleaved``: batches of
 ``--minatar-batch-t`` steps, one warm-up batch not timed, ``--steps`` batched steps in all), so
 drifts of a shared machine's load hit them alike; CPU seconds count this process and the worker
 processes, every thread.
@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -44,6 +43,8 @@ from algorithms.envs.factory import make_vec_env
 from algorithms.envs.minatar import MINATAR_GAMES
 from algorithms.samplers.base import make_sampler
 from algorithms.train import SamplerConfig
+from bench.sampler_parts import AgentFactory, raw_batches, time_interleaved
+from bench.speed import cpu_model
 
 BACKENDS = ("native", "gymnasium")
 SECTIONS = ("atari", "minatar")
@@ -62,16 +63,6 @@ def time_backend(config: EnvConfig, num_envs: int, steps: int, seed: int) -> tup
         return time.perf_counter() - start, time.process_time() - cpu
 
 
-def cpu_model() -> str:
-    """The CPU model name from /proc/cpuinfo where there is one (Linux), else the platform's guess."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
 def minatar_config(env_id: str) -> EnvConfig:
     """Young & Tian 2019's MinAtar protocol: sticky actions 0.1, all 6 actions."""
     return EnvConfig(id=env_id, kind="minatar", repeat_action_probability=0.1, full_action_space=True)
@@ -88,9 +79,6 @@ def time_minatar(
     for each of ``minatar_modes``, timed interleaved batch by batch after one warm-up batch. The
     envs and worker processes are built once for all the repeats (starting workers on a loaded
     2-core machine takes minutes); each repeat draws its own actions."""
-    # Imported here: bench_sampler imports this module (cpu_model).
-    from bench.bench_sampler import AgentFactory, raw_batches, time_interleaved
-
     config = minatar_config(env_id)
     factory = AgentFactory("random", config)
     samplers = []

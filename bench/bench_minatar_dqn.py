@@ -74,24 +74,13 @@ from algorithms.process import retain_freed_memory
 from algorithms.runners.sync import SyncRunner
 from algorithms.train import TrainConfig
 from bench import speed
-from bench.bench_env import cpu_model
 from repro.plans import resolve_job_setting
 from repro.profiles import load_profile
 from repro.settings import train_config
 
 SETTING = "dqn_minatar"
 DEFAULT_REFERENCE = Path("/tmp/minatar_ref/dqn.py")
-COLUMNS = (
-    "impl",
-    "game",
-    "repeat",
-    "env_steps",
-    "updates",
-    "seconds",
-    "cpu_seconds",
-    "steps_per_second",
-    "steps_per_cpu_second",
-)
+COLUMNS = (*speed.GAME_RUN_COLUMNS, "seconds", "cpu_seconds", *speed.RATES)
 
 
 def setting_config(game: str, seed: int, setting: str = SETTING) -> TrainConfig:
@@ -309,7 +298,7 @@ def summarize(
     lines = [
         f"# DQN on MinAtar {args.game}: training throughput (env steps/s)",
         "",
-        f"Machine: {cpu_model()}, {os.cpu_count()} logical CPUs, torch threads {args.threads}. "
+        f"Machine: {speed.cpu_model()}, {os.cpu_count()} logical CPUs, torch threads {args.threads}. "
         f"Setting {args.setting}: batch {algo.batch_size}, one update per {algo.env_steps_per_update} "
         f"env step(s), replay {algo.replay_size_steps}; {args.steps} timed steps after each side's "
         f"replay start and {args.after} updates more, median of {args.repeats}. The plain rows are "

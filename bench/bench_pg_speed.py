@@ -40,7 +40,6 @@ import torch
 from algorithms.algos import ppo, sac
 from algorithms.envs.config import EnvConfig
 from bench import speed
-from bench.bench_env import cpu_model
 from repro.settings import setting_configs
 
 PONG = EnvConfig(id="pong", kind="atari", backend="native", clip_rewards=True)
@@ -206,7 +205,7 @@ def main() -> None:
     lines = [
         "# PPO (Pong) and SAC (HalfCheetah-v5): training throughput (env steps/s)",
         "",
-        f"Machine: {cpu_model()}, torch threads {args.threads}; median of {args.repeats} repeats. "
+        f"Machine: {speed.cpu_model()}, torch threads {args.threads}; median of {args.repeats} repeats. "
         f"PPO: {PPO_B} envs x {PPO_T} steps, {c.epochs} epochs, minibatch {c.minibatch_size_steps}, "
         f"{args.ppo_iterations} timed batches. SAC: batch {SAC_BATCH}, {args.sac_steps} timed steps after "
         f"{args.sac_learning_starts}. 1-minute load average {load_before:.2f} at the start.",

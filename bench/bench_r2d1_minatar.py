@@ -49,21 +49,10 @@ from torch import nn
 
 from algorithms.envs.minatar import MINATAR_GAMES
 from bench import speed
-from bench.bench_env import cpu_model
 
 SETTING = "r2d1_minatar_corrected"
 IMPLS = ("ours", "plain")
-COLUMNS = (
-    "impl",
-    "game",
-    "repeat",
-    "env_steps",
-    "updates",
-    "startup_cpu_seconds",
-    "steps_per_second",
-    "steps_per_cpu_second",
-    "update_cpu_ms",
-)
+COLUMNS = (*speed.GAME_RUN_COLUMNS, "startup_cpu_seconds", *speed.RATES, "update_cpu_ms")
 
 
 def setting_config(game: str, seed: int):
@@ -317,7 +306,7 @@ def summarize(rows: list[dict], args: argparse.Namespace, loads: tuple[float, fl
     lines = [
         f"# R2D1 on MinAtar {args.game}: this code base's job loop against a plain-PyTorch floor",
         "",
-        f"Machine: {cpu_model()}, {os.cpu_count()} logical CPUs, torch threads {args.threads}. Setting "
+        f"Machine: {speed.cpu_model()}, {os.cpu_count()} logical CPUs, torch threads {args.threads}. Setting "
         f"{SETTING}; {args.steps} timed env steps after the first update, {args.updates} updates timed "
         f"alone, {args.repeats} repeats, ours and plain interleaved, each run in a fresh process. "
         f"1-minute load average {loads[0]:.2f} at the start, {loads[1]:.2f} at the end.",

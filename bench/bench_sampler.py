@@ -56,39 +56,41 @@ threads, split over the workers in parallel modes (each worker's vector env gets
 gets half), so every mode has the same number of envs and env threads as the raw
 reference.
 
+Beside this file: ``bench.sampler_parts`` (the random policy, the raw env, the interleaved clocks),
+``bench.sampler_floors`` (``HandoffFloor``) and ``bench.sampler_runners`` (the runners section's runs).
+
     python -m bench.bench_sampler --out runs/bench/sampler.csv [--quick] [--sections runners]
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import statistics
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from torch import nn
 
-from algorithms.agents.base import Agent
-from algorithms.agents.dqn_agents import EpsilonGreedyAgent
-from algorithms.agents.epsilon import EpsilonSchedule
-from algorithms.arrays import NamedArrays
-from algorithms.cpus import pinned
-from algorithms.envs.atari import ale_vector_env
 from algorithms.envs.config import EnvConfig
 from algorithms.envs.factory import make_vec_env
-from algorithms.models.dqn_model import QNetwork
-from algorithms.samplers.alternating import group_workers
-from algorithms.samplers.base import env_spaces, make_sampler
-from algorithms.samplers.workers import spawn_context, split_ranks
+from algorithms.samplers.base import make_sampler
 from algorithms.train import SamplerConfig
 from bench import speed
-from bench.bench_env import cpu_model
+from bench.sampler_floors import FLOORS, MODE_FLOORS, floor_vs_raw
+from bench.sampler_parts import (
+    AgentFactory,
+    Paired,
+    RawAleEnv,
+    cpu_list,
+    env_config,
+    raw_batches,
+    raw_env_rate,
+    time_interleaved,
+)
+from bench.sampler_runners import RUNNER_ALGOS, optimizer_rate, runner_rate, runner_sampler_rate
 
 # "<mode>_threads": the env-only modes with the native env's own threads as their workers
 # (``SamplerConfig.env_workers="threads"``), one vector env per group in the main process.
@@ -118,23 +120,6 @@ CNN_MODES = (
 )
 
 
-# The hand-off floor of each process-worker mode (``HandoffFloor``): its name -> the worker
-# processes of each group, given the bench's ``--workers``.
-FLOORS = {
-    "floor_gpu": lambda workers: [workers],
-    "floor_alternating": group_workers,
-    "floor_gpu_single": lambda workers: [1],
-}
-# The floor each process-worker mode is compared with.
-MODE_FLOORS = {
-    "gpu": "floor_gpu",
-    "gpu_pinned": "floor_gpu",
-    "alternating": "floor_alternating",
-    "alternating_pinned": "floor_alternating",
-    "gpu_single": "floor_gpu_single",
-}
-
-
 class ModeSetting(NamedTuple):
     mode: str  # SamplerConfig.mode
     env_workers: str
@@ -160,140 +145,6 @@ def pin_cpus(section: str) -> str:
     inference (on one CPU, all of them)."""
     cpus = sorted(os.sched_getaffinity(0))
     return cpu_list(frozenset(cpus if section == "trivial" or len(cpus) == 1 else cpus[1:]))
-
-
-class RandomAgent(Agent):
-    """The trivial policy: uniform random actions, no network evaluation (the linear layer only
-    gives ``Agent`` a device).
-
-    Actions are slices of a pool drawn up front, as the raw env loop draws its actions before it is
-    timed, so that the policy costs next to nothing and the comparison measures the sampler (a
-    ``torch.randint`` per step cost 5-10% of the serial sampler's main-thread time, py-spy)."""
-
-    POOL = 1 << 16
-
-    def __init__(self, observation_space: Any, action_space: Any) -> None:
-        super().__init__(nn.Linear(1, 1), observation_space, action_space)
-        self.n_actions = int(action_space.n)
-        draws = np.random.default_rng(0).integers(0, self.n_actions, size=self.POOL)
-        self._pool = torch.from_numpy(draws)
-        self._next = 0
-
-    def step(self, observation, prev_action, prev_reward, state):
-        B = observation.shape[0]
-        if self._next + B > self.POOL:
-            self._next = 0
-        action = self._pool[self._next : self._next + B]
-        self._next += B
-        return action, NamedArrays(), None
-
-
-@dataclass(frozen=True)
-class AgentFactory:
-    """Picklable agent recipe for the sampler workers: ``"random"`` or ``"nature_cnn"``."""
-
-    policy: str
-    env: EnvConfig
-
-    def __call__(self) -> Agent:
-        observation_space, action_space = env_spaces(self.env)
-        if self.policy == "random":
-            return RandomAgent(observation_space, action_space)
-        # Epsilon 0.01: the network is evaluated on every step, as in a late-training actor.
-        schedule = EpsilonSchedule(start=0.01, final=0.01, decay_steps=0, eval=0.001)
-        model = QNetwork(tuple(observation_space.shape), int(action_space.n))
-        return EpsilonGreedyAgent(model, observation_space, action_space, schedule)
-
-
-def env_config(game: str, env_threads: int, n_envs: int) -> EnvConfig:
-    """The game's native env config when ``env_threads`` are split over ``n_envs`` vector envs."""
-    return EnvConfig(game, num_threads=max(1, env_threads // n_envs))
-
-
-class RawAleEnv:
-    """The raw reference: ale-py's ``AtariVectorEnv`` set up as ``NativeAtariVecEnv`` sets it up
-    (``ale_vector_env``), stepped with ``send`` / ``recv`` only (ale-py resets ended games itself,
-    on the next step)."""
-
-    def __init__(self, game: str, n_envs: int, env_threads: int, seed: int) -> None:
-        self.env = ale_vector_env(env_config(game, env_threads, 1), n_envs)
-        self.env.reset(seed=np.arange(seed, seed + n_envs))
-
-    def step(self, actions: np.ndarray) -> None:
-        self.env.send(actions)
-        self.env.recv()
-
-    def close(self) -> None:
-        self.env.close()
-
-
-def raw_env_rate(game: str, n_envs: int, env_threads: int, steps: int, seed: int) -> tuple[float, float]:
-    """(env steps per second, CPU seconds per env step over all its threads) of the raw ale-py
-    vector env with random actions."""
-    env = RawAleEnv(game, n_envs, env_threads, seed)
-    try:
-        n_actions = env.env.single_action_space.n
-        actions = np.random.default_rng(seed).integers(0, n_actions, size=(steps + 10, n_envs))
-        for a in actions[:10]:
-            env.step(a)
-        start, cpu = time.perf_counter(), time.process_time()
-        for a in actions[10:]:
-            env.step(a)
-        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-        return steps * n_envs / seconds, cpu / (steps * n_envs)
-    finally:
-        env.close()
-
-
-class Paired(NamedTuple):
-    """A mode timed beside the raw env: env steps per second and CPU seconds per env step (all
-    threads of every process taking part) of each."""
-
-    rate: float
-    raw_rate: float
-    cpu: float
-    raw_cpu: float
-
-
-def process_cpu_s(pids: list[int]) -> float:
-    """CPU seconds (user + system, every thread) the processes ``pids`` have used so far, from
-    Linux's /proc (fields 14 and 15 of proc(5)'s ``stat``, in clock ticks); NaN without /proc."""
-    ticks = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return float("nan")
-        ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def raw_batches(env: Any) -> Any:
-    """``env.step`` over the rows of a [T, B] batch of actions."""
-
-    def run(actions: np.ndarray) -> None:
-        for a in actions:
-            env.step(a)
-
-    return run
-
-
-def time_interleaved(
-    runs: list[Any], pids: list[list[int]], actions: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(wall seconds, CPU seconds) of each of ``runs`` (callables taking a [T, B] batch of actions),
-    called in turn on every batch of ``actions`` [N, T, B] but the first, which warms them up; CPU
-    time is this process's and that of the ``pids`` of each run (its worker processes)."""
-    times, cpus = np.zeros(len(runs)), np.zeros(len(runs))
-    for batch, batch_actions in enumerate(actions):
-        for i, (run, run_pids) in enumerate(zip(runs, pids, strict=True)):
-            cpu = time.process_time() + process_cpu_s(run_pids)  # read before the clock starts
-            start = time.perf_counter()
-            run(batch_actions)
-            if batch:
-                times[i] += time.perf_counter() - start
-                cpus[i] += time.process_time() + process_cpu_s(run_pids) - cpu
-    return times, cpus
 
 
 def vec_env_vs_raw(args: argparse.Namespace, seed: int) -> Paired:
@@ -370,135 +221,6 @@ def sampler_rate(
     return Paired(steps / times[1], steps / times[0], cpus[1] / steps, cpus[0] / steps)
 
 
-def _floor_worker(
-    game: str,
-    first_rank: int,
-    n_envs: int,
-    env_threads: int,
-    seed: int,
-    actions: torch.Tensor,
-    observation: torch.Tensor,
-    orders: Any,
-    done: Any,
-) -> None:
-    """A ``HandoffFloor`` worker: ale-py's vector env of ranks ``first_rank ..``, one step per order
-    byte with the actions in shared memory, the observations copied into shared memory, one byte back."""
-    env = RawAleEnv(game, n_envs, env_threads, seed + first_rank).env
-    rows = slice(first_rank, first_rank + n_envs)
-    actions, observation = actions[rows].numpy(), observation[rows].numpy()
-    order_fd, done_fd = orders.fileno(), done.fileno()
-    try:
-        os.write(done_fd, b"r")
-        while os.read(order_fd, 1) == b"s":  # b"" once the parent closes its end
-            env.send(actions)
-            observation[:] = env.recv()[0]
-            os.write(done_fd, b"d")
-    finally:
-        env.close()
-
-
-class HandoffFloor:
-    """The least that env-only worker processes cost on this machine: the raw ale-py env split over
-    worker processes as a process-worker mode splits it, each step one byte to every worker and one
-    back (raw pipes), actions and observations in shared memory, and nothing else (no Contract 1
-    bookkeeping, no batch record, no agent). ``groups`` lists each group's worker processes: one
-    group steps as the parallel GPU mode does (every worker, then wait for all), two take turns as
-    the alternating mode's do. The env threads are ``env_threads`` split over all the workers, and
-    each group's envs are split over its workers as ``split_ranks`` splits them, as in the samplers.
-    A mode's rate over its floor's (both against the raw env beside them) is how close it comes to
-    what its process layout allows here; the floor's own ratio to the raw env is the cost of the
-    layout itself: the hand-offs, and the env threads of one worker idling while another finishes.
-    """
-
-    def __init__(self, game: str, n_envs: int, env_threads: int, groups: list[int], seed: int) -> None:
-        ctx = spawn_context()
-        observation_space, _ = env_spaces(env_config(game, 1, 1))
-        self.actions = torch.zeros(n_envs, dtype=torch.int64).share_memory_()
-        self.observation = torch.zeros((n_envs, *observation_space.shape), dtype=torch.uint8).share_memory_()
-        self._actions = self.actions.numpy()
-        threads = max(1, env_threads // sum(groups))
-        self.groups: list[tuple[slice, list[int], list[int]]] = []  # (columns, order fds, done fds)
-        self._procs: list[Any] = []
-        self._pipes: list[Any] = []
-        try:
-            for (first, n), workers in zip(split_ranks(n_envs, len(groups)), groups, strict=True):
-                orders, dones = [], []
-                for lo, m in split_ranks(n, workers):
-                    order_reader, order_writer = ctx.Pipe(duplex=False)
-                    done_reader, done_writer = ctx.Pipe(duplex=False)
-                    worker_args = (game, first + lo, m, threads, seed, self.actions, self.observation)
-                    proc = ctx.Process(
-                        target=_floor_worker, args=(*worker_args, order_reader, done_writer), daemon=True
-                    )
-                    proc.start()
-                    order_reader.close()
-                    done_writer.close()
-                    self._procs.append(proc)
-                    self._pipes += [order_writer, done_reader]
-                    orders.append(order_writer.fileno())
-                    dones.append(done_reader.fileno())
-                self.groups.append((slice(first, first + n), orders, dones))
-            for _, _, dones in self.groups:
-                for fd in dones:
-                    if os.read(fd, 1) != b"r":
-                        raise RuntimeError("HandoffFloor: a worker died while starting (see its stderr)")
-        except BaseException:
-            self.close()
-            raise
-
-    def batch(self, actions: np.ndarray) -> None:
-        """``len(actions)`` steps of every env with ``actions`` [T, B], the groups taking turns."""
-        T = len(actions)
-        for columns, orders, _ in self.groups:
-            self._send(columns, orders, actions[0])
-        for t in range(T):
-            for columns, orders, dones in self.groups:
-                for fd in dones:
-                    if os.read(fd, 1) != b"d":
-                        raise RuntimeError("HandoffFloor: a worker died")
-                if t + 1 < T:
-                    self._send(columns, orders, actions[t + 1])
-
-    def _send(self, columns: slice, orders: list[int], actions: np.ndarray) -> None:
-        self._actions[columns] = actions[columns]
-        for fd in orders:
-            os.write(fd, b"s")
-
-    @property
-    def pids(self) -> list[int]:
-        return [int(proc.pid) for proc in self._procs]
-
-    def close(self) -> None:
-        for pipe in self._pipes:
-            pipe.close()  # the workers read EOF and end
-        for proc in self._procs:
-            proc.join(timeout=5.0)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-
-
-def floor_vs_raw(floor: str, args: argparse.Namespace, seed: int) -> Paired:
-    """A ``FLOORS`` layout and the raw env, random actions, timed interleaved batch by batch as the
-    samplers are (CPU: this process and the floor's workers)."""
-    raw = RawAleEnv(args.game, args.envs, args.env_threads, seed + 1000)
-    try:
-        layout = HandoffFloor(args.game, args.envs, args.env_threads, FLOORS[floor](args.workers), seed)
-        try:
-            n_actions = raw.env.single_action_space.n
-            actions = np.random.default_rng(seed).integers(
-                0, n_actions, size=(args.batches + 1, args.batch_t, args.envs)
-            )
-            times, cpus = time_interleaved([raw_batches(raw), layout.batch], [[], layout.pids], actions)
-        finally:
-            layout.close()
-    finally:
-        raw.close()
-    steps = args.batches * args.batch_t * args.envs
-    (raw_rate, rate), (raw_cpu, cpu) = steps / times, cpus / steps
-    return Paired(rate, raw_rate, cpu, raw_cpu)
-
-
 def trivial_vs_raw(name: str, args: argparse.Namespace, seed: int) -> Paired:
     """A row of the trivial section (``vec_env``, a ``FLOORS`` layout or a ``MODES`` entry) and the
     raw env beside it."""
@@ -516,148 +238,6 @@ def sampler_vs_raw(mode: str, args: argparse.Namespace, seed: int) -> Paired:
         return sampler_rate(mode, "random", args, seed, raw=raw)
     finally:
         raw.close()
-
-
-RUNNER_ALGOS = ("dqn", "r2d1")
-
-
-def stage_cpus() -> tuple[frozenset[int], frozenset[int]]:
-    """(sampler CPUs, optimizer CPUs) of the async runs: the first and the second half of the CPUs
-    this process may use (both all of it on a 1-CPU machine)."""
-    cpus = sorted(os.sched_getaffinity(0))
-    half = max(1, len(cpus) // 2)
-    return frozenset(cpus[:half]), frozenset(cpus[half:] or cpus)
-
-
-def cpu_list(cpus: frozenset[int]) -> str:
-    return ",".join(str(c) for c in sorted(cpus))
-
-
-def runner_config(algo: str, game: str, n_steps: int, kind: str) -> Any:
-    """A ``TrainConfig`` for the runner comparison, mostly training: warm-up of a quarter of the steps.
-
-    Cores split between the stages (async: pinned, ``stage_cpus``): one env thread and one torch
-    thread for the sampler, one torch thread for the optimizer. ``dqn``: Nature DQN, 32 samples
-    trained per 4 env steps (replay ratio 8): optimization dominates. ``r2d1``: R2D1 at R2D2's
-    replay ratio 0.8 (Table 2) on 8 envs, with 4 sequences of 80 (+40 burn-in) per minibatch
-    instead of 64, so that one update (320 trained steps, one per 400 env steps) costs about as
-    much as sampling those steps: the regime where overlapping the two pays. The async runner is
-    throttled to the ratio the sync runner gets from the algorithm's own schedule, so both train at
-    the same replay ratio.
-    """
-    from algorithms.algos import dqn, r2d1
-    from algorithms.train import RunnerConfig, TrainConfig
-
-    if algo == "dqn":
-        algo_config = dqn.Config(
-            learning_starts_steps=n_steps // 4, replay_size_steps=n_steps, eps_decay_steps=n_steps
-        )
-        sampler = SamplerConfig(batch_T=4, batch_B=8, eval_episodes=0)
-        ratio = algo_config.batch_size / algo_config.env_steps_per_update
-    else:
-        algo_config = r2d1.Config(
-            batch_size_sequences=4,
-            learning_starts_steps=n_steps // 4,
-            replay_size_steps=n_steps,
-            eps_decay_steps=0,
-            # rlpyt's 512-unit layer before the LSTM (atari_r2d1_model.py), as the runner comparison
-            # in docs/results was measured with; R2D2's network (fc_size 0) is r2d1.Config's default.
-            fc_size=512,
-        )
-        sampler = SamplerConfig(batch_T=algo_config.sequence_period_steps, batch_B=8, eval_episodes=0)
-        ratio = algo_config.replay_ratio
-    sampler_cpus, optimizer_cpus = (cpu_list(cpus) for cpus in stage_cpus()) if kind == "async" else ("", "")
-    return TrainConfig(
-        algo=algo,
-        algo_config=algo_config,
-        env=env_config(game, 1, 1),
-        sampler=sampler,
-        runner=RunnerConfig(
-            kind=kind,
-            async_sampler_cpus=sampler_cpus,
-            async_optimizer_cpus=optimizer_cpus,
-            n_steps=n_steps,
-            log_interval_steps=max(n_steps // 16, sampler.batch_T * sampler.batch_B),
-            checkpoint_interval_steps=n_steps,
-            replay_ratio_target=ratio if kind == "async" else 0.0,
-        ),
-    )
-
-
-def runner_steps(algo: str, args: argparse.Namespace) -> int:
-    return args.runner_steps if algo == "dqn" else args.r2d1_steps
-
-
-def runner_sampler_rate(algo: str, args: argparse.Namespace, seed: int) -> float:
-    """Env steps per second of the runs' sampler alone (serial, the algorithm's agent, sample mode),
-    on the async runs' sampler CPUs."""
-    from algorithms.runners.sync import SyncRunner
-
-    runner = SyncRunner.build(runner_config(algo, args.game, runner_steps(algo, args), "sync"), None, None)
-    sampler = runner.sampler
-    with pinned(stage_cpus()[0], "sampler alone"):
-        sampler.initialize()  # its env threads start here, on the pinned CPUs
-        try:
-            runner.agent.set_mode("sample", 0)
-            sampler.sample(0)
-            n_batches = max(2, runner_steps(algo, args) // (4 * sampler.batch_spec.size))
-            start = time.perf_counter()
-            for itr in range(n_batches):
-                sampler.sample(itr)
-            return n_batches * sampler.batch_spec.size / (time.perf_counter() - start)
-        finally:
-            sampler.shutdown()
-
-
-def optimizer_rate(algo: str, args: argparse.Namespace, seed: int) -> float:
-    """Env steps per second the optimizer alone sustains: ``optimize`` on one recorded batch, again and
-    again (append it, train at the algorithm's replay ratio), on a filled replay, on the async runs'
-    optimizer CPUs."""
-    from algorithms.runners.sync import SyncRunner
-
-    runner = SyncRunner.build(runner_config(algo, args.game, runner_steps(algo, args), "sync"), None, None)
-    algo_ = runner.algo
-    runner.sampler.initialize()
-    try:
-        runner.agent.set_mode("sample", 0)
-        samples, _ = runner.sampler.sample(0)
-        runner.agent.set_mode("train", 0)
-        with pinned(stage_cpus()[1], "optimizer alone"):
-            while algo_.optimize(0, samples).updates == 0:  # fill the replay up to learning (not timed)
-                pass
-            calls, updates = 0, 0
-            start = time.perf_counter()
-            while updates < 16:
-                updates += algo_.optimize(0, samples).updates
-                calls += 1
-            seconds = time.perf_counter() - start
-    finally:
-        runner.sampler.shutdown()
-    return calls * runner.sampler.batch_spec.size / seconds
-
-
-def runner_rate(algo: str, kind: str, args: argparse.Namespace, seed: int) -> tuple[float, float]:
-    """(env steps per second while training, achieved replay ratio) of a run with runner ``kind``.
-
-    The rate is taken from the run's progress rows, from the first row with updates to the last, so
-    process start-up and the warm-up before learning (no updates in either runner) are not counted.
-    """
-    import tempfile
-
-    from algorithms.rundir import read_table
-    from algorithms.train import train
-
-    config = runner_config(algo, args.game, runner_steps(algo, args), kind)
-    config = dataclasses.replace(config, runner=dataclasses.replace(config.runner, seed=seed))
-    with tempfile.TemporaryDirectory() as tmp:
-        counters = train(config, Path(tmp) / "run")
-        progress, _ = read_table(Path(tmp) / "run" / "progress.csv")
-    training = progress[progress["updates"] > 0]
-    if len(training) < 3:
-        raise RuntimeError(f"runner_rate({algo}, {kind}): only {len(training)} progress rows with updates")
-    first, last = training.iloc[0], training.iloc[-1]
-    rate = (last["env_steps"] - first["env_steps"]) / (last["wall_time_s"] - first["wall_time_s"])
-    return float(rate), counters.replay_ratio_trained
 
 
 def median_of(fn, repeats: int) -> tuple[float, list[float]]:
@@ -872,7 +452,7 @@ def main() -> None:
         if name in sections:
             section(args, rows)
     settings = {k: v for k, v in vars(args).items() if k not in ("out", "quick")}
-    machine = f"{cpu_model()}, {os.cpu_count()} logical CPUs"
+    machine = f"{speed.cpu_model()}, {os.cpu_count()} logical CPUs"
     for row in rows:
         row.update(settings, machine=machine)
     speed.write_rows(args.out, rows, list(dict.fromkeys(k for row in rows for k in row)))

@@ -34,9 +34,11 @@ def child(tree: str, setting: str, updates: int, calls: bool) -> None:
     runner = SyncRunner.build(setting_config("breakout", 0, setting), None, None)
     runner.sampler.initialize()
     algo = runner.algo
+    # The old tree is an older commit, before run_updates(n) was renamed learn(n_updates).
+    learn = algo.learn if hasattr(algo, "learn") else algo.run_updates
     while algo.updates == 0:
         runner.iteration(runner.counters.sampler_itrs)
-    algo.run_updates(3)
+    learn(3)
     ready = {"parameters": sum(p.numel() for p in runner.agent.model.parameters())}
     if calls:
         import cProfile
@@ -44,13 +46,13 @@ def child(tree: str, setting: str, updates: int, calls: bool) -> None:
 
         profile = cProfile.Profile()
         profile.enable()
-        algo.run_updates(updates)
+        learn(updates)
         profile.disable()
         ready["calls_per_update"] = pstats.Stats(profile).total_calls / updates
     print(json.dumps(ready), flush=True)
     for _ in sys.stdin:
         start = time.process_time()
-        algo.run_updates(updates)
+        learn(updates)
         print((time.process_time() - start) / updates * 1e3, flush=True)
     runner.sampler.shutdown()
 

@@ -17,6 +17,7 @@ import argparse
 import csv
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -39,6 +40,8 @@ from bench.learning import paired_ratio
 
 # The CSV columns of a repeat's two rates.
 RATES = ("steps_per_second", "steps_per_cpu_second")
+# The first CSV columns of the MinAtar benches (DQN's, R2D1's): which run a row is and the work it did.
+GAME_RUN_COLUMNS = ("impl", "game", "repeat", "env_steps", "updates")
 
 
 def clocks() -> np.ndarray:
@@ -306,6 +309,16 @@ def ratio_with_ci(paired: np.ndarray) -> str:
     """A ``paired_ratios`` row as ``median [low, high]``."""
     median, low, high = paired
     return f"{median:.2f} [{low:.2f}, {high:.2f}]"
+
+
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo where there is one (Linux), else the platform's guess."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
 
 
 def git_commit() -> str:

@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 from test_sampler_parallel_shutdown import assert_all_gone
 
-from bench.bench_sampler import CNN_MODES, FLOORS, MODE_FLOORS, MODES, HandoffFloor, RawAleEnv, process_cpu_s
+from bench.bench_sampler import CNN_MODES, MODES
+from bench.sampler_floors import FLOORS, MODE_FLOORS, HandoffFloor
+from bench.sampler_parts import RawAleEnv, process_cpu_s
 
 
 def test_sampler_benchmark_measures_every_mode_against_its_reference(tmp_path):
