@@ -43,6 +43,7 @@ import torch
 
 from algorithms.algos import dqn
 from algorithms.envs.config import EnvConfig
+from algorithms.learners.q_replay import LossMode
 from bench import speed
 from repro.settings import setting_configs
 
@@ -118,7 +119,8 @@ def machine_limit(replay_size: int, learning_starts: int, seed: int, n: int = 20
 
     def update() -> None:
         data, _, weights = replay.sample(BATCH_SIZE)
-        loss, _, _ = algo.loss(data.replace(is_weights=weights))
+        batch = data.replace(is_weights=weights)
+        loss, _, _ = algo.loss_fn(algo.config, model, algo.target_model, batch, LossMode())
         algo.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), algo.clip_grad_norm)

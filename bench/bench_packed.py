@@ -65,7 +65,7 @@ def configs(setting: str, seeds: list[int], steps: int, learning_starts: int, th
 
 def worker(args: argparse.Namespace) -> None:
     """One process of a variant: train ``--seeds`` of ``--setting`` alone or packed into ``--root``."""
-    from algorithms.packed import train_packed
+    from algorithms.packed.pack import train_packed
     from algorithms.train import train
 
     seeds = [int(s) for s in args.seeds.split(",")]

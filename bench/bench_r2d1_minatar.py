@@ -97,7 +97,7 @@ def ours_rate(game: str, steps: int, updates: int, seed: int, threads: int) -> d
         updates0 = algo.updates
         seconds = timed_loop(iteration, lambda: counters.env_steps, steps)
         loop_updates = algo.updates - updates0
-        update_ms = update_cpu_ms(lambda: algo.run_updates(1), updates)
+        update_ms = update_cpu_ms(lambda: algo.learn(1), updates)
     finally:
         runner.sampler.shutdown()
     return _row(startup, steps, loop_updates, seconds, update_ms)

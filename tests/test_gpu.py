@@ -17,7 +17,7 @@ import os
 import pytest
 import torch
 
-from algorithms.packed import train_packed
+from algorithms.packed.pack import train_packed
 from algorithms.rundir import read_run
 from algorithms.train import TrainConfig, train
 from tests.test_packed import seeded

@@ -23,10 +23,10 @@ import pandas as pd
 import pytest
 import torch
 
-from algorithms.packed import PackMismatch, check_packable, train_packed
 from algorithms.packed.learners import PackedQLearner
 from algorithms.packed.optim import MemberOptimizer, stacked_optimizer
-from algorithms.packed.runner import PackedRunner
+from algorithms.packed.pack import check_packable, train_packed
+from algorithms.packed.runner import PackedRunner, PackMismatch
 from algorithms.packed.stack import StackedParameters, clip_member_gradients
 from algorithms.rundir import read_run
 from algorithms.runners.sync import SyncRunner

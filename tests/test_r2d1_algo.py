@@ -10,7 +10,7 @@ import torch
 from dqn_probes import single_loss
 from r2d1_probes import ACT, OBS, Driver
 
-from algorithms.algos import r2d1
+from algorithms.algos import r2d1, r2d1_targets
 from algorithms.arrays import NamedArrays
 from algorithms.functional.priorities import sequence_priority
 from algorithms.functional.value_rescaling import signed_hyperbolic, signed_parabolic
@@ -70,22 +70,28 @@ def test_sampler_td_errors_by_hand():
     expected = torch.stack(
         [h(torch.tensor(2.0)) - 1, h(torch.tensor(2.0)) - 3, h(0.5 + 0.5 * h_inv(torch.tensor(6.0))) - 4]
     )
-    td = r2d1.sampler_td_errors(config, samples, q_T)
+    td = r2d1_targets.sampler_td_errors(config, samples, q_T)
     assert torch.allclose(td[:, 0], expected.abs(), atol=1e-6)
     # 1-step (rlpyt 2019): t=0 bootstraps from max Q(s1) = 3: y = h(1 + 0.5 h^-1(3)).
-    td1 = r2d1.sampler_td_errors(dataclasses.replace(config, initial_priority_one_step=True), samples, q_T)
+    td1 = r2d1_targets.sampler_td_errors(
+        dataclasses.replace(config, initial_priority_one_step=True), samples, q_T
+    )
     assert torch.allclose(td1[0, 0], (h(1 + 0.5 * h_inv(torch.tensor(3.0))) - 1).abs(), atol=1e-6)
     assert torch.allclose(td1[1:], td[1:])
     # The n-step done bug: t=0 bootstraps with gamma^2 from s2, across the episode end.
-    tdb = r2d1.sampler_td_errors(dataclasses.replace(config, nstep_done_bug=True), samples, q_T)
+    tdb = r2d1_targets.sampler_td_errors(dataclasses.replace(config, nstep_done_bug=True), samples, q_T)
     assert torch.allclose(tdb[0, 0], (h(2 + 0.25 * h_inv(torch.tensor(4.0))) - 1).abs(), atol=1e-6)
 
 
 def test_initial_priority_half_segments_by_hand():
     td = torch.tensor([[1.0], [2.0], [3.0], [4.0]])
-    whole = r2d1.initial_sequence_priorities(SMALL, td)
-    first = r2d1.initial_sequence_priorities(dataclasses.replace(SMALL, initial_priority_half_segment=1), td)
-    second = r2d1.initial_sequence_priorities(dataclasses.replace(SMALL, initial_priority_half_segment=2), td)
+    whole = r2d1_targets.initial_sequence_priorities(SMALL, td)
+    first = r2d1_targets.initial_sequence_priorities(
+        dataclasses.replace(SMALL, initial_priority_half_segment=1), td
+    )
+    second = r2d1_targets.initial_sequence_priorities(
+        dataclasses.replace(SMALL, initial_priority_half_segment=2), td
+    )
     assert torch.allclose(whole, torch.tensor([0.9 * 4 + 0.1 * 2.5]))
     assert torch.allclose(first, torch.tensor([0.9 * 2 + 0.1 * 1.5]))
     assert torch.allclose(second, torch.tensor([0.9 * 4 + 0.1 * 3.5]))
@@ -95,7 +101,9 @@ def test_new_sequences_get_whole_sequence_sampler_priorities():
     agent, algo = make(SMALL)
     driver = Driver(agent, 4, length=3)
     batches = [driver.sample(8) for _ in range(4)]
-    td = torch.cat([r2d1.sampler_td_errors(SMALL, b, bootstrap_q(agent, b)) for b in batches])  # [32, 4]
+    td = torch.cat(
+        [r2d1_targets.sampler_td_errors(SMALL, b, bootstrap_q(agent, b)) for b in batches]
+    )  # [32, 4]
     for b in batches:
         algo.append_samples(b)
     storage, selector = algo.replay.storage, algo.replay.selector
@@ -115,7 +123,11 @@ def quantities(config: r2d1.Config) -> dict[str, np.ndarray]:
     agent, algo = make(config)
     driver = Driver(agent, 4, length=3)
     batches = [driver.sample(8) for _ in range(4)]
-    out = {"td_sampler": r2d1.sampler_td_errors(config, batches[0], bootstrap_q(agent, batches[0])).numpy()}
+    out = {
+        "td_sampler": r2d1_targets.sampler_td_errors(
+            config, batches[0], bootstrap_q(agent, batches[0])
+        ).numpy()
+    }
     for b in batches:
         algo.append_samples(b)
     storage, selector = algo.replay.storage, algo.replay.selector

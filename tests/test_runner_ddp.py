@@ -17,8 +17,8 @@ from torch import nn
 from algorithms.algos import a2c, sac
 from algorithms.envs.config import EnvConfig
 from algorithms.rundir import read_run
+from algorithms.runners.common import build_run_agent, seed_everything
 from algorithms.runners.ddp import DataParallelModel, DdpRunner, exit_rank, rank_device
-from algorithms.runners.sync import build_agent, seed_everything
 from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
 
 WORLD = 2
@@ -109,7 +109,7 @@ def test_replicas_stay_identical_and_counts_add_up_across_ranks(tmp_path, algo, 
     for name, value in states[0].items():
         assert torch.equal(value, states[1][name]), name
     seed_everything(config.runner.seed)  # as every rank seeds before building
-    initial = build_agent(config, torch.device("cpu")).state_dict()
+    initial = build_run_agent(config, torch.device("cpu")).state_dict()
     # The replicas trained: their parameters left the initialisation both ranks started from.
     assert any(not torch.equal(v, initial[k]) for k, v in ranks[0]["params"].items())
     for state in (r["counters"] for r in ranks):

@@ -52,7 +52,7 @@ import torch
 
 from algorithms.agents.dqn_agents import R2D1Agent
 from algorithms.agents.epsilon import EpsilonSchedule
-from algorithms.algos.r2d1_targets import initial_sequence_priorities, sampler_td_errors, targets
+from algorithms.algos.r2d1_targets import InitialPriorities, targets
 from algorithms.arrays import NamedArrays, concatenate
 from algorithms.configs import check_field, check_ranges
 from algorithms.functional.priorities import sequence_priority
@@ -66,7 +66,6 @@ from algorithms.replay.buffer import ReplayBuffer
 from algorithms.replay.observations import observations_for
 from algorithms.replay.selectors import PrioritizedSelector
 from algorithms.replay.sequences import SequenceStorage, sequence_rows
-from algorithms.resume import tree_from_state, tree_state
 
 
 @dataclass(frozen=True)
@@ -359,13 +358,7 @@ class Algo(QReplayLearner):
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        # Sampler |TD errors| of the newest rows, [rows, B], from absolute row _td_first_row on: the
-        # initial priority of a sequence needs its trained steps, which span several sampler batches.
-        self._td_history = torch.zeros(0, self.batch_spec.B)
-        self._td_first_row = 0
-        # The fields of the last batch that its TD errors need, until the next batch brings its
-        # bootstrap values (``append_samples``).
-        self._pending: NamedArrays | None = None
+        self.initial_priorities = InitialPriorities(self.config, self.batch_spec.B)
 
     # --- replay -------------------------------------------------------------------------------------
     @staticmethod
@@ -409,62 +402,14 @@ class Algo(QReplayLearner):
     def append_samples(self, samples: NamedArrays) -> None:
         """Store a sampler batch and give the sequences it completes their initial priorities
         (also Contract 4's async extension)."""
-        storage = self.ensure_replay(samples).storage
-        t0 = storage.ring.t
-        self.replay.append(samples)
-        t = storage.ring.t
+        self.initial_priorities.append(self.ensure_replay(samples), samples)
         self.replay_steps += samples.reward.numel()
 
-        # The bootstrap values of a batch are the Q-values of the next batch's first step, whose inputs
-        # and state are the batch's bootstrap inputs: the sampler computes them in its next acting
-        # forward. Until the next batch arrives the last n rows' TD errors stand on the batch's own
-        # last Q-values; no sequence complete now trains on those rows (its trained steps end n steps
-        # before the rows written), and they are recomputed when the next batch arrives.
-        q = samples.agent_info.q
-        td = sampler_td_errors(self.config, samples, q[-1])
-        if self._td_first_row + self._td_history.shape[0] != t0:  # first batch of this process
-            self._td_history, self._td_first_row = td, t0
-        else:
-            if self._pending is not None:
-                previous = sampler_td_errors(self.config, self._pending, q[0])
-                rows = min(previous.shape[0], self._td_history.shape[0])  # the history kept may be shorter
-                self._td_history[-rows:] = previous[-rows:]
-            self._td_history = torch.cat([self._td_history, td])
-        self._pending = NamedArrays(
-            reward=samples.reward.clone(),
-            terminated=samples.terminated.clone(),
-            truncated=samples.truncated.clone(),
-            action=samples.action.clone(),
-            agent_info=NamedArrays(q=q.clone()),
-        )
-        c, L = self.config, self.config.sequence_steps
-        # Sequences starting at s are complete once rows up to s + L - 1 are written: s in (t0 - L, t - L].
-        starts = storage.sequence_starts(max(t0 - L + 1, self._td_first_row), t - L + 1)
-        if starts.size:
-            offset = starts - self._td_first_row + c.burn_in_steps
-            trained = torch.stack([self._td_history[o : o + c.sequence_length_steps] for o in offset], dim=1)
-            priorities = initial_sequence_priorities(c, trained.flatten(1, 2))
-            # [starts * B], ordered by start then env as items_of_starts numbers them; the selector
-            # applies the priority exponent or not (initial_priority_no_alpha, rlpyt 2019).
-            self.replay.set_input_priorities(storage.items_of_starts(starts), priorities)
-        keep = L + c.sequence_period_steps  # enough history for every sequence not yet complete
-        if self._td_history.shape[0] > keep:
-            drop = self._td_history.shape[0] - keep
-            self._td_history, self._td_first_row = self._td_history[drop:], self._td_first_row + drop
-
     def replay_extra_state(self) -> dict[str, Any]:
-        """The sampler TD errors of sequences not yet complete and the last batch's fields awaiting
-        its bootstrap values: the initial priorities of the next sequences are computed from them."""
-        return {
-            "td_history": self._td_history.clone(),
-            "td_first_row": self._td_first_row,
-            "pending": tree_state(self._pending),
-        }
+        return self.initial_priorities.state_dict()
 
     def load_replay_extra_state(self, state: dict[str, Any]) -> None:
-        self._td_history = state["td_history"].clone()
-        self._td_first_row = int(state["td_first_row"])
-        self._pending = tree_from_state(state["pending"])
+        self.initial_priorities.load_state_dict(state)
 
     # --- the loop -------------------------------------------------------------------------------------
     def take_samples(self, samples: NamedArrays) -> int:

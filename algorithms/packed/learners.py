@@ -25,11 +25,12 @@ from typing import Any
 
 import torch
 
+from algorithms import registry
 from algorithms.arrays import NamedArrays
 from algorithms.learners.common import OptInfo, nonfinite_loss
 from algorithms.learners.policy_gradient import minibatch_epochs
-from algorithms.learners.q_replay import Draw, replay_updates
-from algorithms.learners.qpg import qpg_update
+from algorithms.learners.q_replay import Draw, QReplayLearner, replay_updates
+from algorithms.learners.qpg import QpgAlgo, qpg_update
 from algorithms.packed.optim import MemberOptimizer, stacked_optimizer
 from algorithms.packed.stack import (
     StackedParameters,
@@ -390,3 +391,20 @@ class PackedQpgLearner:
             torch._foreach_lerp_([target.params[n] for n in names], [online.params[n] for n in names], tau)
             for name, buffer in target.buffers.items():
                 buffer.copy_(online.buffers[name])
+
+
+def learner_class(algo: str) -> Any:
+    """The packed learner of algorithm ``algo`` (``ValueError`` when it has none)."""
+    from algorithms.algos.ppo import Algo as Ppo
+
+    cls = registry.algo_module(algo).Algo
+    if issubclass(cls, QReplayLearner):
+        return PackedQLearner
+    if issubclass(cls, Ppo):
+        return PackedPpoLearner
+    if issubclass(cls, QpgAlgo):
+        return PackedQpgLearner
+    raise ValueError(
+        f"packing: algorithm {algo!r} has no packed learner "
+        "(packable: DQN family, R2D1, feed-forward PPO, DDPG, TD3, SAC)"
+    )

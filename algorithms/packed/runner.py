@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from algorithms.packed.learners import learner_class
 from algorithms.runners.sync import SyncRunner
 
 if TYPE_CHECKING:
@@ -103,8 +104,6 @@ class PackedRunner:
         runs: Sequence[RunDir],
         checkpoints: Sequence[dict[str, Any] | None],
     ) -> PackedRunner:
-        from algorithms.packed import learner_class
-
         rng = MemberRng()
         members = []
         for k, (config, run, checkpoint) in enumerate(zip(configs, runs, checkpoints)):

@@ -55,7 +55,8 @@ from algorithms.counters import Counters
 from algorithms.learners.common import OptInfo
 from algorithms.process import configure_process
 from algorithms.rundir import RunDir, rng_state
-from algorithms.runners.sync import SyncRunner, finite_mean
+from algorithms.runners.common import finite_mean
+from algorithms.runners.sync import SyncRunner
 from algorithms.samplers.base import BaseSampler
 from algorithms.samplers.serial import SerialSampler
 
