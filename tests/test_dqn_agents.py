@@ -112,7 +112,7 @@ def test_epsilon_greedy_runs_the_net_only_when_some_env_acts_greedily():
 
 def test_r2d1_agent_reports_prev_state_and_carries_state():
     torch.manual_seed(0)
-    model = R2D1Model((4,), 3, lstm_size=8, head_hidden_size=8, mlp_hidden_sizes=(8,))
+    model = R2D1Model((4,), 3, lstm_size=8, fc_size=0, head_hidden_size=8, mlp_hidden_sizes=(8,))
     agent = R2D1Agent(model, OBS, ACT, EpsilonSchedule(eval=0.0))
     agent.set_mode("eval")
     state = agent.initial_state(2)
@@ -138,7 +138,7 @@ def test_reset_state_keeps_each_leaf_on_its_own_device():
     # meta device stands in for a GPU here: a leaf there must stay there, next to a CPU leaf.
     # (On the H200 machine the stepper once moved ``done`` to the model's device and every R2D1 job
     # on cuda failed at its first step.)
-    model = R2D1Model((4,), 3, lstm_size=8, head_hidden_size=8, mlp_hidden_sizes=(8,))
+    model = R2D1Model((4,), 3, lstm_size=8, fc_size=0, head_hidden_size=8, mlp_hidden_sizes=(8,))
     agent = R2D1Agent(model, OBS, ACT, EpsilonSchedule(eval=0.0))
     state = NamedArrays(h=torch.ones(2, 8, device="meta"), c=torch.ones(2, 8))
     reset = agent.reset_state(state, torch.tensor([True, False]))

@@ -153,7 +153,7 @@ def test_minatar_networks_shapes():
     )(obs)
     assert pi.logits.shape == (5, 3, 6) and v.shape == (5, 3)
     with pytest.raises(ValueError, match="too small for the Nature convs"):
-        R2D1Model((7, 10, 10), 6, conv_torso="nature")
+        R2D1Model((7, 10, 10), 6, lstm_size=32, fc_size=0, head_hidden_size=16, conv_torso="nature")
 
 
 def test_replay_keeps_minatar_maps_whole():

@@ -56,7 +56,7 @@ def _r2d1_inputs(T, B, shape=(4,), n_actions=3):
 
 def test_r2d1_model_shapes_for_t_b_and_unbatched():
     torch.manual_seed(0)
-    model = R2D1Model((4,), 3, lstm_size=16, head_hidden_size=8, mlp_hidden_sizes=(8,))
+    model = R2D1Model((4,), 3, lstm_size=16, fc_size=0, head_hidden_size=8, mlp_hidden_sizes=(8,))
     obs, pa, pr = _r2d1_inputs(5, 2)
     q, state = model(obs, pa, pr)
     assert q.shape == (5, 2, 3) and state.h.shape == (2, 16) and state.c.shape == (2, 16)
@@ -81,7 +81,7 @@ def test_r2d1_model_shapes_for_t_b_and_unbatched():
 
 def test_r2d1_model_sequence_equals_step_by_step():
     torch.manual_seed(0)
-    model = R2D1Model((4,), 3, lstm_size=16, head_hidden_size=8, mlp_hidden_sizes=(8,))
+    model = R2D1Model((4,), 3, lstm_size=16, fc_size=0, head_hidden_size=8, mlp_hidden_sizes=(8,))
     obs, pa, pr = _r2d1_inputs(7, 3)
     state0 = NamedArrays(h=torch.randn(3, 16), c=torch.randn(3, 16))
     q_seq, final_seq = model(obs, pa, pr, state0)
@@ -100,7 +100,7 @@ def test_r2d1_model_sequence_equals_step_by_step():
 
 def test_r2d1_model_reset_starts_episodes_from_zero_state():
     torch.manual_seed(0)
-    model = R2D1Model((4,), 3, lstm_size=16, head_hidden_size=8, mlp_hidden_sizes=(8,))
+    model = R2D1Model((4,), 3, lstm_size=16, fc_size=0, head_hidden_size=8, mlp_hidden_sizes=(8,))
     obs, pa, pr = _r2d1_inputs(6, 2)
     state0 = NamedArrays(h=torch.randn(2, 16), c=torch.randn(2, 16))
     reset = torch.zeros(6, 2, dtype=torch.bool)
@@ -120,7 +120,7 @@ def test_r2d1_model_reset_starts_episodes_from_zero_state():
 
 def test_r2d1_model_act_equals_one_step_of_forward():
     torch.manual_seed(0)
-    model = R2D1Model((4,), 3, lstm_size=16, head_hidden_size=8, mlp_hidden_sizes=(8,))
+    model = R2D1Model((4,), 3, lstm_size=16, fc_size=0, head_hidden_size=8, mlp_hidden_sizes=(8,))
     obs, pa, pr = _r2d1_inputs(1, 5)
     state = NamedArrays(h=torch.randn(5, 16), c=torch.randn(5, 16))
     q, next_state = model(obs[0], pa[0], pr[0], state)

@@ -49,7 +49,7 @@ class CartPoleAgentFactory:
         # Evaluation explores too (its own streams): the eval episodes must match across modes.
         schedule = EpsilonSchedule(start=self.epsilon, final=self.epsilon, decay_steps=0, eval=self.epsilon)
         if self.recurrent:
-            model = R2D1Model((4,), 2, lstm_size=8, head_hidden_size=8, mlp_hidden_sizes=(8,))
+            model = R2D1Model((4,), 2, lstm_size=8, fc_size=0, head_hidden_size=8, mlp_hidden_sizes=(8,))
             return R2D1Agent(model, observation_space, action_space, schedule)
         model = QNetwork((4,), 2, mlp_hidden_sizes=(16,))
         return EpsilonGreedyAgent(model, observation_space, action_space, schedule)

@@ -5,7 +5,8 @@ Reinforcement Learning", Appendix "Hyper-parameters"; rlpyt ``models/dqn/atari_r
            -> LSTM 512, fed [features, one-hot previous action, previous reward]
            -> dueling head (value and advantage streams of 512 units each).
 
-The defaults are ``algos.r2d1.Config``'s (R2D2's network: no fc layer).
+The sizes have no defaults (``algos.r2d1.Config`` holds them: R2D2's, no fc layer); the torso's
+defaults are the Config's.
 
 For vector observations the conv torso is replaced by an MLP (the velocity-masked control tasks); for
 MinAtar's 10x10 maps ``conv_torso="minatar"`` puts its small convolution there (``torsos.py``).
@@ -46,9 +47,10 @@ class R2D1Model(nn.Module):
         self,
         observation_shape: tuple[int, ...],
         n_actions: int,
-        lstm_size: int = 512,
-        fc_size: int = 0,
-        head_hidden_size: int = 512,
+        *,
+        lstm_size: int,
+        fc_size: int,
+        head_hidden_size: int,
         mlp_hidden_sizes: tuple[int, ...] = (64, 64),
         conv_torso: str = "nature",
     ) -> None:
