@@ -98,31 +98,23 @@ class NamedArrays:
             raise TypeError(
                 "NamedArrays: assign a field with attribute syntax or replace(), not x['name'] = ..."
             )
-        if isinstance(value, NamedArrays):
-            missing = set(self._fields) - set(value._fields)
+        by_field = isinstance(value, NamedArrays)  # else one value goes into every field
+        if by_field:
             extra = set(value._fields) - set(self._fields)
             if extra:
                 raise KeyError(f"NamedArrays assignment: source has fields {sorted(extra)} the target lacks")
-            for k, dst in self._fields.items():
-                if dst is None:
-                    continue
-                if k in missing:
-                    raise KeyError(f"NamedArrays assignment: source lacks field {k!r}")
-                src = value._fields[k]
-                if src is None:
-                    continue
-                if isinstance(dst, NamedArrays):
-                    dst[index] = src
-                else:
-                    dst[index] = _as_leaf_like(src, dst)
-        else:
-            for dst in self._fields.values():
-                if dst is None:
-                    continue
-                if isinstance(dst, NamedArrays):
-                    dst[index] = value
-                else:
-                    dst[index] = _as_leaf_like(value, dst)
+        for k, dst in self._fields.items():
+            if dst is None:
+                continue
+            if by_field and k not in value._fields:
+                raise KeyError(f"NamedArrays assignment: source lacks field {k!r}")
+            src = value._fields[k] if by_field else value
+            if by_field and src is None:  # a field the source leaves unset keeps its values
+                continue
+            if isinstance(dst, NamedArrays):
+                dst[index] = src
+            else:
+                dst[index] = _as_leaf_like(src, dst)
 
     # --- whole-structure operations -------------------------------------------------------------
     def map(self, fn: Callable[[Any], Any]) -> NamedArrays:
