@@ -40,17 +40,13 @@ from algorithms.samplers.seeding import env_seed, exploration_streams
 from algorithms.samplers.stepper import EnvStepper, StepWriter, allocate_samples, record_example
 from algorithms.samplers.workers import WorkerGroup, split_ranks
 
+# The fields of a sampler record that an env's step gives (Contract 1), in its order.
+ENV_STEP_FIELDS = ("observation", "reward", "terminated", "truncated", "final_observation", "env_info")
+
 
 def env_step_example(record: NamedArrays) -> NamedArrays:
     """One env's Contract 1 step output (no leading dim), from a sampler record example."""
-    return NamedArrays(
-        observation=record.observation,
-        reward=record.reward,
-        terminated=record.terminated,
-        truncated=record.truncated,
-        final_observation=record.final_observation,
-        env_info=record.env_info,
-    )
+    return NamedArrays({name: record[name] for name in ENV_STEP_FIELDS})
 
 
 def env_written_fields(samples: NamedArrays) -> frozenset[str]:
