@@ -108,24 +108,15 @@ def env_spaces(env_config: EnvConfig) -> tuple[Any, Any]:
         env.close()
 
 
-def make_sampler(
-    mode: str,
-    env_config: EnvConfig,
-    agent: Agent,
-    config: SamplerConfig,
-    seed: int,
-    start_env_steps: int = 0,
-    *,
-    agent_factory: Any = None,
-) -> BaseSampler:
-    """The sampler for ``mode`` (a key of ``SAMPLERS``); ``agent_factory`` builds worker agent copies."""
+def make_sampler(mode: str, *args: Any, **kwargs: Any) -> BaseSampler:
+    """The sampler for ``mode`` (a key of ``SAMPLERS``), built with ``BaseSampler``'s arguments."""
     import importlib
 
     if mode not in SAMPLERS:
         raise ValueError(f"unknown sampler mode {mode!r}; known: {sorted(SAMPLERS)}")
     module, name = SAMPLERS[mode].split(":")
     cls = getattr(importlib.import_module(module), name)
-    return cls(env_config, agent, config, seed, start_env_steps, agent_factory=agent_factory)
+    return cls(*args, **kwargs)
 
 
 class BaseSampler(ABC):
