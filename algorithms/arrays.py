@@ -18,7 +18,7 @@ Dimensions are named in docstrings: ``T`` time, ``B`` batch (environments), then
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -29,6 +29,17 @@ import torch.multiprocessing
 # Field names already validated: samplers build several NamedArrays per env step with the same few
 # names, and a set lookup is cheaper than re-checking each name.
 _CHECKED_NAMES: set[str] = set()
+
+
+class BatchSpec(NamedTuple):
+    """Shape of one sampler batch, a [T, B] ``NamedArrays``: ``T`` time steps of ``B`` environments."""
+
+    T: int
+    B: int
+
+    @property
+    def size(self) -> int:
+        return self.T * self.B
 
 
 class NamedArrays:

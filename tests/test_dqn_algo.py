@@ -6,8 +6,7 @@ import torch
 from dqn_probes import A_STATE, ACT, B_STATE, OBS, chain_samples
 
 from algorithms.algos import dqn
-from algorithms.arrays import NamedArrays
-from algorithms.samplers.base import BatchSpec
+from algorithms.arrays import BatchSpec, NamedArrays
 
 torch.set_num_threads(1)
 

@@ -7,9 +7,8 @@ import torch
 
 from algorithms.algos import a2c, ppo
 from algorithms.algos.base import anneal_fraction
-from algorithms.arrays import NamedArrays
+from algorithms.arrays import BatchSpec, NamedArrays
 from algorithms.configs import ConfigError
-from algorithms.samplers.base import BatchSpec
 from repro.settings import setting_configs
 
 torch.set_num_threads(1)
