@@ -18,7 +18,7 @@ Dimensions are named in docstrings: ``T`` time, ``B`` batch (environments), then
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -29,6 +29,17 @@ import torch.multiprocessing
 # Field names already validated: samplers build several NamedArrays per env step with the same few
 # names, and a set lookup is cheaper than re-checking each name.
 _CHECKED_NAMES: set[str] = set()
+
+
+class BatchSpec(NamedTuple):
+    """Shape of one sampler batch, a [T, B] ``NamedArrays``: ``T`` time steps of ``B`` environments."""
+
+    T: int
+    B: int
+
+    @property
+    def size(self) -> int:
+        return self.T * self.B
 
 
 class NamedArrays:
@@ -98,31 +109,23 @@ class NamedArrays:
             raise TypeError(
                 "NamedArrays: assign a field with attribute syntax or replace(), not x['name'] = ..."
             )
-        if isinstance(value, NamedArrays):
-            missing = set(self._fields) - set(value._fields)
+        by_field = isinstance(value, NamedArrays)  # else one value goes into every field
+        if by_field:
             extra = set(value._fields) - set(self._fields)
             if extra:
                 raise KeyError(f"NamedArrays assignment: source has fields {sorted(extra)} the target lacks")
-            for k, dst in self._fields.items():
-                if dst is None:
-                    continue
-                if k in missing:
-                    raise KeyError(f"NamedArrays assignment: source lacks field {k!r}")
-                src = value._fields[k]
-                if src is None:
-                    continue
-                if isinstance(dst, NamedArrays):
-                    dst[index] = src
-                else:
-                    dst[index] = _as_leaf_like(src, dst)
-        else:
-            for dst in self._fields.values():
-                if dst is None:
-                    continue
-                if isinstance(dst, NamedArrays):
-                    dst[index] = value
-                else:
-                    dst[index] = _as_leaf_like(value, dst)
+        for k, dst in self._fields.items():
+            if dst is None:
+                continue
+            if by_field and k not in value._fields:
+                raise KeyError(f"NamedArrays assignment: source lacks field {k!r}")
+            src = value._fields[k] if by_field else value
+            if by_field and src is None:  # a field the source leaves unset keeps its values
+                continue
+            if isinstance(dst, NamedArrays):
+                dst[index] = src
+            else:
+                dst[index] = _as_leaf_like(src, dst)
 
     # --- whole-structure operations -------------------------------------------------------------
     def map(self, fn: Callable[[Any], Any]) -> NamedArrays:

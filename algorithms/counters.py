@@ -24,6 +24,17 @@ from dataclasses import asdict, dataclass, fields
 
 TIME_CATEGORIES = ("sampling", "optimizing", "evaluating", "logging")
 
+# The derived properties a progress row carries after the fields, in this column order.
+DERIVED = (
+    "frames",
+    "replay_ratio_trained",
+    "replay_ratio_with_burnin",
+    "wall_time_s",
+    "steps_per_second",
+    "frames_per_second",
+    "updates_per_second",
+)
+
 
 @dataclass
 class Counters:
@@ -136,13 +147,5 @@ class Counters:
         """One progress-table row's worth of counters, derived values included."""
         row = asdict(self)
         row.pop("wall_time_before_resume_s")
-        row.update(
-            frames=self.frames,
-            replay_ratio_trained=self.replay_ratio_trained,
-            replay_ratio_with_burnin=self.replay_ratio_with_burnin,
-            wall_time_s=self.wall_time_s,
-            steps_per_second=self.steps_per_second,
-            frames_per_second=self.frames_per_second,
-            updates_per_second=self.updates_per_second,
-        )
+        row.update({name: getattr(self, name) for name in DERIVED})
         return row

@@ -13,7 +13,7 @@ Seeding rule (the same for every runner and sampler mode):
   r > 0 uses an independent seed derived from (seed, r) (``rank_seed``); a resumed run restores
   the RNG states saved in its checkpoint instead;
 * environments are seeded by the samplers from the run seed and each env's global rank
-  (``algorithms.samplers.base.env_seed``), never from the global RNGs, so sampler modes that
+  (``algorithms.samplers.seeding.env_seed``), never from the global RNGs, so sampler modes that
   split the B environments across workers see the same episodes as the serial sampler.
 """
 

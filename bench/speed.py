@@ -30,10 +30,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from algorithms.arrays import BatchSpec
 from algorithms.envs.config import EnvConfig
 from algorithms.envs.factory import make_vec_env
 from algorithms.process import retain_freed_memory
-from algorithms.samplers.base import BatchSpec, env_spaces
+from algorithms.samplers.base import env_spaces
 from algorithms.samplers.serial import SerialSampler
 from algorithms.train import SamplerConfig
 from bench.learning import paired_ratio

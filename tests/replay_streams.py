@@ -39,17 +39,15 @@ def make_stream(T, B, seed, frame_stack=4, p_term=0.04, p_trunc=0.03, hw=(2, 3))
     first = np.vstack([np.ones((1, B), bool), done[:-1]])
     action = rng.integers(0, 5, (T, B))
     reward = rng.normal(size=(T, B)).astype(np.float32)
-    prev_action = np.where(first, 0, np.vstack([np.zeros((1, B), np.int64), action[:-1]]))
-    prev_reward = np.where(first, 0, np.vstack([np.zeros((1, B), np.float32), reward[:-1]])).astype(
-        np.float32
-    )
-    return NamedArrays(
-        observation=obs,
-        action=action,
-        reward=reward,
-        terminated=terminated,
-        truncated=truncated,
-        final_observation=final,
-        prev_action=prev_action,
-        prev_reward=prev_reward,
-    )
+    stream = {
+        "observation": obs,
+        "action": action,
+        "reward": reward,
+        "terminated": terminated,
+        "truncated": truncated,
+        "final_observation": final,
+    }
+    for name in ("action", "reward"):  # of the step before, zero at an episode's first step
+        x = stream[name]
+        stream[f"prev_{name}"] = np.where(first, 0, np.vstack([np.zeros_like(x[:1]), x[:-1]])).astype(x.dtype)
+    return NamedArrays(stream)

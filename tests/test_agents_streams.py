@@ -28,7 +28,7 @@ from algorithms.models.policies import (
     RecurrentActorCritic,
     TanhGaussianPolicy,
 )
-from algorithms.samplers.base import exploration_streams
+from algorithms.samplers.seeding import exploration_streams
 
 torch.set_num_threads(1)
 

@@ -15,7 +15,7 @@ from test_pg_algos import ACT, OBS, _batch
 from test_r2d1_algo import SMALL as R2D1_SMALL
 
 from algorithms.algos import dqn, ppo, r2d1
-from algorithms.samplers.base import BatchSpec
+from algorithms.arrays import BatchSpec
 
 torch.set_num_threads(1)
 

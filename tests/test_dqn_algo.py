@@ -6,9 +6,8 @@ import torch
 from dqn_probes import A_STATE, ACT, B_STATE, OBS, chain_samples
 
 from algorithms.algos import c51, dqn
-from algorithms.arrays import NamedArrays
+from algorithms.arrays import BatchSpec, NamedArrays
 from algorithms.learners.q_replay import LossMode
-from algorithms.samplers.base import BatchSpec
 
 torch.set_num_threads(1)
 

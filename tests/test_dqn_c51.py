@@ -6,8 +6,7 @@ import torch
 from dqn_probes import A_STATE, ACT, B_STATE, OBS, chain_samples, single_loss
 
 from algorithms.algos import c51, rainbow
-from algorithms.arrays import NamedArrays
-from algorithms.samplers.base import BatchSpec
+from algorithms.arrays import BatchSpec, NamedArrays
 
 torch.set_num_threads(1)
 

@@ -6,10 +6,9 @@ import pytest
 import torch
 
 from algorithms.algos import a2c, ppo
-from algorithms.arrays import NamedArrays
+from algorithms.arrays import BatchSpec, NamedArrays
 from algorithms.configs import ConfigError
 from algorithms.learners.policy_gradient import anneal_fraction
-from algorithms.samplers.base import BatchSpec
 from repro.settings import setting_configs
 
 torch.set_num_threads(1)

@@ -15,7 +15,7 @@ from torch.nn import functional as F
 
 from algorithms.agents.qpg_agents import DeterministicAgent, SquashedGaussianAgent
 from algorithms.algos import ddpg, sac, td3
-from algorithms.arrays import NamedArrays
+from algorithms.arrays import BatchSpec, NamedArrays
 from algorithms.functional.policy_losses import (
     clipped_double_q_target,
     polyak_update_,
@@ -27,7 +27,6 @@ from algorithms.functional.policy_losses import (
 from algorithms.learners.common import adam
 from algorithms.models.ensemble import QEnsemble
 from algorithms.models.policies import QNetwork
-from algorithms.samplers.base import BatchSpec
 from repro.settings import setting_configs
 
 torch.set_num_threads(1)

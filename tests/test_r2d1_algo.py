@@ -11,10 +11,9 @@ from dqn_probes import single_loss
 from r2d1_probes import ACT, OBS, Driver
 
 from algorithms.algos import r2d1, r2d1_targets
-from algorithms.arrays import NamedArrays
+from algorithms.arrays import BatchSpec, NamedArrays
 from algorithms.functional.priorities import sequence_priority
 from algorithms.functional.value_rescaling import signed_hyperbolic, signed_parabolic
-from algorithms.samplers.base import BatchSpec
 
 torch.set_num_threads(1)
 

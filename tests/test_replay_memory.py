@@ -17,7 +17,7 @@ from r2d1_probes import OBS as R2D1_OBS
 
 from algorithms import registry
 from algorithms.algos import dqn, r2d1, sac
-from algorithms.samplers.base import BatchSpec
+from algorithms.arrays import BatchSpec
 from tests.test_qpg_algos import ACT as QPG_ACT
 from tests.test_qpg_algos import OBS as QPG_OBS
 from tests.test_qpg_algos import SMALL as QPG_SMALL

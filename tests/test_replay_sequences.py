@@ -100,7 +100,9 @@ def test_storage_without_recurrent_state_and_errors():
     storage.append(stream[:10])
     assert storage.extract(np.array([0, 1])).init_state is None
     with pytest.raises(ValueError, match="prev_action"):
-        SequenceStorage(30 * B, B, stream[0, 0].replace(prev_action=None), FullObservations(), 5, 5)
+        SequenceStorage(
+            30 * B, B, stream[0, 0].replace(prev_action=None), FullObservations(), sequence_length=5, stride=5
+        )
     with pytest.raises(ValueError, match="too few"):
         SequenceStorage(10 * B, B, stream[0, 0], FullObservations(), sequence_length=8, stride=4)
     recurrent = recurrent_stream(20, B, seed=0)

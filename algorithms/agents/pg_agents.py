@@ -79,6 +79,17 @@ class _PgAgentBase(Agent):
             action = torch.maximum(torch.minimum(action, high), low)
         return action, info
 
+    @torch.no_grad()
+    def next_values(self, samples: NamedArrays) -> torch.Tensor:
+        """V of the state after each step of a [T, B] batch (``next_state_values``)."""
+        value = samples.agent_info.value
+        done = samples.terminated | samples.truncated
+        final_value = torch.zeros_like(value)
+        truncated = samples.truncated & ~samples.terminated
+        if truncated.any():  # rare (time limits): evaluate only those rows
+            final_value[truncated] = self.final_values(samples, truncated)
+        return next_state_values(value, self.bootstrap_values(samples.bootstrap), done, final_value)
+
 
 class PgAgent(_PgAgentBase):
     """Feed-forward actor-critic agent over an ``ActorCritic`` model (categorical or Gaussian)."""
@@ -93,16 +104,13 @@ class PgAgent(_PgAgentBase):
         dist, value = self.model(batch.observation)
         return dist.log_prob(policy_action(batch)), dist.entropy(), value
 
-    @torch.no_grad()
-    def next_values(self, samples: NamedArrays) -> torch.Tensor:
-        value = samples.agent_info.value
-        done = samples.terminated | samples.truncated
-        final_value = torch.zeros_like(value)
-        truncated = samples.truncated & ~samples.terminated
-        if truncated.any():  # rare (time limits): evaluate only those rows
-            final_value[truncated] = self.model.value(samples.final_observation[truncated])
-        bootstrap_value = self.model.value(samples.bootstrap.observation)
-        return next_state_values(value, bootstrap_value, done, final_value)
+    def final_values(self, samples: NamedArrays, truncated: torch.Tensor) -> torch.Tensor:
+        """V of the final observations of the ``truncated`` steps."""
+        return self.model.value(samples.final_observation[truncated])
+
+    def bootstrap_values(self, bootstrap: NamedArrays) -> torch.Tensor:
+        """V of the inputs after the batch [B]."""
+        return self.model.value(bootstrap.observation)
 
 
 class RecurrentPgAgent(_PgAgentBase):
@@ -136,27 +144,21 @@ class RecurrentPgAgent(_PgAgentBase):
         dist, value, _ = self._run(batch)
         return dist.log_prob(policy_action(batch)), dist.entropy(), value
 
-    @torch.no_grad()
-    def next_values(self, samples: NamedArrays) -> torch.Tensor:
-        value = samples.agent_info.value
-        done = samples.terminated | samples.truncated
-        final_value = torch.zeros_like(value)
-        truncated = samples.truncated & ~samples.terminated
-        if truncated.any():
-            # V(final_observation[t]) continues the episode from the state after step t, with
-            # step t's action and reward as the previous ones.
-            _, _, end_states = self._run(samples)
-            final_value[truncated] = self.model.value(
-                samples.final_observation[truncated],
-                samples.action[truncated],
-                samples.reward[truncated],
-                end_states[truncated],
-            )
-        boot = samples.bootstrap
-        bootstrap_value = self.model.value(
-            boot.observation, boot.prev_action, boot.prev_reward, boot.agent_state
+    def final_values(self, samples: NamedArrays, truncated: torch.Tensor) -> torch.Tensor:
+        # V(final_observation[t]) continues the episode from the state after step t, with step t's
+        # action and reward as the previous ones.
+        _, _, end_states = self._run(samples)
+        return self.model.value(
+            samples.final_observation[truncated],
+            samples.action[truncated],
+            samples.reward[truncated],
+            end_states[truncated],
         )
-        return next_state_values(value, bootstrap_value, done, final_value)
+
+    def bootstrap_values(self, bootstrap: NamedArrays) -> torch.Tensor:
+        return self.model.value(
+            bootstrap.observation, bootstrap.prev_action, bootstrap.prev_reward, bootstrap.agent_state
+        )
 
 
 def actor_critic_agent(config: Any, observation_space: gym.Space, action_space: gym.Space) -> PgAgent:

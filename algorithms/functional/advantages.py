@@ -17,11 +17,13 @@ from __future__ import annotations
 import torch
 
 
-def _check_tb(name: str, x: torch.Tensor, shape: torch.Size) -> None:
-    if x.dim() != 2:
-        raise ValueError(f"{name} must be [T, B], got shape {tuple(x.shape)}")
-    if x.shape != shape:
-        raise ValueError(f"{name} has shape {tuple(x.shape)}, expected {tuple(shape)}")
+def _check_tb(shape: torch.Size, **tensors: torch.Tensor) -> None:
+    """Each of ``tensors``, named by its keyword in the errors, must be [T, B] of ``shape``."""
+    for name, x in tensors.items():
+        if x.dim() != 2:
+            raise ValueError(f"{name} must be [T, B], got shape {tuple(x.shape)}")
+        if x.shape != shape:
+            raise ValueError(f"{name} has shape {tuple(x.shape)}, expected {tuple(shape)}")
 
 
 def next_state_values(
@@ -44,9 +46,7 @@ def next_state_values(
     Returns:
         [T, B] next-state values.
     """
-    _check_tb("value_t", value_t, value_t.shape)
-    _check_tb("done_t", done_t, value_t.shape)
-    _check_tb("final_value_t", final_value_t, value_t.shape)
+    _check_tb(value_t.shape, value_t=value_t, done_t=done_t, final_value_t=final_value_t)
     if bootstrap_value.shape != value_t.shape[1:]:
         raise ValueError(
             f"bootstrap_value must be [B]={tuple(value_t.shape[1:])}, got {tuple(bootstrap_value.shape)}"
@@ -85,14 +85,14 @@ def generalized_advantage_estimation(
         lambda-return, the value target of PPO).
     """
     shape = reward_t.shape
-    for name, x in (
-        ("reward_t", reward_t),
-        ("value_t", value_t),
-        ("next_value_t", next_value_t),
-        ("terminated_t", terminated_t),
-        ("truncated_t", truncated_t),
-    ):
-        _check_tb(name, x, shape)
+    _check_tb(
+        shape,
+        reward_t=reward_t,
+        value_t=value_t,
+        next_value_t=next_value_t,
+        terminated_t=terminated_t,
+        truncated_t=truncated_t,
+    )
     if not 0.0 <= discount <= 1.0 or not 0.0 <= gae_lambda <= 1.0:
         raise ValueError(f"discount and gae_lambda must be in [0, 1], got {discount} and {gae_lambda}")
     not_terminal = (~terminated_t).to(reward_t.dtype)
@@ -126,13 +126,13 @@ def discounted_returns(
     Args: as ``generalized_advantage_estimation``. Returns [T, B].
     """
     shape = reward_t.shape
-    for name, x in (
-        ("reward_t", reward_t),
-        ("next_value_t", next_value_t),
-        ("terminated_t", terminated_t),
-        ("truncated_t", truncated_t),
-    ):
-        _check_tb(name, x, shape)
+    _check_tb(
+        shape,
+        reward_t=reward_t,
+        next_value_t=next_value_t,
+        terminated_t=terminated_t,
+        truncated_t=truncated_t,
+    )
     if not 0.0 <= discount <= 1.0:
         raise ValueError(f"discount must be in [0, 1], got {discount}")
     not_terminal = (~terminated_t).to(reward_t.dtype)

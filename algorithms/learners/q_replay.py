@@ -32,12 +32,11 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 import torch
 
 from algorithms.agents.base import Agent
-from algorithms.arrays import NamedArrays, to_torch
+from algorithms.arrays import BatchSpec, NamedArrays, to_torch
 from algorithms.learners.common import OptInfo, adam, nonfinite_loss
 from algorithms.replay.buffer import ReplayBuffer
 from algorithms.replay.observations import observations_for
 from algorithms.resume import tree_from_state, tree_state
-from algorithms.samplers.base import BatchSpec
 
 # One member's replay draw: (minibatch, drawn items, importance-sampling weights).
 Draw = tuple[NamedArrays, Any, Any]

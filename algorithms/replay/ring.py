@@ -12,6 +12,8 @@ every array (cursor included) is a numpy view of a torch tensor in shared memory
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import numpy as np
 
 from algorithms.arrays import NamedArrays, buffer_from_example, to_numpy
@@ -141,3 +143,44 @@ class StepRing:
         self._last_done[:] = done[-1]
         self._cursor[0] = t0 + T
         return t0, (t0 + np.arange(T)) % self.rows
+
+
+class RingStorage(ABC):
+    """A replay storage over one ``StepRing`` (``ring``), sized from a capacity in env steps.
+
+    Args:
+        capacity_steps: steps kept across all envs (``ring_rows`` turns them into rows per env).
+        num_envs: B, the sampler's batch width.
+        example: one step of a sample batch (``samples.replace(bootstrap=None)[0, 0]``).
+        observations: ``FullObservations()`` or ``FrameObservations(frame_stack)``.
+        shared: allocate every array in shared memory.
+
+    A subclass takes these and its own keyword arguments, and sets those before calling this
+    constructor: ``ring_rows`` and ``extra_fields`` read them.
+    """
+
+    def __init__(
+        self,
+        capacity_steps: int,
+        num_envs: int,
+        example: NamedArrays,
+        observations: Observations,
+        shared: bool = False,
+    ) -> None:
+        rows = self.ring_rows(capacity_steps, num_envs, observations)
+        extra = self.extra_fields(example)
+        self.ring = StepRing(rows, num_envs, example, observations, extra=extra, shared=shared)
+        self.allocate(example, shared)
+
+    @abstractmethod
+    def ring_rows(self, capacity_steps: int, num_envs: int, observations: Observations) -> int:
+        """Rows per env; ``ValueError`` when they are too few for this storage."""
+
+    @abstractmethod
+    def extra_fields(self, example: NamedArrays) -> dict[str, np.ndarray]:
+        """``StepRing``'s ``extra``: the per-step fields this storage fills itself."""
+
+    @abstractmethod
+    def allocate(self, example: NamedArrays, shared: bool) -> None:
+        """Once the ring is built: set ``num_items`` (what a selector draws from) and allocate what
+        this storage keeps beside the ring."""

@@ -31,10 +31,12 @@ window from the step before it (as ``transitions.py`` does).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from algorithms.arrays import NamedArrays, buffer_from_example, to_numpy
-from algorithms.replay.ring import Observations, StepRing
+from algorithms.replay.ring import Observations, RingStorage
 
 
 def sequence_rows(
@@ -57,45 +59,33 @@ def sequence_rows(
     return rows
 
 
-class SequenceStorage:
+class SequenceStorage(RingStorage):
     """Sequences of ``sequence_length`` steps starting every ``stride`` steps, with stored states.
 
-    Args:
-        capacity_steps: steps kept across all envs (rows per env rounded down to a multiple of stride).
-        num_envs: B.
-        example: one step of a sample batch (``samples.replace(bootstrap=None)[0, 0]``), with ``prev_action``,
-            ``prev_reward`` and, for recurrent agents, ``agent_info.prev_state``.
-        observations: ``FullObservations()`` or ``FrameObservations(frame_stack)``.
+    Args: ``RingStorage``'s (rows per env rounded down to a multiple of ``stride``; ``example`` with
+    ``prev_action``, ``prev_reward`` and, for recurrent agents, ``agent_info.prev_state``), and
         sequence_length: L, steps per sampled sequence.
         stride: steps between sequence starts (and between stored states); overlap = L - stride.
-        shared: allocate every array in shared memory.
     """
 
-    def __init__(
-        self,
-        capacity_steps: int,
-        num_envs: int,
-        example: NamedArrays,
-        observations: Observations,
-        sequence_length: int,
-        stride: int,
-        shared: bool = False,
-    ) -> None:
-        rows = sequence_rows(capacity_steps, num_envs, observations, sequence_length, stride)
+    def __init__(self, *args: Any, sequence_length: int, stride: int, **kwargs: Any) -> None:
+        self.sequence_length = int(sequence_length)
+        self.stride = int(stride)
+        super().__init__(*args, **kwargs)
+
+    def ring_rows(self, capacity_steps: int, num_envs: int, observations: Observations) -> int:
+        return sequence_rows(capacity_steps, num_envs, observations, self.sequence_length, self.stride)
+
+    def extra_fields(self, example: NamedArrays) -> dict[str, np.ndarray]:
         for name in ("prev_action", "prev_reward"):
             if name not in example or example[name] is None:
                 raise ValueError(f"SequenceStorage: example step lacks {name!r}; it has {example.fields}")
-        self.sequence_length = int(sequence_length)
-        self.stride = int(stride)
-        self.ring = StepRing(
-            rows,
-            num_envs,
-            example,
-            observations,
-            extra=dict(prev_action=to_numpy(example.prev_action), prev_reward=np.zeros((), dtype=np.float32)),
-            shared=shared,
-        )
-        self.slots = rows // self.stride
+        return dict(prev_action=to_numpy(example.prev_action), prev_reward=np.zeros((), dtype=np.float32))
+
+    def allocate(self, example: NamedArrays, shared: bool) -> None:
+        """The sequence slots, and a stored recurrent state for each where the agent has one."""
+        num_envs = self.ring.num_envs
+        self.slots = self.ring.rows // self.stride
         self.num_items = self.slots * num_envs
         state = None
         if "agent_info" in example and example.agent_info is not None and "prev_state" in example.agent_info:

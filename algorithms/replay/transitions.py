@@ -35,12 +35,14 @@ Episode ends and truncation (``terminated`` and ``truncated`` never merge):
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
 from algorithms.arrays import NamedArrays
 from algorithms.functional.returns import nstep_returns
-from algorithms.replay.ring import Observations, StepRing
+from algorithms.replay.ring import Observations, RingStorage
 
 
 def transition_rows(capacity_steps: int, num_envs: int, observations: Observations, n_step: int) -> int:
@@ -64,44 +66,32 @@ NSTEP_FIELDS = {"return_n": np.float32, "discount_n": np.float32, "done_n": np.b
 NSTEP_STEP_BYTES = sum(np.dtype(dtype).itemsize for dtype in NSTEP_FIELDS.values())
 
 
-class TransitionStorage:
+class TransitionStorage(RingStorage):
     """n-step transitions of B envs in a ring of ``capacity_steps // B`` rows.
 
-    Args:
-        capacity_steps: steps kept across all envs (rows = capacity_steps // num_envs).
-        num_envs: B, the sampler's batch width.
-        example: one step of a sample batch (``samples.replace(bootstrap=None)[0, 0]``).
-        observations: ``FullObservations()`` or ``FrameObservations(frame_stack)``.
+    Args: ``RingStorage``'s, and
         n_step: n of the returns (1 = plain DQN).
         gamma: discount.
         nstep_done_bug: rlpyt's pre-PR-#182 n-step done (for the as-published arm only).
-        shared: allocate every array in shared memory.
     """
 
     def __init__(
-        self,
-        capacity_steps: int,
-        num_envs: int,
-        example: NamedArrays,
-        observations: Observations,
-        n_step: int = 1,
-        gamma: float = 0.99,
-        nstep_done_bug: bool = False,
-        shared: bool = False,
+        self, *args: Any, n_step: int = 1, gamma: float = 0.99, nstep_done_bug: bool = False, **kwargs: Any
     ) -> None:
-        rows = transition_rows(capacity_steps, num_envs, observations, n_step)
         self.n_step = int(n_step)
         self.gamma = float(gamma)
         self.nstep_done_bug = bool(nstep_done_bug)
-        self.ring = StepRing(
-            rows,
-            num_envs,
-            example,
-            observations,
-            extra={name: np.zeros((), dtype=dtype) for name, dtype in NSTEP_FIELDS.items()},
-            shared=shared,
-        )
-        self.num_items = rows * num_envs
+        super().__init__(*args, **kwargs)
+
+    def ring_rows(self, capacity_steps: int, num_envs: int, observations: Observations) -> int:
+        return transition_rows(capacity_steps, num_envs, observations, self.n_step)
+
+    def extra_fields(self, example: NamedArrays) -> dict[str, np.ndarray]:
+        return {name: np.zeros((), dtype=dtype) for name, dtype in NSTEP_FIELDS.items()}
+
+    def allocate(self, example: NamedArrays, shared: bool) -> None:
+        """One item per stored step; the n-step fields are ring fields."""
+        self.num_items = self.ring.rows * self.ring.num_envs
 
     @property
     def nbytes(self) -> int:

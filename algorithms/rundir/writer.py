@@ -18,21 +18,8 @@ from typing import Any
 
 import pandas as pd
 
+from algorithms.rundir import layout
 from algorithms.rundir.atomic import _fsync_dir, _json_default, _now, atomic_write_json, temporary_beside
-from algorithms.rundir.layout import (
-    CHECKPOINT_DIR,
-    CHECKPOINT_FILE,
-    CONFIG_FILE,
-    EFFECTIVE_VALUES_KEY,
-    EVAL_COLUMNS,
-    EVAL_FILE,
-    METADATA_FILE,
-    PREVIOUS_CHECKPOINT_FILE,
-    PROGRESS_FILE,
-    STATUS_FILE,
-    TENSORBOARD_DIR,
-    RunState,
-)
 from algorithms.rundir.lock import acquire_lock, release_lock
 from algorithms.rundir.meta import collect_metadata
 from algorithms.rundir.tables import CsvTable, read_table
@@ -47,8 +34,8 @@ class RunDir:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.progress = CsvTable(self.path / PROGRESS_FILE)
-        self.eval = CsvTable(self.path / EVAL_FILE, EVAL_COLUMNS)
+        self.progress = CsvTable(self.path / layout.PROGRESS_FILE)
+        self.eval = CsvTable(self.path / layout.EVAL_FILE, layout.EVAL_COLUMNS)
         self._tb_writer = None
         self._closed = False
         self._latest_steps: int | None = None  # env steps of latest.pt, once saved or recovered here
@@ -69,7 +56,7 @@ class RunDir:
         ``close`` (``RunBusy`` when another process holds it; nothing is written then).
 
         ``effective_values`` (``declared_effective_values``'s form) goes into a new run's metadata.json
-        under ``EFFECTIVE_VALUES_KEY``, so readers that import no Config class see what ran;
+        under ``layout.EFFECTIVE_VALUES_KEY``, so readers that import no Config class see what ran;
         ``extra_metadata`` adds its keys there too (a packed member records its pack).
 
         Reopening checks that the stored config equals ``config``: resuming a run under a different
@@ -82,7 +69,7 @@ class RunDir:
         path.mkdir(parents=True, exist_ok=True)
         acquire_lock(path)
         try:
-            config_file = path / CONFIG_FILE
+            config_file = path / layout.CONFIG_FILE
             if config_file.exists():
                 if not resume:
                     raise FileExistsError(f"{path}: run directory exists; pass resume=True to continue it")
@@ -95,12 +82,12 @@ class RunDir:
                     raise ValueError(f"{config_file}: cannot resume, config differs at {diff}")
             else:
                 atomic_write_json(config_file, config)
-            if not (path / METADATA_FILE).exists():
+            if not (path / layout.METADATA_FILE).exists():
                 metadata = collect_metadata(seeds)
                 if effective_values is not None:
-                    metadata[EFFECTIVE_VALUES_KEY] = effective_values
+                    metadata[layout.EFFECTIVE_VALUES_KEY] = effective_values
                 metadata.update(extra_metadata or {})
-                atomic_write_json(path / METADATA_FILE, metadata)
+                atomic_write_json(path / layout.METADATA_FILE, metadata)
             run = cls(path)
             run.set_status("running")
         except BaseException:
@@ -125,17 +112,17 @@ class RunDir:
         self.eval.truncate_after("env_steps", env_steps if evaluated else env_steps - 1)
 
     # status
-    def set_status(self, state: RunState, error: str | None = None) -> None:
-        atomic_write_json(self.path / STATUS_FILE, {"state": state, "updated": _now(), "error": error})
+    def set_status(self, state: layout.RunState, error: str | None = None) -> None:
+        atomic_write_json(self.path / layout.STATUS_FILE, {"state": state, "updated": _now(), "error": error})
 
     # checkpoints
     @property
     def checkpoint_path(self) -> Path:
-        return self.path / CHECKPOINT_DIR / CHECKPOINT_FILE
+        return self.path / layout.CHECKPOINT_DIR / layout.CHECKPOINT_FILE
 
     @property
     def previous_checkpoint_path(self) -> Path:
-        return self.path / CHECKPOINT_DIR / PREVIOUS_CHECKPOINT_FILE
+        return self.path / layout.CHECKPOINT_DIR / layout.PREVIOUS_CHECKPOINT_FILE
 
     def save_checkpoint(self, state: dict[str, Any]) -> None:
         """Write ``state`` as the new ``latest.pt`` once it is complete on disk and verified; the one it
@@ -190,7 +177,7 @@ class RunDir:
         last logged row ``progress.csv`` lacks (``_missing_row``) is passed over like one that does
         not load. Returns the checkpoint and one line saying what was repaired (``None`` when nothing
         needed repair)."""
-        for directory in (self.path, self.path / CHECKPOINT_DIR):
+        for directory in (self.path, self.path / layout.CHECKPOINT_DIR):
             for stale in directory.glob(".*.tmp"):
                 stale.unlink(missing_ok=True)
         latest, previous = self.checkpoint_path, self.previous_checkpoint_path
@@ -215,7 +202,7 @@ class RunDir:
             gap = self._missing_row(checkpoint)
             if gap is not None:
                 checkpoint = None
-                why_not.append(f"{PROGRESS_FILE} {gap} that {candidate.relative_to(self.path)} logged")
+                why_not.append(f"{layout.PROGRESS_FILE} {gap} that {candidate.relative_to(self.path)} logged")
                 continue
             if candidate != latest:
                 if not why_not:  # killed between save_checkpoint's two renames
@@ -237,8 +224,8 @@ class RunDir:
             return None, None
         if why_not:
             return checkpoint, (
-                f"{'; '.join(why_not)}: resuming from {PREVIOUS_CHECKPOINT_FILE} at {env_steps:,} env steps, "
-                "tables cut back to it"
+                f"{'; '.join(why_not)}: resuming from {layout.PREVIOUS_CHECKPOINT_FILE} at "
+                f"{env_steps:,} env steps, tables cut back to it"
             )
         return checkpoint, None
 
@@ -249,7 +236,7 @@ class RunDir:
         since a run stopped part-way is the same run, and a changed budget is refused before any job
         starts (``repro.changed``)."""
         try:
-            config = json.loads((self.path / CONFIG_FILE).read_text(encoding="utf-8"))
+            config = json.loads((self.path / layout.CONFIG_FILE).read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
         if isinstance(config.get("runner"), dict):
@@ -278,7 +265,7 @@ class RunDir:
         if self._tb_writer is None:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb_writer = SummaryWriter(log_dir=str(self.path / TENSORBOARD_DIR))
+            self._tb_writer = SummaryWriter(log_dir=str(self.path / layout.TENSORBOARD_DIR))
         return self._tb_writer
 
     def close(self) -> None:

@@ -65,14 +65,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from algorithms.arrays import buffer_from_example
+from algorithms.arrays import BatchSpec, buffer_from_example
 from algorithms.cpus import parse_cpus, pin_thread, pinned
 from algorithms.learners.common import OptInfo
 from algorithms.replay.shared import DoubleBuffer, RWLock
 from algorithms.runners.sync import SyncRunner
-from algorithms.samplers.base import BatchSpec, allocate_samples, make_sampler, record_example
+from algorithms.samplers.base import make_sampler
 from algorithms.samplers.parallel_cpu import bootstrap_example
 from algorithms.samplers.serial import SerialSampler
+from algorithms.samplers.stepper import allocate_samples, record_example
 from algorithms.samplers.workers import SharedStateDict, WorkerError, WorkerGroup, spawn_context
 
 if TYPE_CHECKING:

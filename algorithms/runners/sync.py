@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from algorithms import registry, resume
+from algorithms.arrays import BatchSpec
 from algorithms.counters import Counters
 from algorithms.learners.common import OptInfo
 from algorithms.logger import RunLogger
@@ -54,7 +55,7 @@ from algorithms.resume import unpickle_tree
 from algorithms.rundir import RunDir, rng_state, set_rng_state
 from algorithms.runners.common import LogWindow, build_run_agent, next_boundary, rank_seed, seed_everything
 from algorithms.samplers import base as samplers
-from algorithms.samplers.base import BaseSampler, BatchSpec
+from algorithms.samplers.base import BaseSampler
 
 if TYPE_CHECKING:
     from algorithms.agents.base import Agent

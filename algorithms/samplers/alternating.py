@@ -33,10 +33,10 @@ import torch
 
 from algorithms.agents.base import RankStreams
 from algorithms.arrays import NamedArrays, concatenate
-from algorithms.samplers.base import BaseSampler, env_spaces
-from algorithms.samplers.parallel_gpu import group_env, group_stepper_args, worker_pids
+from algorithms.samplers.base import BaseSampler
+from algorithms.samplers.parallel_gpu import EnvGroup, group_batch, group_env, group_stepper_args, worker_pids
 from algorithms.samplers.seeding import env_seed, exploration_streams
-from algorithms.samplers.stepper import EnvStepper, StepWriter, allocate_samples, record_example
+from algorithms.samplers.stepper import EnvStepper, StepWriter
 from algorithms.samplers.workers import split_ranks
 
 
@@ -76,11 +76,9 @@ class AlternatingSampler(BaseSampler):
     min_batch_B = 2  # one env at least in each of the two groups
 
     def initialize(self) -> None:
-        observation_space, action_space = env_spaces(self.env_config)
         B = self.batch_spec.B
-        example = record_example(observation_space, action_space, self.agent)
-        shared = self.config.env_workers == "processes"  # process workers write into the batch
-        self.samples = allocate_samples(example, self.batch_spec, shared=shared)
+        batch = group_batch(self)
+        self.samples = batch.samples
         seed = env_seed(self.seed, "train", self.start_env_steps)
         streams = exploration_streams(self.seed, "train", self.start_env_steps)
         workers = group_workers(self.config.n_workers)
@@ -88,20 +86,21 @@ class AlternatingSampler(BaseSampler):
         self.writers: list[StepWriter] = []
         try:
             for g, (first, n) in enumerate(split_ranks(B, 2)):
-                env = group_env(
+                spec = EnvGroup(
                     f"alternating sampler group {g}",
-                    self.config,
                     self.env_config,
                     seed,
                     first,
                     n,
                     min(workers[g], n),
-                    self.samples,
-                    observation_space,
-                    action_space,
+                    batch,
+                )
+                env = group_env(
+                    self.config,
+                    spec,
                     first_worker=sum(workers[:g]),
                     all_workers=sum(workers),
-                    group=g,
+                    index=g,
                     n_groups=2,
                 )
                 copy_observation, skip = group_stepper_args(env, self.samples)
@@ -109,7 +108,7 @@ class AlternatingSampler(BaseSampler):
                 self.groups.append(GroupStepper(env, self.agent, ranks, B, streams, copy_observation))
                 self.writers.append(StepWriter(self.samples, slice(first, first + n), skip=skip))
             for group in self.groups:
-                group.reset(example.action)
+                group.reset(batch.example.action)
         except BaseException:
             self.shutdown()
             raise

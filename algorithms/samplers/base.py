@@ -29,53 +29,23 @@ episode here.
 The per-step logic the modes share, so that every mode produces identical samples for identical
 seeds, is ``algorithms.samplers.stepper`` (``EnvStepper``, ``StepWriter``, ``record_example``, ...);
 the seeding rule of envs and exploration is ``algorithms.samplers.seeding`` (``env_seed``,
-``exploration_streams``). Both are importable from here too.
+``exploration_streams``). The batch's shape is ``algorithms.arrays.BatchSpec``.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-from algorithms.arrays import NamedArrays
-from algorithms.samplers.seeding import ENV_SEED_ROLES, EXPLORATION_WORD, env_seed, exploration_streams
-from algorithms.samplers.stepper import (
-    EnvStepper,
-    StepWriter,
-    allocate_samples,
-    episode_done,
-    finished_episodes,
-    initial_inputs,
-    next_inputs,
-    record_example,
-    step_record,
-)
+from algorithms.arrays import BatchSpec, NamedArrays
+from algorithms.samplers.seeding import env_seed, exploration_streams
 
 if TYPE_CHECKING:
     from algorithms.agents.base import Agent
     from algorithms.envs.config import EnvConfig
     from algorithms.train import SamplerConfig
 
-__all__ = [
-    "ENV_SEED_ROLES",
-    "EXPLORATION_WORD",
-    "SAMPLERS",
-    "BaseSampler",
-    "BatchSpec",
-    "EnvStepper",
-    "StepWriter",
-    "allocate_samples",
-    "env_seed",
-    "env_spaces",
-    "episode_done",
-    "exploration_streams",
-    "finished_episodes",
-    "initial_inputs",
-    "make_sampler",
-    "next_inputs",
-    "record_example",
-    "step_record",
-]
+__all__ = ["SAMPLERS", "BaseSampler", "env_spaces", "make_sampler"]
 
 # SamplerConfig.mode -> "module:class"; every class takes BaseSampler's constructor arguments.
 SAMPLERS: dict[str, str] = {
@@ -84,17 +54,6 @@ SAMPLERS: dict[str, str] = {
     "gpu": "algorithms.samplers.parallel_gpu:ParallelGpuSampler",
     "alternating": "algorithms.samplers.alternating:AlternatingSampler",
 }
-
-
-class BatchSpec(NamedTuple):
-    """Shape of one sampler batch: ``T`` time steps of ``B`` environments."""
-
-    T: int
-    B: int
-
-    @property
-    def size(self) -> int:
-        return self.T * self.B
 
 
 def env_spaces(env_config: EnvConfig) -> tuple[Any, Any]:
@@ -108,24 +67,15 @@ def env_spaces(env_config: EnvConfig) -> tuple[Any, Any]:
         env.close()
 
 
-def make_sampler(
-    mode: str,
-    env_config: EnvConfig,
-    agent: Agent,
-    config: SamplerConfig,
-    seed: int,
-    start_env_steps: int = 0,
-    *,
-    agent_factory: Any = None,
-) -> BaseSampler:
-    """The sampler for ``mode`` (a key of ``SAMPLERS``); ``agent_factory`` builds worker agent copies."""
+def make_sampler(mode: str, *args: Any, **kwargs: Any) -> BaseSampler:
+    """The sampler for ``mode`` (a key of ``SAMPLERS``), built with ``BaseSampler``'s arguments."""
     import importlib
 
     if mode not in SAMPLERS:
         raise ValueError(f"unknown sampler mode {mode!r}; known: {sorted(SAMPLERS)}")
     module, name = SAMPLERS[mode].split(":")
     cls = getattr(importlib.import_module(module), name)
-    return cls(env_config, agent, config, seed, start_env_steps, agent_factory=agent_factory)
+    return cls(*args, **kwargs)
 
 
 class BaseSampler(ABC):

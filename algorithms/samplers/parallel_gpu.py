@@ -40,17 +40,13 @@ from algorithms.samplers.seeding import env_seed, exploration_streams
 from algorithms.samplers.stepper import EnvStepper, StepWriter, allocate_samples, record_example
 from algorithms.samplers.workers import WorkerGroup, split_ranks
 
+# The fields of a sampler record that an env's step gives (Contract 1), in its order.
+ENV_STEP_FIELDS = ("observation", "reward", "terminated", "truncated", "final_observation", "env_info")
+
 
 def env_step_example(record: NamedArrays) -> NamedArrays:
     """One env's Contract 1 step output (no leading dim), from a sampler record example."""
-    return NamedArrays(
-        observation=record.observation,
-        reward=record.reward,
-        terminated=record.terminated,
-        truncated=record.truncated,
-        final_observation=record.final_observation,
-        env_info=record.env_info,
-    )
+    return NamedArrays({name: record[name] for name in ENV_STEP_FIELDS})
 
 
 def env_written_fields(samples: NamedArrays) -> frozenset[str]:
@@ -145,24 +141,13 @@ class RemoteVecEnv:
 
     fresh_outputs = False
 
-    def __init__(
-        self,
-        name: str,
-        env_config: Any,
-        seed: int,
-        first_rank: int,
-        num_envs: int,
-        n_workers: int,
-        samples: NamedArrays,
-        observation_space: Any,
-        action_space: Any,
-        cpus: list[frozenset[int]],
-    ) -> None:
+    def __init__(self, group: EnvGroup, cpus: list[frozenset[int]]) -> None:
         """``cpus``: each worker's CPUs (``algorithms.cpus.cpu_share``)."""
+        num_envs, first_rank, samples = group.num_envs, group.first_rank, group.batch.samples
         self.num_envs = num_envs
-        self.observation_space = observation_space
-        self.action_space = action_space
-        self.frameskip = env_config.env_frameskip
+        self.observation_space = group.batch.observation_space
+        self.action_space = group.batch.action_space
+        self.frameskip = group.env_config.env_frameskip
         self.actions = torch.zeros(
             (num_envs, *samples.action.shape[2:]), dtype=samples.action.dtype
         ).share_memory_()
@@ -184,11 +169,18 @@ class RemoteVecEnv:
         self._t = 0
         specs = [
             EnvWorkerSpec(
-                env_config, seed, first_rank + row, row, n, self.actions, samples, self.next_observation
+                group.env_config,
+                group.seed,
+                first_rank + row,
+                row,
+                n,
+                self.actions,
+                samples,
+                self.next_observation,
             )
-            for row, n in split_ranks(num_envs, n_workers)
+            for row, n in split_ranks(num_envs, group.n_workers)
         ]
-        self.workers = WorkerGroup(name, specs, fast_command="step", cpus=cpus)
+        self.workers = WorkerGroup(group.name, specs, fast_command="step", cpus=cpus)
 
     def reset(self) -> np.ndarray:
         self.workers.call("reset")
@@ -213,50 +205,66 @@ class RemoteVecEnv:
         self.workers.close()
 
 
+@dataclass(frozen=True)
+class GroupBatch:
+    """The batch that an env-only sampler's groups of envs fill, and the spaces it was laid out for."""
+
+    example: NamedArrays  # one step's record (``record_example``)
+    samples: NamedArrays  # the [T, B] batch, in shared memory where worker processes write into it
+    observation_space: Any
+    action_space: Any
+
+
+def group_batch(sampler: BaseSampler) -> GroupBatch:
+    """``sampler``'s ``GroupBatch``, for its agent and env."""
+    observation_space, action_space = env_spaces(sampler.env_config)
+    example = record_example(observation_space, action_space, sampler.agent)
+    shared = sampler.config.env_workers == "processes"  # process workers write into the batch
+    samples = allocate_samples(example, sampler.batch_spec, shared=shared)
+    return GroupBatch(example, samples, observation_space, action_space)
+
+
+@dataclass(frozen=True)
+class EnvGroup:
+    """One group of an env-only sampler's envs: ranks ``first_rank ..`` of ``batch``, ``num_envs``
+    of them, seeded from ``seed``, stepped by ``n_workers`` processes that ``name`` names."""
+
+    name: str
+    env_config: Any
+    seed: int
+    first_rank: int
+    num_envs: int
+    n_workers: int
+    batch: GroupBatch
+
+
 def group_env(
-    name: str,
     config: Any,
-    env_config: Any,
-    seed: int,
-    first_rank: int,
-    num_envs: int,
-    n_workers: int,
-    samples: NamedArrays,
-    observation_space: Any,
-    action_space: Any,
+    group: EnvGroup,
     first_worker: int = 0,
     all_workers: int | None = None,
-    group: int = 0,
+    index: int = 0,
     n_groups: int = 1,
 ) -> Any:
-    """The envs of ranks ``first_rank ..`` for an env-only sampler (``config``: its
-    ``SamplerConfig``): a ``RemoteVecEnv`` over ``n_workers`` processes, the sampler's workers
-    ``first_worker ..`` of ``all_workers`` (default ``n_workers``) sharing ``config.worker_cpus``,
-    or with ``env_workers="threads"`` the backend's vector env in this process (seeded as the
-    workers would seed it), whose threads start on group ``group`` of ``n_groups``'s share of it."""
+    """The envs of ``group`` for an env-only sampler (``config``: its ``SamplerConfig``): a
+    ``RemoteVecEnv`` over ``group.n_workers`` processes, the sampler's workers ``first_worker ..`` of
+    ``all_workers`` (default ``group.n_workers``) sharing ``config.worker_cpus``, or with
+    ``env_workers="threads"`` the backend's vector env in this process (seeded as the workers would
+    seed it), whose threads start on group ``index`` of ``n_groups``'s share of it."""
+    env_config = group.env_config
     if config.env_workers == "threads":
         if not env_config.native_atari:
             raise ValueError(
                 f"SamplerConfig.env_workers 'threads' needs an env that steps on its own threads "
                 f"(native ale-py Atari); {env_config.id!r} (kind {env_config.kind!r}) steps synchronously"
             )
-        cpus = cpu_share(config.worker_cpus, group, n_groups)
+        cpus = cpu_share(config.worker_cpus, index, n_groups)
         with pinned(cpus, "SamplerConfig.worker_cpus"):  # the env's threads inherit the CPUs
-            return make_vec_env(env_config, num_envs, seed, first_rank=first_rank)
+            return make_vec_env(env_config, group.num_envs, group.seed, first_rank=group.first_rank)
+    n_workers = group.n_workers
     all_workers = n_workers if all_workers is None else all_workers
     cpus = [cpu_share(config.worker_cpus, first_worker + i, all_workers) for i in range(n_workers)]
-    return RemoteVecEnv(
-        name,
-        env_config,
-        seed,
-        first_rank,
-        num_envs,
-        n_workers,
-        samples,
-        observation_space,
-        action_space,
-        cpus,
-    )
+    return RemoteVecEnv(group, cpus)
 
 
 def group_stepper_args(env: Any, samples: NamedArrays) -> tuple[bool | None, frozenset[str]]:
@@ -278,28 +286,19 @@ class ParallelGpuSampler(BaseSampler):
     all B envs in this process."""
 
     def initialize(self) -> None:
-        observation_space, action_space = env_spaces(self.env_config)
         B = self.batch_spec.B
-        example = record_example(observation_space, action_space, self.agent)
-        shared = self.config.env_workers == "processes"  # process workers write into the batch
-        self.samples = allocate_samples(example, self.batch_spec, shared=shared)
+        batch = group_batch(self)
+        self.samples = batch.samples
+        seed = env_seed(self.seed, "train", self.start_env_steps)
         self.env = group_env(
-            "parallel-gpu sampler",
             self.config,
-            self.env_config,
-            env_seed(self.seed, "train", self.start_env_steps),
-            0,
-            B,
-            self.config.n_workers,
-            self.samples,
-            observation_space,
-            action_space,
+            EnvGroup("parallel-gpu sampler", self.env_config, seed, 0, B, self.config.n_workers, batch),
         )
         ranks = np.arange(B)
         self.agent.set_env_ranks(ranks, B, exploration_streams(self.seed, "train", self.start_env_steps))
         copy_observation, skip = group_stepper_args(self.env, self.samples)
         self.stepper = EnvStepper(self.env, self.agent, ranks, copy_observation=copy_observation)
-        self.stepper.reset(example.action)
+        self.stepper.reset(batch.example.action)
         self.writer = StepWriter(self.samples, skip=skip)
 
     @torch.no_grad()

@@ -7,7 +7,7 @@ the seeding rule).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -16,11 +16,6 @@ from algorithms.arrays import NamedArrays
 from algorithms.samplers.base import BaseSampler
 from algorithms.samplers.seeding import env_seed, exploration_streams
 from algorithms.samplers.stepper import EnvStepper, StepWriter, allocate_samples, record_example
-
-if TYPE_CHECKING:
-    from algorithms.agents.base import Agent
-    from algorithms.envs.config import EnvConfig
-    from algorithms.train import SamplerConfig
 
 
 class SerialSampler(BaseSampler):
@@ -33,23 +28,16 @@ class SerialSampler(BaseSampler):
     """
 
     def __init__(
-        self,
-        env_config: EnvConfig,
-        agent: Agent,
-        config: SamplerConfig,
-        seed: int,
-        start_env_steps: int = 0,
-        *,
-        agent_factory: Any = None,
-        first_rank: int = 0,
-        global_batch: int | None = None,
+        self, *args: Any, first_rank: int = 0, global_batch: int | None = None, **kwargs: Any
     ) -> None:
-        super().__init__(env_config, agent, config, seed, start_env_steps, agent_factory=agent_factory)
+        """``BaseSampler``'s arguments, and where these envs sit among all (class docstring)."""
+        super().__init__(*args, **kwargs)
+        B = self.batch_spec.B
         self.first_rank = int(first_rank)
-        self.global_batch = int(global_batch or self.first_rank + config.batch_B)
-        if self.first_rank < 0 or self.first_rank + config.batch_B > self.global_batch:
+        self.global_batch = int(global_batch or self.first_rank + B)
+        if self.first_rank < 0 or self.first_rank + B > self.global_batch:
             raise ValueError(
-                f"SerialSampler: env ranks [{first_rank}, {first_rank + config.batch_B}) "
+                f"SerialSampler: env ranks [{first_rank}, {first_rank + B}) "
                 f"do not fit a global batch of {self.global_batch}"
             )
         self.env: Any = None

@@ -23,13 +23,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from algorithms.arrays import NamedArrays, buffer_from_example, to_numpy
+from algorithms.arrays import BatchSpec, NamedArrays, buffer_from_example, to_numpy
 from algorithms.resume import tree_from_state, tree_state
 
 if TYPE_CHECKING:
     from algorithms.agents.base import Agent
     from algorithms.envs.base import VecEnv
-    from algorithms.samplers.base import BatchSpec
 
 
 def episode_done(record: NamedArrays) -> np.ndarray:
