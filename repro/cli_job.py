@@ -107,7 +107,8 @@ def cmd_pack_job(args: argparse.Namespace) -> int:
     ``--run-dir``. Members already complete are left alone; one left trains as a single run. When the
     members to continue are at different checkpoints (``PackMismatch``: a crash between two members'
     checkpoint writes), each continues alone with ``train``, one after another."""
-    from algorithms.packed import PackMismatch, train_packed
+    from algorithms.packed.pack import train_packed
+    from algorithms.packed.runner import PackMismatch
     from algorithms.rundir import is_complete
     from algorithms.train import train
     from repro.plans import parse_seeds

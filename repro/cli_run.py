@@ -241,7 +241,7 @@ def _packs(text: str | None, jobs, n_slots: int, backend: str):
     packs = pack_jobs(jobs, k)
     if k == 1:
         return packs, 1
-    from algorithms.packed import check_packable
+    from algorithms.packed.pack import check_packable
 
     out, unpacked = [], set()
     for pack in packs:
