@@ -171,7 +171,7 @@ def probe_job(job: Job, device: str) -> ProbeResult:
 
 def probe_pack(job: Job, device: str, members: int) -> ProbeResult:
     """Train the probe of ``job`` as a pack of ``members`` seeds (``run --pack``: one process,
-    ``algorithms.packed.train_packed``) and measure it: its cost per env step is per member env step
+    ``algorithms.packed.pack.train_packed``) and measure it: its cost per env step is per member env step
     of the pack, its fixed cost the pack's, so ``estimate_range`` costs a pack as it does a job."""
     from algorithms.packed.pack import train_packed
 
