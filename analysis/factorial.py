@@ -48,6 +48,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from analysis.markdown import ci_text, fmt, md_table
 from analysis.multiple import adjust
 from repro.design import Design
 from repro.preregister import CORRECTIONS
@@ -225,8 +226,6 @@ def factorial_lines(found: FactorialAnalysis | None, scale: float = 1.0, unit: s
     """The study summary's sections of a designed ablation: per response the main effects, the
     interaction alias groups and the additivity check. ``scale`` and ``unit``: how the aggregate's
     normalised scores show (the study's); games show in raw returns."""
-    from analysis.study import _md_table, ci_text, fmt
-
     if found is None or found.additivity.empty:
         return []
     lines = [
@@ -250,7 +249,7 @@ def factorial_lines(found: FactorialAnalysis | None, scale: float = 1.0, unit: s
              f"{fmt(r.t)} ({r.df})", r.alternative, fmt(r.p), fmt(r.p_adjusted), fmt(r.reject)]
             for r in table[table.kind == "main"].itertuples()
         ]  # fmt: skip
-        lines += [f"### {response}", "", *_md_table(head, rows), ""]
+        lines += [f"### {response}", "", *md_table(head, rows), ""]
         inter = table[table.kind == "interaction"]
         if len(inter):
             rows = [
@@ -261,7 +260,7 @@ def factorial_lines(found: FactorialAnalysis | None, scale: float = 1.0, unit: s
                 "Two-factor interactions, each alias group as one estimate (the sum of its interactions; "
                 "exploratory, p two-sided and unadjusted):",
                 "",
-                *_md_table(["alias group", "switches", "estimate [CI]", "SE", "p"], rows),
+                *md_table(["alias group", "switches", "estimate [CI]", "SE", "p"], rows),
                 "",
             ]
     rows = []
@@ -277,6 +276,6 @@ def factorial_lines(found: FactorialAnalysis | None, scale: float = 1.0, unit: s
         "mean + half the sum of the main effects): the difference is the sum of the interactions at that "
         "corner; p two-sided.",
         "",
-        *_md_table(["response", "observed", "predicted", "difference [CI]", "t (df)", "p"], rows),
+        *md_table(["response", "observed", "predicted", "difference [CI]", "t (df)", "p"], rows),
         "",
     ]

@@ -52,6 +52,7 @@ from analysis.learning import (
     metric_bound,
     smoke_sentence,
 )
+from analysis.markdown import ci_text, fmt, md_table
 from analysis.published import TRAINING_LAST, minatar_like_for_like, minatar_training_final, our_protocol
 from analysis.robust import Robustness, balanced_runs, carried_sentence, middle_sentence, robust_verdict
 from analysis.runs import Experiment, load_experiment
@@ -460,7 +461,7 @@ def replication_lines(study: Study, replication: Study, pool: bool = False) -> l
         "",
         pooled_sentence,
         "",
-        *_md_table(["", "study", "replication", *(["pooled"] if pool else [])], rows),
+        *md_table(["", "study", "replication", *(["pooled"] if pool else [])], rows),
         "",
         *(
             robustness_block(pooled_robustness, study.scores, "The pooled verdict across games")
@@ -468,40 +469,6 @@ def replication_lines(study: Study, replication: Study, pool: bool = False) -> l
             else []
         ),
     ]
-
-
-def fmt(value: object) -> str:
-    """Display string of a table cell (reports and markdown alike): 4 significant digits for floats,
-    thousands separators for big numbers, yes/no for booleans, '–' for missing values."""
-    if value is None or (isinstance(value, float) and np.isnan(value)):
-        return "–"
-    if isinstance(value, bool | np.bool_):
-        return "yes" if value else "no"
-    if isinstance(value, int | np.integer):
-        return f"{int(value):,}"
-    if isinstance(value, float | np.floating):
-        value = float(value)
-        if value.is_integer() and abs(value) < 1e15:
-            return f"{int(value):,}"
-        if abs(value) >= 1e4:
-            return f"{value:,.0f}"
-        return f"{value:.4g}"
-    return str(value)
-
-
-def ci_text(value: float, lo: float, hi: float, scale: float = 1.0) -> str:
-    """``value [lo, hi]``, each multiplied by ``scale`` and shown with ``fmt``."""
-    return f"{fmt(value * scale)} [{fmt(lo * scale)}, {fmt(hi * scale)}]"
-
-
-def _md_table(columns: list[str], rows: list[list[str]]) -> list[str]:
-    cells = [[str(c).replace("|", "\\|") for c in row] for row in [columns, *rows]]
-    lines = ["| " + " | ".join(row) + " |" for row in cells]
-    return (
-        [lines[0], "|" + "---|" * len(columns), *lines[1:]]
-        if rows
-        else [lines[0], "|" + "---|" * len(columns)]
-    )
 
 
 def _per_game_lines(study: Study) -> list[str]:
@@ -559,7 +526,7 @@ def _per_game_lines(study: Study) -> list[str]:
         intro = "Final raw score per arm and env (mean over seeds, 95% bootstrap CI)."
     notes = [f"Note: {study.per_game_note}.", ""] if study.per_game_note else []
     legend = _legend_lines(bounds.values())
-    return ["## Per game", "", intro, "", *notes, *_md_table(columns, rows), "", *legend]
+    return ["## Per game", "", intro, "", *notes, *md_table(columns, rows), "", *legend]
 
 
 def registration_lines(study: Study) -> list[str]:
@@ -590,7 +557,7 @@ def registration_lines(study: Study) -> list[str]:
         "seeds). A result is pre-registered when every run it uses started after the freeze, from the "
         "frozen commit.",
         "",
-        *_md_table(["seed set", "seeds", "section hash", "commit", "frozen at", "dirty tree"], freezes),
+        *md_table(["seed set", "seeds", "section hash", "commit", "frozen at", "dirty tree"], freezes),
         "",
     ]
     if section.rationale:
@@ -606,7 +573,7 @@ def registration_lines(study: Study) -> list[str]:
             "game, normalised points for an aggregate, 95% bootstrap CI; p of the frozen test and sides, "
             "adjusted across the endpoints of the seed set; 'holds' when the adjusted p is at most alpha):",
             "",
-            *_md_table(
+            *md_table(
                 [
                     "endpoint",
                     "seed set",
@@ -661,7 +628,7 @@ def robustness_block(r: Robustness, scores: Scores, title: str) -> list[str]:
         f"Each game's own effect ({r.candidate} - {r.baseline}, mean final return), its two-sided "
         f"Mann-Whitney p and the p adjusted across the {len(games)} games ({correction}):",
         "",
-        *_md_table(
+        *md_table(
             [
                 "game",
                 f"{r.baseline} mean",
@@ -679,7 +646,7 @@ def robustness_block(r: Robustness, scores: Scores, title: str) -> list[str]:
         lines += [
             "The verdict recomputed with each game left out (same rule, same bootstrap):",
             "",
-            *_md_table(
+            *md_table(
                 [
                     "left out",
                     f"IQM difference{in_units} [95% CI]",
@@ -731,7 +698,7 @@ def learning_lines(study: Study) -> list[str]:
         f"the reference is "
         f"{study.learning_reference}, its IQM over the same games.",
         "",
-        *_md_table(columns, rows),
+        *md_table(columns, rows),
         "",
         *([f"Note: {study.cut_short}", ""] if study.cut_short else []),
         *([study.share_note, ""] if study.share_note else []),
@@ -768,7 +735,7 @@ def effect_lines(study: Study | Checks) -> list[str]:
         "difference this design detects with 80% power (two-sided, alpha 0.05), and its power against "
         "the planned difference.",
         "",
-        *_md_table(columns, rows),
+        *md_table(columns, rows),
         "",
     ]
 
@@ -827,7 +794,7 @@ def effect_game_lines(study: Study | Checks) -> list[str]:
         "",
         effect_game_intro(games),
         "",
-        *_md_table(columns, rows),
+        *md_table(columns, rows),
         "",
     ]
 
@@ -909,7 +876,7 @@ def study_markdown(
             ]
             for arm in dict.fromkeys(study.aggregates.arm)
         ]
-        lines += [*_md_table(["arm"] + [m + scores.unit for m in aggregate.METRICS], rows), ""]
+        lines += [*md_table(["arm"] + [m + scores.unit for m in aggregate.METRICS], rows), ""]
         lines += _legend_lines(by_arm.values())
     if not scores.final.empty:
         lines += _per_game_lines(study)

@@ -14,17 +14,14 @@ the aggregates, then the per-game comparison with published results; what ran an
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import datetime as dt
 import itertools
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from algorithms.configs import ConfigError
 from algorithms.rundir import atomic_write_bytes
@@ -43,17 +40,19 @@ from analysis.learning import (
     metric_bound,
     smoke_sentence,
 )
+from analysis.markdown import ci_text, fmt
 from analysis.published import TRAINING_LAST, minatar_like_for_like
 from analysis.robust import Robustness, balanced_runs, middle_sentence, robust_verdict
 from analysis.runs import KEYS, Experiment, load_experiment
 from analysis.scores import Bounds, is_minatar, minatar_published_curves, minatar_reference_table
-from analysis.study import Checks, ci_text, effect_game_intro, effect_game_table, fmt, learning_checks
+from analysis.study import Checks, effect_game_intro, effect_game_table, learning_checks
 from analysis.throughput import arm_throughput, run_throughput
 from reports import figures
-from repro.plans import format_seeds, parse_seeds
+from reports.factorial import factorial_section
+from reports.page import REPORT_FILE, Figure, Section, Table, frame_table, render, write_figures
+from repro.plan_args import format_seeds, parse_seeds
 from repro.profiles import REPO_ROOT, profile_label
 
-REPORT_FILE = "report.html"
 # Metadata shown under "what ran": (label, flattened metadata column).
 METADATA_FIELDS = (
     ("git commit", "git_commit"),
@@ -86,40 +85,6 @@ THROUGHPUT_COLUMNS = (
     ("evaluating %", "share_evaluating"),
     ("logging %", "share_logging"),
 )
-
-
-@dataclass
-class Table:
-    """A rendered table: ``id`` (for tests and anchors), header, rows of display strings."""
-
-    id: str
-    columns: list[str]
-    rows: list[list[str]]
-    caption: str = ""
-
-
-@dataclass
-class Figure:
-    id: str
-    uri: str
-    alt: str
-    caption: str = ""
-
-
-@dataclass
-class Section:
-    id: str
-    title: str
-    intro: str = ""
-    statements: list[str] = field(default_factory=list)  # the page's headline sentences, shown first
-    figures: list[Figure] = field(default_factory=list)
-    tables: list[Table] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-
-def _table(table_id: str, frame: pd.DataFrame, columns: list[tuple[str, str]], caption: str = "") -> Table:
-    rows = [[fmt(row[key]) for _, key in columns] for _, row in frame.iterrows()]
-    return Table(table_id, [label for label, _ in columns], rows, caption)
 
 
 # --- plan and profile -----------------------------------------------------------------------------
@@ -197,7 +162,7 @@ def _what_ran(exp: Experiment) -> Section:
     )
     by_arm["algo"] = algos.reindex(by_arm.index)
     section.tables.append(
-        _table(
+        frame_table(
             "arms",
             by_arm.reset_index(),
             [("arm", "arm"), ("algorithm", "algo"), ("envs", "envs"), ("seeds", "seeds"), ("runs", "runs")],
@@ -267,10 +232,10 @@ def _config_section(exp: Experiment) -> Section:
                 for arm in diff.columns[1:]
             }
         )
-        section.tables.append(_table("config-diff-table", cells, [(c, c) for c in diff.columns]))
+        section.tables.append(frame_table("config-diff-table", cells, [(c, c) for c in diff.columns]))
     if not origins.empty:
         section.tables.append(
-            _table(
+            frame_table(
                 "command-line-table",
                 origins,
                 [
@@ -287,7 +252,7 @@ def _config_section(exp: Experiment) -> Section:
     overridden = effective_table(exp.configs, effective)
     if not overridden.empty:
         section.tables.append(
-            _table(
+            frame_table(
                 "effective-values-table",
                 overridden,
                 list(EFFECTIVE_COLUMNS),
@@ -678,7 +643,7 @@ def _learning_section(study: Checks, arm_bounds: dict[str, str]) -> Section | No
         f"Each arm's IQM of final {study.scores.label} from all of its own runs (widened 95% "
         f"stratified-bootstrap CI); random play is 0; the reference is {study.learning_reference}, its "
         "IQM over the same games.",
-        tables=[_table("learning-table", frame, columns)],
+        tables=[frame_table("learning-table", frame, columns)],
         notes=([study.cut_short] if study.cut_short else [])
         + ([study.share_note] if study.share_note else [])
         + cut_legend(arm_bounds.values())
@@ -715,7 +680,7 @@ def _effects_section(study: Checks) -> Section | None:
         figures=[
             Figure("fig-deviations", figures.deviation_effects(effects, label, scale), "deviation effects")
         ],
-        tables=[_table("deviations-table", frame, columns), *_effect_game_tables(study.effect_games)],
+        tables=[frame_table("deviations-table", frame, columns), *_effect_game_tables(study.effect_games)],
     )
 
 
@@ -865,7 +830,7 @@ def _published_section(
         ("ratio", "ratio"),
         ("R2D2 inside our CI", "published_in_ci"),
     ]
-    section.tables.append(_table("published-table", comparison, columns))
+    section.tables.append(frame_table("published-table", comparison, columns))
     section.figures.append(
         Figure(
             "fig-published",
@@ -893,7 +858,7 @@ def _throughput_section(exp: Experiment, colours: dict[str, str]) -> Section:
     per_arm = arm_throughput(per_run)
     shares = [c for c in per_arm if c.startswith("share_")]
     section.tables.append(
-        _table(
+        frame_table(
             "throughput-table",
             per_arm.assign(**{c: 100 * per_arm[c] for c in shares}),
             [("arm", "arm"), *THROUGHPUT_COLUMNS],
@@ -905,14 +870,14 @@ def _throughput_section(exp: Experiment, colours: dict[str, str]) -> Section:
     columns = [("arm", "arm"), ("env", "env"), ("seed", "seed"), ("status", "status")] + [
         (label, key) for label, key in THROUGHPUT_COLUMNS if key in per_run and not key.startswith("share_")
     ]
-    section.tables.append(_table("throughput-runs-table", per_run, columns, "per run"))
+    section.tables.append(frame_table("throughput-runs-table", per_run, columns, "per run"))
     return section
 
 
 def _problems_section(exp: Experiment, left_out: pd.DataFrame) -> Section:
     section = Section("problems", "Missing, failed and skipped runs")
     section.tables.append(
-        _table(
+        frame_table(
             "skipped-table",
             exp.skipped,
             [
@@ -927,7 +892,7 @@ def _problems_section(exp: Experiment, left_out: pd.DataFrame) -> Section:
         )
     )
     section.tables.append(
-        _table(
+        frame_table(
             "missing-table",
             exp.missing,
             [("arm", "arm"), ("env", "env"), ("seed", "seed")],
@@ -936,7 +901,7 @@ def _problems_section(exp: Experiment, left_out: pd.DataFrame) -> Section:
     )
     if len(left_out):
         section.tables.append(
-            _table(
+            frame_table(
                 "left-out-table",
                 left_out,
                 [("arm", "arm"), ("env", "env"), ("seed", "seed")],
@@ -1092,8 +1057,6 @@ def build_report(
             Section("results", "Results", notes=["no complete run with a score: nothing to aggregate"])
         ]
     else:
-        from reports.factorial import factorial_section  # it builds on this module's Section
-
         bounds = cut_bounds(exp, scores)
         verdict_section = _verdict_section(exp, scores, reps, baseline, reg)
         checks = learning_checks(exp, scores, reps, reg=reg)
@@ -1137,31 +1100,3 @@ def build_report(
     if figures_dir is not None:
         write_figures(sections, Path(figures_dir))
     return path
-
-
-PNG_URI = "data:image/png;base64,"
-
-
-def write_figures(sections: list[Section], directory: Path) -> list[Path]:
-    """Each figure of ``sections`` as ``directory/<figure id>.png``, the bytes the report embeds, for a
-    results page in docs/ to link (a page of markdown cannot hold the report's data URIs)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    written = []
-    for figure in (f for section in sections for f in section.figures):
-        if not figure.uri.startswith(PNG_URI):
-            raise ValueError(f"figure {figure.id} is not an embedded PNG")
-        path = directory / f"{figure.id}.png"
-        atomic_write_bytes(path, base64.b64decode(figure.uri[len(PNG_URI) :]))
-        written.append(path)
-    return written
-
-
-def render(**context: Any) -> str:
-    env = Environment(
-        loader=PackageLoader("reports", "templates"),
-        autoescape=select_autoescape(["html", "j2"], default_for_string=True, default=True),
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    return env.get_template("experiment.html.j2").render(**context)

@@ -26,7 +26,7 @@ from repro.plan_args import NAME, check_arm_name
 from repro.settings import SETTINGS_DIR, Entry, Schema, Setting, default_schema, load_setting
 
 if TYPE_CHECKING:
-    from repro.plans import Plan
+    from repro.plan_file import Plan
 
 DEVIATION_INFIX = "_with_"
 DESIGN_INFIX = "_on_"

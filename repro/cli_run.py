@@ -24,7 +24,8 @@ def _plan_jobs(args: argparse.Namespace):
     """``(plan, seeds, jobs)`` of ``run``: a plan (a name or a ``.toml`` file with ``[plan]``), or a
     setting (a name or a ``.toml`` file with ``[setting]``) run on ``--env`` (default its own env)."""
     from algorithms.configs import unknown_key_message
-    from repro.plans import available_plans, expand, is_plan, load_plan, parse_list, parse_seeds, setting_plan
+    from repro.plan_args import parse_list, parse_seeds
+    from repro.plans import available_plans, expand, is_plan, load_plan, setting_plan
     from repro.settings import available_settings, parse_overrides
 
     overrides = parse_overrides(args.set or [])
@@ -88,7 +89,7 @@ def _power_plan(pilot: str, envs, detect: float, given: str | None, spec: str | 
     80% power, from the pilot table (``repro.power``), and return the seed spec to run: ``given``
     (``--seeds``) with the power it has, else that many seeds (at least ``MIN_SEEDS``) from the first
     seed of the plan's ``spec`` (0 without one)."""
-    from repro.plans import parse_seeds
+    from repro.plan_args import parse_seeds
     from repro.power import plan_seeds
 
     if not detect > 0:
@@ -118,7 +119,7 @@ def _power_plan(pilot: str, envs, detect: float, given: str | None, spec: str | 
 def _chosen_seeds(spec: str | None, count: int) -> str:
     """``count`` seeds from the first of the plan's seed spec: a count starts at seed 0, a range or
     list (fresh seeds, 100-104) at its first seed."""
-    from repro.plans import format_seeds, parse_seeds
+    from repro.plan_args import format_seeds, parse_seeds
 
     first = 0 if spec is None or str(spec).strip().isdigit() else parse_seeds(spec)[0]
     chosen = format_seeds(list(range(first, first + count)))
@@ -130,7 +131,8 @@ def _design_power_plan(plan, pilot: str, envs, detect: float, given: str | None,
     """``_power_plan`` of a designed ablation: the seeds per arm for a t test of each main effect to
     detect ``detect`` points with 80% power, from the pilot's pooled within-arm spread
     (``repro.power.plan_design_seeds``)."""
-    from repro.plans import ablation_arms, parse_seeds
+    from repro.ablation import ablation_arms
+    from repro.plan_args import parse_seeds
     from repro.power import plan_design_seeds
 
     if not detect > 0:
@@ -182,7 +184,7 @@ def _profile_arg(path: Path) -> str:
 def _tasks(jobs, cpus_per_job: int | None = None, packs=None, views: Sequence[str] = ()):
     """The scheduler's tasks: one per job (``run-job``), or one per pack of ``packs`` (``pack_jobs``;
     a pack of one is a job, of more a ``pack-job``)."""
-    from repro.plans import format_deviation, format_seeds
+    from repro.plan_args import format_deviation, format_seeds
     from repro.tasks import Member, Task
 
     tasks = []
@@ -375,7 +377,8 @@ def _report(args: argparse.Namespace, experiment_dir: Path, interrupted: bool) -
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from repro.scheduler import detect_slots, stop_on_signals
+    from repro.job_side import stop_on_signals
+    from repro.scheduler import detect_slots
 
     stop_on_signals()  # SIGTERM and SIGHUP stop the run as Ctrl-C does, from planning on
     plan, seeds, jobs = _plan_jobs(args)

@@ -45,18 +45,12 @@ from typing import Any
 
 from algorithms.configs import ConfigError, unknown_key_message
 from algorithms.rundir import run_path
-from repro.ablation import DEVIATION_INFIX as DEVIATION_INFIX
 from repro.ablation import Arm, ablation_arms, deviation_entry, deviation_groups
-from repro.ablation import plan_lines as plan_lines
 from repro.design import DESIGNS
 from repro.extras import check_extras
 from repro.memory import check_replay_memory
-from repro.plan_args import MAX_SEEDS as MAX_SEEDS
 from repro.plan_args import NAME, check_arm_name, parse_seeds
-from repro.plan_args import format_deviation as format_deviation
-from repro.plan_args import format_seeds as format_seeds
-from repro.plan_args import parse_deviation as parse_deviation
-from repro.plan_args import parse_list as parse_list
+from repro.plan_file import PLAN_KEYS, PLAN_TABLES, Plan
 from repro.preregister import AnalysisSection, parse_section
 from repro.profiles import (
     REPO_ROOT,
@@ -83,32 +77,6 @@ from repro.settings import (
 )
 
 PLANS_DIR = CONFIG_DIR / "plans"
-PLAN_KEYS = {
-    "title": str, "description": str, "arms": list, "envs": list, "envs_source": str, "seeds": str | int,
-    "ablate": str, "pilot": str, "design": str, "resolution": int, "generators": list,
-}  # fmt: skip
-# Top-level tables a plan file may hold beside [plan]: [analysis], the frozen analysis of a
-# pre-registered study, which the plan carries unread (``Plan.analysis``) for analysis to check.
-PLAN_TABLES = {"plan", "analysis"}
-
-
-@dataclass(frozen=True)
-class Plan:
-    name: str
-    path: Path
-    title: str
-    description: str
-    arms: tuple[str, ...]
-    envs: tuple[str, ...]
-    envs_source: str
-    seeds: str | None = None  # the plan's seed spec (``parse_seeds``), the default of ``--seeds``
-    setting: str | None = None  # a setting run without a plan file (``setting_plan``): its name or path
-    ablate: str | None = None  # the setting whose deviations from the one arm make leave-one-out arms
-    pilot: str | None = None  # tidy results the seed planner (repro/power.py) reads, relative to the repo
-    design: str | None = None  # a designed ablation: "factorial" or "fractional" (repro/design.py)
-    resolution: int | None = None  # a fractional design's resolution (the standard fraction's, or a floor)
-    generators: tuple[str, ...] = ()  # a fractional design's generators, "E=BCD"
-    analysis: dict[str, Any] | None = None  # the plan file's [analysis] table, as written (PLAN_TABLES)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,9 @@ from typing import Any
 
 from algorithms.rundir import atomic_write_json
 from repro.ablation import design_record
-from repro.plans import Job, Plan, format_seeds, parse_seeds
+from repro.plan_args import format_seeds, parse_seeds
+from repro.plan_file import Plan
+from repro.plans import Job
 from repro.profiles import profile_label
 
 # The name analysis.runs.PLAN_FILES looks for first.

@@ -81,10 +81,7 @@ KNOWN_CYCLES = [
     ("algorithms.algos.r2d1", "algorithms.algos.r2d1_targets"),
     ("algorithms.packed", "algorithms.packed.runner"),
     ("algorithms.samplers.base", "algorithms.samplers.evaluation", "algorithms.samplers.stepper"),
-    ("analysis.confirmatory", "analysis.factorial", "analysis.study"),
     ("bench.bench_env", "bench.bench_sampler"),
-    ("reports.build", "reports.factorial"),
-    ("repro.ablation", "repro.plans"),
 ]
 
 

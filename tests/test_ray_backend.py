@@ -17,17 +17,9 @@ from pathlib import Path
 import pytest
 
 from algorithms.configs import ConfigError
-from repro.ray_backend import (
-    _PYTHON,
-    _RUN_DIR,
-    REPO,
-    Mirror,
-    _portable_argv,
-    _resolve_argv,
-    apply_changes,
-    check_storage,
-    read_dir,
-)
+from repro.mirror import Mirror, apply_changes, read_dir
+from repro.ray_backend import _PYTHON, _RUN_DIR, _portable_argv, _resolve_argv, check_storage
+from repro.ray_connect import REPO
 from repro.scheduler import detect_slots
 
 

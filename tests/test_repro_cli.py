@@ -17,7 +17,8 @@ from algorithms.configs import ConfigError
 from algorithms.train import RunnerConfig, SamplerConfig, env_config_class
 from repro.cli import main
 from repro.inspect_settings import diff_rows, resolve_label
-from repro.plans import expand, format_seeds, load_plan, parse_seeds
+from repro.plan_args import format_seeds, parse_seeds
+from repro.plans import expand, load_plan
 from repro.profiles import (
     EXECUTION_KEYS,
     apply_profile,

@@ -24,7 +24,8 @@ from repro.plans import expand, load_plan
 from repro.probe import ProbeCache, ProbeResult, estimate_range, steps_left
 from repro.profiles import PROFILES_DIR
 from repro.record import PLAN_FILE, write_plan_record
-from repro.scheduler import Outcome, detect_slots
+from repro.scheduler import detect_slots
+from repro.tasks import Outcome
 
 SETTING = """
 [setting]
