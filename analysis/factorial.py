@@ -1,4 +1,4 @@
-"""Effects of a designed ablation (a plan with ``design``, repro/design.py): each switch's main effect,
+"""Effects of a designed ablation (a plan with ``design``, protocol/design.py): each switch's main effect,
 the two-factor-interaction alias groups, and a check that the switches add up.
 
 Every arm of the design is the base setting with some of the ablate setting's deviations switched on
@@ -29,12 +29,12 @@ its IQMs use). A factorial needs a linear response to split a difference into ef
 aggregate is a per-run mean, not the IQM over runs x games: with one game it is that game's
 normalised score. Runs of a seed that lacks one of the games are left out of the aggregate.
 
-Two-factor interactions that share a column (``repro.design.Design.alias_groups``) are estimated as
+Two-factor interactions that share a column (``protocol.design.Design.alias_groups``) are estimated as
 one contrast, the sum of their effects; main effects are clear of them (every design with both
-endpoints has resolution IV or more, repro/design.py). The additivity check compares the all-on arm's observed
-mean with the value the main effects predict there, grand mean + sum of effects / 2 (each switch at
-+1, coefficient effect/2): their difference is the sum of every interaction at that corner, a linear
-contrast with the same SE, t and bootstrap interval as an effect.
+endpoints has resolution IV or more, protocol/design.py). The additivity check compares the all-on
+arm's observed mean with the value the main effects predict there, grand mean + sum of effects / 2
+(each switch at +1, coefficient effect/2): their difference is the sum of every interaction at that
+corner, a linear contrast with the same SE, t and bootstrap interval as an effect.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ from scipy import stats
 
 from analysis.markdown import ci_text, fmt, md_table
 from analysis.multiple import adjust
-from repro.design import Design
-from repro.preregister import CORRECTIONS
+from protocol.design import Design
+from protocol.registration import CORRECTIONS
 
 AGGREGATE = "aggregate"
 ALTERNATIVES = ("two-sided", "greater", "less")

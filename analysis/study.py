@@ -57,7 +57,7 @@ from analysis.published import TRAINING_LAST, minatar_like_for_like, minatar_tra
 from analysis.robust import Robustness, balanced_runs, carried_sentence, middle_sentence, robust_verdict
 from analysis.runs import Experiment, load_experiment
 from analysis.scores import is_minatar, minatar_published_curves
-from repro.plan_args import format_seeds
+from protocol.plan_args import format_seeds
 
 RESULT_COLUMNS = [
     "arm",

@@ -46,10 +46,7 @@ from typing import Any
 import numpy as np
 
 from analysis.aggregate import probability_of_improvement
-from repro.power import ALPHA, POWER, detectable_difference, iqm_rows, power_at, stratified_resamples
-
-# The statistics are shared with the seed planner of the dry run (repro/power.py, one layer down).
-__all__ = ["ALPHA", "POWER", "detectable_difference", "power_at"]
+from protocol.stats import ALPHA, POWER, detectable_difference, iqm_rows, stratified_resamples
 
 
 def iqm_difference(

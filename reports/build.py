@@ -23,7 +23,6 @@ from typing import Any
 
 import pandas as pd
 
-from algorithms.configs import ConfigError
 from algorithms.rundir import atomic_write_bytes
 from analysis import aggregate, verdict
 from analysis.ablation import PLANNED_DIFFERENCE, ablation_record, verdict_arms
@@ -47,11 +46,11 @@ from analysis.runs import KEYS, Experiment, load_experiment
 from analysis.scores import Bounds, is_minatar, minatar_published_curves, minatar_reference_table
 from analysis.study import Checks, effect_game_intro, effect_game_table, learning_checks
 from analysis.throughput import arm_throughput, run_throughput
+from protocol.files import profile_label, repo_path
+from protocol.plan_args import seeds_label
 from reports import figures
 from reports.factorial import factorial_section
 from reports.page import REPORT_FILE, Figure, Section, Table, frame_table, render, write_figures
-from repro.plan_args import format_seeds, parse_seeds
-from repro.profiles import REPO_ROOT, profile_label
 
 # Metadata shown under "what ran": (label, flattened metadata column).
 METADATA_FIELDS = (
@@ -104,18 +103,15 @@ def _plan_entries(plan: dict[str, Any] | None) -> list[dict[str, Any]]:
 def _plan_field(entry: dict[str, Any], key: str) -> str:
     value = entry.get(key)
     if key == "seeds" and value is not None:
-        try:
-            seeds = parse_seeds(value)
-        except ConfigError:
-            return fmt(value)
-        return str(seeds[0]) if len(seeds) == 1 else format_seeds(seeds)
+        label = seeds_label(value)
+        return fmt(value) if label is None else label
     return ", ".join(map(str, value)) if isinstance(value, list) else fmt(value)
 
 
 def _profile_name(arg: str) -> str:
     """A job command line's ``--profile`` (runs without a plan file) as a name: a shipped profile,
     also one given by its path in whichever checkout ran it, by its name; another file as
-    ``repro.profiles.profile_label`` names it (relative to the repository)."""
+    ``protocol.files.profile_label`` names it (relative to the repository)."""
     path = Path(arg)
     if path.suffix != ".toml":
         return arg
@@ -692,12 +688,6 @@ def _effect_game_tables(games: pd.DataFrame) -> list[Table]:
     return [Table("deviation-games-table", columns, rows, effect_game_intro(games))]
 
 
-def _shown_path(path: Path) -> str:
-    """``path`` relative to the repository when inside it (no checkout's path in a report)."""
-    resolved = Path(path).resolve()
-    return str(resolved.relative_to(REPO_ROOT)) if resolved.is_relative_to(REPO_ROOT) else str(resolved)
-
-
 def _bounds_table(bounds: Bounds, envs: list[str]) -> Table:
     rows = [
         [env, fmt(r.low), r.low_source, fmt(r.high), r.high_source]
@@ -707,7 +697,7 @@ def _bounds_table(bounds: Bounds, envs: list[str]) -> Table:
         "bounds-table",
         ["env", "0 (random play)", "source", "1 (reference)", "source of the reference"],
         rows,
-        f"the normalisation: (score - random) / (reference - random); {_shown_path(bounds.path)}",
+        f"the normalisation: (score - random) / (reference - random); {repo_path(bounds.path)}",
     )
 
 

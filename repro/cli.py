@@ -104,9 +104,10 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
+    from protocol.files import PLANS_DIR
     from repro.ablation import plan_lines
     from repro.inspect_settings import resolve_label, show_text
-    from repro.plans import PLANS_DIR, is_plan, load_plan, plan_analysis
+    from repro.plans import is_plan, load_plan, plan_analysis
     from repro.preregister import analysis_lines
     from repro.settings import available_settings
 

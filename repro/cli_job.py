@@ -19,7 +19,7 @@ def _job_configs(args: argparse.Namespace, seeds: Sequence[int]) -> list:
     import dataclasses
 
     from algorithms.logger import TRACKER_ENV
-    from repro.plan_args import parse_deviation
+    from protocol.plan_args import parse_deviation
     from repro.plans import resolve_job_setting
     from repro.profiles import load_profile
     from repro.settings import parse_overrides, train_config
@@ -111,7 +111,7 @@ def cmd_pack_job(args: argparse.Namespace) -> int:
     from algorithms.packed import PackMismatch, train_packed
     from algorithms.rundir import is_complete
     from algorithms.train import train
-    from repro.plan_args import parse_seeds
+    from protocol.plan_args import parse_seeds
 
     seeds = parse_seeds(args.seeds)
     if len(seeds) != len(args.run_dir):

@@ -15,16 +15,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from algorithms.configs import ConfigError
+from protocol.plan_args import seeds_text
+from protocol.registration import read_record
 from repro.cli_estimate import print_estimate
 from repro.plans import plan_analysis
-from repro.preregister import freeze, read_record, seeds_text
+from repro.preregister import freeze
 
 
 def _plan_jobs(args: argparse.Namespace):
     """``(plan, seeds, jobs)`` of ``run``: a plan (a name or a ``.toml`` file with ``[plan]``), or a
     setting (a name or a ``.toml`` file with ``[setting]``) run on ``--env`` (default its own env)."""
     from algorithms.configs import unknown_key_message
-    from repro.plan_args import parse_list, parse_seeds
+    from protocol.plan_args import parse_list, parse_seeds
     from repro.plans import available_plans, expand, is_plan, load_plan, setting_plan
     from repro.settings import available_settings, parse_overrides
 
@@ -89,7 +91,7 @@ def _power_plan(pilot: str, envs, detect: float, given: str | None, spec: str | 
     80% power, from the pilot table (``repro.power``), and return the seed spec to run: ``given``
     (``--seeds``) with the power it has, else that many seeds (at least ``MIN_SEEDS``) from the first
     seed of the plan's ``spec`` (0 without one)."""
-    from repro.plan_args import parse_seeds
+    from protocol.plan_args import parse_seeds
     from repro.power import plan_seeds
 
     if not detect > 0:
@@ -119,7 +121,7 @@ def _power_plan(pilot: str, envs, detect: float, given: str | None, spec: str | 
 def _chosen_seeds(spec: str | None, count: int) -> str:
     """``count`` seeds from the first of the plan's seed spec: a count starts at seed 0, a range or
     list (fresh seeds, 100-104) at its first seed."""
-    from repro.plan_args import format_seeds, parse_seeds
+    from protocol.plan_args import format_seeds, parse_seeds
 
     first = 0 if spec is None or str(spec).strip().isdigit() else parse_seeds(spec)[0]
     chosen = format_seeds(list(range(first, first + count)))
@@ -131,8 +133,8 @@ def _design_power_plan(plan, pilot: str, envs, detect: float, given: str | None,
     """``_power_plan`` of a designed ablation: the seeds per arm for a t test of each main effect to
     detect ``detect`` points with 80% power, from the pilot's pooled within-arm spread
     (``repro.power.plan_design_seeds``)."""
+    from protocol.plan_args import parse_seeds
     from repro.ablation import ablation_arms
-    from repro.plan_args import parse_seeds
     from repro.power import plan_design_seeds
 
     if not detect > 0:
@@ -176,7 +178,7 @@ def _positive_int_arg(text: str | None, name: str) -> int | None:
 def _profile_arg(path: Path) -> str:
     """A shipped profile by its name, so that job command lines (recorded in each run's
     metadata.json) carry no path of this checkout; any other profile file by its absolute path."""
-    from repro.profiles import is_shipped
+    from protocol.files import is_shipped
 
     return path.stem if is_shipped(path) else str(Path(path).resolve())
 
@@ -184,7 +186,7 @@ def _profile_arg(path: Path) -> str:
 def _tasks(jobs, cpus_per_job: int | None = None, packs=None, views: Sequence[str] = ()):
     """The scheduler's tasks: one per job (``run-job``), or one per pack of ``packs`` (``pack_jobs``;
     a pack of one is a job, of more a ``pack-job``)."""
-    from repro.plan_args import format_deviation, format_seeds
+    from protocol.plan_args import format_deviation, format_seeds
     from repro.tasks import Member, Task
 
     tasks = []
@@ -328,7 +330,7 @@ def _dry_run(plan, jobs, n_slots: int, slot_kind: str, packs, k: int, afresh=fro
 def _analysis_line(section, seeds, experiment_dir: Path) -> str:
     """The dry run's line on the plan's ``[analysis]``: which declared seed sets this run touches and
     whether each is frozen with this section already (``repro.preregister``)."""
-    from repro.plan_args import format_seeds
+    from protocol.plan_args import format_seeds
 
     frozen = {(r.get("seed_set"), r.get("hash")) for r in read_record(experiment_dir)}
     parts = []

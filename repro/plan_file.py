@@ -29,7 +29,7 @@ class Plan:
     setting: str | None = None  # a setting run without a plan file (``setting_plan``): its name or path
     ablate: str | None = None  # the setting whose deviations from the one arm make leave-one-out arms
     pilot: str | None = None  # tidy results the seed planner (repro/power.py) reads, relative to the repo
-    design: str | None = None  # a designed ablation: "factorial" or "fractional" (repro/design.py)
+    design: str | None = None  # a designed ablation: "factorial" or "fractional" (protocol/design.py)
     resolution: int | None = None  # a fractional design's resolution (the standard fraction's, or a floor)
     generators: tuple[str, ...] = ()  # a fractional design's generators, "E=BCD"
     analysis: dict[str, Any] | None = None  # the plan file's [analysis] table, as written (PLAN_TABLES)

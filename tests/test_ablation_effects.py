@@ -65,7 +65,7 @@ def test_effects_are_ordered_by_size_with_intervals_that_find_the_known_differen
     assert none.ci_low <= 0 <= none.ci_high
     assert (effects.detectable > 0).all() and (effects.detectable < 0.1).all()
     # Detectable with 80% power is where the power at that difference is 0.8.
-    from analysis.verdict import power_at
+    from protocol.stats import power_at
 
     assert all(power_at(r.detectable, r.se) == pytest.approx(0.8, abs=1e-6) for r in effects.itertuples())
 

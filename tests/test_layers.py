@@ -36,10 +36,11 @@ def test_an_upward_import_breaks_the_layers_contract(tmp_path):
     """The same contracts on empty packages of the same names, one of which imports a layer above it."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     named = {
-        m
+        m.strip()
         for c in config["contracts"]
         for key in ("layers", "source_modules", "forbidden_modules")
-        for m in c.get(key, [])
+        for layer in c.get(key, [])
+        for m in layer.split("|")
     }
     for package in named:
         directory = tmp_path / package.replace(".", "/")
@@ -126,3 +127,22 @@ def test_no_import_cycles_but_the_known_ones():
     cycles = {tuple(sorted(m for m in reach[module] if module in reach[m])) for module in graph}
     cycles.discard(())
     assert sorted(cycles) == sorted(KNOWN_CYCLES)
+
+
+def imports_of(package: str) -> set[str]:
+    """The modules outside ``package`` that its modules import."""
+    graph = import_graph()
+    inside = [m for m in graph if m.split(".")[0] == package]
+    return {t for m in inside for t in graph[m] if t.split(".")[0] != package}
+
+
+def test_analysis_imports_no_repro():
+    assert {t for t in imports_of("analysis") if t.startswith("repro")} == set()
+
+
+def test_protocol_imports_only_the_config_types_and_run_format_of_algorithms():
+    assert imports_of("protocol") <= {"algorithms.configs", "algorithms.rundir"}
+
+
+def test_reports_imports_only_the_run_format_of_algorithms():
+    assert {t for t in imports_of("reports") if t.startswith("algorithms")} <= {"algorithms.rundir"}

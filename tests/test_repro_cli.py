@@ -15,9 +15,9 @@ import pytest
 from algorithms import registry
 from algorithms.configs import ConfigError
 from algorithms.train import RunnerConfig, SamplerConfig, env_config_class
+from protocol.plan_args import format_seeds, parse_seeds
 from repro.cli import main
 from repro.inspect_settings import diff_rows, resolve_label
-from repro.plan_args import format_seeds, parse_seeds
 from repro.plans import expand, load_plan
 from repro.profiles import (
     EXECUTION_KEYS,

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from analysis.synthetic import SyntheticArm, write_experiment
+from protocol.files import PROFILES_DIR
 from repro import probe
 from repro.cli import main, smaller_runs_hint
 from repro.inspect_settings import resolve_label
 from repro.plans import expand, load_plan
 from repro.probe import ProbeCache, ProbeResult, estimate_range, steps_left
-from repro.profiles import PROFILES_DIR
 from repro.record import PLAN_FILE, write_plan_record
 from repro.scheduler import detect_slots
 from repro.tasks import Outcome
