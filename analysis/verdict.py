@@ -169,8 +169,8 @@ def order_arms(
 ) -> tuple[str, str]:
     """``(baseline, candidate)`` of a two-arm experiment: ``baseline`` when given; else the order of the
     plan's arm list (``plan["arms"]`` or ``plan["plan"]["arms"]``; plans list the published arm first,
-    as ``repro/configs/plans/r2d1_minatar.toml`` does); else the one arm whose name contains
-    "published"; else alphabetical order."""
+    as ``repro/configs/plans/r2d1_minatar_published_vs_corrected.toml`` does); else the one arm whose
+    name contains "published"; else alphabetical order."""
     arms = sorted(arms)
     if len(arms) != 2:
         raise ValueError(f"a verdict compares two arms, got {arms}")

@@ -128,7 +128,7 @@ def test_cpus_per_job_become_the_jobs_torch_threads():
     from repro.profiles import load_profile
 
     jobs = expand(
-        load_plan("r2d1_minatar"),
+        load_plan("r2d1_minatar_published_vs_corrected"),
         1,
         "smoke",
         Path("runs"),

@@ -194,4 +194,6 @@ def test_a_name_that_is_a_setting_and_a_plan_shows_the_setting_and_the_plan_by_p
         return done.stdout
 
     assert show("r2d1_minatar").startswith("setting:  r2d1_minatar")
-    assert show("repro/configs/plans/r2d1_minatar.toml").startswith("plan:     r2d1_minatar")
+    assert show("repro/configs/plans/r2d1_minatar_published_vs_corrected.toml").startswith(
+        "plan:     r2d1_minatar_published_vs_corrected"
+    )

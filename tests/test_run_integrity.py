@@ -604,7 +604,7 @@ def test_a_dqn_replay_smaller_than_its_batch_is_refused_at_loading(tmp_path, cap
     show = ["show", "dqn_minatar", "--profile", str(profile)]
     run = [
         "run",
-        "dqn_minatar",
+        "dqn_family_minatar",
         "--seeds",
         "1",
         "--profile",
