@@ -11,14 +11,9 @@ from pathlib import Path
 
 from algorithms.rundir import atomic_write_bytes
 from analysis.factorial import factorial_path
-from analysis.study import (
-    check_replication,
-    effects_path,
-    result_table,
-    run_study,
-    study_markdown,
-    with_replication_base,
-)
+from analysis.replication import check_replication, with_replication_base
+from analysis.study import effects_path, result_table, run_study
+from analysis.study_markdown import study_markdown
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,7 +44,8 @@ from analysis.published import TRAINING_LAST, minatar_like_for_like
 from analysis.robust import Robustness, balanced_runs, middle_sentence, robust_verdict
 from analysis.runs import KEYS, Experiment, load_experiment
 from analysis.scores import Bounds, is_minatar, minatar_published_curves, minatar_reference_table
-from analysis.study import Checks, effect_game_intro, effect_game_table, learning_checks
+from analysis.study import Checks, learning_checks
+from analysis.study_markdown import effect_game_intro, effect_game_table
 from analysis.throughput import arm_throughput, run_throughput
 from protocol.files import profile_label, repo_path
 from protocol.plan_args import seeds_label

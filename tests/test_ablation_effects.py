@@ -16,7 +16,8 @@ import pytest
 
 from analysis.__main__ import main as analysis_main
 from analysis.ablation import deviation_effects, deviation_games, false_discovery_q, rank_test
-from analysis.study import pooled_verdict, run_study
+from analysis.replication import pooled_verdict
+from analysis.study import run_study
 from analysis.synthetic import SyntheticArm, write_experiment
 from reports.build import build_report
 

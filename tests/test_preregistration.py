@@ -21,7 +21,8 @@ from algorithms.configs import ConfigError
 from algorithms.rundir import git_state, run_path
 from analysis.confirmatory import EXPLORATORY, PRE, endpoint_table, registration, run_label
 from analysis.robust import middle_half
-from analysis.study import run_study, study_markdown
+from analysis.study import run_study
+from analysis.study_markdown import study_markdown
 from analysis.synthetic import write_run
 from protocol.registration import parse_section, read_record
 from reports.build import build_report
