@@ -10,17 +10,9 @@ import numpy as np
 import pandas as pd
 
 from analysis import aggregate, verdict
-from analysis.ablation import (
-    ablation_record,
-    deviation_games,
-)
+from analysis.ablation import ablation_record, deviation_games
 from analysis.markdown import ci_text, md_table
-from analysis.robust import (
-    Robustness,
-    carried_sentence,
-    robust_verdict,
-    robustness_block,
-)
+from analysis.robust import Robustness, carried_sentence, robust_verdict, robustness_block
 from analysis.study import Study, score_units
 from protocol.plan_args import format_seeds
 

@@ -40,12 +40,7 @@ from analysis.confirmatory import (
 )
 from analysis.curves import Scores, score_tables
 from analysis.factorial import FactorialAnalysis, factorial_effects
-from analysis.learning import (
-    arm_caps,
-    cut_bounds,
-    cut_short_note,
-    learning_table,
-)
+from analysis.learning import arm_caps, cut_bounds, cut_short_note, learning_table
 from analysis.published import TRAINING_LAST, minatar_like_for_like, minatar_training_final, our_protocol
 from analysis.robust import Robustness, balanced_runs, robust_verdict
 from analysis.runs import Experiment, load_experiment

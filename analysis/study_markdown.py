@@ -9,27 +9,14 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import aggregate, verdict
-from analysis.ablation import (
-    EXACT_SPLITS,
-    PLANNED_DIFFERENCE,
-)
-from analysis.confirmatory import (
-    EXPLORATORY,
-)
+from analysis.ablation import EXACT_SPLITS, PLANNED_DIFFERENCE
+from analysis.confirmatory import EXPLORATORY
 from analysis.factorial import factorial_lines
-from analysis.learning import (
-    arm_cut_bounds,
-    cut_legend,
-    marked,
-    metric_bound,
-    smoke_sentence,
-)
+from analysis.learning import arm_cut_bounds, cut_legend, marked, metric_bound, smoke_sentence
 from analysis.markdown import ci_text, fmt, md_table
 from analysis.published import TRAINING_LAST
 from analysis.replication import replication_lines
-from analysis.robust import (
-    robustness_block,
-)
+from analysis.robust import robustness_block
 from analysis.study import Checks, Study, effects_path
 
 
