@@ -11,6 +11,8 @@ import textwrap
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
@@ -32,8 +34,12 @@ def test_import_contracts_are_kept():
     assert "0 broken" in result.stdout
 
 
-def test_an_upward_import_breaks_the_layers_contract(tmp_path):
-    """The same contracts on empty packages of the same names, one of which imports a layer above it."""
+@pytest.mark.parametrize(
+    "importer, imported", [("repro.plans", "analysis.study"), ("analysis.study", "repro.plans")]
+)
+def test_an_upward_or_sideways_import_breaks_the_layers_contract(tmp_path, importer, imported):
+    """The same contracts on empty packages of the same names, one of which imports a layer above it
+    or its independent sibling (analysis and repro)."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     named = {
         m.strip()
@@ -46,12 +52,14 @@ def test_an_upward_import_breaks_the_layers_contract(tmp_path):
         directory = tmp_path / package.replace(".", "/")
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "__init__.py").write_text("")
-    (tmp_path / "repro" / "plans.py").write_text("import analysis.study\n")
-    (tmp_path / "analysis" / "study.py").write_text("")
+    for module in (importer, imported):
+        (tmp_path / f"{module.replace('.', '/')}.py").write_text(
+            f"import {imported}\n" if module == importer else ""
+        )
     (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
     result = lint_imports(tmp_path, tmp_path / "pyproject.toml")
     assert result.returncode != 0
-    assert "repro.plans -> analysis.study" in result.stdout
+    assert f"{importer} -> {imported}" in result.stdout
 
 
 def test_analysis_and_reports_load_no_training_code():
