@@ -12,7 +12,7 @@ STAMP_RAY := $(VENV)/.installed-ray
 
 SEEDS ?= 3
 # SUITE picks the R2D1 plan: atari (repro/configs/plans/r2d1.toml, the default) or minatar
-# (r2d1_minatar.toml, the CPU-scale study), whose default profile is minatar_cpu.
+# (r2d1_minatar_published_vs_corrected.toml, the CPU-scale study), whose default profile is minatar_cpu.
 SUITE ?= atari
 SUITES := atari minatar
 PROFILE ?= $(if $(filter minatar,$(SUITE)),minatar_cpu,paper)
@@ -77,8 +77,10 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 # Reproduction layer (repro/README.md). R2D1_EXP is the experiment directory under runs/.
-R2D1_PLAN = $(if $(filter minatar,$(SUITE)),r2d1_minatar,r2d1)
-R2D1_EXP = $(R2D1_PLAN)-$(PROFILE)
+R2D1_PLAN = $(if $(filter minatar,$(SUITE)),r2d1_minatar_published_vs_corrected,r2d1)
+# The experiment keeps the name it had before the plan was renamed (runs/r2d1_minatar-minatar_cpu in
+# docs/results/r2d1_minatar.md), so that a rerun resumes it.
+R2D1_EXP = $(if $(filter minatar,$(SUITE)),r2d1_minatar,r2d1)-$(PROFILE)
 REPRO_RUN_ARGS = $(R2D1_PLAN) --seeds "$(SEEDS)" --profile "$(PROFILE)" --games "$(GAMES)" --jobs "$(JOBS)" \
 	--backend "$(BACKEND)" $(if $(ADDRESS),--address "$(ADDRESS)") $(if $(SHARED_FS),--shared-fs) \
 	--cpus-per-job "$(CPUS_PER_JOB)" --gpus-per-job "$(GPUS_PER_JOB)" $(if $(PACK),--pack "$(PACK)")

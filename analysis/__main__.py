@@ -11,14 +11,10 @@ from pathlib import Path
 
 from algorithms.rundir import atomic_write_bytes
 from analysis.factorial import factorial_path
-from analysis.study import (
-    check_replication,
-    effects_path,
-    result_table,
-    run_study,
-    study_markdown,
-    with_replication_base,
-)
+from analysis.replication import check_replication, with_replication_base
+from analysis.scores import add_scoring_options
+from analysis.study import effects_path, result_table, run_study
+from analysis.study_markdown import study_markdown
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,15 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also read the study and its --replication pooled (labelled exploratory unless the frozen "
         "[analysis] section allows pooling)",
     )
-    study.add_argument(
-        "--reps", type=int, default=2000, help="bootstrap resamples per interval (default 2000)"
-    )
-    study.add_argument(
-        "--table",
-        choices=("r2d2", "dqn_zoo"),
-        default="r2d2",
-        help="Atari-57 human/random table (they differ in Video Pinball's random score)",
-    )
+    add_scoring_options(study)
     args = parser.parse_args(argv)
     if args.pool and args.replication is None:
         parser.error("--pool reads a study and its --replication together: give --replication")

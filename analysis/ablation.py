@@ -1,7 +1,7 @@
 """Each deviation's own effect in an ablation experiment (a plan with ``ablate``, repro/plans.py):
 the IQM difference of every leave-one-out arm to the base arm, with the verdict's widened 95%
 stratified-bootstrap interval (``analysis.verdict.iqm_difference``), the smallest difference the
-design detects with 80% power (``analysis.verdict.detectable_difference``) and the power it has
+design detects with 80% power (``protocol.stats.detectable_difference``) and the power it has
 against ``PLANNED_DIFFERENCE``; ordered by the size of the effect.
 
 ``deviation_games`` breaks each deviation down by game, in raw returns: the arm's mean final
@@ -31,7 +31,8 @@ import pandas as pd
 from scipy import stats
 
 from analysis import aggregate, verdict
-from repro.ablation import DEVIATION_INFIX
+from protocol.plan_args import DEVIATION_INFIX
+from protocol.stats import detectable_difference, power_at
 
 # The IQM difference a study is planned to detect, in normalised-score units (10 points of a score
 # normalised in percent): the default of the seed planner (repro/power.py) too.
@@ -106,8 +107,8 @@ def deviation_effects(
                 diff["ci_low"],
                 diff["ci_high"],
                 se,
-                verdict.detectable_difference(se) if known else np.nan,
-                verdict.power_at(planned, se) if known else np.nan,
+                detectable_difference(se) if known else np.nan,
+                power_at(planned, se) if known else np.nan,
             ]
         )
     table = pd.DataFrame(rows, columns=EFFECT_COLUMNS)

@@ -30,7 +30,7 @@ from analysis.scores import (
     published_at,
     r2d2_published_scores,
 )
-from repro.power import CI_SIZE
+from protocol.stats import CI_SIZE
 
 METRICS: dict[str, Callable[[np.ndarray], float]] = {
     "IQM": metrics.aggregate_iqm,

@@ -1,6 +1,6 @@
 """Every result labelled pre-registered or exploratory, and a plan's frozen endpoints tested as frozen.
 
-A plan's ``[analysis]`` section (``repro.preregister``) is frozen in the experiment
+A plan's ``[analysis]`` section (``protocol.registration``) is frozen in the experiment
 (``preregistration.json``) before the first job of a seed set starts. Here it is read back:
 
 * **Labels.** A result is *pre-registered* when a section was frozen for its seed set and every run it
@@ -37,18 +37,17 @@ from analysis import aggregate, verdict
 from analysis.ablation import rank_test
 from analysis.factorial import AGGREGATE, factorial_effects
 from analysis.multiple import adjust
-from repro.plans import PLANS_DIR
-from repro.power import stratified_resamples
-from repro.preregister import (
+from protocol.files import PLANS_DIR, read_toml
+from protocol.plan_args import seeds_text
+from protocol.registration import (
     AnalysisSection,
     Endpoint,
     parse_section,
     plan_file,
     read_record,
     section_hash,
-    seeds_text,
 )
-from repro.settings import read_toml
+from protocol.stats import stratified_resamples
 
 PRE = "pre-registered"
 EXPLORATORY = "exploratory"

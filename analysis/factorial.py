@@ -1,4 +1,4 @@
-"""Effects of a designed ablation (a plan with ``design``, repro/design.py): each switch's main effect,
+"""Effects of a designed ablation (a plan with ``design``, protocol/design.py): each switch's main effect,
 the two-factor-interaction alias groups, and a check that the switches add up.
 
 Every arm of the design is the base setting with some of the ablate setting's deviations switched on
@@ -29,12 +29,12 @@ its IQMs use). A factorial needs a linear response to split a difference into ef
 aggregate is a per-run mean, not the IQM over runs x games: with one game it is that game's
 normalised score. Runs of a seed that lacks one of the games are left out of the aggregate.
 
-Two-factor interactions that share a column (``repro.design.Design.alias_groups``) are estimated as
+Two-factor interactions that share a column (``protocol.design.Design.alias_groups``) are estimated as
 one contrast, the sum of their effects; main effects are clear of them (every design with both
-endpoints has resolution IV or more, repro/design.py). The additivity check compares the all-on arm's observed
-mean with the value the main effects predict there, grand mean + sum of effects / 2 (each switch at
-+1, coefficient effect/2): their difference is the sum of every interaction at that corner, a linear
-contrast with the same SE, t and bootstrap interval as an effect.
+endpoints has resolution IV or more, protocol/design.py). The additivity check compares the all-on
+arm's observed mean with the value the main effects predict there, grand mean + sum of effects / 2
+(each switch at +1, coefficient effect/2): their difference is the sum of every interaction at that
+corner, a linear contrast with the same SE, t and bootstrap interval as an effect.
 """
 
 from __future__ import annotations
@@ -48,9 +48,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from analysis.markdown import ci_text, fmt, md_table
 from analysis.multiple import adjust
-from repro.design import Design
-from repro.preregister import CORRECTIONS
+from protocol.design import Design
+from protocol.registration import CORRECTIONS
 
 AGGREGATE = "aggregate"
 ALTERNATIVES = ("two-sided", "greater", "less")
@@ -225,8 +226,6 @@ def factorial_lines(found: FactorialAnalysis | None, scale: float = 1.0, unit: s
     """The study summary's sections of a designed ablation: per response the main effects, the
     interaction alias groups and the additivity check. ``scale`` and ``unit``: how the aggregate's
     normalised scores show (the study's); games show in raw returns."""
-    from analysis.study import _md_table, ci_text, fmt
-
     if found is None or found.additivity.empty:
         return []
     lines = [
@@ -250,7 +249,7 @@ def factorial_lines(found: FactorialAnalysis | None, scale: float = 1.0, unit: s
              f"{fmt(r.t)} ({r.df})", r.alternative, fmt(r.p), fmt(r.p_adjusted), fmt(r.reject)]
             for r in table[table.kind == "main"].itertuples()
         ]  # fmt: skip
-        lines += [f"### {response}", "", *_md_table(head, rows), ""]
+        lines += [f"### {response}", "", *md_table(head, rows), ""]
         inter = table[table.kind == "interaction"]
         if len(inter):
             rows = [
@@ -261,7 +260,7 @@ def factorial_lines(found: FactorialAnalysis | None, scale: float = 1.0, unit: s
                 "Two-factor interactions, each alias group as one estimate (the sum of its interactions; "
                 "exploratory, p two-sided and unadjusted):",
                 "",
-                *_md_table(["alias group", "switches", "estimate [CI]", "SE", "p"], rows),
+                *md_table(["alias group", "switches", "estimate [CI]", "SE", "p"], rows),
                 "",
             ]
     rows = []
@@ -277,6 +276,6 @@ def factorial_lines(found: FactorialAnalysis | None, scale: float = 1.0, unit: s
         "mean + half the sum of the main effects): the difference is the sum of the interactions at that "
         "corner; p two-sided.",
         "",
-        *_md_table(["response", "observed", "predicted", "difference [CI]", "t (df)", "p"], rows),
+        *md_table(["response", "observed", "predicted", "difference [CI]", "t (df)", "p"], rows),
         "",
     ]

@@ -1,5 +1,5 @@
 """Multiplicity corrections of a family of p-values, by name: the names a plan's ``[analysis]``
-section uses (``repro.preregister.CORRECTIONS``), computed by statsmodels' ``multipletests``.
+section uses (``protocol.registration.CORRECTIONS``), computed by statsmodels' ``multipletests``.
 
 * ``holm``: Holm (1979) step-down, controls the family-wise error rate (the chance of any false
   finding) under any dependence;

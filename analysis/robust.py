@@ -25,6 +25,8 @@ import pandas as pd
 
 from analysis import aggregate, verdict
 from analysis.ablation import rank_test
+from analysis.curves import Scores
+from analysis.markdown import ci_text, fmt, md_table
 from analysis.multiple import adjust
 
 GAME_COLUMNS = ["env", "baseline_mean", "candidate_mean", "difference", "p", "p_adjusted", "correction"]
@@ -162,3 +164,61 @@ def robust_verdict(
         found = verdict.with_caveat(found, lead, scale, unit)
     power = verdict.power_statement(found, label=label, scale=scale, unit=unit)
     return found, power, checked
+
+
+def robustness_block(r: Robustness, scores: Scores, title: str) -> list[str]:
+    """A verdict across games (``analysis.robust``): each game's effect and test, the verdict with
+    each game left out, and which games make up each arm's IQM middle half."""
+    scale, unit = scores.scale, scores.difference_unit
+    games = [
+        [row.env, fmt(row.baseline_mean), fmt(row.candidate_mean), f"{row.difference:+.3g}", fmt(row.p),
+         fmt(row.p_adjusted)]
+        for row in r.games.itertuples()
+    ]  # fmt: skip
+    loo = [
+        [row.left_out, ci_text(row.difference, row.ci_low, row.ci_high, scale),
+         ci_text(row.poi, row.poi_low, row.poi_high), row.winner or "neither"]
+        for row in r.leave_one_out.itertuples()
+    ]  # fmt: skip
+    correction = r.games.correction.iloc[0] if len(r.games) else "holm"
+    lines = [
+        f"## {title}",
+        "",
+        f"Each game's own effect ({r.candidate} - {r.baseline}, mean final return), its two-sided "
+        f"Mann-Whitney p and the p adjusted across the {len(games)} games ({correction}):",
+        "",
+        *md_table(
+            [
+                "game",
+                f"{r.baseline} mean",
+                f"{r.candidate} mean",
+                "difference",
+                "p",
+                f"adjusted p ({correction})",
+            ],
+            games,
+        ),  # fmt: skip
+        "",
+    ]
+    if loo:
+        in_units = f" ({unit.strip()})" if unit else ""
+        lines += [
+            "The verdict recomputed with each game left out (same rule, same bootstrap):",
+            "",
+            *md_table(
+                [
+                    "left out",
+                    f"IQM difference{in_units} [95% CI]",
+                    f"P({r.candidate} > {r.baseline})",
+                    "better arm",
+                ],
+                loo,
+            ),  # fmt: skip
+            "",
+        ]
+    carried = (
+        f"Leaving out {' or '.join(r.carried_by)} (one at a time) removes the verdict's resolution."
+        if r.carried_by
+        else "No single game's removal changes the verdict."
+    )
+    return lines + [carried, "", middle_sentence(r), ""]

@@ -23,6 +23,7 @@ The table (``data/minatar_reference_scores.csv``) keeps the figure-reading range
 
 from __future__ import annotations
 
+import argparse
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -84,6 +85,20 @@ class HumanRandomTable:
 
 
 @cache
+def add_scoring_options(parser: argparse.ArgumentParser) -> None:
+    """The options of every command that scores an experiment (``python -m analysis study``,
+    ``python -m reports build``): bootstrap resamples and the Atari-57 human/random table."""
+    parser.add_argument(
+        "--reps", type=int, default=2000, help="bootstrap resamples per interval (default 2000)"
+    )
+    parser.add_argument(
+        "--table",
+        choices=("r2d2", "dqn_zoo"),
+        default="r2d2",
+        help="Atari-57 human/random table; they differ in Video Pinball's random score (0.0 vs 16256.9)",
+    )
+
+
 def human_random_table(name: str = "r2d2") -> HumanRandomTable:
     """The Atari-57 human/random table ``name``: ``"r2d2"`` (Video Pinball random 0.0) or ``"dqn_zoo"``."""
     base = read_data_csv(HUMAN_RANDOM_FILE).set_index("game")

@@ -46,10 +46,7 @@ from typing import Any
 import numpy as np
 
 from analysis.aggregate import probability_of_improvement
-from repro.power import ALPHA, POWER, detectable_difference, iqm_rows, power_at, stratified_resamples
-
-# The statistics are shared with the seed planner of the dry run (repro/power.py, one layer down).
-__all__ = ["ALPHA", "POWER", "detectable_difference", "power_at"]
+from protocol.stats import ALPHA, POWER, detectable_difference, iqm_rows, stratified_resamples
 
 
 def iqm_difference(
@@ -172,8 +169,8 @@ def order_arms(
 ) -> tuple[str, str]:
     """``(baseline, candidate)`` of a two-arm experiment: ``baseline`` when given; else the order of the
     plan's arm list (``plan["arms"]`` or ``plan["plan"]["arms"]``; plans list the published arm first,
-    as ``repro/configs/plans/r2d1_minatar.toml`` does); else the one arm whose name contains
-    "published"; else alphabetical order."""
+    as ``repro/configs/plans/r2d1_minatar_published_vs_corrected.toml`` does); else the one arm whose
+    name contains "published"; else alphabetical order."""
     arms = sorted(arms)
     if len(arms) != 2:
         raise ValueError(f"a verdict compares two arms, got {arms}")

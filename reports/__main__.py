@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from analysis.scores import read_bounds
+from analysis.scores import add_scoring_options, read_bounds
 from reports.build import build_report
 
 RUNS = Path("runs")
@@ -32,15 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument(
         "--out", type=Path, default=None, help="output file (default: <experiment>/report.html)"
     )
-    build.add_argument(
-        "--reps", type=int, default=2000, help="bootstrap resamples per interval (default 2000)"
-    )
-    build.add_argument(
-        "--table",
-        choices=("r2d2", "dqn_zoo"),
-        default="r2d2",
-        help="Atari-57 human/random table; they differ in Video Pinball's random score (0.0 vs 16256.9)",
-    )
+    add_scoring_options(build)
     build.add_argument(
         "--bounds",
         type=Path,

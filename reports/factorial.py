@@ -5,9 +5,10 @@ aggregate's effects."""
 from __future__ import annotations
 
 from analysis.factorial import AGGREGATE
-from analysis.study import Checks, ci_text, fmt
+from analysis.markdown import ci_text, fmt
+from analysis.study import Checks
 from reports import figures
-from reports.build import Figure, Section, Table
+from reports.page import Figure, Section, Table
 
 
 def factorial_section(checks: Checks) -> Section | None:

@@ -8,7 +8,7 @@ setting's values, named ``<base>_with_<deviation>`` (``ablation_arms``). The dev
 (a key no group names is a deviation of its own); the values keep the ablate setting's sources.
 
 A designed ablation (``design`` beside ``ablate``) runs the same deviations as the switches of a
-two-level factorial design (``repro.design``): one arm per design row, the base with the row's
+two-level factorial design (``protocol.design``): one arm per design row, the base with the row's
 switches on, so that every run informs every switch's main effect (``analysis.factorial``) where a
 leave-one-out arm informs one.
 """
@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from algorithms.configs import ConfigError
-from repro.design import Design, check_design, standard_generators
-from repro.plan_args import NAME, check_arm_name
-from repro.settings import SETTINGS_DIR, Entry, Schema, Setting, default_schema, load_setting
+from protocol.design import Design, check_design, standard_generators
+from protocol.files import SETTINGS_DIR
+from protocol.plan_args import DEVIATION_INFIX, NAME, check_arm_name
+from repro.settings import Entry, Schema, Setting, default_schema, load_setting
 
 if TYPE_CHECKING:
-    from repro.plans import Plan
+    from repro.plan_file import Plan
 
-DEVIATION_INFIX = "_with_"
 DESIGN_INFIX = "_on_"
 
 
@@ -131,7 +131,7 @@ def deviation_groups(
 def plan_design(plan: Plan, groups: Mapping[str, Sequence[str]]) -> Design:
     """The checked ``Design`` of a designed ablation plan over its deviation ``groups`` (the switches,
     lettered in their order): ``ConfigError`` naming the plan's key when it cannot be run
-    (``repro.design.check_design``)."""
+    (``protocol.design.check_design``)."""
     switches = tuple(groups)
     if plan.design == "factorial":
         return check_design(Design("factorial", switches), f"{plan.path} [plan] 'design'")
@@ -241,7 +241,7 @@ def design_lines(
     if not design.words:
         return lines + ["aliases:  none (every effect has a column of its own)"]
     lines += [f"defining relation: I = {' = '.join(design.words)}", "aliases (effects sharing a column):"]
-    # Every fraction holding both endpoints has resolution IV or more (repro/design.py).
+    # Every fraction holding both endpoints has resolution IV or more (protocol/design.py).
     lines.append(f"  main effects {', '.join(design.letters)}: each clear of two-factor interactions")
     pairs = [g for g in design.alias_groups if len(g[0]) == 2]
     lines += [f"  {' = '.join(g)}" for g in pairs if len(g) > 1]

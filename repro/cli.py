@@ -9,7 +9,8 @@
     python -m repro run r2d1 --seeds 3 --profile smoke --dry-run   # plan, totals, estimated time
     python -m repro run r2d1 --seeds 3 --profile smoke [--games pong,qbert] [--backend ray] [--jobs 2]
                                   # estimated duration first (repro/probe.py), plan record, then the jobs
-    python -m repro run r2d1_minatar --seeds 5 --pack 5   # the 5 seeds of each arm and game in one process
+    python -m repro run r2d1_minatar_published_vs_corrected --seeds 5 --pack 5
+                                  # the 5 seeds of each arm and game in one process
     python -m repro summary runs/r2d1-smoke
     python -m repro report ppo_cartpole_zoo-smoke   # the HTML report: an experiment's name or path
 
@@ -64,7 +65,7 @@ def build_report(experiment: str, options: Sequence[str] = ()) -> int:
 
 
 # The plans `make reproduce-r2d1` runs (the Makefile's SUITE): their hint names the Makefile's variables.
-MAKE_PLANS = ("r2d1", "r2d1_minatar")
+MAKE_PLANS = ("r2d1", "r2d1_minatar_published_vs_corrected")
 
 
 def smaller_runs_hint(plan: str, profile: str) -> str:
@@ -74,8 +75,9 @@ def smaller_runs_hint(plan: str, profile: str) -> str:
     if plan in MAKE_PLANS:
         if profile not in ("mini", "minatar_cpu", "smoke"):
             options.append("PROFILE=mini (--profile mini)")
-        if plan != "r2d1_minatar":
-            options.append("SUITE=minatar PROFILE=minatar_cpu (plan r2d1_minatar --profile minatar_cpu)")
+        if plan != "r2d1_minatar_published_vs_corrected":
+            plan_text = "plan r2d1_minatar_published_vs_corrected --profile minatar_cpu"
+            options.append(f"SUITE=minatar PROFILE=minatar_cpu ({plan_text})")
         options.append("fewer GAMES or SEEDS")
     else:
         if profile != "smoke":
@@ -104,22 +106,17 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
+    from repro.ablation import plan_lines
     from repro.inspect_settings import resolve_label, show_text
-    from repro.plans import PLANS_DIR, is_plan, load_plan, plan_analysis, plan_lines
+    from repro.plans import is_plan, load_plan, plan_analysis
     from repro.preregister import analysis_lines
-    from repro.settings import available_settings
 
-    # A name that is both (r2d1_minatar) is the setting; its plan shows by path.
-    setting_name = not args.setting.endswith(".toml") and args.setting in available_settings()
-    if "@" not in args.setting and not setting_name and is_plan(args.setting):
+    if "@" not in args.setting and is_plan(args.setting):
         plan = load_plan(args.setting)
         print("\n".join(plan_lines(plan) + analysis_lines(plan_analysis(plan))))
         return 0
     label = args.setting + (f"@{args.profile}" if args.profile else "")
     print(show_text(resolve_label(label, sets=args.set or ())))
-    if setting_name and is_plan(args.setting):
-        path = os.path.relpath(PLANS_DIR / f"{args.setting}.toml")
-        print(f"\nnote: {args.setting} is also a plan; `python -m repro show {path}` shows its arms")
     return 0
 
 

@@ -1,11 +1,13 @@
 """The estimated duration ``run`` prints before the jobs start (and ``run --dry-run`` with the
-plan), from throughput measured by the probe (``repro.probe``) and cached per machine."""
+plan), from throughput measured by the probe (``repro.probe``) and cached per machine; and the seeds
+``run --pilot`` plans from a pilot's spread (``repro.power``)."""
 
 from __future__ import annotations
 
 import math
 import sys
 
+from algorithms.configs import ConfigError
 from repro.cli import LONG_ESTIMATE_S, smaller_runs_hint
 
 
@@ -99,3 +101,79 @@ def _duration_range(estimate) -> str:
         f"{human_duration(estimate.seconds)} (range {human_duration(estimate.low)} to "
         f"{human_duration(estimate.high)})"
     )
+
+
+def power_plan(pilot: str, envs, detect: float, given: str | None, spec: str | None) -> str:
+    """Print the seeds per arm and game needed to detect an IQM difference of ``detect`` points with
+    80% power, from the pilot table (``repro.power``), and return the seed spec to run: ``given``
+    (``--seeds``) with the power it has, else that many seeds (at least ``MIN_SEEDS``) from the first
+    seed of the plan's ``spec`` (0 without one)."""
+    from protocol.plan_args import parse_seeds
+    from repro.power import plan_seeds
+
+    if not detect > 0:
+        raise ConfigError(f"--detect {detect}: the IQM difference to detect must be positive (points)")
+    found = plan_seeds(pilot, envs, delta=detect / 100)
+    spread = ", ".join(f"{arm} {se * 100:.3g}" for arm, se in found.arm_se.items())
+    print(
+        f"power plan: pilot {found.source} ({found.pilot_seeds} seeds x {len(found.games)} games: "
+        f"{', '.join(found.games)}); SE of each arm's IQM (points): {spread}"
+    )
+    print(
+        f"  to detect an IQM difference of {detect:g} points with {found.power:.0%} power (two-sided, "
+        f"alpha 0.05; the spread's 80% upper limit, x{found.upper:.2f}) each arm needs {found.seeds} seeds "
+        "per game (at least 5)"
+    )
+    if given is not None:
+        n = len(parse_seeds(given))
+        print(
+            f"  --seeds {given}: {n} seeds per game have {found.power_with(n):.0%} power at {detect:g} "
+            f"points; the smallest difference detected with {found.power:.0%} power is "
+            f"{found.detectable_with(n) * 100:.3g} points"
+        )
+        return given
+    return _chosen_seeds(spec, found.seeds)
+
+
+def _chosen_seeds(spec: str | None, count: int) -> str:
+    """``count`` seeds from the first of the plan's seed spec: a count starts at seed 0, a range or
+    list (fresh seeds, 100-104) at its first seed."""
+    from protocol.plan_args import format_seeds, parse_seeds
+
+    first = 0 if spec is None or str(spec).strip().isdigit() else parse_seeds(spec)[0]
+    chosen = format_seeds(list(range(first, first + count)))
+    print(f"  seeds: {chosen} (give --seeds to choose others)")
+    return chosen
+
+
+def design_power_plan(plan, pilot: str, envs, detect: float, given: str | None, spec: str | None) -> str:
+    """``power_plan`` of a designed ablation: the seeds per arm for a t test of each main effect to
+    detect ``detect`` points with 80% power, from the pilot's pooled within-arm spread
+    (``repro.power.plan_design_seeds``)."""
+    from protocol.plan_args import parse_seeds
+    from repro.ablation import ablation_arms
+    from repro.power import plan_design_seeds
+
+    if not detect > 0:
+        raise ConfigError(f"--detect {detect}: the main effect to detect must be positive (points)")
+    arms = len(ablation_arms(plan))
+    found = plan_design_seeds(pilot, envs, arms, detect / 100)
+    print(
+        f"power plan: pilot {found.source} ({', '.join(found.games)}); SD of a run's score pooled within "
+        f"its arms: {found.pilot_sd * 100:.3g} points ({found.pilot_df} df; its 80% upper limit "
+        f"x{found.upper:.2f}: {found.sigma * 100:.3g})"
+    )
+    print(
+        f"  a main effect over {arms} arms x s seeds has standard error 2 SD / sqrt({arms} s); to detect "
+        f"{detect:g} points with {found.power:.0%} power (two-sided t test, alpha 0.05) each arm needs "
+        f"{found.seeds} seeds per game (at least 2)"
+    )
+    if given is not None:
+        n = len(parse_seeds(given))
+        print(
+            f"  --seeds {given}: {n} seeds per arm have {found.power_with(n):.0%} power at {detect:g} "
+            f"points (SE {found.se(n) * 100:.3g}); the smallest main effect detected with "
+            f"{found.power:.0%} power is {found.detectable_with(n) * 100:.3g} points"
+        )
+        return given
+    return _chosen_seeds(spec, found.seeds)

@@ -19,7 +19,8 @@ def _job_configs(args: argparse.Namespace, seeds: Sequence[int]) -> list:
     import dataclasses
 
     from algorithms.logger import TRACKER_ENV
-    from repro.plans import parse_deviation, resolve_job_setting
+    from protocol.plan_args import parse_deviation
+    from repro.plans import resolve_job_setting
     from repro.profiles import load_profile
     from repro.settings import parse_overrides, train_config
 
@@ -111,7 +112,7 @@ def cmd_pack_job(args: argparse.Namespace) -> int:
     from algorithms.packed.runner import PackMismatch
     from algorithms.rundir import is_complete
     from algorithms.train import train
-    from repro.plans import parse_seeds
+    from protocol.plan_args import parse_seeds
 
     seeds = parse_seeds(args.seeds)
     if len(seeds) != len(args.run_dir):

@@ -15,16 +15,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from algorithms.configs import ConfigError
-from repro.cli_estimate import print_estimate
+from protocol.plan_args import seeds_text
+from protocol.registration import read_record
+from repro.cli_estimate import design_power_plan, power_plan, print_estimate
 from repro.plans import plan_analysis
-from repro.preregister import freeze, read_record, seeds_text
+from repro.preregister import freeze
 
 
 def _plan_jobs(args: argparse.Namespace):
     """``(plan, seeds, jobs)`` of ``run``: a plan (a name or a ``.toml`` file with ``[plan]``), or a
     setting (a name or a ``.toml`` file with ``[setting]``) run on ``--env`` (default its own env)."""
     from algorithms.configs import unknown_key_message
-    from repro.plans import available_plans, expand, is_plan, load_plan, parse_list, parse_seeds, setting_plan
+    from protocol.plan_args import parse_list, parse_seeds
+    from repro.plans import available_plans, expand, is_plan, load_plan, setting_plan
     from repro.settings import available_settings, parse_overrides
 
     overrides = parse_overrides(args.set or [])
@@ -54,9 +57,9 @@ def _plan_jobs(args: argparse.Namespace):
     spec = args.seeds if args.seeds is not None else plan.seeds
     pilot = args.pilot or plan.pilot
     if pilot and plan.design is not None:
-        spec = _design_power_plan(plan, pilot, games or plan.envs, args.detect, args.seeds, spec)
+        spec = design_power_plan(plan, pilot, games or plan.envs, args.detect, args.seeds, spec)
     elif pilot:
-        spec = _power_plan(pilot, games or plan.envs, args.detect, args.seeds, spec)
+        spec = power_plan(pilot, games or plan.envs, args.detect, args.seeds, spec)
     if spec is None:
         raise ConfigError("--seeds is required: a count (3: seeds 0..2), a range (100-104) or a list (1,5,9)")
     seeds = parse_seeds(spec)
@@ -83,81 +86,6 @@ def _check_one_job_per_run(plan, jobs) -> None:
             )
 
 
-def _power_plan(pilot: str, envs, detect: float, given: str | None, spec: str | None) -> str:
-    """Print the seeds per arm and game needed to detect an IQM difference of ``detect`` points with
-    80% power, from the pilot table (``repro.power``), and return the seed spec to run: ``given``
-    (``--seeds``) with the power it has, else that many seeds (at least ``MIN_SEEDS``) from the first
-    seed of the plan's ``spec`` (0 without one)."""
-    from repro.plans import parse_seeds
-    from repro.power import plan_seeds
-
-    if not detect > 0:
-        raise ConfigError(f"--detect {detect}: the IQM difference to detect must be positive (points)")
-    found = plan_seeds(pilot, envs, delta=detect / 100)
-    spread = ", ".join(f"{arm} {se * 100:.3g}" for arm, se in found.arm_se.items())
-    print(
-        f"power plan: pilot {found.source} ({found.pilot_seeds} seeds x {len(found.games)} games: "
-        f"{', '.join(found.games)}); SE of each arm's IQM (points): {spread}"
-    )
-    print(
-        f"  to detect an IQM difference of {detect:g} points with {found.power:.0%} power (two-sided, "
-        f"alpha 0.05; the spread's 80% upper limit, x{found.upper:.2f}) each arm needs {found.seeds} seeds "
-        "per game (at least 5)"
-    )
-    if given is not None:
-        n = len(parse_seeds(given))
-        print(
-            f"  --seeds {given}: {n} seeds per game have {found.power_with(n):.0%} power at {detect:g} "
-            f"points; the smallest difference detected with {found.power:.0%} power is "
-            f"{found.detectable_with(n) * 100:.3g} points"
-        )
-        return given
-    return _chosen_seeds(spec, found.seeds)
-
-
-def _chosen_seeds(spec: str | None, count: int) -> str:
-    """``count`` seeds from the first of the plan's seed spec: a count starts at seed 0, a range or
-    list (fresh seeds, 100-104) at its first seed."""
-    from repro.plans import format_seeds, parse_seeds
-
-    first = 0 if spec is None or str(spec).strip().isdigit() else parse_seeds(spec)[0]
-    chosen = format_seeds(list(range(first, first + count)))
-    print(f"  seeds: {chosen} (give --seeds to choose others)")
-    return chosen
-
-
-def _design_power_plan(plan, pilot: str, envs, detect: float, given: str | None, spec: str | None) -> str:
-    """``_power_plan`` of a designed ablation: the seeds per arm for a t test of each main effect to
-    detect ``detect`` points with 80% power, from the pilot's pooled within-arm spread
-    (``repro.power.plan_design_seeds``)."""
-    from repro.plans import ablation_arms, parse_seeds
-    from repro.power import plan_design_seeds
-
-    if not detect > 0:
-        raise ConfigError(f"--detect {detect}: the main effect to detect must be positive (points)")
-    arms = len(ablation_arms(plan))
-    found = plan_design_seeds(pilot, envs, arms, detect / 100)
-    print(
-        f"power plan: pilot {found.source} ({', '.join(found.games)}); SD of a run's score pooled within "
-        f"its arms: {found.pilot_sd * 100:.3g} points ({found.pilot_df} df; its 80% upper limit "
-        f"x{found.upper:.2f}: {found.sigma * 100:.3g})"
-    )
-    print(
-        f"  a main effect over {arms} arms x s seeds has standard error 2 SD / sqrt({arms} s); to detect "
-        f"{detect:g} points with {found.power:.0%} power (two-sided t test, alpha 0.05) each arm needs "
-        f"{found.seeds} seeds per game (at least 2)"
-    )
-    if given is not None:
-        n = len(parse_seeds(given))
-        print(
-            f"  --seeds {given}: {n} seeds per arm have {found.power_with(n):.0%} power at {detect:g} "
-            f"points (SE {found.se(n) * 100:.3g}); the smallest main effect detected with "
-            f"{found.power:.0%} power is {found.detectable_with(n) * 100:.3g} points"
-        )
-        return given
-    return _chosen_seeds(spec, found.seeds)
-
-
 def _positive_int_arg(text: str | None, name: str) -> int | None:
     """``JOBS`` or ``CPUS_PER_JOB``: empty (the default: ``None``) or a positive integer."""
     if text is None or not str(text).strip():
@@ -174,7 +102,7 @@ def _positive_int_arg(text: str | None, name: str) -> int | None:
 def _profile_arg(path: Path) -> str:
     """A shipped profile by its name, so that job command lines (recorded in each run's
     metadata.json) carry no path of this checkout; any other profile file by its absolute path."""
-    from repro.profiles import is_shipped
+    from protocol.files import is_shipped
 
     return path.stem if is_shipped(path) else str(Path(path).resolve())
 
@@ -182,7 +110,7 @@ def _profile_arg(path: Path) -> str:
 def _tasks(jobs, cpus_per_job: int | None = None, packs=None, views: Sequence[str] = ()):
     """The scheduler's tasks: one per job (``run-job``), or one per pack of ``packs`` (``pack_jobs``;
     a pack of one is a job, of more a ``pack-job``)."""
-    from repro.plans import format_deviation, format_seeds
+    from protocol.plan_args import format_deviation, format_seeds
     from repro.tasks import Member, Task
 
     tasks = []
@@ -326,7 +254,7 @@ def _dry_run(plan, jobs, n_slots: int, slot_kind: str, packs, k: int, afresh=fro
 def _analysis_line(section, seeds, experiment_dir: Path) -> str:
     """The dry run's line on the plan's ``[analysis]``: which declared seed sets this run touches and
     whether each is frozen with this section already (``repro.preregister``)."""
-    from repro.plan_args import format_seeds
+    from protocol.plan_args import format_seeds
 
     frozen = {(r.get("seed_set"), r.get("hash")) for r in read_record(experiment_dir)}
     parts = []
@@ -375,7 +303,8 @@ def _report(args: argparse.Namespace, experiment_dir: Path, interrupted: bool) -
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from repro.scheduler import detect_slots, stop_on_signals
+    from repro.job_side import stop_on_signals
+    from repro.scheduler import detect_slots
 
     stop_on_signals()  # SIGTERM and SIGHUP stop the run as Ctrl-C does, from planning on
     plan, seeds, jobs = _plan_jobs(args)

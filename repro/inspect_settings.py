@@ -18,9 +18,9 @@ from typing import Any
 
 from algorithms.configs import ConfigError
 from algorithms.rundir import declared_effective_values
+from protocol.files import SETTINGS_DIR
 from repro.profiles import apply_profile, load_profile
 from repro.settings import (
-    SETTINGS_DIR,
     Entry,
     Schema,
     Setting,

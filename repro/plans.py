@@ -10,7 +10,7 @@ A plan (``repro/configs/plans/<name>.toml``)::
 
     seeds = "100-104"                                      # optional: the default of --seeds
     ablate = "rlpyt_r2d1_published"                        # optional: leave-one-out arms (repro/ablation.py)
-    design = "fractional"                                  # optional, with ablate: repro/design.py
+    design = "fractional"                                  # optional, with ablate: protocol/design.py
     resolution = 4                                         #   a fraction's: resolution = N or
     generators = ["E=BCD", "F=ACD", "G=ABC", "H=ABD"]      #   generators (design = "factorial": neither)
     pilot = "docs/results/r2d1_minatar.csv"                # optional: plan the seeds (repro/power.py)
@@ -19,7 +19,7 @@ A plan (``repro/configs/plans/<name>.toml``)::
     ...                                                    # (repro/preregister.py)
 
 An ablation plan (``ablate``) runs leave-one-out arms beside its one arm (``repro.ablation``), or with
-``design`` the arms of a two-level factorial design of the same switches (``repro.design``). A top-level
+``design`` the arms of a two-level factorial design of the same switches (``protocol.design``). A top-level
 ``[analysis]`` table is the analysis fixed before the data (``plan_analysis``, repro/preregister.py).
 
 Each job is one (arm, env, seed) with its fully resolved ``TrainConfig`` (setting, then profile, then
@@ -45,31 +45,17 @@ from typing import Any
 
 from algorithms.configs import ConfigError, unknown_key_message
 from algorithms.rundir import run_path
-from repro.ablation import DEVIATION_INFIX as DEVIATION_INFIX
+from protocol.design import DESIGNS
+from protocol.files import PLANS_DIR, REPO_ROOT, SETTINGS_DIR, read_toml
+from protocol.plan_args import NAME, check_arm_name, parse_seeds
+from protocol.registration import AnalysisSection, parse_section
 from repro.ablation import Arm, ablation_arms, deviation_entry, deviation_groups
-from repro.ablation import plan_lines as plan_lines
-from repro.design import DESIGNS
 from repro.extras import check_extras
 from repro.memory import check_replay_memory
-from repro.plan_args import MAX_SEEDS as MAX_SEEDS
-from repro.plan_args import NAME, check_arm_name, parse_seeds
-from repro.plan_args import format_deviation as format_deviation
-from repro.plan_args import format_seeds as format_seeds
-from repro.plan_args import parse_deviation as parse_deviation
-from repro.plan_args import parse_list as parse_list
-from repro.preregister import AnalysisSection, parse_section
-from repro.profiles import (
-    REPO_ROOT,
-    Profile,
-    apply_profile,
-    is_budget_key,
-    load_profile,
-    uncut_classic_control,
-)
+from repro.plan_file import PLAN_KEYS, PLAN_TABLES, Plan
+from repro.profiles import Profile, apply_profile, is_budget_key, load_profile, uncut_classic_control
 from repro.settings import (
-    CONFIG_DIR,
     SET_OPTION,
-    SETTINGS_DIR,
     Entry,
     Overrides,
     Schema,
@@ -78,37 +64,8 @@ from repro.settings import (
     default_schema,
     load_setting,
     override,
-    read_toml,
     train_config,
 )
-
-PLANS_DIR = CONFIG_DIR / "plans"
-PLAN_KEYS = {
-    "title": str, "description": str, "arms": list, "envs": list, "envs_source": str, "seeds": str | int,
-    "ablate": str, "pilot": str, "design": str, "resolution": int, "generators": list,
-}  # fmt: skip
-# Top-level tables a plan file may hold beside [plan]: [analysis], the frozen analysis of a
-# pre-registered study, which the plan carries unread (``Plan.analysis``) for analysis to check.
-PLAN_TABLES = {"plan", "analysis"}
-
-
-@dataclass(frozen=True)
-class Plan:
-    name: str
-    path: Path
-    title: str
-    description: str
-    arms: tuple[str, ...]
-    envs: tuple[str, ...]
-    envs_source: str
-    seeds: str | None = None  # the plan's seed spec (``parse_seeds``), the default of ``--seeds``
-    setting: str | None = None  # a setting run without a plan file (``setting_plan``): its name or path
-    ablate: str | None = None  # the setting whose deviations from the one arm make leave-one-out arms
-    pilot: str | None = None  # tidy results the seed planner (repro/power.py) reads, relative to the repo
-    design: str | None = None  # a designed ablation: "factorial" or "fractional" (repro/design.py)
-    resolution: int | None = None  # a fractional design's resolution (the standard fraction's, or a floor)
-    generators: tuple[str, ...] = ()  # a fractional design's generators, "E=BCD"
-    analysis: dict[str, Any] | None = None  # the plan file's [analysis] table, as written (PLAN_TABLES)
 
 
 @dataclass(frozen=True)
@@ -195,7 +152,7 @@ def plan_analysis(
     plan: Plan, settings_dir: Path = SETTINGS_DIR, schema: Schema = default_schema
 ) -> AnalysisSection | None:
     """The plan's ``[analysis]`` table checked against its arms (as their run directories name them),
-    envs and design switches (``repro.preregister.parse_section``); None when it has none."""
+    envs and design switches (``protocol.registration.parse_section``); None when it has none."""
     if plan.analysis is None:
         return None
     names = [a.name for a in ablation_arms(plan, settings_dir, schema)]
@@ -205,7 +162,7 @@ def plan_analysis(
 
 
 def _check_design_keys(meta: Mapping[str, Any], path: Path) -> None:
-    """The design keys' form (repro/design.py); whether the design fits the switches is checked with
+    """The design keys' form (protocol/design.py); whether the design fits the switches is checked with
     them (``repro.ablation.plan_design``)."""
     where = f"{path} [plan]"
     for key in ("design", "resolution", "generators"):

@@ -1,9 +1,8 @@
 """Seeds planned before running: how many seeds per arm and game a study needs to detect a stated IQM
 difference with 80% power, from a pilot's seed-to-seed spread.
 
-The statistics live here, one layer below ``analysis``, because both the scheduler's dry run (repro)
-and the verdict (``analysis.verdict``, which imports them) need them, and repro may not import
-analysis. The pilot enters as data, not as code: the tidy result table that ``python -m analysis study
+The statistics it shares with the verdict (``analysis.verdict``) live in ``protocol.stats``, below
+both. The pilot enters as data, not as code: the tidy result table that ``python -m analysis study
 EXPERIMENT --csv PATH`` writes (one row per run, normalised final score in ``normalised``), committed
 under docs/results/ or written for any experiment directory; normalising scores is analysis's job.
 
@@ -24,7 +23,7 @@ in 91% of verdicts on average, 90% with the pilot's own SD (median 14.5 seeds); 
 planned with its own SD gave 6 seeds and 57%. The planner errs high: both planned arms take the wider
 pilot arm's spread. ``tests/test_repro_power.py`` checks the rate averaged over pilot draws.
 
-A designed ablation (``design`` in a plan, repro/design.py) is planned for its main effects instead
+A designed ablation (``design`` in a plan, protocol/design.py) is planned for its main effects instead
 (``plan_design_seeds``). With M arms of s seeds (N = M s runs), a main effect is the mean of the N/2
 runs with the switch on minus the mean of the N/2 with it off, so its standard error is
 ``sigma * sqrt(2/(N/2)) = 2 sigma / sqrt(N)`` (``effect_se``; Montgomery, *Design and Analysis of
@@ -51,10 +50,15 @@ import numpy as np
 from scipy import optimize, stats
 
 from algorithms.configs import ConfigError
+from protocol.stats import (
+    ALPHA,
+    POWER,
+    detectable_difference,
+    iqm_rows,
+    power_at,
+    stratified_resamples,
+)
 
-CI_SIZE = 0.95
-ALPHA = 1 - CI_SIZE
-POWER = 0.8
 # A study runs at least this many seeds per arm and game (Agarwal et al. 2021 use 5 as a floor for
 # interval estimates; fewer make the widened bootstrap interval of analysis/verdict.py very wide).
 MIN_SEEDS = 5
@@ -76,36 +80,6 @@ def upper_limit_factor(df: int, confidence: float = PILOT_CONFIDENCE) -> float:
     """Factor from an SD estimated with ``df`` degrees of freedom to its one-sided ``confidence`` upper
     limit (Browne 1995, module doc)."""
     return math.sqrt(df / stats.chi2.ppf(1 - confidence, df))
-
-
-def iqm_rows(samples: np.ndarray) -> np.ndarray:
-    """IQM of each resample ``[reps, runs, games]``: rliable's ``aggregate_iqm`` (25% trimmed mean of
-    all runs x games) on every row at once."""
-    return stats.trim_mean(samples.reshape(len(samples), -1), proportiontocut=0.25, axis=1)
-
-
-def stratified_resamples(scores: np.ndarray, reps: int, rng: np.random.Generator) -> np.ndarray:
-    """``[reps, runs, games]``: each game's runs drawn with replacement (rliable's StratifiedBootstrap)."""
-    runs, games = scores.shape
-    return scores[rng.integers(0, runs, size=(reps, runs, games)), np.arange(games)]
-
-
-def power_at(shift: float, se: float, alpha: float = ALPHA) -> float:
-    """Probability that a two-sided test at ``alpha`` detects a true difference ``shift`` measured with
-    standard error ``se`` (normal approximation). ``power_at(0, se) == alpha``."""
-    z = stats.norm.ppf(1 - alpha / 2)
-    return float(stats.norm.cdf(shift / se - z) + stats.norm.cdf(-shift / se - z))
-
-
-def detectable_difference(se: float, power: float = POWER, alpha: float = ALPHA) -> float:
-    """The smallest difference ``power_at`` detects with probability ``power``: about
-    ``(z_{1 - alpha/2} + z_power) * se`` (2.80 se at 80% and alpha 0.05), solved exactly."""
-    if not power > alpha:
-        raise ValueError(f"power {power} must exceed alpha {alpha}: a zero shift is detected at alpha")
-    if se == 0:
-        return 0.0
-    z_sum = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
-    return float(optimize.brentq(lambda d: power_at(d, se, alpha) - power, 0.0, 2 * z_sum * se))
 
 
 def arm_iqm_se(scores: np.ndarray, reps: int = 2000, seed: int = 0) -> float:
@@ -297,7 +271,7 @@ class DesignPowerPlan:
 def design_seeds_needed(delta: float, sigma: float, arms: int, power: float = POWER) -> int:
     """The fewest seeds per arm (at least ``MIN_DESIGN_SEEDS``, at most ``MAX_SEEDS``) whose
     ``design_power`` at ``delta`` reaches ``power``."""
-    from repro.plan_args import MAX_SEEDS
+    from protocol.plan_args import MAX_SEEDS
 
     if not (delta > 0 and sigma > 0 and math.isfinite(sigma)):
         raise ValueError(f"need delta > 0 and a positive finite SD, got {delta}, {sigma}")

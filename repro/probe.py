@@ -73,7 +73,8 @@ import pandas as pd
 
 from algorithms.rundir import atomic_write_json, is_complete, read_table
 from repro.plans import Job
-from repro.scheduler import cpu_cores, last_env_steps
+from repro.scheduler import cpu_cores
+from repro.tasks import last_env_steps
 
 if TYPE_CHECKING:
     from algorithms.counters import Counters

@@ -32,10 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from algorithms.configs import RENAMED, ConfigError, field_types, unknown_key_message
-from repro.settings import CONFIG_DIR, SECTIONS, Entry, Setting, override, parse_entry, read_toml
-
-PROFILES_DIR = CONFIG_DIR / "profiles"
-REPO_ROOT = CONFIG_DIR.resolve().parents[1]
+from protocol.files import PROFILES_DIR, read_toml
+from repro.settings import SECTIONS, Entry, Setting, override, parse_entry
 
 # Budget: the amount of experience and evaluation, and the memory that holds it. Replay size and
 # learning start are budget-type because a shorter run cannot fill a paper-sized replay; the
@@ -126,21 +124,6 @@ class Profile:
 
 def available_profiles(profiles_dir: Path = PROFILES_DIR) -> list[str]:
     return sorted(p.stem for p in Path(profiles_dir).glob("*.toml"))
-
-
-def is_shipped(path: Path | str) -> bool:
-    """Whether ``path`` is one of the profiles in ``repro/configs/profiles``, loadable by its name."""
-    return Path(path).resolve().parent == PROFILES_DIR.resolve()
-
-
-def profile_label(path: Path | str) -> str:
-    """How records and reports name a profile: a shipped profile by its name, any other file by its
-    path relative to the repository (absolute outside it), so no record carries the path of the
-    checkout that ran it."""
-    if is_shipped(path):
-        return Path(path).stem
-    resolved = Path(path).resolve()
-    return str(resolved.relative_to(REPO_ROOT)) if resolved.is_relative_to(REPO_ROOT) else str(resolved)
 
 
 def load_profile(name_or_path: str, profiles_dir: Path = PROFILES_DIR) -> Profile:

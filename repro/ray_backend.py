@@ -68,11 +68,8 @@ from algorithms.configs import ConfigError
 from algorithms.rundir import LOG_FILE, RunBusy, acquire_lock, release_lock
 from repro.job_side import BUSY_EXIT_CODE, SCHEDULER_PID_ENV
 from repro.loop import BUSY_WAIT_S, Ended, Policy, run_tasks, say_stderr
-from repro.mirror import Changes, apply_changes, read_dir
-from repro.mirror import Mirror as Mirror
-from repro.ray_connect import LOOPBACK_NODE_IP as LOOPBACK_NODE_IP
+from repro.mirror import Changes, Mirror, apply_changes, read_dir
 from repro.ray_connect import REPO, connect, disconnect, gpus_per_job_default, job_size
-from repro.ray_connect import runtime_env as runtime_env
 from repro.tasks import Outcome, Task, open_log
 
 # How long a job may wait in Ray's queue while none of the plan's jobs runs or finishes: a cluster

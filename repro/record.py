@@ -17,7 +17,7 @@ any). ``seeds`` is the seed spec of the seeds run (``repro.plans.format_seeds``:
 ``ablation`` of an ablation plan names its base arm, the ablate setting and each deviation arm's keys,
 and of a designed ablation the design (``repro.ablation.design_record``: switches and each arm's row).
 The profile is named as
-``repro.profiles.profile_label`` names it: a shipped profile by its name, another file by its path
+``protocol.files.profile_label`` names it: a shipped profile by its name, another file by its path
 relative to the repository. ``plans`` is the experiment's history: one entry per invocation that asked
 for something new, in the order they ran, never rewritten; rerunning an invocation (to resume it) adds
 nothing. ``arms`` and ``jobs`` are the union over the history (the jobs are the expected runs).
@@ -33,9 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from algorithms.rundir import atomic_write_json
+from protocol.files import profile_label
+from protocol.plan_args import format_seeds, parse_seeds
 from repro.ablation import design_record
-from repro.plans import Job, Plan, format_seeds, parse_seeds
-from repro.profiles import profile_label
+from repro.plan_file import Plan
+from repro.plans import Job
 
 # The name analysis.runs.PLAN_FILES looks for first.
 PLAN_FILE = "plan.json"

@@ -46,15 +46,9 @@ from typing import IO, Any
 
 from algorithms.configs import ConfigError
 from algorithms.rundir import LOCK_FDS_ENV, RunUnreadable, take_lock
-from repro.job_side import BUSY_EXIT_CODE as BUSY_EXIT_CODE
-from repro.job_side import NO_SPACE_EXIT_CODE as NO_SPACE_EXIT_CODE
 from repro.job_side import SCHEDULER_PID_ENV, STOP_SIGNALS
-from repro.job_side import follow_scheduler as follow_scheduler
-from repro.job_side import stop_on_signals as stop_on_signals
 from repro.loop import BUSY_WAIT_S, Ended, Policy, run_tasks, say_stderr
-from repro.tasks import Member as Member
 from repro.tasks import Outcome, Task, open_log
-from repro.tasks import last_env_steps as last_env_steps
 
 
 @dataclass(frozen=True)

@@ -39,11 +39,10 @@ from algorithms.configs import (
     field_types,
     unknown_key_message,
 )
+from protocol.files import SETTINGS_DIR, read_toml
 
-CONFIG_DIR = Path(__file__).parent / "configs"
 # The origin of a value given with ``--set`` (repro/cli.py); recorded in the run's config.json.
 COMMAND_LINE = "command line"
-SETTINGS_DIR = CONFIG_DIR / "settings"
 
 ORIGINS: dict[str, str] = {
     "published": "stated in the cited source",
@@ -145,21 +144,6 @@ def _find(name_or_path: str, settings_dir: Path, near: Path | None = None) -> Pa
             return candidate
     known = available_settings(settings_dir)
     raise ConfigError(f"unknown setting '{name_or_path}'; " + unknown_key_message(name_or_path, known))
-
-
-def read_toml(path: Path) -> dict[str, Any]:
-    """Parse ``path``; a syntax error becomes a one-line ``ConfigError`` naming the file."""
-    try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: TOML syntax error: {str(e).splitlines()[0]}") from e
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text: {e.reason}") from e
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror}") from e
-    except RecursionError:  # tomllib parses nested arrays and tables recursively
-        raise ConfigError(f"{path}: arrays or tables nested too deeply to read") from None
 
 
 def parse_entry(raw: Any, where: str, origins: tuple[str, ...] = FILE_ORIGINS) -> tuple[Any, str, str]:

@@ -9,7 +9,7 @@ import pytest
 @contextmanager
 def local_ray(num_cpus: int = 2):
     ray = pytest.importorskip("ray")
-    from repro.ray_backend import LOOPBACK_NODE_IP, runtime_env
+    from repro.ray_connect import LOOPBACK_NODE_IP, runtime_env
 
     ray.init(
         num_cpus=num_cpus,

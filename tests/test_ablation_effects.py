@@ -16,7 +16,8 @@ import pytest
 
 from analysis.__main__ import main as analysis_main
 from analysis.ablation import deviation_effects, deviation_games, false_discovery_q, rank_test
-from analysis.study import pooled_verdict, run_study
+from analysis.replication import pooled_verdict
+from analysis.study import run_study
 from analysis.synthetic import SyntheticArm, write_experiment
 from reports.build import build_report
 
@@ -65,7 +66,7 @@ def test_effects_are_ordered_by_size_with_intervals_that_find_the_known_differen
     assert none.ci_low <= 0 <= none.ci_high
     assert (effects.detectable > 0).all() and (effects.detectable < 0.1).all()
     # Detectable with 80% power is where the power at that difference is 0.8.
-    from analysis.verdict import power_at
+    from protocol.stats import power_at
 
     assert all(power_at(r.detectable, r.se) == pytest.approx(0.8, abs=1e-6) for r in effects.itertuples())
 

@@ -19,7 +19,8 @@ import pytest
 from test_glossary import shipped_algorithms
 
 from algorithms import registry
-from repro.settings import SETTINGS_DIR, build_sections, default_schema, load_setting, read_toml
+from protocol.files import SETTINGS_DIR, read_toml
+from repro.settings import build_sections, default_schema, load_setting
 
 
 def canonical_settings(settings_dir: Path = SETTINGS_DIR) -> dict[str, list[Path]]:

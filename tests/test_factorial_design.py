@@ -1,4 +1,4 @@
-"""Designed ablations (``design`` in an ablation plan, repro/design.py): the design's balance,
+"""Designed ablations (``design`` in an ablation plan, protocol/design.py): the design's balance,
 orthogonality, resolution, endpoints and aliases, the arms and jobs of the shipped 16-arm plan, its
 plan record and ``show``, and bad designs refused in one line (exit 2, nothing written)."""
 
@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from algorithms.configs import ConfigError
+from protocol.design import STANDARD, Design, check_design, standard_generators
 from repro.ablation import ablation_arms, deviation_groups
 from repro.cli import main
-from repro.design import STANDARD, Design, check_design, standard_generators
 from repro.plans import expand, load_plan, plan_analysis
 from repro.power import plan_design_seeds
 from repro.record import plan_record

@@ -17,9 +17,9 @@ from analysis.factorial import AGGREGATE, factorial_effects, factorial_lines
 from analysis.multiple import adjust
 from analysis.study import run_study
 from analysis.synthetic import SyntheticArm, write_experiment
+from protocol.design import Design
 from reports.__main__ import main as reports_main
 from reports.factorial import factorial_section
-from repro.design import Design
 from repro.power import design_power, design_seeds_needed, effect_se, plan_design_seeds
 
 SWITCHES = ("alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta")

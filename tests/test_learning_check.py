@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from analysis.study import run_study, study_markdown
+from analysis.study import run_study
+from analysis.study_markdown import study_markdown
 from analysis.synthetic import SyntheticArm, write_experiment
 from analysis.verdict import ArmLevel, learning_sentence
 from reports.build import build_report

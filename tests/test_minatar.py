@@ -190,9 +190,12 @@ def test_minatar_arms_differ_exactly_as_the_atari_arms():
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["r2d1_minatar", "--games", "pong"], "unknown MinAtar game 'pong'"),
+        (["r2d1_minatar_published_vs_corrected", "--games", "pong"], "unknown MinAtar game 'pong'"),
         (["r2d1", "--games", "minatar_breakout"], "is a MinAtar game, but the setting's env.kind is 'atari'"),
-        (["r2d1_minatar", "--games", "minatar_chess"], "unknown MinAtar game 'minatar_chess'"),
+        (
+            ["r2d1_minatar_published_vs_corrected", "--games", "minatar_chess"],
+            "unknown MinAtar game 'minatar_chess'",
+        ),
     ],
 )
 def test_plan_refuses_mixed_games(argv, message, tmp_path, capsys):
@@ -226,7 +229,16 @@ def test_plan_refuses_a_model_that_cannot_take_the_observations(tmp_path, capsys
 @pytest.mark.slow
 def test_tiny_minatar_plan_end_to_end(tmp_path):
     root = tmp_path / "runs"
-    argv = ["run", "r2d1_minatar", "--seeds", "1", "--profile", "smoke", "--games", "minatar_breakout"]
+    argv = [
+        "run",
+        "r2d1_minatar_published_vs_corrected",
+        "--seeds",
+        "1",
+        "--profile",
+        "smoke",
+        "--games",
+        "minatar_breakout",
+    ]
     assert main([*argv, "--root", str(root), "--exp", "e", "--no-progress", "--no-probe"]) == 0
     for arm in ("rlpyt_r2d1_minatar_published", "r2d1_minatar_corrected"):
         run = root / "e" / arm / "minatar_breakout" / "seed0"

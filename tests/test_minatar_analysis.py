@@ -17,15 +17,8 @@ from analysis.runs import load_experiment
 from analysis.scores import minatar_published_curves, minatar_reference_table, published_at
 from analysis.study import RESULT_COLUMNS
 from analysis.synthetic import SyntheticArm, write_experiment
-from analysis.verdict import (
-    ALPHA,
-    detectable_difference,
-    iqm_difference,
-    order_arms,
-    power_at,
-    power_statement,
-    two_arm_verdict,
-)
+from analysis.verdict import iqm_difference, order_arms, power_statement, two_arm_verdict
+from protocol.stats import ALPHA, detectable_difference, power_at
 from reports.__main__ import main as reports_main
 
 ENVS = [

@@ -24,7 +24,8 @@ from analysis.runs import load_experiment
 from repro.cli import main
 from repro.cli_run import _packs, _tasks
 from repro.plans import expand, load_plan, pack_jobs
-from repro.scheduler import Member, Task, detect_slots, run_local
+from repro.scheduler import detect_slots, run_local
+from repro.tasks import Member, Task
 from tests.local_ray import local_ray
 
 REPO = Path(__file__).resolve().parents[1]

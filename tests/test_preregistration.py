@@ -21,11 +21,13 @@ from algorithms.configs import ConfigError
 from algorithms.rundir import git_state, run_path
 from analysis.confirmatory import EXPLORATORY, PRE, endpoint_table, registration, run_label
 from analysis.robust import middle_half
-from analysis.study import run_study, study_markdown
+from analysis.study import run_study
+from analysis.study_markdown import study_markdown
 from analysis.synthetic import write_run
+from protocol.registration import parse_section, read_record
 from reports.build import build_report
 from repro.cli import main as repro_main
-from repro.preregister import freeze, parse_section, read_record
+from repro.preregister import freeze
 
 REPO = Path(__file__).resolve().parents[1]
 GAMES = ["minatar_asterix", "minatar_breakout", "minatar_freeway"]

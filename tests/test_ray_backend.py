@@ -17,17 +17,9 @@ from pathlib import Path
 import pytest
 
 from algorithms.configs import ConfigError
-from repro.ray_backend import (
-    _PYTHON,
-    _RUN_DIR,
-    REPO,
-    Mirror,
-    _portable_argv,
-    _resolve_argv,
-    apply_changes,
-    check_storage,
-    read_dir,
-)
+from repro.mirror import Mirror, apply_changes, read_dir
+from repro.ray_backend import _PYTHON, _RUN_DIR, _portable_argv, _resolve_argv, check_storage
+from repro.ray_connect import REPO
 from repro.scheduler import detect_slots
 
 
@@ -136,7 +128,7 @@ def test_cpus_per_job_become_the_jobs_torch_threads():
     from repro.profiles import load_profile
 
     jobs = expand(
-        load_plan("r2d1_minatar"),
+        load_plan("r2d1_minatar_published_vs_corrected"),
         1,
         "smoke",
         Path("runs"),

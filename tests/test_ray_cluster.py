@@ -36,9 +36,9 @@ from interrupts import sigint_default, started_past_ray, wait_for
 from tiny_setting import a2c_cartpole_setting, a2c_long_profile
 
 from algorithms.rundir import LOG_FILE, read_run
-from repro.ray_backend import LOOPBACK_NODE_IP
-from repro.scheduler import last_env_steps
+from repro.ray_connect import LOOPBACK_NODE_IP
 from repro.summary import summary_text
+from repro.tasks import last_env_steps
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 pytest.importorskip("ray")

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from analysis.study import fmt
+from analysis.markdown import fmt
 from analysis.synthetic import SyntheticArm, write_experiment
 from reports.__main__ import main
 from reports.build import build_report

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from algorithms.configs import ConfigError
+from repro.ablation import ablation_arms
 from repro.cli import build_parser
 from repro.cli_job import _job_configs
 from repro.cli_run import _tasks
 from repro.inspect_settings import diff_rows, resolve_label
-from repro.plans import ablation_arms, expand, load_plan, pack_jobs, resolve_job_setting
+from repro.plans import expand, load_plan, pack_jobs, resolve_job_setting
 from repro.profiles import load_profile
 from repro.record import plan_record
 from repro.settings import load_setting
@@ -193,4 +194,6 @@ def test_a_name_that_is_a_setting_and_a_plan_shows_the_setting_and_the_plan_by_p
         return done.stdout
 
     assert show("r2d1_minatar").startswith("setting:  r2d1_minatar")
-    assert show("repro/configs/plans/r2d1_minatar.toml").startswith("plan:     r2d1_minatar")
+    assert show("repro/configs/plans/r2d1_minatar_published_vs_corrected.toml").startswith(
+        "plan:     r2d1_minatar_published_vs_corrected"
+    )

@@ -15,9 +15,10 @@ import pytest
 from algorithms import registry
 from algorithms.configs import ConfigError
 from algorithms.train import RunnerConfig, SamplerConfig, env_config_class
+from protocol.plan_args import format_seeds, parse_seeds
 from repro.cli import main
 from repro.inspect_settings import diff_rows, resolve_label
-from repro.plans import expand, format_seeds, load_plan, parse_seeds
+from repro.plans import available_plans, expand, load_plan
 from repro.profiles import (
     EXECUTION_KEYS,
     apply_profile,
@@ -260,15 +261,14 @@ def test_show_and_diff_exit_zero(capsys):
     assert "algo.epochs" in capsys.readouterr().out
 
 
-def test_show_of_a_name_that_is_setting_and_plan_says_how_to_see_the_plan(capsys):
-    assert main(["show", "r2d1_minatar"]) == 0
-    out = capsys.readouterr().out
-    assert "algo.replay_ratio" in out  # the setting
-    note = out.strip().splitlines()[-1]
-    assert note.startswith("note: r2d1_minatar is also a plan; `python -m repro show ")
-    plan = note.split("show ")[1].split("`")[0]
-    assert main(["show", plan]) == 0 and "arm" in capsys.readouterr().out
-    assert main(["show", "ppo_atari"]) == 0 and "note:" not in capsys.readouterr().out
+def test_no_plan_shares_a_settings_name():
+    """``show`` and ``run`` take a plan or a setting by name: one name must not mean both."""
+    assert set(available_plans()) & set(available_settings()) == set()
+
+
+def test_show_of_a_plan_lists_its_arms(capsys):
+    assert main(["show", "r2d1_minatar_published_vs_corrected"]) == 0
+    assert "arm" in capsys.readouterr().out
 
 
 BAD_INPUT = {

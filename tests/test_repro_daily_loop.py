@@ -20,9 +20,10 @@ from tiny_setting import a2c_cartpole_setting
 from algorithms.configs import ConfigError
 from algorithms.train import config_from_dict
 from analysis.synthetic import SyntheticArm, write_experiment
+from protocol.plan_args import parse_seeds
 from repro import extras
 from repro.cli import main
-from repro.plans import expand, load_plan, parse_seeds, setting_plan
+from repro.plans import expand, load_plan, setting_plan
 from repro.settings import load_setting, parse_overrides
 
 REPO = Path(__file__).resolve().parents[1]

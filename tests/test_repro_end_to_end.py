@@ -17,7 +17,7 @@ from interrupts import sigint_default
 from tiny_setting import a2c_cartpole_setting, a2c_long_profile
 
 from algorithms.rundir import LOG_FILE, read_run
-from repro.scheduler import last_env_steps
+from repro.tasks import last_env_steps
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -17,14 +17,15 @@ from pathlib import Path
 import pytest
 
 from analysis.synthetic import SyntheticArm, write_experiment
+from protocol.files import PROFILES_DIR
 from repro import probe
 from repro.cli import main, smaller_runs_hint
 from repro.inspect_settings import resolve_label
 from repro.plans import expand, load_plan
 from repro.probe import ProbeCache, ProbeResult, estimate_range, steps_left
-from repro.profiles import PROFILES_DIR
 from repro.record import PLAN_FILE, write_plan_record
-from repro.scheduler import Outcome, detect_slots
+from repro.scheduler import detect_slots
+from repro.tasks import Outcome
 
 SETTING = """
 [setting]
@@ -148,7 +149,7 @@ def test_a_run_of_days_prints_a_one_line_hint_at_smaller_runs(files, scheduler, 
 def test_the_hint_names_only_smaller_runs():
     assert "PROFILE=mini" in smaller_runs_hint("r2d1", "paper")
     assert "PROFILE=mini" not in smaller_runs_hint("r2d1", "mini")
-    minatar = smaller_runs_hint("r2d1_minatar", "minatar_cpu")
+    minatar = smaller_runs_hint("r2d1_minatar_published_vs_corrected", "minatar_cpu")
     assert "SUITE=minatar" not in minatar and "PROFILE=mini" not in minatar and "GAMES or SEEDS" in minatar
     assert smaller_runs_hint("ppo_cartpole_zoo", "paper") == (
         "hint: that is days on this machine; smaller runs: --profile smoke (minutes, says nothing about "
@@ -323,7 +324,7 @@ def test_the_estimate_range_covers_the_committed_r2d1_minatar_case(tmp_path):
     point estimate of the old model (the whole probe's cost per step, no evaluations, no range)
     came out well short."""
     case = json.loads((Path(__file__).parents[1] / "docs/results/estimate_r2d1_minatar.json").read_text())
-    jobs = expand(load_plan("r2d1_minatar"), 5, "minatar_cpu", tmp_path / "runs")
+    jobs = expand(load_plan("r2d1_minatar_published_vs_corrected"), 5, "minatar_cpu", tmp_path / "runs")
     assert len(jobs) == 50 and {j.n_steps for j in jobs} == {250_000}
     measured = case["measured_wall_s"]
     for name, rows in case["probes"].items():

@@ -16,16 +16,9 @@ from algorithms.configs import ConfigError
 from analysis.study import result_table, run_study
 from analysis.synthetic import SyntheticArm, write_experiment
 from analysis.verdict import iqm_difference
+from protocol.stats import detectable_difference, power_at
 from repro.plans import load_plan
-from repro.power import (
-    arm_iqm_se,
-    detectable_difference,
-    pilot_inflation,
-    plan_seeds,
-    power_at,
-    read_pilot,
-    seeds_needed,
-)
+from repro.power import arm_iqm_se, pilot_inflation, plan_seeds, read_pilot, seeds_needed
 
 REPO = Path(__file__).resolve().parents[1]
 GAMES = ["minatar_breakout", "minatar_space_invaders", "minatar_seaquest", "minatar_asterix"]

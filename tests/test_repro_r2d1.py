@@ -10,9 +10,9 @@ import re
 
 import pytest
 
+from protocol.files import CONFIG_DIR
 from repro.cli import main
 from repro.inspect_settings import diff_rows, resolve_label
-from repro.settings import CONFIG_DIR
 
 REFERENCE = CONFIG_DIR / "reference"
 

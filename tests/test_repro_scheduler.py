@@ -22,7 +22,8 @@ import pytest
 from interrupts import sigint_default
 
 from algorithms.rundir import LOG_FILE, read_run
-from repro.scheduler import Task, detect_slots, last_env_steps, run_local
+from repro.scheduler import detect_slots, run_local
+from repro.tasks import Task, last_env_steps
 from tests.local_ray import local_ray
 
 REPO = Path(__file__).resolve().parents[1]

@@ -32,8 +32,9 @@ from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
 from analysis.__main__ import main as analysis_main
 from reports.__main__ import main as reports_main
 from repro.cli import main as repro_main
-from repro.scheduler import Task, detect_slots, last_env_steps, run_local, spawn_job
+from repro.scheduler import detect_slots, run_local, spawn_job
 from repro.summary import summary_text
+from repro.tasks import Task, last_env_steps
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS, LOG_EVERY = 2000, 200

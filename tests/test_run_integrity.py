@@ -36,8 +36,10 @@ from algorithms.rundir import (
 from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, config_to_dict, train
 from analysis.runs import load_experiment
 from repro.cli import main
-from repro.scheduler import SCHEDULER_PID_ENV, Task, detect_slots, last_env_steps, run_local
+from repro.job_side import SCHEDULER_PID_ENV
+from repro.scheduler import detect_slots, run_local
 from repro.summary import summary_text
+from repro.tasks import Task, last_env_steps
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -314,7 +316,7 @@ FOLLOWER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from repro.scheduler import follow_scheduler
+    from repro.job_side import follow_scheduler
     try:
         follow_scheduler(use_prctl=sys.argv[2] == "prctl", poll_s=0.1)
         print("following", flush=True)
@@ -602,7 +604,7 @@ def test_a_dqn_replay_smaller_than_its_batch_is_refused_at_loading(tmp_path, cap
     show = ["show", "dqn_minatar", "--profile", str(profile)]
     run = [
         "run",
-        "dqn_minatar",
+        "dqn_family_minatar",
         "--seeds",
         "1",
         "--profile",

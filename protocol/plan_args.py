@@ -15,6 +15,8 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 # Seeds per (arm, env): rliable's own studies use up to 100 runs per task (Agarwal et al. 2021); a
 # thousand is far past any study, and more is a typo that would plan (and record) a huge grid.
 MAX_SEEDS = 1000
+# An ablation arm's name: the base setting, this infix, the deviations it turns on (repro.ablation).
+DEVIATION_INFIX = "_with_"
 
 
 def check_arm_name(arm: str, where: str) -> None:
@@ -112,6 +114,19 @@ def format_seeds(seeds: Sequence[int]) -> str:
             parts.extend(str(s) for s in seeds[i : j + 1])
         i = j + 1
     return ",".join(parts)
+
+
+def seeds_text(seeds: Sequence[int]) -> str:
+    """Seeds as a reader reads them: ``format_seeds``'s spec, but one seed as itself ("7", not "7-7")."""
+    return str(seeds[0]) if len(seeds) == 1 else format_seeds(seeds)
+
+
+def seeds_label(value: Any) -> str | None:
+    """A seed spec as a reader reads it (``seeds_text``); None when ``value`` is no valid spec."""
+    try:
+        return seeds_text(parse_seeds(value))
+    except ConfigError:
+        return None
 
 
 def parse_deviation(text: str) -> tuple[str, str, tuple[str, ...]]:

@@ -1,0 +1,383 @@
+"""A study's markdown summary for ``docs/results`` (``study_markdown``; ``analysis.study`` holds the
+study as data): verdict and power, aggregates, per-game tables, pre-registered endpoints, the
+verdict across games, learning checks, effects of the ablation arms, and the provenance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import aggregate, verdict
+from analysis.ablation import EXACT_SPLITS, PLANNED_DIFFERENCE
+from analysis.confirmatory import EXPLORATORY
+from analysis.factorial import factorial_lines
+from analysis.learning import arm_cut_bounds, cut_legend, marked, metric_bound, smoke_sentence
+from analysis.markdown import ci_text, fmt, md_table
+from analysis.published import TRAINING_LAST
+from analysis.replication import replication_lines
+from analysis.robust import robustness_block
+from analysis.study import Checks, Study, effects_path
+
+
+def _per_game_lines(study: Study) -> list[str]:
+    """The per-game table; a figure of an arm and env with cut evaluations carries its mark."""
+    table, scale, bounds = study.per_game, study.scores.scale, study.bounds
+    norm = f"{study.scores.label}{study.scores.unit} [95% CI]"
+    base = ["arm", "env", "runs", "frames", "final return [95% CI]"]
+    if "published_source" in table:
+        columns = ["arm", "env", "runs", "frames", "greedy evaluation [95% CI]",
+                   "training return, last 100+ episodes [95% CI]", f"training return, {norm}",
+                   "published DQN training return at these frames [reading range]", "published inside our CI",
+                   "our CI overlaps the reading range"]  # fmt: skip
+        rows = [
+            [r.arm, r.env, fmt(r.n_runs), fmt(r.frames),
+             marked(ci_text(r.eval_score, r.eval_ci_low, r.eval_ci_high), bounds.get((r.arm, r.env))),
+             ci_text(r.score, r.ci_low, r.ci_high),
+             ci_text(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale),
+             ci_text(r.published, r.published_low, r.published_high), fmt(r.published_in_ci), fmt(r.overlap)]
+            for r in table.itertuples()
+        ]  # fmt: skip
+        protocols = "; ".join(sorted(set(table.published_protocol.dropna())))
+        intro = (
+            "Young & Tian's (2019) DQN learning curve is a training return, so it is compared with ours "
+            "under "
+            f"its protocol (analysis/published.py): ours, {TRAINING_LAST}; theirs, {protocols}. The curve is "
+            "read at our frame count, interpolated between the points read off the paper's figure; the "
+            "bracket is the reading uncertainty; '–' where our frame count lies outside the read-off points "
+            "(never extrapolated). The greedy evaluation is shown beside it and compared with nothing: no "
+            "greedy figure was published. What our logs cannot match is the exploration: our runs train "
+            "under their own arm's policy (R2D1: one epsilon per actor), DQN's under epsilon 0.1. Sources "
+            f"of the published values: {'; '.join(sorted(set(table.published_source.dropna())))}."
+        )
+    elif "game" in table:
+        columns = base + ["R2D2 (Table 4)", "ratio", "R2D2 inside our CI"]
+        rows = [
+            [r.arm, r.env, fmt(r.n_runs), fmt(r.frames),
+             marked(ci_text(r.score, r.ci_low, r.ci_high), bounds.get((r.arm, r.env))),
+             fmt(r.published), fmt(r.ratio), fmt(r.published_in_ci)]
+            for r in table.itertuples()
+        ]  # fmt: skip
+        intro = (
+            "Final raw score per arm and game (our final evaluation) next to R2D2's Table 4 (Kapturowski et "
+            "al. 2019, ~10B frames; its protocol: final evaluation score, 30 random no-op starts, mean of 3 "
+            "seeds)."
+        )
+    else:
+        columns = base + [norm]
+        rows = [
+            [r.arm, r.env, fmt(r.n_runs), fmt(r.frames),
+             marked(ci_text(r.score, r.ci_low, r.ci_high), bounds.get((r.arm, r.env))),
+             marked(ci_text(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale),
+                    bounds.get((r.arm, r.env)))]
+            for r in table.itertuples()
+        ]  # fmt: skip
+        intro = "Final raw score per arm and env (mean over seeds, 95% bootstrap CI)."
+    notes = [f"Note: {study.per_game_note}.", ""] if study.per_game_note else []
+    legend = _legend_lines(bounds.values())
+    return ["## Per game", "", intro, "", *notes, *md_table(columns, rows), "", *legend]
+
+
+def registration_lines(study: Study) -> list[str]:
+    """Whether an analysis was frozen before the data (``analysis.confirmatory``), its endpoints tested
+    as frozen on each seed set, and the label of everything else on the page; changes on top."""
+    reg, label = study.registration, study.label
+    if not reg.frozen:
+        return [
+            f"**Exploratory.** {label[1].capitalize()} (repro/preregister.py): every result on this page is "
+            "exploratory.",
+            "",
+        ]
+    lines = [f"**Changed after runs existed.** {note}" for note in reg.notes if "changed" in note]
+    lines += [f"**Note.** {note}" for note in reg.notes if "changed" not in note]
+    lines = [x for note in lines for x in (note, "")]
+    section = reg.section
+    freezes = [
+        [name, e["seeds"], f"`{str(e['hash'])[:12]}`", f"`{str(e['commit'])[:12]}`", e["frozen_at"],
+         "yes (--allow-dirty)" if e.get("dirty") else "no"]
+        for name, e in reg.freezes.items()
+    ]  # fmt: skip
+    lines += [
+        "## Analysis fixed before the data",
+        "",
+        f"The plan's `[analysis]` section, frozen before the first job of each seed set (correction "
+        f"{section.correction} across the endpoints of one seed set, alpha {section.alpha:g}; the "
+        f"replication is {'pooled with' if section.pool else 'never pooled with'} the confirmatory "
+        "seeds). A result is pre-registered when every run it uses started after the freeze, from the "
+        "frozen commit.",
+        "",
+        *md_table(["seed set", "seeds", "section hash", "commit", "frozen at", "dirty tree"], freezes),
+        "",
+    ]
+    if section.rationale:
+        lines += [f"Rationale (frozen): {section.rationale}", ""]
+    rows = [
+        [r.endpoint, r.seed_set, r.seeds, fmt(r.runs), ci_text(r.estimate, r.ci_low, r.ci_high),
+         f"{r.test}, {r.sides}", fmt(r.p), fmt(r.p_adjusted), "holds" if r.holds else "not shown", r.label]
+        for r in study.endpoints.itertuples()
+    ]  # fmt: skip
+    if rows:
+        lines += [
+            "Each frozen endpoint on each seed set (estimate: candidate minus baseline, raw returns for a "
+            "game, normalised points for an aggregate, 95% bootstrap CI; p of the frozen test and sides, "
+            "adjusted across the endpoints of the seed set; 'holds' when the adjusted p is at most alpha):",
+            "",
+            *md_table(
+                [
+                    "endpoint",
+                    "seed set",
+                    "seeds",
+                    "runs",
+                    "estimate [95% CI]",
+                    "test",
+                    "p",
+                    "adjusted p",
+                    "result",
+                    "label",
+                ],
+                rows,
+            ),  # fmt: skip
+            "",
+        ]
+        why = sorted({f"{r.endpoint} ({r.seed_set}): {r.why}" for r in study.endpoints.itertuples()
+                      if r.label == EXPLORATORY})  # fmt: skip
+        lines += [f"Exploratory because: {'; '.join(why)}.", ""] if why else []
+    lines += [
+        f"The verdict, aggregates and tables below use every complete run: **{label[0]}** ({label[1]}).",
+        "",
+    ]
+    return lines
+
+
+def robustness_lines(study: Study) -> list[str]:
+    """The study's verdict across games (``robustness_block``)."""
+    if study.robustness is None:
+        return []
+    return robustness_block(study.robustness, study.scores, "The verdict across games")
+
+
+def learning_lines(study: Study) -> list[str]:
+    """The learning check: each arm's IQM against random play (0) and the published reference; an
+    arm's IQM from cut evaluations carries its mark (``learning.arm_cut_bounds``)."""
+    if study.learning.empty:
+        return []
+    scale, unit = study.scores.scale, study.scores.unit
+    training = "training_iqm" in study.learning
+    arm_bounds = arm_cut_bounds(study.bounds)
+    rows = [
+        [r.arm, fmt(r.runs), marked(ci_text(r.iqm, r.ci_low, r.ci_high, scale), arm_bounds.get(r.arm)),
+         fmt(r.eval_cap), fmt(r.learned),
+         *([fmt(r.training_iqm * scale)] if training else []), fmt(r.reference_iqm * scale),
+         fmt(r.share_of_reference)]
+        for r in study.learning.itertuples()
+    ]  # fmt: skip
+    columns = [
+        "arm",
+        "runs per game",
+        f"IQM{unit} [95% CI]",
+        "evaluations cut at (steps)",
+        "shown to learn (above random play, whole episodes)",
+        *([f"training IQM{unit}"] if training else []),
+        f"reference IQM{unit}",
+        "share of reference",
+    ]
+    return [
+        "## Learning check",
+        "",
+        f"Each arm's IQM of final {study.scores.label} over the games of the aggregates, from all of its "
+        f"own runs there (widened 95% stratified-bootstrap CI, analysis/verdict.py); random play is 0; "
+        f"the reference is "
+        f"{study.learning_reference}, its IQM over the same games.",
+        "",
+        *md_table(columns, rows),
+        "",
+        *([f"Note: {study.cut_short}", ""] if study.cut_short else []),
+        *([study.share_note, ""] if study.share_note else []),
+        *_legend_lines(arm_bounds.values()),
+    ]
+
+
+def _legend_lines(bounds) -> list[str]:
+    """``learning.cut_legend`` of ``bounds`` as markdown lines (none for uncut figures)."""
+    return [line for sentence in cut_legend(bounds) for line in (sentence, "")]
+
+
+def effect_lines(study: Study | Checks) -> list[str]:
+    """Each deviation's effect on the IQM, largest first (``analysis.ablation``)."""
+    if study.effects.empty:
+        return []
+    scale, unit = study.scores.scale, study.scores.difference_unit
+    in_units = f" ({unit.strip()})" if unit else ""
+    rows = [
+        [r.deviation, r.keys, ci_text(r.difference, r.ci_low, r.ci_high, scale), fmt(r.se * scale),
+         fmt(r.detectable * scale), fmt(r.power_at_planned)]
+        for r in study.effects.itertuples()
+    ]  # fmt: skip
+    columns = [
+        "deviation", "keys", f"IQM difference to the base{in_units} [95% CI]", f"standard error{in_units}",
+        f"detectable with 80% power{in_units}", f"power at {PLANNED_DIFFERENCE * scale:g}{unit}",
+    ]  # fmt: skip
+    base = study.effects.base.iloc[0]
+    return [
+        "## Each deviation's effect",
+        "",
+        f"IQM difference of each leave-one-out arm to {base} (the arm with that one deviation switched "
+        "on, minus the base), ordered by size; widened 95% stratified-bootstrap CIs; the smallest "
+        "difference this design detects with 80% power (two-sided, alpha 0.05), and its power against "
+        "the planned difference.",
+        "",
+        *md_table(columns, rows),
+        "",
+    ]
+
+
+def effect_game_table(games: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Columns and display rows of ``analysis.ablation.deviation_games``: one row per deviation, one
+    column per game, each cell the arm's mean final return, its difference to the base and the rank
+    test's p and q; the first row the base's range over all of its runs."""
+    envs = sorted(set(games.env))
+    base = games.base.iloc[0]
+    spread = games.drop_duplicates("env").set_index("env")
+    rows = [
+        [f"{base}: range over its runs", "–"]
+        + [
+            f"[{fmt(spread.base_low[e])}, {fmt(spread.base_high[e])}] ({fmt(spread.base_runs[e])} runs)"
+            for e in envs
+        ]
+    ]
+    for deviation, g in games.groupby("deviation", sort=False):
+        by_env = g.set_index("env")
+        cells = [
+            f"{fmt(by_env.score[e])} ({by_env.difference[e]:+.3g}; p {fmt(by_env.p_rank[e])}, "
+            f"q {fmt(by_env.q_rank[e])})"
+            if e in by_env.index
+            else "–"
+            for e in envs
+        ]
+        rows.append([deviation, ", ".join(str(n) for n in sorted(set(g.runs)))] + cells)
+    return ["deviation", "runs per game"] + envs, rows
+
+
+def effect_game_intro(games: pd.DataFrame) -> str:
+    base = games.base.iloc[0]
+    return (
+        f"Final raw return of each leave-one-out arm per game (mean over the seeds it shares with {base}) "
+        f"and, in brackets, its difference to {base}'s mean on those seeds and p, the two-sided "
+        f"Mann-Whitney test of the arm's runs against all of {base}'s runs on the game (exact up to "
+        f"{EXACT_SPLITS:,} splits of the pooled runs; '–' with fewer than two runs a side); the first "
+        f"row is {base}'s lowest and highest run and how many runs the tests use (a replication's "
+        "seeds included when given). One test per arm and game: "
+        "with no effect anywhere, about one in twenty of them falls below 0.05, so a small p names an "
+        "effect for the next seeds to test. q is the Benjamini-Hochberg adjusted p over all "
+        f"{games.p_rank.notna().sum()} tests of this table: the effects with q at most 0.05 are the "
+        "findings at a false discovery rate of 5%."
+    )
+
+
+def effect_game_lines(study: Study | Checks) -> list[str]:
+    """Each deviation's effect per game in raw returns (``analysis.ablation.deviation_games``)."""
+    games = study.effect_games
+    if games.empty:
+        return []
+    columns, rows = effect_game_table(games)
+    return [
+        "## Each deviation's effect per game",
+        "",
+        effect_game_intro(games),
+        "",
+        *md_table(columns, rows),
+        "",
+    ]
+
+
+def study_markdown(
+    study: Study,
+    command: str,
+    date: str,
+    csv_path: str | None = None,
+    replication: Study | None = None,
+    pool: bool = False,
+) -> str:
+    """The summary page (module doc); ``command`` and ``date`` record how and when it was produced;
+    ``replication``: the same arms on other seeds, read pooled too with ``pool`` (``replication_lines``)."""
+    exp, scores = study.experiment, study.scores
+    lines = [f"# Study {exp.name}", ""]
+    provenance = f"Produced by `{command}` on {date}, from {len(exp.complete)} complete runs of {exp.path}"
+    if "git_commit" in exp.metadata:
+        commits = ", ".join(sorted({str(c)[:12] for c in exp.metadata.git_commit.dropna()}))
+        dirty = "git_dirty" in exp.metadata and exp.metadata.git_dirty.eq(True).any()
+        provenance += (
+            f" (code: git commit {commits or 'not recorded'}{', with uncommitted changes' if dirty else ''})"
+        )
+    lines += [provenance + ".", ""]
+    if exp.plan is not None and "error" in exp.plan:
+        lines += [
+            f"Plan file unusable (expected runs and arm order not taken from it): {exp.plan['error']}.",
+            "",
+        ]
+    if csv_path:
+        lines += [f"Tidy result table (one row per run): `{csv_path}`.", ""]
+        if not study.effects.empty:
+            lines += [f"Deviation table: `{effects_path(Path(csv_path))}`.", ""]
+    lines += registration_lines(study)
+    if (smoke := smoke_sentence(exp.plan)) is not None:
+        lines += [f"**{smoke}**", ""]
+    if study.verdict is not None and study.power is not None:
+        lines += [
+            f"**Verdict ({study.label[0]}).** {study.verdict.sentence}",
+            "",
+            f"**Power.** {study.power.sentence} Method: {study.power.method}.",
+            "",
+            f"Rule: {verdict.RULE} (analysis/verdict.py).",
+            "",
+            *robustness_lines(study),
+        ]
+    else:
+        lead = f"{study.learning_lead} " if study.learning_lead else ""
+        lines += [
+            f"{lead}No verdict: a verdict compares exactly two arms, or an ablation's two endpoints, with an "
+            "env in common.",
+            "",
+        ]
+    lines += [f"Scores: {scores.normalisation}.", ""]
+    if replication is not None:
+        lines += replication_lines(study, replication, pool)
+    lines += learning_lines(study) + effect_lines(study) + effect_game_lines(study)
+    lines += factorial_lines(study.checks.factorial, scores.scale, scores.unit)
+    lines += ["## Aggregates", ""]
+    if study.aggregates.empty:
+        lines += ["No env was run to completion by every arm: no aggregate.", ""]
+    else:
+        lines += [
+            f"Final {scores.label} over runs x games: {len(study.games)} games common to all arms, "
+            f"{study.runs_per_game} runs per game and arm; point estimate [95% stratified-bootstrap CI] "
+            f"(rliable, {study.reps} resamples); optimality gap: lower is better.",
+            "",
+        ]
+        table = study.aggregates.set_index(["arm", "metric"])
+        by_arm = arm_cut_bounds(study.bounds)
+        rows = [
+            [arm]
+            + [
+                marked(
+                    ci_text(*table.loc[(arm, m), ["value", "ci_low", "ci_high"]], scores.scale),
+                    metric_bound(m, by_arm.get(arm)),
+                )
+                for m in aggregate.METRICS
+            ]
+            for arm in dict.fromkeys(study.aggregates.arm)
+        ]
+        lines += [*md_table(["arm"] + [m + scores.unit for m in aggregate.METRICS], rows), ""]
+        lines += _legend_lines(by_arm.values())
+    if not scores.final.empty:
+        lines += _per_game_lines(study)
+    unused = (
+        [f"- {r.arm}/{r.env}/seed{r.seed}: {r.reason}" for r in exp.skipped.itertuples()]
+        + [f"- {r.arm}/{r.env}/seed{r.seed}: expected, no run directory" for r in exp.missing.itertuples()]
+        + [
+            f"- {r.arm}/{r.env}/seed{r.seed}: complete, left out of the aggregates (equal seeds per arm)"
+            for r in study.left_out.itertuples()
+        ]
+    )
+    lines += ["## Runs not used", "", *(unused or ["None."]), ""]
+    return "\n".join(lines)

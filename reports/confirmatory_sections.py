@@ -1,0 +1,214 @@
+"""The report's reading of the study: the registration (pre-registered or exploratory), the two-arm
+verdict, the learning checks and the effects of the ablation arms."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis import verdict
+from analysis.ablation import PLANNED_DIFFERENCE, ablation_record, verdict_arms
+from analysis.confirmatory import Registration, endpoint_table, run_label
+from analysis.curves import Scores
+from analysis.learning import arm_caps, cut_legend, marked
+from analysis.markdown import ci_text, fmt
+from analysis.robust import balanced_runs, middle_sentence, robust_verdict
+from analysis.runs import Experiment
+from analysis.study import Checks
+from analysis.study_markdown import effect_game_intro, effect_game_table
+from reports import figures
+from reports.cut_notes import IQM_INTERVALS
+from reports.page import Figure, Section, Table, frame_table
+from reports.score_sections import robustness_tables
+
+
+def registration_section(exp: Experiment, scores: Scores, reg: Registration, reps: int) -> Section:
+    """The page's first section: whether an analysis was frozen before the data, its changes, and its
+    endpoints tested as frozen (``analysis.confirmatory``)."""
+    if not reg.frozen:
+        return Section(
+            "analysis-plan",
+            "Analysis plan: none frozen",
+            statements=[
+                "Exploratory: no [analysis] section was frozen in this experiment before its runs "
+                "(repro/preregister.py), so every result on this page is exploratory."
+            ],
+        )
+    section = Section(
+        "analysis-plan",
+        "Analysis fixed before the data",
+        f"The plan's [analysis] section (correction {reg.section.correction}, alpha {reg.section.alpha:g}), "
+        "frozen before the first job of each seed set; a result is pre-registered when every run it uses "
+        "started after the freeze, from the frozen commit.",
+        statements=[f"Changed after runs existed: {n}" for n in reg.notes if "changed" in n],
+        notes=[n for n in reg.notes if "changed" not in n],
+    )
+    section.tables.append(
+        Table(
+            "analysis-freezes",
+            ["seed set", "seeds", "section hash", "commit", "frozen at", "dirty tree"],
+            [[name, e["seeds"], str(e["hash"])[:12], str(e["commit"])[:12], e["frozen_at"],
+              "yes (--allow-dirty)" if e.get("dirty") else "no"] for name, e in reg.freezes.items()],
+        )
+    )  # fmt: skip
+    endpoints = endpoint_table(reg, scores.final, exp.metadata, ablation_record(exp.plan), reps)
+    section.tables.append(
+        Table(
+            "analysis-endpoints",
+            ["endpoint", "seed set", "seeds", "runs", "estimate [95% CI]", "test", "p", "adjusted p",
+             "result", "label", "why"],
+            [[r.endpoint, r.seed_set, r.seeds, fmt(r.runs), ci_text(r.estimate, r.ci_low, r.ci_high),
+              f"{r.test}, {r.sides}", fmt(r.p), fmt(r.p_adjusted), "holds" if r.holds else "not shown",
+              r.label, r.why] for r in endpoints.itertuples()],
+            "Each frozen endpoint on each seed set: candidate minus baseline (raw returns for a game, "
+            "normalised points for an aggregate), p of the frozen test adjusted across the set's endpoints.",
+        )
+    )  # fmt: skip
+    return section
+
+
+def verdict_section(
+    exp: Experiment, scores: Scores, reps: int, baseline: str | None, reg: Registration
+) -> Section | None:
+    """The verdict and power statement of a two-arm experiment or of an ablation's endpoints
+    (``analysis.ablation.verdict_arms``), labelled pre-registered or exploratory, with the verdict
+    across games (``analysis.robust``); None for any other experiment."""
+    pair = verdict_arms(scores.final, exp.plan, baseline)
+    if pair is None:
+        return None
+    a, b, matrices, games = pair
+    if not scores.comparable:
+        return Section(
+            "verdict",
+            "Verdict",
+            f"Arm A (baseline) {a}, arm B {b}.",
+            statements=[
+                "No verdict: the scores are normalised within this experiment (min-max fallback), so a "
+                "difference between the arms has no fixed scale and no detectable difference is computed. "
+                "Give per-env score bounds with reports build --bounds FILE."
+            ],
+            notes=[f"Normalisation: {scores.normalisation}."],
+        )
+    scale, diff_unit = scores.scale, scores.difference_unit
+    in_units = f" ({diff_unit.strip()})" if diff_unit else ""
+    correction = reg.section.correction if reg.frozen else "holm"
+    found, power, checked = robust_verdict(
+        scores.final, matrices, games, a, b, reps, 0, correction, scores.label, scale, diff_unit,
+        arm_caps(exp, scores),
+    )  # fmt: skip
+    label, why = run_label(reg, balanced_runs(scores.final), exp.metadata)
+    section = Section(
+        "verdict",
+        f"Verdict ({label})",
+        f"Arm A (baseline) {a}, arm B {b}; final scores, {scores.normalisation}; {len(games)} envs common "
+        f"to both arms, {found.n_runs} runs per env and arm; {label}: {why}.",
+        statements=[found.sentence, power.sentence],
+    )
+    diff = found.iqm_difference
+    section.tables.append(
+        Table(
+            "verdict-table",
+            ["statistic", "estimate [95% CI]"],
+            [
+                [f"P({b} > {a})", ci_text(found.poi["value"], found.poi["ci_low"], found.poi["ci_high"])],
+                [
+                    f"IQM difference {b} - {a}{in_units}",
+                    ci_text(diff["value"], diff["ci_low"], diff["ci_high"], scale),
+                ],
+                [f"standard error of the IQM difference{in_units}", fmt(diff["se"] * scale)],
+                [
+                    f"smallest IQM difference detected with {power.power:.0%} power, two-sided alpha "
+                    f"{power.alpha:.2g}{in_units}",
+                    fmt(power.detectable * scale),
+                ],
+            ],
+        )
+    )
+    section.tables += robustness_tables(checked, scale, in_units)
+    section.notes.append(
+        f"Leaving out {' or '.join(checked.carried_by)} (one at a time) removes the verdict's resolution."
+        if checked.carried_by
+        else "No single game's removal changes the verdict."
+    )
+    section.notes.append(middle_sentence(checked))
+    section.notes.append(f"Rule: {verdict.RULE} (analysis/verdict.py).")
+    section.notes.append(f"Power: {power.method}.")
+    section.notes.append(
+        "A is the --baseline arm when given, else the plan's first arm (an ablation's: the setting it "
+        "ablates), else the arm named 'published'."
+    )
+    return section
+
+
+def learning_section(study: Checks, arm_bounds: dict[str, str]) -> Section | None:
+    """Each arm's level against random play and the published reference (``analysis.learning``). Its
+    sentence for arms not shown to learn is the verdict's first (``build_report``), not repeated here."""
+    if study.learning.empty:
+        return None
+    scale, unit = study.scores.scale, study.scores.unit
+    frame = study.learning.assign(
+        iqm_ci=[
+            marked(ci_text(r.iqm, r.ci_low, r.ci_high, scale), arm_bounds.get(r.arm))
+            for r in study.learning.itertuples()
+        ],
+        reference=study.learning.reference_iqm * scale,
+        training=study.learning.get("training_iqm", float("nan")) * scale,
+    )
+    columns = [("arm", "arm"), ("runs per game", "runs"), (f"IQM{unit} [95% CI]", "iqm_ci"),
+               ("evaluations cut at (steps)", "eval_cap"),
+               ("shown to learn (above random play, whole episodes)", "learned"),
+               *([(f"training IQM{unit}", "training")] if "training_iqm" in frame else []),
+               (f"reference IQM{unit}", "reference"),
+               ("share of reference", "share_of_reference")]  # fmt: skip
+    return Section(
+        "learning",
+        "Learning check",
+        f"Each arm's IQM of final {study.scores.label} from all of its own runs (widened 95% "
+        f"stratified-bootstrap CI); random play is 0; the reference is {study.learning_reference}, its "
+        "IQM over the same games.",
+        tables=[frame_table("learning-table", frame, columns)],
+        notes=([study.cut_short] if study.cut_short else [])
+        + ([study.share_note] if study.share_note else [])
+        + cut_legend(arm_bounds.values())
+        + [IQM_INTERVALS],
+    )
+
+
+def effects_section(study: Checks) -> Section | None:
+    """Each deviation's effect on the IQM of an ablation experiment (``analysis.ablation``)."""
+    effects = study.effects
+    if effects.empty:
+        return None
+    scores = study.scores
+    scale, unit = scores.scale, scores.difference_unit
+    in_units = f" ({unit.strip()})" if unit else ""
+    frame = effects.assign(
+        difference_ci=[ci_text(r.difference, r.ci_low, r.ci_high, scale) for r in effects.itertuples()],
+        se_shown=effects.se * scale,
+        detectable_shown=effects.detectable * scale,
+    )
+    columns = [("deviation", "deviation"), ("keys", "keys"),
+               (f"IQM difference to the base{in_units} [95% CI]", "difference_ci"),
+               (f"standard error{in_units}", "se_shown"),
+               (f"detectable with 80% power{in_units}", "detectable_shown"),
+               (f"power at {PLANNED_DIFFERENCE * scale:g}{unit}", "power_at_planned")]  # fmt: skip
+    base = effects.base.iloc[0]
+    label = f"IQM difference to {base}{in_units}"
+    return Section(
+        "deviations",
+        "Each deviation's effect",
+        f"The base arm {base} with one deviation switched on, minus the base: IQM difference of final "
+        f"{scores.label}, widened 95% stratified-bootstrap CI, ordered by size; dotted lines: the smallest "
+        "difference detected with 80% power (two-sided, alpha 0.05).",
+        figures=[
+            Figure("fig-deviations", figures.deviation_effects(effects, label, scale), "deviation effects")
+        ],
+        tables=[frame_table("deviations-table", frame, columns), *_effect_game_tables(study.effect_games)],
+    )
+
+
+def _effect_game_tables(games: pd.DataFrame) -> list[Table]:
+    """Each deviation's effect per game in raw returns (``analysis.study.effect_game_table``)."""
+    if games.empty:
+        return []
+    columns, rows = effect_game_table(games)
+    return [Table("deviation-games-table", columns, rows, effect_game_intro(games))]

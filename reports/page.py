@@ -1,0 +1,79 @@
+"""The report page's parts (tables, figures, sections), its template and its figure files: what every
+section builder of ``reports`` fills in, and how ``reports.build`` turns them into one page."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+from algorithms.rundir import atomic_write_bytes
+from analysis.markdown import fmt
+
+REPORT_FILE = "report.html"
+PNG_URI = "data:image/png;base64,"
+
+
+@dataclass
+class Table:
+    """A rendered table: ``id`` (for tests and anchors), header, rows of display strings."""
+
+    id: str
+    columns: list[str]
+    rows: list[list[str]]
+    caption: str = ""
+
+
+@dataclass
+class Figure:
+    id: str
+    uri: str
+    alt: str
+    caption: str = ""
+
+
+@dataclass
+class Section:
+    id: str
+    title: str
+    intro: str = ""
+    statements: list[str] = field(default_factory=list)  # the page's headline sentences, shown first
+    figures: list[Figure] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def frame_table(
+    table_id: str, frame: pd.DataFrame, columns: list[tuple[str, str]], caption: str = ""
+) -> Table:
+    rows = [[fmt(row[key]) for _, key in columns] for _, row in frame.iterrows()]
+    return Table(table_id, [label for label, _ in columns], rows, caption)
+
+
+def write_figures(sections: list[Section], directory: Path) -> list[Path]:
+    """Each figure of ``sections`` as ``directory/<figure id>.png``, the bytes the report embeds, for a
+    results page in docs/ to link (a page of markdown cannot hold the report's data URIs)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for figure in (f for section in sections for f in section.figures):
+        if not figure.uri.startswith(PNG_URI):
+            raise ValueError(f"figure {figure.id} is not an embedded PNG")
+        path = directory / f"{figure.id}.png"
+        atomic_write_bytes(path, base64.b64decode(figure.uri[len(PNG_URI) :]))
+        written.append(path)
+    return written
+
+
+def render(**context: Any) -> str:
+    env = Environment(
+        loader=PackageLoader("reports", "templates"),
+        autoescape=select_autoescape(["html", "j2"], default_for_string=True, default=True),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    return env.get_template("experiment.html.j2").render(**context)
