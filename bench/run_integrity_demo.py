@@ -3,7 +3,7 @@ random moments, the scheduler command is rerun at once after each of its deaths,
 every run's rows are checked against its config, and the machine's processes and ``/dev/shm``
 entries are counted before and after.
 
-    .venv/bin/python -m bench.run_integrity_demo --kills 20 [--plan dqn_minatar --profile smoke
+    .venv/bin/python -m bench.run_integrity_demo --kills 20 [--plan dqn_family_minatar --profile smoke
         --seeds 1 --games minatar_breakout,minatar_asterix --jobs 2 --seed 0]
 
 A kill is, at random (``--seed``), once the scheduler has jobs running: SIGKILL or SIGTERM to the
@@ -92,7 +92,7 @@ def check_run(path: Path) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kills", type=int, default=20)
-    parser.add_argument("--plan", default="dqn_minatar")
+    parser.add_argument("--plan", default="dqn_family_minatar")
     parser.add_argument("--profile", default="smoke")
     parser.add_argument("--seeds", default="1")
     parser.add_argument("--games", default="")
