@@ -103,13 +103,7 @@ class EpsilonGreedyAgent(Agent):
         return torch.from_numpy(np.where(explore, random_actions, q.argmax(dim=-1).cpu().numpy()))
 
     @torch.no_grad()
-    def step(
-        self,
-        observation: torch.Tensor,
-        prev_action: torch.Tensor,
-        prev_reward: torch.Tensor,
-        state: NamedArrays | None,
-    ) -> tuple[torch.Tensor, NamedArrays, None]:
+    def step(self, observation, prev_action, prev_reward, state):
         exploration = self.exploration(observation.shape[0])
         explore, random_actions = exploration
         if explore.all():  # no env acts greedily: the Q-values would go unused
@@ -156,13 +150,7 @@ class R2D1Agent(EpsilonGreedyAgent):
             )
         return q.cpu(), NamedArrays(h=h.cpu(), c=c.cpu())
 
-    def step(
-        self,
-        observation: torch.Tensor,
-        prev_action: torch.Tensor,
-        prev_reward: torch.Tensor,
-        state: NamedArrays | None,
-    ) -> tuple[torch.Tensor, NamedArrays, NamedArrays]:
+    def step(self, observation, prev_action, prev_reward, state):
         """Acting: ``R2D1Model.act`` under ``torch.inference_mode``; the state is kept on the CPU."""
         if state is None:
             state = self.initial_state(observation.shape[0])
