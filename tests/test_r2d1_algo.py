@@ -314,15 +314,8 @@ def test_unrolls_cut_or_whole_give_one_pass_values_and_trained_steps_gradients()
     import gymnasium as gym
 
     space = gym.spaces.Box(0.0, 1.0, (2,), np.float32)
-    config = dataclasses.replace(SMALL, learning_starts_steps=16, batch_size_sequences=2)
+    config, algo, batch = _time_limit_learner(space)
     burn, trained = config.burn_in_steps, config.sequence_length_steps
-    torch.manual_seed(0)
-    algo = r2d1.Algo(config, r2d1.build_agent(config, space, ACT), 1, BatchSpec(8, 2))
-    for batch in _truncating_batches(False, 4):
-        algo.append_samples(batch)
-    storage = algo.replay.storage
-    items = np.flatnonzero(storage.valid(np.arange(storage.num_items)))[:2]
-    batch = storage.extract(items)
     g = torch.Generator().manual_seed(1)
     episode_start = torch.rand(batch.episode_start.shape, generator=g) < 0.3
     episode_start[burn - 1 : burn + 1] = True
@@ -365,14 +358,8 @@ def test_unrolls_cut_or_whole_give_one_pass_values_and_trained_steps_gradients()
 def test_loss_is_a_function_of_its_inputs_only():
     """The same inputs give the same loss, priorities and diagnostics whatever the learner has done
     in between (updates, optimizer state, replay priorities, update credit): no mode is set on it."""
-    config = dataclasses.replace(SMALL, learning_starts_steps=16, batch_size_sequences=2)
-    torch.manual_seed(0)
-    algo = r2d1.Algo(config, r2d1.build_agent(config, OBS, ACT), 1, BatchSpec(8, 2))
-    for batch in _truncating_batches(False, 4):
-        algo.append_samples(batch)
-    storage = algo.replay.storage
-    items = np.flatnonzero(storage.valid(np.arange(storage.num_items)))[:2]
-    batch = storage.extract(items).replace(is_weights=torch.ones(2))
+    config, algo, batch = _time_limit_learner(OBS)
+    batch = batch.replace(is_weights=torch.ones(2))
     mode = r2d1.loss_mode(config, batch, measure=True, traced=False)
     assert mode.time_limits is not None  # the branch a packed run takes apart from a single one
     before = r2d1.loss(config, algo.model, algo.target_model, batch, mode)
@@ -389,3 +376,15 @@ def test_loss_is_a_function_of_its_inputs_only():
     assert all(torch.equal(before.diagnostics[k], after.diagnostics[k]) for k in before.diagnostics)
     quiet = r2d1.loss(config, algo.model, algo.target_model, batch, mode._replace(measure=False))
     assert torch.equal(quiet.loss, before.loss) and quiet.diagnostics == {}
+
+
+def _time_limit_learner(space):
+    """(config, learner, two stored sequences) after four batches with time limits (full observations)."""
+    config = dataclasses.replace(SMALL, learning_starts_steps=16, batch_size_sequences=2)
+    torch.manual_seed(0)
+    algo = r2d1.Algo(config, r2d1.build_agent(config, space, ACT), 1, BatchSpec(8, 2))
+    for batch in _truncating_batches(False, 4):
+        algo.append_samples(batch)
+    storage = algo.replay.storage
+    items = np.flatnonzero(storage.valid(np.arange(storage.num_items)))[:2]
+    return config, algo, storage.extract(items)
