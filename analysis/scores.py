@@ -84,7 +84,6 @@ class HumanRandomTable:
         return (np.asarray(score, dtype=float) - random) / (human - random)
 
 
-@cache
 def add_scoring_options(parser: argparse.ArgumentParser) -> None:
     """The options of every command that scores an experiment (``python -m analysis study``,
     ``python -m reports build``): bootstrap resamples and the Atari-57 human/random table."""
@@ -99,6 +98,7 @@ def add_scoring_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+@cache
 def human_random_table(name: str = "r2d2") -> HumanRandomTable:
     """The Atari-57 human/random table ``name``: ``"r2d2"`` (Video Pinball random 0.0) or ``"dqn_zoo"``."""
     base = read_data_csv(HUMAN_RANDOM_FILE).set_index("game")
