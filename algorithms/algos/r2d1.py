@@ -309,7 +309,7 @@ def loss(config: Config, model: Any, target_model: Any, batch: NamedArrays, mode
         valid = ~truncated[:T]
         truncated = cut
     need_states = mode.time_limits is not None
-    where = None if isinstance(mode.time_limits, str) else mode.time_limits
+    where = None if mode.time_limits == EVERY_STEP else mode.time_limits
     q_all, states = unroll(c, model, batch, need_states, mode.traced)
     with torch.no_grad():
         q_target_all, target_states = unroll(c, target_model, batch, need_states, mode.traced, grad=False)
