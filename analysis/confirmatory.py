@@ -33,7 +33,7 @@ import pandas as pd
 from scipy import stats
 
 from algorithms.configs import ConfigError
-from analysis import aggregate, verdict
+from analysis import aggregate, equivalence, verdict
 from analysis.ablation import rank_test
 from analysis.factorial import AGGREGATE, factorial_effects
 from analysis.multiple import adjust
@@ -52,9 +52,10 @@ from protocol.stats import stratified_resamples
 PRE = "pre-registered"
 EXPLORATORY = "exploratory"
 ENDPOINT_COLUMNS = [
-    "endpoint", "kind", "seed_set", "seeds", "runs", "estimate", "ci_low", "ci_high", "test", "sides", "p",
-    "p_adjusted", "correction", "alpha", "holds", "label", "why",
+    "endpoint", "kind", "seed_set", "seeds", "runs", "estimate", "ci_low", "ci_high", "ci_level", "test",
+    "sides", "p", "p_adjusted", "correction", "alpha", "holds", "result", "margin", "score", "label", "why",
 ]  # fmt: skip
+CI_LEVEL = 0.95  # the interval of game, aggregate and effect endpoints
 ALTERNATIVE = {"two": "two-sided", "greater": "greater", "less": "less"}
 METRIC_NAMES = {"iqm": "IQM", "median": "Median", "mean": "Mean", "optimality_gap": "Optimality gap"}
 
@@ -196,6 +197,30 @@ def _normal_p(point: float, se: float, sides: str) -> float:
     return float(2 * stats.norm.sf(abs(z)))
 
 
+def equivalence_endpoint(endpoint: Endpoint, scores: pd.DataFrame, alpha: float) -> dict[str, Any]:
+    """``estimate, ci_low, ci_high, ci_level, p, runs`` and the ``welch`` difference of one equivalence
+    endpoint on ``scores`` (the runs of one seed set, ``arm, env, seed, score``, of the endpoint's score
+    source): the candidate's runs on its game against the baseline arm's or the published reference;
+    the interval at the level that agrees with the test (``analysis.equivalence``)."""
+    on = scores[(scores.env == endpoint.game) & scores.arm.isin([endpoint.candidate, endpoint.baseline])]
+    cand = on[on.arm == endpoint.candidate].score.to_numpy(float)
+    if endpoint.reference is not None:
+        base = equivalence.Reference(
+            endpoint.reference, endpoint.reference_sd, endpoint.reference_n, endpoint.reference_source
+        )
+    else:
+        base = on[on.arm == endpoint.baseline].score.to_numpy(float)
+    w = equivalence.welch(cand, base)
+    level = equivalence.interval_level(endpoint.test, alpha)
+    if w is None:
+        return {"estimate": np.nan, "ci_low": np.nan, "ci_high": np.nan, "ci_level": level, "p": np.nan,
+                "runs": on, "welch": None}  # fmt: skip
+    lo, hi = w.interval(level)
+    p = equivalence.test_p(w, endpoint.test, endpoint.sides, endpoint.margin)
+    return {"estimate": w.estimate, "ci_low": lo, "ci_high": hi, "ci_level": level, "p": p, "runs": on,
+            "welch": w}  # fmt: skip
+
+
 def test_endpoint(endpoint: Endpoint, final: pd.DataFrame, reps: int = 2000, seed: int = 0) -> dict[str, Any]:
     """``estimate, ci_low, ci_high, p, runs`` of one game or aggregate endpoint on ``final`` (the runs
     of one seed set: ``arm, env, seed, score, normalised``)."""
@@ -286,21 +311,31 @@ def endpoint_table(
     record: dict[str, Any] | None = None,
     reps: int = 2000,
     seed: int = 0,
+    training: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """``ENDPOINT_COLUMNS``: every frozen endpoint on each seed set that has runs (module doc), p
-    adjusted across the endpoints of one set. ``record``: the plan record's ablation entry, which an
-    effect endpoint's design comes from. Empty without a frozen section."""
+    adjusted across the endpoints of one set; ``result`` the endpoint's reading ("holds", "not shown",
+    or an equivalence verdict with its margin). ``record``: the plan record's ablation entry, which an
+    effect endpoint's design comes from; ``training``: each complete run's last-100-episode training
+    return (``analysis.published.last_training_returns``), which an equivalence endpoint with
+    ``score = "training"`` compares. Empty without a frozen section."""
     if not reg.frozen:
         return pd.DataFrame(columns=ENDPOINT_COLUMNS)
     section = reg.section
     effects = [e for e in section.endpoints if e.kind == "effect"]
+    sources = {"evaluation": final, "training": training if training is not None else final.iloc[:0]}
     rows = []
-    for name, seeds in _seed_sets(section, set(int(s) for s in final.seed)):
+    present = {int(s) for t in sources.values() for s in t.seed}
+    for name, seeds in _seed_sets(section, present):
         on = final[final.seed.isin(seeds)]
         block = []
         tested = dict(zip([e.name for e in effects], _effect_endpoints(effects, on, record, reps, seed)))
         for endpoint in section.endpoints:
-            found = tested.get(endpoint.name) or test_endpoint(endpoint, on, reps, seed)
+            if endpoint.kind == "equivalence":
+                scores = sources[endpoint.score]
+                found = equivalence_endpoint(endpoint, scores[scores.seed.isin(seeds)], section.alpha)
+            else:
+                found = tested.get(endpoint.name) or test_endpoint(endpoint, on, reps, seed)
             label, why = run_label(reg, found["runs"], metadata)
             if name == "pooled" and label == PRE:
                 why += "; pooled as the frozen section allows"
@@ -308,18 +343,34 @@ def endpoint_table(
                 "endpoint": endpoint.name, "kind": endpoint.kind, "seed_set": name,
                 "seeds": _seeds_text(found["runs"]), "runs": len(found["runs"]),
                 "estimate": found["estimate"], "ci_low": found["ci_low"], "ci_high": found["ci_high"],
-                "test": endpoint.test, "sides": endpoint.sides, "p": found["p"],
-                "correction": section.correction, "alpha": section.alpha, "label": label, "why": why,
+                "ci_level": found.get("ci_level", CI_LEVEL), "test": endpoint.test, "sides": endpoint.sides,
+                "p": found["p"], "correction": section.correction, "alpha": section.alpha,
+                "margin": endpoint.margin, "score": endpoint.score if endpoint.kind == "equivalence" else "",
+                "label": label, "why": why, "welch": found.get("welch"),
             })  # fmt: skip
         if not block:
             continue
         frame = pd.DataFrame(block)
         frame["p_adjusted"] = adjust(frame.p, section.correction).to_numpy()
         frame["holds"] = frame.p_adjusted <= section.alpha
+        frame["result"] = [
+            _result(e, r, section.alpha) for e, r in zip(section.endpoints, frame.itertuples())
+        ]
         rows.append(frame)
     if not rows:
         return pd.DataFrame(columns=ENDPOINT_COLUMNS)
     return pd.concat(rows, ignore_index=True)[ENDPOINT_COLUMNS]
+
+
+def _result(endpoint: Endpoint, row: Any, alpha: float) -> str:
+    """How an endpoint's row reads: an equivalence verdict with its margin ("not tested" without the
+    runs to test), else "holds" or "not shown"."""
+    if endpoint.kind != "equivalence":
+        return "holds" if row.holds else "not shown"
+    if row.welch is None:
+        return "not tested (fewer than 2 runs a side)"
+    name = equivalence.verdict(row.welch, endpoint.test, endpoint.sides, alpha, bool(row.holds))
+    return equivalence.verdict_text(name, endpoint.margin)
 
 
 def _seeds_text(runs: pd.DataFrame) -> str:

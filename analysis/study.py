@@ -41,7 +41,13 @@ from analysis.confirmatory import (
 from analysis.curves import Scores, score_tables
 from analysis.factorial import FactorialAnalysis, factorial_effects
 from analysis.learning import arm_caps, cut_bounds, cut_short_note, learning_table
-from analysis.published import TRAINING_LAST, minatar_like_for_like, minatar_training_final, our_protocol
+from analysis.published import (
+    TRAINING_LAST,
+    last_training_returns,
+    minatar_like_for_like,
+    minatar_training_final,
+    our_protocol,
+)
 from analysis.robust import Robustness, balanced_runs, robust_verdict
 from analysis.runs import Experiment, load_experiment
 from analysis.scores import is_minatar, minatar_published_curves
@@ -267,7 +273,9 @@ def run_study(
         checks=learning_checks(exp, scores, reps, seed, caps, reg),
         caps=caps,
         registration=reg,
-        endpoints=endpoint_table(reg, scores.final, exp.metadata, ablation_record(exp.plan), reps, seed),
+        endpoints=endpoint_table(
+            reg, scores.final, exp.metadata, ablation_record(exp.plan), reps, seed, last_training_returns(exp)
+        ),
         robustness=checked,
         label=run_label(reg, balanced_runs(scores.final), exp.metadata),
         bounds=cut_bounds(exp, scores),

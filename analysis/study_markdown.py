@@ -5,6 +5,7 @@ verdict across games, learning checks, effects of the ablation arms, and the pro
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -111,32 +112,16 @@ def registration_lines(study: Study) -> list[str]:
     ]
     if section.rationale:
         lines += [f"Rationale (frozen): {section.rationale}", ""]
-    rows = [
-        [r.endpoint, r.seed_set, r.seeds, fmt(r.runs), ci_text(r.estimate, r.ci_low, r.ci_high),
-         f"{r.test}, {r.sides}", fmt(r.p), fmt(r.p_adjusted), "holds" if r.holds else "not shown", r.label]
-        for r in study.endpoints.itertuples()
-    ]  # fmt: skip
+    rows = [endpoint_cells(r) for r in study.endpoints.itertuples()]
     if rows:
         lines += [
             "Each frozen endpoint on each seed set (estimate: candidate minus baseline, raw returns for a "
-            "game, normalised points for an aggregate, 95% bootstrap CI; p of the frozen test and sides, "
-            "adjusted across the endpoints of the seed set; 'holds' when the adjusted p is at most alpha):",
+            "game, normalised points for an aggregate, with its CI: 95% bootstrap, or for an equivalence "
+            "endpoint the t interval that agrees with its test, beside its margin; p of the frozen test and "
+            "sides, adjusted across the endpoints of the seed set; 'holds' when the adjusted p is at most "
+            "alpha):",
             "",
-            *md_table(
-                [
-                    "endpoint",
-                    "seed set",
-                    "seeds",
-                    "runs",
-                    "estimate [95% CI]",
-                    "test",
-                    "p",
-                    "adjusted p",
-                    "result",
-                    "label",
-                ],
-                rows,
-            ),  # fmt: skip
+            *md_table(ENDPOINT_HEADER, rows),
             "",
         ]
         why = sorted({f"{r.endpoint} ({r.seed_set}): {r.why}" for r in study.endpoints.itertuples()
@@ -381,3 +366,20 @@ def study_markdown(
     )
     lines += ["## Runs not used", "", *(unused or ["None."]), ""]
     return "\n".join(lines)
+
+
+ENDPOINT_HEADER = ["endpoint", "seed set", "seeds", "runs", "estimate [CI]", "test", "p", "adjusted p",
+                   "result", "label"]  # fmt: skip
+
+
+def endpoint_cells(r: Any) -> list[str]:
+    """One row of ``analysis.confirmatory.endpoint_table`` as the study and the report show it
+    (``ENDPOINT_HEADER``): an equivalence endpoint's interval with its level and margin, its score
+    source with its test."""
+    interval = ci_text(r.estimate, r.ci_low, r.ci_high)
+    test = f"{r.test}, {r.sides}"
+    if r.kind == "equivalence":
+        interval += f" ({r.ci_level:.0%} CI; margin ±{r.margin:g})"
+        test += f", {r.score} return"
+    return [r.endpoint, r.seed_set, r.seeds, fmt(r.runs), interval, test, fmt(r.p), fmt(r.p_adjusted),
+            r.result, r.label]  # fmt: skip

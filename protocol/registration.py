@@ -14,22 +14,42 @@ A plan may declare how its results will be read, before any run exists::
 
     [[analysis.endpoints]]
     name = "breakout_endpoints"
-    kind = "game"                        # game | aggregate | effect
+    kind = "game"                        # game | aggregate | effect | equivalence
     game = "minatar_breakout"
     baseline = "r2d1_minatar_corrected"  # game and aggregate endpoints compare two arms
     candidate = "rlpyt_r2d1_minatar_published"
-    test = "mann_whitney"                # game: mann_whitney | welch; aggregate: bootstrap; effect: t
+    test = "mann_whitney"                # game: mann_whitney | welch; aggregate: bootstrap; effect: t;
+                                         # equivalence: tost | noninferiority
     sides = "less"                       # two | greater | less: the candidate's (or switch-on) side
 
 An ``aggregate`` endpoint names a ``metric`` (``AGGREGATE_METRICS``) over the plan's games; an
 ``effect`` endpoint the main effect of one ``switch`` of a factorial design (repro/configs/README.md,
-"Ablation plans"), on one ``game`` or, without one, on the aggregate.
+"Ablation plans"), on one ``game`` or, without one, on the aggregate. An ``equivalence`` endpoint
+(``analysis.equivalence``) compares the ``candidate`` arm on one ``game`` with a reference, within a
+``margin`` in the score's own units: a ``baseline`` arm (ours, or a peer's named in the plan's
+``peers``), or a published ``reference`` value with, optionally, its standard deviation
+``reference_sd`` over ``reference_n`` runs and its ``reference_source``. ``score`` says which return
+is compared (``SCORES``): the final evaluation or the mean of the last 100 training episodes. TOST
+(``sides = "two"``) claims "equivalent within +-margin"; ``noninferiority`` claims "no worse than the
+reference by more than the margin" on the named side (``greater``: higher is better)::
+
+    [[analysis.endpoints]]
+    name = "pong_ours_vs_sb3"
+    kind = "equivalence"
+    game = "pong"
+    candidate = "ppo_atari_zoo"
+    baseline = "sb3_ppo_atari_zoo"       # or: reference = 20.7, reference_sd = 0.3, reference_n = 3
+    score = "training"
+    test = "tost"
+    sides = "two"
+    margin = 5.0
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,16 +62,25 @@ from protocol.plan_args import parse_seeds, seeds_text
 RECORD_FILE = "preregistration.json"
 CORRECTIONS = ("holm", "bonferroni", "bh", "none")
 SIDES = ("two", "greater", "less")
-KINDS = ("game", "aggregate", "effect")
+KINDS = ("game", "aggregate", "effect", "equivalence")
 AGGREGATE_METRICS = ("iqm", "median", "mean", "optimality_gap", "probability_of_improvement")
-TESTS = {"game": ("mann_whitney", "welch"), "aggregate": ("bootstrap",), "effect": ("t",)}
+TESTS = {
+    "game": ("mann_whitney", "welch"), "aggregate": ("bootstrap",), "effect": ("t",),
+    "equivalence": ("tost", "noninferiority"),
+}  # fmt: skip
+# What an equivalence endpoint compares: the mean return of the final evaluation (eval.csv), or the
+# mean return of the last 100 training episodes at the final row (progress.csv), the protocol of
+# published Atari learning curves (analysis/published.py).
+SCORES = ("evaluation", "training")
+REFERENCE_KEYS = ("reference", "reference_sd", "reference_n", "reference_source")
 SECTION_KEYS = {
     "alpha": float, "correction": str, "seeds": str | int, "replication_seeds": str | int, "pool": bool,
     "rationale": str, "endpoints": list,
 }  # fmt: skip
 ENDPOINT_KEYS = {
     "name": str, "kind": str, "game": str, "baseline": str, "candidate": str, "metric": str, "switch": str,
-    "test": str, "sides": str, "rationale": str,
+    "test": str, "sides": str, "rationale": str, "margin": float, "score": str, "reference": float,
+    "reference_sd": float, "reference_n": int, "reference_source": str,
 }  # fmt: skip
 
 
@@ -70,6 +99,12 @@ class Endpoint:
     metric: str | None = None
     switch: str | None = None
     rationale: str = ""
+    margin: float | None = None  # an equivalence endpoint's margin, in the score's units
+    score: str = "evaluation"  # SCORES: which return an equivalence endpoint compares
+    reference: float | None = None  # a published value instead of a baseline arm
+    reference_sd: float | None = None
+    reference_n: int | None = None
+    reference_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -146,7 +181,7 @@ def parse_endpoint(
     sides = _choice(table["sides"], SIDES, f"{where} 'sides'")
     test = _choice(table.get("test", TESTS[kind][0]), TESTS[kind], f"{where} 'test' (kind {kind})")
     needed = {"game": ("game", "baseline", "candidate"), "aggregate": ("metric", "baseline", "candidate"),
-              "effect": ("switch",)}[kind]  # fmt: skip
+              "effect": ("switch",), "equivalence": ("game", "candidate", "margin")}[kind]  # fmt: skip
     for key in needed:
         if key not in table:
             raise ConfigError(f"{where}: kind {kind!r} needs '{key}'")
@@ -154,10 +189,13 @@ def parse_endpoint(
         set(needed)
         | {"name", "kind", "test", "sides", "rationale"}
         | ({"game"} if kind == "effect" else set())
+        | ({"baseline", "score", *REFERENCE_KEYS} if kind == "equivalence" else set())
     )
     for key in table:
         if key not in allowed:
             raise ConfigError(f"{where} '{key}': not a key of a {kind!r} endpoint")
+    if kind == "equivalence":
+        _check_equivalence(table, test, sides, where)
     if "game" in table and envs is not None and table["game"] not in envs:
         raise ConfigError(
             f"{where} 'game': {table['game']!r} is not an env of the plan; "
@@ -169,7 +207,7 @@ def parse_endpoint(
                 f"{where} '{key}': {table[key]!r} is not an arm of the plan; "
                 + unknown_key_message(table[key], list(arms))
             )
-    if kind != "effect" and table["baseline"] == table["candidate"]:
+    if "baseline" in table and table["baseline"] == table["candidate"]:
         raise ConfigError(f"{where}: baseline and candidate are the same arm, {table['baseline']!r}")
     if "metric" in table:
         _choice(table["metric"], AGGREGATE_METRICS, f"{where} 'metric'")
@@ -186,7 +224,58 @@ def parse_endpoint(
     return Endpoint(
         name, kind, test, sides, table.get("game"), table.get("baseline"), table.get("candidate"),
         table.get("metric"), table.get("switch"), table.get("rationale", ""),
+        float(table["margin"]) if "margin" in table else None, table.get("score", "evaluation"),
+        float(table["reference"]) if "reference" in table else None,
+        float(table["reference_sd"]) if "reference_sd" in table else None, table.get("reference_n"),
+        table.get("reference_source", ""),
     )  # fmt: skip
+
+
+def _check_equivalence(table: Mapping[str, Any], test: str, sides: str, where: str) -> None:
+    """An equivalence endpoint's own keys (module doc): a finite positive margin, one reference (a
+    baseline arm or a published value), a published spread as a standard deviation over at least 2
+    runs, a known score, and sides that fit the test."""
+    margin = table["margin"]
+    if not (math.isfinite(margin) and margin > 0):
+        raise ConfigError(f"{where} 'margin': expected a finite number above 0, got {margin}")
+    if ("baseline" in table) == ("reference" in table):
+        raise ConfigError(
+            f"{where}: an equivalence endpoint compares with exactly one of 'baseline' (an arm) or "
+            "'reference' (a published value)"
+        )
+    if "baseline" in table and (given := [k for k in REFERENCE_KEYS if k in table]):
+        raise ConfigError(
+            f"{where} '{given[0]}': a published reference's key, but the endpoint has a baseline arm"
+        )
+    if "reference" in table and not math.isfinite(table["reference"]):
+        raise ConfigError(f"{where} 'reference': expected a finite number, got {table['reference']}")
+    if ("reference_sd" in table) != ("reference_n" in table):
+        given, absent = (
+            ("reference_sd", "reference_n") if "reference_sd" in table else ("reference_n", "reference_sd")
+        )
+        raise ConfigError(
+            f"{where} '{given}': a published spread needs both reference_sd and reference_n; "
+            f"'{absent}' is missing"
+        )
+    if "reference_sd" in table and not (math.isfinite(table["reference_sd"]) and table["reference_sd"] >= 0):
+        raise ConfigError(
+            f"{where} 'reference_sd': expected a finite standard deviation >= 0, got {table['reference_sd']}"
+        )
+    if "reference_n" in table and table["reference_n"] < 2:
+        raise ConfigError(
+            f"{where} 'reference_n': a standard deviation needs at least 2 runs, got {table['reference_n']}"
+        )
+    _choice(table.get("score", "evaluation"), SCORES, f"{where} 'score'")
+    if test == "tost" and sides != "two":
+        raise ConfigError(
+            f"{where} 'sides': a TOST tests both margins (sides = \"two\"), got {sides!r}; a one-sided "
+            'claim is test = "noninferiority"'
+        )
+    if test == "noninferiority" and sides == "two":
+        raise ConfigError(
+            f'{where} \'sides\': non-inferiority is one-sided: "greater" (higher is better) or "less"; '
+            'both margins is test = "tost"'
+        )
 
 
 def parse_section(

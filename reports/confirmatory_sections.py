@@ -11,10 +11,11 @@ from analysis.confirmatory import Registration, endpoint_table, run_label
 from analysis.curves import Scores
 from analysis.learning import arm_caps, cut_legend, marked
 from analysis.markdown import ci_text, fmt
+from analysis.published import last_training_returns
 from analysis.robust import balanced_runs, middle_sentence, robust_verdict
 from analysis.runs import Experiment
 from analysis.study import Checks
-from analysis.study_markdown import effect_game_intro, effect_game_table
+from analysis.study_markdown import ENDPOINT_HEADER, effect_game_intro, effect_game_table, endpoint_cells
 from reports import figures
 from reports.cut_notes import IQM_INTERVALS
 from reports.page import Figure, Section, Table, frame_table
@@ -50,19 +51,20 @@ def registration_section(exp: Experiment, scores: Scores, reg: Registration, rep
               "yes (--allow-dirty)" if e.get("dirty") else "no"] for name, e in reg.freezes.items()],
         )
     )  # fmt: skip
-    endpoints = endpoint_table(reg, scores.final, exp.metadata, ablation_record(exp.plan), reps)
+    endpoints = endpoint_table(
+        reg, scores.final, exp.metadata, ablation_record(exp.plan), reps, training=last_training_returns(exp)
+    )
     section.tables.append(
         Table(
             "analysis-endpoints",
-            ["endpoint", "seed set", "seeds", "runs", "estimate [95% CI]", "test", "p", "adjusted p",
-             "result", "label", "why"],
-            [[r.endpoint, r.seed_set, r.seeds, fmt(r.runs), ci_text(r.estimate, r.ci_low, r.ci_high),
-              f"{r.test}, {r.sides}", fmt(r.p), fmt(r.p_adjusted), "holds" if r.holds else "not shown",
-              r.label, r.why] for r in endpoints.itertuples()],
+            [*ENDPOINT_HEADER, "why"],
+            [[*endpoint_cells(r), r.why] for r in endpoints.itertuples()],
             "Each frozen endpoint on each seed set: candidate minus baseline (raw returns for a game, "
-            "normalised points for an aggregate), p of the frozen test adjusted across the set's endpoints.",
+            "normalised points for an aggregate) with its CI (95% bootstrap; an equivalence endpoint's t "
+            "interval at the level that agrees with its test, beside its margin), p of the frozen test "
+            "adjusted across the set's endpoints.",
         )
-    )  # fmt: skip
+    )
     return section
 
 

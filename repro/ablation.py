@@ -202,6 +202,10 @@ def plan_lines(plan: Plan, settings_dir: Path = SETTINGS_DIR, schema: Schema = d
             lines.append(f"  {arm.name}")
             continue
         lines.append(f"  {arm.name}: {_values(ablate, arm.deviation[2], schema)}")
+    lines += [
+        f"  {peer}: a peer arm, run by another program into the experiment (not by run)"
+        for peer in plan.peers
+    ]
     return lines
 
 

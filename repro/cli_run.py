@@ -245,6 +245,8 @@ def _dry_run(plan, jobs, n_slots: int, slot_kind: str, packs, k: int, afresh=fro
         f"done: {complete} complete, {started} part-way, {len(jobs) - complete - started} not started; "
         f"{sum(left):,} of {steps:,} env steps left"
     )
+    if plan.peers:
+        print(f"peer arms, run by another program into this experiment (not by run): {', '.join(plan.peers)}")
     if k > 1:
         rows = [(p[0].arm, p[0].env, ",".join(str(j.seed) for j in p), len(p)) for p in packs]
         print(f"\npacks (--pack {k}): {len(packs)} process(es) for {len(jobs)} jobs")

@@ -9,7 +9,7 @@ from typing import Any
 
 PLAN_KEYS = {
     "title": str, "description": str, "arms": list, "envs": list, "envs_source": str, "seeds": str | int,
-    "ablate": str, "pilot": str, "design": str, "resolution": int, "generators": list,
+    "ablate": str, "pilot": str, "design": str, "resolution": int, "generators": list, "peers": list,
 }  # fmt: skip
 # Top-level tables a plan file may hold beside [plan]: [analysis], the frozen analysis of a
 # pre-registered study, which the plan carries unread (``Plan.analysis``) for analysis to check.
@@ -33,3 +33,6 @@ class Plan:
     resolution: int | None = None  # a fractional design's resolution (the standard fraction's, or a floor)
     generators: tuple[str, ...] = ()  # a fractional design's generators, "E=BCD"
     analysis: dict[str, Any] | None = None  # the plan file's [analysis] table, as written (PLAN_TABLES)
+    # Arms whose runs another program writes into the experiment (a peer library driven by a bench
+    # script, bench/sb3_ppo_atari.py): ``run`` never runs them; an [analysis] endpoint may name them.
+    peers: tuple[str, ...] = ()

@@ -14,6 +14,7 @@ A plan (``repro/configs/plans/<name>.toml``)::
     resolution = 4                                         #   a fraction's: resolution = N or
     generators = ["E=BCD", "F=ACD", "G=ABC", "H=ABD"]      #   generators (design = "factorial": neither)
     pilot = "docs/results/r2d1_minatar.csv"                # optional: plan the seeds (repro/power.py)
+    peers = ["sb3_ppo_atari_zoo"]                          # optional: arms another program runs
 
     [analysis]                                             # optional: the analysis, fixed before the data
     ...                                                    # (repro/preregister.py)
@@ -129,6 +130,14 @@ def load_plan(name: str, plans_dir: Path = PLANS_DIR) -> Plan:
             raise ConfigError(f"{path} [plan] 'envs': {env!r} is not a valid name (it names a directory)")
     for arm in meta["arms"]:
         check_arm_name(arm, f"{path} [plan] 'arms'")
+    for peer in meta.get("peers", []):
+        if not isinstance(peer, str):
+            raise ConfigError(f"{path} [plan] 'peers': expected a list of arm names, got {peer!r}")
+        check_arm_name(peer, f"{path} [plan] 'peers'")
+        if peer in meta["arms"]:
+            raise ConfigError(
+                f"{path} [plan] 'peers': {peer!r} is also in 'arms'; a peer arm is run elsewhere"
+            )
     if "ablate" in meta and len(meta["arms"]) != 1:
         raise ConfigError(
             f"{path} [plan] 'arms': an ablation plan (ablate = {meta['ablate']!r}) has one arm, the base "
@@ -145,6 +154,7 @@ def load_plan(name: str, plans_dir: Path = PLANS_DIR) -> Plan:
         pilot=str(REPO_ROOT / meta["pilot"]) if "pilot" in meta else None,
         design=meta.get("design"), resolution=meta.get("resolution"),
         generators=tuple(meta.get("generators", ())), analysis=data.get("analysis"),
+        peers=tuple(meta.get("peers", ())),
     )  # fmt: skip
 
 
@@ -155,7 +165,7 @@ def plan_analysis(
     envs and design switches (``protocol.registration.parse_section``); None when it has none."""
     if plan.analysis is None:
         return None
-    names = [a.name for a in ablation_arms(plan, settings_dir, schema)]
+    names = [a.name for a in ablation_arms(plan, settings_dir, schema)] + list(plan.peers)
     # A design's switches are its deviation groups; a leave-one-out plan's have no main effects to test.
     switches = list(deviation_groups(plan, settings_dir, schema)[2]) if plan.design else []
     return parse_section(plan.analysis, str(plan.path), names, plan.envs, switches)

@@ -22,7 +22,7 @@ from typing import Any
 from algorithms.configs import ConfigError
 from algorithms.rundir import atomic_write_json, git_state
 from protocol.plan_args import format_seeds, seeds_text
-from protocol.registration import RECORD_FILE, AnalysisSection, plan_label, read_record
+from protocol.registration import RECORD_FILE, AnalysisSection, Endpoint, plan_label, read_record
 
 
 @dataclass(frozen=True)
@@ -112,8 +112,18 @@ def analysis_lines(section: AnalysisSection | None) -> list[str]:
         f"{section.alpha:g}, {section.correction} across {len(section.endpoints)} endpoints, {sets}"
     ]
     for e in section.endpoints:
-        what = {"game": f"{e.candidate} - {e.baseline} on {e.game}",
-                "aggregate": f"{e.metric} of {e.candidate} - {e.baseline}",
-                "effect": f"main effect of {e.switch} on {e.game or 'the aggregate'}"}[e.kind]  # fmt: skip
+        what = _endpoint_text(e)
         lines.append(f"  {e.name}: {what}; {e.test}, {e.sides}")
     return lines
+
+
+def _endpoint_text(e: Endpoint) -> str:
+    """What one endpoint compares, as ``show`` lists it."""
+    if e.kind == "game":
+        return f"{e.candidate} - {e.baseline} on {e.game}"
+    if e.kind == "aggregate":
+        return f"{e.metric} of {e.candidate} - {e.baseline}"
+    if e.kind == "effect":
+        return f"main effect of {e.switch} on {e.game or 'the aggregate'}"
+    reference = e.baseline or f"published {e.reference:g}"
+    return f"{e.candidate} - {reference} on {e.game}, {e.score} return, margin {e.margin:g}"
