@@ -31,7 +31,7 @@ EXP ?=
 # PACK=auto chooses K from the slots. Empty: one process per run.
 PACK ?=
 
-.PHONY: help venv test test-gpu lint format bench-env bench-minatar-dqn bench-r2d1-minatar bench-packed bench-learn-dqn bench-dqn-speed bench-learn-pg bench-pg-speed bench-sampler bench-replay \
+.PHONY: help venv test test-gpu lint format bench-env bench-minatar-dqn bench-r2d1-minatar bench-packed bench-learn-dqn bench-dqn-speed bench-learn-pg bench-pg-speed bench-sb3-ppo-atari bench-sampler bench-replay \
 	reproduce-r2d1 repro-dry-run check-suite report regress regress-update clean
 
 help:
@@ -176,6 +176,13 @@ bench-learn-pg: $(STAMP)
 # PPO on Pong and SAC on HalfCheetah-v5 against Stable-Baselines3 (same envs and threads: all cores, median of 3)
 bench-pg-speed: $(STAMP_BENCH)
 	$(PY) -m bench.bench_pg_speed --out runs/bench/pg_speed.csv $(PG_SPEED_ARGS)
+
+# Stable-Baselines3's PPO with rl-baselines3-zoo's Atari hyperparameters, recorded as arm sb3_ppo_atari_zoo
+# of runs/<exp>/ (issue 53); rerun to resume. SB3_PPO_ARGS="--exp atari_ppo --game breakout --seed 1
+# [--steps N] [--dry-run]".
+SB3_PPO_ARGS ?= --exp atari_ppo --game pong --seed 0
+bench-sb3-ppo-atari: $(STAMP_BENCH)
+	$(PY) -m bench.sb3_ppo_atari $(SB3_PPO_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
