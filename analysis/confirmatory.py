@@ -211,7 +211,7 @@ def equivalence_endpoint(endpoint: Endpoint, scores: pd.DataFrame, alpha: float)
     else:
         base = on[on.arm == endpoint.baseline].score.to_numpy(float)
     w = equivalence.welch(cand, base)
-    level = equivalence.interval_level(endpoint.test, alpha)
+    level = equivalence.interval_level(alpha)
     if w is None:
         return {"estimate": np.nan, "ci_low": np.nan, "ci_high": np.nan, "ci_level": level, "p": np.nan,
                 "runs": on, "welch": None}  # fmt: skip

@@ -379,7 +379,8 @@ def endpoint_cells(r: Any) -> list[str]:
     interval = ci_text(r.estimate, r.ci_low, r.ci_high)
     test = f"{r.test}, {r.sides}"
     if r.kind == "equivalence":
-        interval += f" ({r.ci_level:.0%} CI; margin ±{r.margin:g})"
+        margin = f"±{r.margin:g}" if r.test == "tost" else f"{r.margin:g}, {r.sides}"
+        interval += f" ({r.ci_level:.0%} CI; margin {margin})"
         test += f", {r.score} return"
     return [r.endpoint, r.seed_set, r.seeds, fmt(r.runs), interval, test, fmt(r.p), fmt(r.p_adjusted),
             r.result, r.label]  # fmt: skip

@@ -92,11 +92,11 @@ def test_the_interval_inside_the_margins_exactly_when_tost_holds():
     alpha, margin = 0.05, 1.0
     for _ in range(500):
         w = welch(rng.normal(rng.uniform(-1, 1), 1.0, 4), rng.normal(0.0, 1.0, 3))
-        lo, hi = w.interval(equivalence.interval_level("tost", alpha))
+        lo, hi = w.interval(equivalence.interval_level(alpha))
         assert (equivalence.test_p(w, "tost", "two", margin) <= alpha) == (-margin < lo and hi < margin)
-        lo, hi = w.interval(1 - 2 * alpha)
         p_ni = equivalence.test_p(w, "noninferiority", "greater", margin)
         assert (p_ni <= alpha) == (lo > -margin)
+        assert (equivalence.test_p(w, "noninferiority", "less", margin) <= alpha) == (hi < margin)
 
 
 def test_verdicts_name_equivalent_different_and_not_shown():
@@ -168,6 +168,7 @@ def test_non_inferiority_to_a_published_value(tmp_path):
     exp2 = _experiment(tmp_path / "ni", _section(published), {OURS: 0.9}, {OURS: 0.01})
     row = _row(exp2)
     assert row.holds and row.result == "non-inferior within 5" and row.runs == 3
+    assert row.ci_level == pytest.approx(0.90) and row.ci_low > -5
     assert row.estimate == pytest.approx(-2.0, abs=1e-9)
     below = {**published, "reference": float(ours) + 6.0}
     row = _row(_experiment(tmp_path / "below", _section(below), {OURS: 0.9}, {OURS: 0.01}))
