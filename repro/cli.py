@@ -64,8 +64,23 @@ def build_report(experiment: str, options: Sequence[str] = ()) -> int:
     return subprocess.run(argv, check=False).returncode
 
 
+def print_ending(experiment: Path) -> int:
+    """Print what a run ends with: per arm and env the final score, then the verdict or the learning
+    check (``python -m analysis ending``, run in a child process as ``build_report`` runs the report,
+    the analysis layer being a sibling of this one). Returns its exit code."""
+    import subprocess
+
+    argv = [sys.executable, "-m", "analysis", "ending", str(experiment)]
+    return subprocess.run(argv, check=False).returncode
+
+
 # The plans `make reproduce-r2d1` runs (the Makefile's SUITE): their hint names the Makefile's variables.
-MAKE_PLANS = ("r2d1", "r2d1_minatar_published_vs_corrected")
+MAKE_PLANS = ("r2d1", "r2d1_minatar_published_vs_corrected", "r2d1_breakout_cpu")
+# What any 2-core machine without a GPU runs in under an hour: the Makefile's default suite.
+CPU_ANSWER = (
+    "make reproduce-r2d1 SEEDS=3 (the confirmed R2D1 finding on MinAtar Breakout, under an hour on 2 cores; "
+    "python -m repro run r2d1_breakout_cpu --seeds 3 --profile minatar_cpu)"
+)
 
 
 def smaller_runs_hint(plan: str, profile: str) -> str:
@@ -75,9 +90,10 @@ def smaller_runs_hint(plan: str, profile: str) -> str:
     if plan in MAKE_PLANS:
         if profile not in ("mini", "minatar_cpu", "smoke"):
             options.append("PROFILE=mini (--profile mini)")
-        if plan != "r2d1_minatar_published_vs_corrected":
+        if plan == "r2d1":
             plan_text = "plan r2d1_minatar_published_vs_corrected --profile minatar_cpu"
             options.append(f"SUITE=minatar PROFILE=minatar_cpu ({plan_text})")
+            options.append(CPU_ANSWER)
         options.append("fewer GAMES or SEEDS")
     else:
         if profile != "smoke":
@@ -250,8 +266,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="no estimated duration (neither probe nor cache)",
     )
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (a log file's output)")
     p.add_argument("--report", action="store_true", help="build the experiment's HTML report at the end")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also the throughput table per run at the end (rlrepro summary)",
+    )
     p.add_argument(
         "--pack",
         default=None,
