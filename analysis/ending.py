@@ -72,7 +72,7 @@ def score_lines(study: Study) -> list[str]:
 
 
 def human_frames(frames: float) -> str:
-    return f"{frames / 1e6:g}M" if frames >= 1e6 else f"{frames / 1e3:g}k"
+    return f"{frames / 1e6:.3g}M" if frames >= 1e6 else f"{frames / 1e3:.3g}k"
 
 
 def verdict_line(study: Study) -> str:

@@ -306,6 +306,21 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--track", action="store_true")
         p.set_defaults(func=_command("repro.cli_job", func))
 
+    p = sub.add_parser(
+        "evaluate", help="watch a trained agent: a run's checkpoint played, with --video a GIF"
+    )
+    p.add_argument("run", help="a run directory: runs/<experiment>/<arm>/<env>/seed<k>")
+    p.add_argument("--episodes", type=int, default=5, help="evaluation episodes to play (5)")
+    p.add_argument(
+        "--checkpoint",
+        default="latest",
+        help="latest (the final one of a finished run), previous, or a .pt path",
+    )
+    p.add_argument("--video", default=None, metavar="DIR", help="record each episode as DIR/episode<k>.gif")
+    p.add_argument("--seed", type=int, default=None, help="the env seed (default: the run's seed)")
+    p.add_argument("--max-frames", type=int, default=2000, help="frames kept per episode in a video (2000)")
+    p.set_defaults(func=_command("repro.evaluate", "cmd_evaluate"))
+
     p = sub.add_parser("report", help="build the HTML report of runs/<experiment> (python -m reports build)")
     p.add_argument("experiment", help="the experiment's name (under runs/) or its directory")
     p.add_argument(
