@@ -25,9 +25,10 @@ def repro(*args: str) -> subprocess.CompletedProcess:
 
 def trained(root: Path, setting: str, env: str, steps: int) -> Path:
     """One smoke-profile run of ``setting`` on ``env``, ``steps`` env steps: its run directory."""
+    budget = f"runner.n_steps={steps}"
     done = repro(
-        "run", setting, "--env", env, "--seeds", "1", "--profile", "smoke",
-        "--set", f"runner.n_steps={steps}", "--root", str(root), "--exp", "exp", "--no-estimate", "--no-progress",
+        "run", setting, "--env", env, "--seeds", "1", "--profile", "smoke", "--set", budget,
+        "--root", str(root), "--exp", "exp", "--no-estimate", "--no-progress",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     [run] = (root / "exp").glob(f"*/{env}/seed0")
