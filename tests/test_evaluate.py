@@ -98,3 +98,19 @@ def test_bad_runs_are_one_line_and_exit_2(cartpole, minatar, tmp_path):
     shutil.copy(cartpole / CHECKPOINT_DIR / "latest.pt", other_agent / CHECKPOINT_DIR / "latest.pt")
     assert "does not fit the run's dqn agent" in _refused(other_agent, tmp_path)
     assert "--episodes must be at least 1" in _refused(cartpole, tmp_path, "--episodes", "0")
+
+
+def test_the_report_embeds_a_clip_per_arm_with_a_checkpoint_and_names_the_others(cartpole, tmp_path):
+    from reports.build import build_report
+
+    experiment = cartpole.parents[2]
+    page = build_report(experiment, out=tmp_path / "with.html", reps=100, figures_dir=tmp_path / "figures")
+    html = page.read_text()
+    assert (
+        html.count('src="data:image/gif;base64,') == 1 and 'id="clip-ppo_cartpole_zoo_n_steps-2048"' in html
+    )
+    assert (tmp_path / "figures" / "clip-ppo_cartpole_zoo_n_steps-2048.gif").stat().st_size > 0
+    bare = _copy(experiment, tmp_path / "bare")
+    for checkpoints in bare.glob(f"*/*/seed*/{CHECKPOINT_DIR}"):
+        shutil.rmtree(checkpoints)
+    assert 'id="watch"' not in build_report(bare, out=tmp_path / "without.html", reps=100).read_text()
