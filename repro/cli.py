@@ -110,6 +110,17 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _version() -> str:
+    """The installed package's version (pyproject's ``version``); "unknown" when run from a tree
+    that was never installed (``python -m repro`` with PYTHONPATH)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("rlrepro")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed: make venv)"
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     from repro.plans import available_plans
     from repro.profiles import available_profiles
@@ -177,14 +188,19 @@ def _add_set(parser: argparse.ArgumentParser, what: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=invoked_as(), description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    # The scheduler's own commands (run-job, pack-job) stay out of the list: a user never types them.
+    sub = parser.add_subparsers(
+        dest="command", required=True, parser_class=_Parser, metavar="COMMAND",
+        title="commands (COMMAND --help for its options)",
+    )  # fmt: skip
 
     p = sub.add_parser("list", help="shipped settings, profiles and plans")
     p.set_defaults(func=_cmd_list)
 
     p = sub.add_parser("show", help="a setting resolved, every value with its source; a plan's arms")
     p.add_argument("setting", help="name, NAME@PROFILE, a path to a .toml file, or a plan's name")
-    p.add_argument("--profile", default=None)
+    p.add_argument("--profile", default=None, help="a profile's changes applied (as NAME@PROFILE)")
     _add_set(p, "a value of the setting, shown with origin 'command line'")
     p.set_defaults(func=_cmd_show)
 
@@ -199,7 +215,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--seeds", default=None, help="a count (3: seeds 0..2), a range (100-104) or a list (1,5,9)"
     )
-    p.add_argument("--profile", default="paper")
+    p.add_argument(
+        "--profile",
+        default="paper",
+        help="paper (the published budget, default), smoke (minutes, tests the pipeline), mini, minatar_cpu, "
+        "... (rlrepro list), or a profile .toml",
+    )
     p.add_argument(
         "--env", action="append", default=None, help="an env for a setting (repeatable; default its env.id)"
     )
@@ -225,8 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run a plan with an [analysis] section from a tree with uncommitted changes (recorded)",
     )
-    p.add_argument("--root", default=str(DEFAULT_ROOT))
-    p.add_argument("--backend", default="local")
+    p.add_argument("--root", default=str(DEFAULT_ROOT), help="where experiments go (default runs/)")
+    p.add_argument("--backend", default="local", help="local (this machine, default) or ray (a cluster)")
     p.add_argument("--address", default=None, help="Ray cluster address (BACKEND=ray)")
     p.add_argument("--jobs", default=None, help="slots (default: GPUs, else cores / torch threads)")
     p.add_argument("--cpus-per-job", default=None, help="CPUs per job, also its torch threads")
@@ -243,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--retries", type=int, default=2, help="retries of a failed job before it is marked failed"
     )
-    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--dry-run", action="store_true", help="the jobs, their totals and an estimated duration")
     p.add_argument(
         "--rerun-changed",
         action="store_true",
@@ -284,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("run-job", "cmd_run_job", "train one job of a plan"),
         ("pack-job", "cmd_pack_job", "train several seeds of one arm and env of a plan in one process"),
     ):
-        p = sub.add_parser(name, help=f"(used by the scheduler) {what}")
+        p = sub.add_parser(name, description=f"(used by the scheduler) {what}")
         p.add_argument("--arm", required=True)
         p.add_argument("--profile", required=True)
         p.add_argument("--env", required=True)
