@@ -166,8 +166,12 @@ class Attempts:
 
 
 def say_stderr(msg: str) -> None:
-    """The scheduler's lines, by default: on stderr, below the progress bar."""
-    print(msg, file=sys.stderr, flush=True)
+    """The scheduler's lines, by default: on stderr, above the progress bar (``tqdm.write`` clears the
+    bar's line first, so a line never lands on the end of the bar)."""
+    from tqdm import tqdm
+
+    tqdm.write(msg, file=sys.stderr)
+    sys.stderr.flush()
 
 
 @dataclass(frozen=True)
