@@ -2,7 +2,8 @@
 after its jobs, before the report command):
 
 * one line per arm and env: the mean final evaluation return with its 95% bootstrap interval over
-  seeds (the experiment's score, ``analysis.curves``) and the mean last training return beside it;
+  seeds (the experiment's score, ``analysis.curves``) and the mean last training return (over the
+  last episodes, ``analysis.published.last_training_returns``) with its interval beside it;
 * the verdict of two arms (``analysis.verdict``), or with one arm or a sweep the learning check;
 * where the experiment compares two arms, at the profile, on the env of a difference a
   pre-registered run confirmed (``data/confirmed_differences.csv``), its own difference beside that
@@ -64,11 +65,19 @@ def score_lines(study: Study) -> list[str]:
         runs = f"{row.n_runs} seed{'s' if row.n_runs != 1 else ''}"
         interval = f" [{_num(row.ci_low)}, {_num(row.ci_high)}]" if row.n_runs > 1 else ""
         line = f"{row.arm} on {row.env}: {what} {_num(row.score)}{interval}"
-        mine = training[(training.arm == row.arm) & (training.env == row.env)]
+        mine = training[(training.arm == row.arm) & (training.env == row.env)].sort_values("seed")
         if what == "final evaluation" and len(mine):
-            line += f", training {_num(mine.score.mean())}"
+            line += f", training {_num(mine.score.mean())}{_interval(mine.score.to_numpy(float), study.reps)}"
         lines.append(f"{line} ({runs}, {human_frames(row.frames)} frames)")
     return lines
+
+
+def _interval(values: np.ndarray, reps: int) -> str:
+    """`` [low, high]``: the 95% bootstrap interval of the mean over seeds; nothing for one seed."""
+    if len(values) < 2:
+        return ""
+    low, high = aggregate.bootstrap_mean_ci(values, reps=reps)
+    return f" [{_num(float(low))}, {_num(float(high))}]"
 
 
 def human_frames(frames: float) -> str:

@@ -6,6 +6,7 @@ synthetic runs."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -100,7 +101,9 @@ def test_the_run_ends_with_each_arms_score_the_verdict_and_the_replication(tmp_p
     lines = ending_lines(study)
     assert lines[0].startswith(f"{CORRECTED} on {BREAKOUT}: final evaluation ")
     assert lines[1].startswith(f"{PUBLISHED} on {BREAKOUT}: final evaluation ")
-    assert all("training" in line and "(3 seeds, 10k frames)" in line for line in lines[:2])
+    score = r"-?\d+\.\d\d \[-?\d+\.\d\d, -?\d+\.\d\d\]"
+    assert all(re.search(f"final evaluation {score}, training {score} \\(3 seeds, 10k frames\\)$", line)
+               for line in lines[:2])  # fmt: skip
     assert lines[2] == study.verdict.sentence
     assert lines[3].startswith("a replication on a CPU (seeds 400-402, 3 vs 3 runs): ")
     assert "returns (Welch t 95% interval)" in lines[3]
