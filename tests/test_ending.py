@@ -91,7 +91,11 @@ def test_the_confirmed_figure_is_the_confirmatory_pages_own_difference():
 def _experiment(tmp_path, published: float, corrected: float, seeds=(400, 401, 402), profile="minatar_cpu"):
     arms = {PUBLISHED: SyntheticArm(published, {"arm": PUBLISHED}), CORRECTED: SyntheticArm(corrected, {})}
     path = write_experiment(tmp_path, "exp", arms, [BREAKOUT], list(seeds), frameskip=1, eval_episodes=16)
-    plan = {"plans": [{"plan": "r2d1_breakout_cpu", "profile": profile, "arms": [PUBLISHED, CORRECTED]}]}
+    from repro.plans import load_plan
+
+    arms_in_order = list(load_plan("r2d1_breakout_cpu").arms)  # the shipped plan's: its first is the baseline
+    entry = {"plan": "r2d1_breakout_cpu", "profile": profile, "arms": arms_in_order}
+    plan = {"arms": arms_in_order, "plans": [entry]}  # as repro/record.py writes it
     (path / "plan.json").write_text(json.dumps(plan))
     return path
 
@@ -105,6 +109,7 @@ def test_the_run_ends_with_each_arms_score_the_verdict_and_the_replication(tmp_p
     assert all(re.search(f"final evaluation {score}, training {score} \\(3 seeds, 10k frames\\)$", line)
                for line in lines[:2])  # fmt: skip
     assert lines[2] == study.verdict.sentence
+    assert f"{PUBLISHED} - {CORRECTED} = " in lines[2]  # the direction of the confirmed difference
     assert lines[3].startswith("a replication on a CPU (seeds 400-402, 3 vs 3 runs): ")
     assert "returns (Welch t 95% interval)" in lines[3]
     assert lines[4].startswith("  the confirmatory run: -3.71 [-4.47, -2.94]")
