@@ -42,3 +42,25 @@ def test_help_lists_the_users_commands_only_and_every_run_option_has_help(capsys
     run = build_parser()._subparsers._group_actions[0].choices["run"]
     bare = [a.option_strings[0] for a in run._actions if a.option_strings and not a.help]
     assert bare == []
+
+
+def test_the_reports_throughput_tables_stay_narrow(tmp_path):
+    """The per-arm throughput table had 15 columns, wider than a 1280 px page (it scrolled in its own
+    box): the time split is a table of its own and frames/s (steps/s times the frameskip) is gone.
+    The column count stands in for the width, which only a browser measures (tests/test_reports_browser.py,
+    where chromium is installed)."""
+    import re
+
+    from analysis.synthetic import SyntheticArm, write_experiment
+    from reports.build import build_report
+
+    arms = {"a": SyntheticArm(1.0, {"algo": "dqn"}), "b": SyntheticArm(0.5, {"algo": "dqn"})}
+    exp = write_experiment(tmp_path, "exp", arms, ["CartPole-v1"], [0, 1], n_logs=2, eval_episodes=1)
+    html = build_report(exp, reps=100).read_text()
+
+    def headers(table_id: str) -> list[str]:
+        head = re.search(rf'<table id="{table_id}">.*?<thead>(.*?)</thead>', html, re.S).group(1)
+        return re.findall(r"<th>(.*?)</th>", head)
+
+    assert len(headers("throughput-table")) <= 10 and "frames/s" not in headers("throughput-table")
+    assert headers("time-split-table") == ["arm", "sampling %", "optimizing %", "evaluating %", "logging %"]
