@@ -61,6 +61,7 @@ def build_report(experiment: str, options: Sequence[str] = ()) -> int:
     import subprocess
 
     argv = [sys.executable, "-m", "reports", "build", experiment, *options]
+    sys.stdout.flush()  # what this process printed comes first, also into a pipe or a file
     return subprocess.run(argv, check=False).returncode
 
 
@@ -71,6 +72,7 @@ def print_ending(experiment: Path) -> int:
     import subprocess
 
     argv = [sys.executable, "-m", "analysis", "ending", str(experiment)]
+    sys.stdout.flush()  # what this process printed comes first, also into a pipe or a file
     return subprocess.run(argv, check=False).returncode
 
 
