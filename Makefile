@@ -11,11 +11,15 @@ STAMP_BENCH := $(VENV)/.installed-bench
 STAMP_RAY := $(VENV)/.installed-ray
 
 SEEDS ?= 3
-# SUITE picks the R2D1 plan: atari (repro/configs/plans/r2d1.toml, the default) or minatar
-# (r2d1_minatar_published_vs_corrected.toml, the CPU-scale study), whose default profile is minatar_cpu.
-SUITE ?= atari
-SUITES := atari minatar
-PROFILE ?= $(if $(filter minatar,$(SUITE)),minatar_cpu,paper)
+# SUITE picks the R2D1 plan: cpu (repro/configs/plans/r2d1_breakout_cpu.toml, the default: the confirmed
+# Breakout finding on fresh seeds, under an hour on 2 cores), atari (r2d1.toml, the published scale) or
+# minatar (r2d1_minatar_published_vs_corrected.toml, the five MinAtar games). An Atari profile given
+# without a SUITE (PROFILE=smoke, mini or paper) asks for the Atari plan, as it did before cpu existed.
+ifndef SUITE
+SUITE := $(if $(filter paper mini smoke,$(PROFILE)),atari,cpu)
+endif
+SUITES := cpu atari minatar
+PROFILE ?= $(if $(filter atari,$(SUITE)),paper,minatar_cpu)
 GAMES ?=
 BACKEND ?= local
 # BACKEND=ray: ADDRESS of the cluster's head (host:port; empty starts a local Ray instance), and
@@ -36,7 +40,8 @@ PACK ?=
 
 help:
 	@echo "make test | test-gpu | lint | bench-env | bench-minatar-dqn | bench-r2d1-minatar | bench-packed | bench-learn-dqn | bench-learn-pg | bench-sampler"
-	@echo "make reproduce-r2d1 SEEDS=3 PROFILE=smoke|mini|paper [GAMES=pong,qbert] [BACKEND=local|ray] [JOBS=n] [PACK=K|auto]"
+	@echo "make reproduce-r2d1 [SEEDS=3]   (SUITE=cpu: the R2D1 finding on MinAtar Breakout, under an hour on 2 cores)"
+	@echo "make reproduce-r2d1 SUITE=atari SEEDS=3 PROFILE=smoke|mini|paper [GAMES=pong,qbert] [BACKEND=local|ray] [JOBS=n] [PACK=K|auto]"
 	@echo "    [ADDRESS=head:6379] [SHARED_FS=1] [CPUS_PER_JOB=n] [GPUS_PER_JOB=0.25]   (docs/ray_cluster.md)"
 	@echo "make reproduce-r2d1 SUITE=minatar SEEDS=5 [PROFILE=minatar_cpu|smoke]"
 	@echo "make report EXP=<experiment> | regress | regress-update"
@@ -77,10 +82,10 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 # Reproduction layer (repro/README.md). R2D1_EXP is the experiment directory under runs/.
-R2D1_PLAN = $(if $(filter minatar,$(SUITE)),r2d1_minatar_published_vs_corrected,r2d1)
-# The experiment keeps the name it had before the plan was renamed (runs/r2d1_minatar-minatar_cpu in
-# docs/results/r2d1_minatar.md), so that a rerun resumes it.
-R2D1_EXP = $(if $(filter minatar,$(SUITE)),r2d1_minatar,r2d1)-$(PROFILE)
+R2D1_PLAN = $(if $(filter cpu,$(SUITE)),r2d1_breakout_cpu,$(if $(filter minatar,$(SUITE)),r2d1_minatar_published_vs_corrected,r2d1))
+# The minatar experiment keeps the name it had before the plan was renamed (runs/r2d1_minatar-minatar_cpu
+# in docs/results/r2d1_minatar.md), so that a rerun resumes it.
+R2D1_EXP = $(if $(filter cpu,$(SUITE)),r2d1_breakout_cpu,$(if $(filter minatar,$(SUITE)),r2d1_minatar,r2d1))-$(PROFILE)
 REPRO_RUN_ARGS = $(R2D1_PLAN) --seeds "$(SEEDS)" --profile "$(PROFILE)" --games "$(GAMES)" --jobs "$(JOBS)" \
 	--backend "$(BACKEND)" $(if $(ADDRESS),--address "$(ADDRESS)") $(if $(SHARED_FS),--shared-fs) \
 	--cpus-per-job "$(CPUS_PER_JOB)" --gpus-per-job "$(GPUS_PER_JOB)" $(if $(PACK),--pack "$(PACK)")
@@ -89,10 +94,14 @@ check-suite:
 	@test -n "$(filter $(SUITES),$(SUITE))" || { echo "error: SUITE=$(SUITE) is not one of: $(SUITES)" >&2; exit 2; }
 
 # Prints the estimated duration (repro/probe.py), runs the plan (skipping finished runs, resuming
-# interrupted ones) and prints the throughput summary.
+# interrupted ones), prints each arm's final score and the verdict (analysis/ending.py) and builds the
+# report. The default suite says what it runs and how to ask for the Atari study.
+CPU_SUITE_LINE = SUITE=cpu: rlpyt's R2D1 as published vs corrected on MinAtar Breakout, fresh seeds, read beside \
+	the confirmatory run (docs/results/r2d1_minatar_factorial.md); the Atari study: make reproduce-r2d1 \
+	SUITE=atari PROFILE=smoke|mini|paper
 reproduce-r2d1: check-suite $(if $(filter ray,$(BACKEND)),$(STAMP_RAY),$(STAMP))
-	$(PY) -m repro run $(REPRO_RUN_ARGS) --exp $(R2D1_EXP)
-	$(PY) -m reports build runs/$(R2D1_EXP)
+	@$(if $(filter cpu,$(SUITE)),echo "$(CPU_SUITE_LINE)",true)
+	$(PY) -m repro run $(REPRO_RUN_ARGS) --exp $(R2D1_EXP) --report
 
 # Self-contained HTML report of one experiment (analysis + reports); prints the page's path.
 # EXP is the experiment's directory or its name under runs/.

@@ -8,8 +8,8 @@ of the episodes finished since the last row, and the algorithm's diagnostics.
 TensorBoard and the tracker get the rows as grouped tags at the row's env step (``view_rows``):
 ``train/`` (episode returns and lengths, update counts, the algorithm's diagnostics), ``time/``
 (rates and time splits) and ``eval/`` (each evaluation's return and length statistics); the env-step
-axis itself and the counters that never change within a run (``frameskip``) or only restate the axis
-(``frames``) are left out.
+axis itself and the counters that never change within a run (``frameskip``, an algorithm without
+replay's replay ratios) or only restate another (``frames``, ``frames_per_second``) are left out.
 
 The tracker is Weights & Biases, on when the environment variable ``RLREPRO_TRACKER`` is ``wandb``
 (``python -m repro run --track`` sets it for its jobs) and the package is installed (the ``track``
@@ -49,17 +49,21 @@ def _numeric(row: dict[str, Any]) -> dict[str, float]:
 
 
 # Progress columns the views leave out: the x-axis, and counters constant within a run or equal to
-# the axis times a constant (frames = env steps x frameskip).
-NOT_VIEWED = frozenset({"env_steps", "frameskip", "frames"})
+# another column times a constant (frames = env steps x frameskip, frames_per_second = steps_per_second
+# x frameskip). Evaluating time changes only when an evaluation runs, and a progress row at an
+# evaluation's step is written before it: the evaluation's view carries it (``RunLogger.log_eval``).
+NOT_VIEWED = frozenset({"env_steps", "frameskip", "frames", "frames_per_second", "time_evaluating_s"})
+# Replay ratios of an algorithm without replay (A2C, PPO) are its epochs and minibatches: constant.
+REPLAY_COLUMNS = frozenset({"replay_ratio_trained", "replay_ratio_with_burnin"})
 
 
-def view_rows(row: dict[str, Any], group: str = "train") -> dict[str, float]:
+def view_rows(row: dict[str, Any], group: str = "train", replays: bool = True) -> dict[str, float]:
     """A progress row's (or ``group="eval"``: an evaluation's) numeric values as TensorBoard and W&B
     tags: ``time/`` for rates and time splits (``time_*``, ``*_per_second``, ``wall_time_s``),
-    ``group/`` for the rest, less ``NOT_VIEWED``."""
+    ``group/`` for the rest, less ``NOT_VIEWED`` (and ``REPLAY_COLUMNS`` unless ``replays``)."""
     out = {}
     for key, value in _numeric(row).items():
-        if key in NOT_VIEWED:
+        if key in NOT_VIEWED or (not replays and key in REPLAY_COLUMNS):
             continue
         timing = key.startswith("time_") or key.endswith("_per_second") or key == "wall_time_s"
         out[f"{'time' if timing else group}/{key}"] = value
@@ -139,8 +143,10 @@ class RunLogger:
         console: bool = True,
         description: str = "train",
         diagnostic_keys: Sequence[str] | None = None,
+        replays: bool = True,
     ) -> None:
         self.run = run
+        self.replays = replays
         self.tensorboard = run.tensorboard_writer() if tensorboard else None
         track = os.environ.get(TRACKER_ENV) == "wandb" and tracker_available()
         self.tracker = WandbTracker(run) if track else None
@@ -180,17 +186,19 @@ class RunLogger:
                 )
             row.update({k: float(diagnostics.get(k, math.nan)) for k in self._diagnostic_keys})
             self.run.append_progress(row)
-            self._view(view_rows(row), counters.env_steps)
+            self._view(view_rows(row, replays=self.replays), counters.env_steps)
             self._postfix.update(ret=f"{row['return_mean']:.1f}", sps=f"{row['steps_per_second']:.0f}")
             self.bar.set_postfix(self._postfix, refresh=False)
         return row
 
-    def log_eval(self, episodes: list[dict[str, Any]], env_steps: int) -> None:
-        """An evaluation's episodes (``return``, ``length``) as ``eval/`` tags of the views; the run
-        directory's eval.csv is written by the runner."""
+    def log_eval(self, episodes: list[dict[str, Any]], counters: Counters) -> None:
+        """An evaluation's episodes (``return``, ``length``) as ``eval/`` tags of the views, with the
+        run's evaluating time so far, this evaluation's included, as ``time/time_evaluating_s``; the
+        run directory's eval.csv is written by the runner."""
         stats = episode_stats(episodes)
         stats["episodes"] = stats.pop("episodes_logged")
-        self._view(view_rows(stats, "eval"), env_steps)
+        tags = {**view_rows(stats, "eval"), "time/time_evaluating_s": counters.time_evaluating_s}
+        self._view(tags, counters.env_steps)
         if stats["episodes"]:
             self._postfix["eval"] = f"{stats['return_mean']:.1f}"
             self.bar.set_postfix(self._postfix, refresh=False)

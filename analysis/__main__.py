@@ -1,5 +1,6 @@
 """``python -m analysis study runs/<experiment> --csv PATH --markdown PATH``: a study's tidy result table
-and markdown summary (``analysis.study``); without ``--csv`` or ``--markdown`` the summary is printed."""
+and markdown summary (``analysis.study``); without ``--csv`` or ``--markdown`` the summary is printed.
+``python -m analysis ending runs/<experiment>``: the lines a run ends with (``analysis.ending``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 from algorithms.rundir import atomic_write_bytes
+from analysis.ending import ending_lines
 from analysis.factorial import factorial_path
 from analysis.replication import check_replication, with_replication_base
 from analysis.scores import add_scoring_options
@@ -44,7 +46,12 @@ def main(argv: list[str] | None = None) -> int:
         "[analysis] section allows pooling)",
     )
     add_scoring_options(study)
+    ending = commands.add_parser("ending", help="per arm and env the final score, then the verdict")
+    ending.add_argument("experiment", type=Path, help="runs/<experiment>")
+    add_scoring_options(ending)
     args = parser.parse_args(argv)
+    if args.command == "ending":
+        return _ending(args)
     if args.pool and args.replication is None:
         parser.error("--pool reads a study and its --replication together: give --replication")
     if args.reps < 100:
@@ -87,6 +94,19 @@ def main(argv: list[str] | None = None) -> int:
         print(path)
     if args.csv is None and args.markdown is None:
         print(markdown)
+    return 0
+
+
+def _ending(args: argparse.Namespace) -> int:
+    if not args.experiment.is_dir():
+        print(f"analysis: experiment directory {args.experiment} does not exist", file=sys.stderr)
+        return 2
+    try:
+        lines = ending_lines(run_study(args.experiment, reps=args.reps, table=args.table))
+    except (FileNotFoundError, ValueError) as e:
+        print(f"analysis: {e}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
     return 0
 
 

@@ -99,6 +99,15 @@ def parse_seeds(spec: Any, what: str = "--seeds") -> tuple[int, ...]:
     return tuple(seeds)
 
 
+def count_from(spec: Any, first: int, what: str = "--seeds") -> tuple[int, ...]:
+    """``parse_seeds``, with a count counted from ``first`` (a plan's ``first_seed``, which keeps a
+    study on fresh seeds): ``count_from("3", 400)`` is seeds 400, 401, 402; a range or a list is read
+    as written."""
+    seeds = parse_seeds(spec, what)
+    counted = isinstance(spec, int | str) and not isinstance(spec, bool) and _COUNT.match(str(spec).strip())
+    return tuple(first + s for s in seeds) if counted else seeds
+
+
 def format_seeds(seeds: Sequence[int]) -> str:
     """A seed spec ``parse_seeds`` reads back as ``seeds``: runs of three or more as ranges, others
     listed: ``(0, 1, 2)`` -> ``"0-2"``, ``(1, 5, 9)`` -> ``"1,5,9"``; one seed k is ``"k-k"``, since

@@ -27,6 +27,7 @@ from analysis.runs import KEYS, load_experiment
 from analysis.scores import Bounds
 from analysis.study import learning_checks
 from reports import figures
+from reports.clips import clips_section
 from reports.confirmatory_sections import (
     effects_section,
     learning_section,
@@ -95,7 +96,7 @@ def build_report(
                 ]
                 + aggregates
                 + published
-                + [curves_section(scores, colours, reps, bounds)]
+                + [curves_section(scores, colours, reps, bounds), clips_section(exp)]
                 + context
             )
             if section is not None

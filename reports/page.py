@@ -16,6 +16,7 @@ from analysis.markdown import fmt
 
 REPORT_FILE = "report.html"
 PNG_URI = "data:image/png;base64,"
+URI_SUFFIXES = ((PNG_URI, ".png"), ("data:image/gif;base64,", ".gif"))
 
 
 @dataclass
@@ -55,15 +56,16 @@ def frame_table(
 
 
 def write_figures(sections: list[Section], directory: Path) -> list[Path]:
-    """Each figure of ``sections`` as ``directory/<figure id>.png``, the bytes the report embeds, for a
-    results page in docs/ to link (a page of markdown cannot hold the report's data URIs)."""
+    """Each figure of ``sections`` as ``directory/<figure id>.png`` (a clip: ``.gif``), the bytes the
+    report embeds, for a results page in docs/ to link (a page of markdown cannot hold data URIs)."""
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for figure in (f for section in sections for f in section.figures):
-        if not figure.uri.startswith(PNG_URI):
-            raise ValueError(f"figure {figure.id} is not an embedded PNG")
-        path = directory / f"{figure.id}.png"
-        atomic_write_bytes(path, base64.b64decode(figure.uri[len(PNG_URI) :]))
+        prefix, suffix = next(((p, s) for p, s in URI_SUFFIXES if figure.uri.startswith(p)), (None, None))
+        if prefix is None:
+            raise ValueError(f"figure {figure.id} is not an embedded PNG or GIF")
+        path = directory / f"{figure.id}{suffix}"
+        atomic_write_bytes(path, base64.b64decode(figure.uri[len(prefix) :]))
         written.append(path)
     return written
 

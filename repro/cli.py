@@ -61,11 +61,28 @@ def build_report(experiment: str, options: Sequence[str] = ()) -> int:
     import subprocess
 
     argv = [sys.executable, "-m", "reports", "build", experiment, *options]
+    sys.stdout.flush()  # what this process printed comes first, also into a pipe or a file
+    return subprocess.run(argv, check=False).returncode
+
+
+def print_ending(experiment: Path) -> int:
+    """Print what a run ends with: per arm and env the final score, then the verdict or the learning
+    check (``python -m analysis ending``, run in a child process as ``build_report`` runs the report,
+    the analysis layer being a sibling of this one). Returns its exit code."""
+    import subprocess
+
+    argv = [sys.executable, "-m", "analysis", "ending", str(experiment)]
+    sys.stdout.flush()  # what this process printed comes first, also into a pipe or a file
     return subprocess.run(argv, check=False).returncode
 
 
 # The plans `make reproduce-r2d1` runs (the Makefile's SUITE): their hint names the Makefile's variables.
-MAKE_PLANS = ("r2d1", "r2d1_minatar_published_vs_corrected")
+MAKE_PLANS = ("r2d1", "r2d1_minatar_published_vs_corrected", "r2d1_breakout_cpu")
+# What any 2-core machine without a GPU runs in under an hour: the Makefile's default suite.
+CPU_ANSWER = (
+    "make reproduce-r2d1 SEEDS=3 (the confirmed R2D1 finding on MinAtar Breakout, under an hour on 2 cores; "
+    "python -m repro run r2d1_breakout_cpu --seeds 3 --profile minatar_cpu)"
+)
 
 
 def smaller_runs_hint(plan: str, profile: str) -> str:
@@ -75,9 +92,10 @@ def smaller_runs_hint(plan: str, profile: str) -> str:
     if plan in MAKE_PLANS:
         if profile not in ("mini", "minatar_cpu", "smoke"):
             options.append("PROFILE=mini (--profile mini)")
-        if plan != "r2d1_minatar_published_vs_corrected":
+        if plan == "r2d1":
             plan_text = "plan r2d1_minatar_published_vs_corrected --profile minatar_cpu"
             options.append(f"SUITE=minatar PROFILE=minatar_cpu ({plan_text})")
+            options.append(CPU_ANSWER)
         options.append("fewer GAMES or SEEDS")
     else:
         if profile != "smoke":
@@ -92,6 +110,17 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(2)
+
+
+def _version() -> str:
+    """The installed package's version (pyproject's ``version``); "unknown" when run from a tree
+    that was never installed (``python -m repro`` with PYTHONPATH)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("rlrepro")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed: make venv)"
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -161,14 +190,19 @@ def _add_set(parser: argparse.ArgumentParser, what: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=invoked_as(), description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    # The scheduler's own commands (run-job, pack-job) stay out of the list: a user never types them.
+    sub = parser.add_subparsers(
+        dest="command", required=True, parser_class=_Parser, metavar="COMMAND",
+        title="commands (COMMAND --help for its options)",
+    )  # fmt: skip
 
     p = sub.add_parser("list", help="shipped settings, profiles and plans")
     p.set_defaults(func=_cmd_list)
 
     p = sub.add_parser("show", help="a setting resolved, every value with its source; a plan's arms")
     p.add_argument("setting", help="name, NAME@PROFILE, a path to a .toml file, or a plan's name")
-    p.add_argument("--profile", default=None)
+    p.add_argument("--profile", default=None, help="a profile's changes applied (as NAME@PROFILE)")
     _add_set(p, "a value of the setting, shown with origin 'command line'")
     p.set_defaults(func=_cmd_show)
 
@@ -183,7 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--seeds", default=None, help="a count (3: seeds 0..2), a range (100-104) or a list (1,5,9)"
     )
-    p.add_argument("--profile", default="paper")
+    p.add_argument(
+        "--profile",
+        default="paper",
+        help="paper (the published budget, default), smoke (minutes, tests the pipeline), mini, minatar_cpu, "
+        "... (rlrepro list), or a profile .toml",
+    )
     p.add_argument(
         "--env", action="append", default=None, help="an env for a setting (repeatable; default its env.id)"
     )
@@ -209,8 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run a plan with an [analysis] section from a tree with uncommitted changes (recorded)",
     )
-    p.add_argument("--root", default=str(DEFAULT_ROOT))
-    p.add_argument("--backend", default="local")
+    p.add_argument("--root", default=str(DEFAULT_ROOT), help="where experiments go (default runs/)")
+    p.add_argument("--backend", default="local", help="local (this machine, default) or ray (a cluster)")
     p.add_argument("--address", default=None, help="Ray cluster address (BACKEND=ray)")
     p.add_argument("--jobs", default=None, help="slots (default: GPUs, else cores / torch threads)")
     p.add_argument("--cpus-per-job", default=None, help="CPUs per job, also its torch threads")
@@ -227,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--retries", type=int, default=2, help="retries of a failed job before it is marked failed"
     )
-    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--dry-run", action="store_true", help="the jobs, their totals and an estimated duration")
     p.add_argument(
         "--rerun-changed",
         action="store_true",
@@ -250,8 +289,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="no estimated duration (neither probe nor cache)",
     )
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (a log file's output)")
     p.add_argument("--report", action="store_true", help="build the experiment's HTML report at the end")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also the throughput table per run at the end (rlrepro summary)",
+    )
     p.add_argument(
         "--pack",
         default=None,
@@ -263,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("run-job", "cmd_run_job", "train one job of a plan"),
         ("pack-job", "cmd_pack_job", "train several seeds of one arm and env of a plan in one process"),
     ):
-        p = sub.add_parser(name, help=f"(used by the scheduler) {what}")
+        p = sub.add_parser(name, description=f"(used by the scheduler) {what}")
         p.add_argument("--arm", required=True)
         p.add_argument("--profile", required=True)
         p.add_argument("--env", required=True)
@@ -284,6 +328,21 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--tensorboard", action="store_true")
         p.add_argument("--track", action="store_true")
         p.set_defaults(func=_command("repro.cli_job", func))
+
+    p = sub.add_parser(
+        "evaluate", help="watch a trained agent: a run's checkpoint played, with --video a GIF"
+    )
+    p.add_argument("run", help="a run directory: runs/<experiment>/<arm>/<env>/seed<k>")
+    p.add_argument("--episodes", type=int, default=5, help="evaluation episodes to play (5)")
+    p.add_argument(
+        "--checkpoint",
+        default="latest",
+        help="latest (the final one of a finished run), previous, or a .pt path",
+    )
+    p.add_argument("--video", default=None, metavar="DIR", help="record each episode as DIR/episode<k>.gif")
+    p.add_argument("--seed", type=int, default=None, help="the env seed (default: the run's seed)")
+    p.add_argument("--max-frames", type=int, default=2000, help="frames kept per episode in a video (2000)")
+    p.set_defaults(func=_command("repro.evaluate", "cmd_evaluate"))
 
     p = sub.add_parser("report", help="build the HTML report of runs/<experiment> (python -m reports build)")
     p.add_argument("experiment", help="the experiment's name (under runs/) or its directory")

@@ -17,7 +17,9 @@ from pathlib import Path
 from algorithms.configs import ConfigError
 from protocol.plan_args import seeds_text
 from protocol.registration import read_record
+from repro.cli import CPU_ANSWER
 from repro.cli_estimate import design_power_plan, power_plan, print_estimate
+from repro.memory import ReplayTooLarge
 from repro.plans import plan_analysis
 from repro.preregister import freeze
 
@@ -26,7 +28,7 @@ def _plan_jobs(args: argparse.Namespace):
     """``(plan, seeds, jobs)`` of ``run``: a plan (a name or a ``.toml`` file with ``[plan]``), or a
     setting (a name or a ``.toml`` file with ``[setting]``) run on ``--env`` (default its own env)."""
     from algorithms.configs import unknown_key_message
-    from protocol.plan_args import parse_list, parse_seeds
+    from protocol.plan_args import count_from, parse_list
     from repro.plans import available_plans, expand, is_plan, load_plan, setting_plan
     from repro.settings import available_settings, parse_overrides
 
@@ -62,11 +64,16 @@ def _plan_jobs(args: argparse.Namespace):
         spec = power_plan(pilot, games or plan.envs, args.detect, args.seeds, spec)
     if spec is None:
         raise ConfigError("--seeds is required: a count (3: seeds 0..2), a range (100-104) or a list (1,5,9)")
-    seeds = parse_seeds(spec)
-    jobs = expand(
-        plan, seeds, args.profile, Path(args.root), experiment=args.exp or None, envs=games, arms=arms,
-        overrides=overrides,
-    )  # fmt: skip
+    seeds = count_from(spec, plan.first_seed)
+    try:
+        jobs = expand(
+            plan, seeds, args.profile, Path(args.root), experiment=args.exp or None, envs=games, arms=arms,
+            overrides=overrides,
+        )  # fmt: skip
+    except ReplayTooLarge as e:
+        if plan.name != "r2d1":  # the Atari R2D1 question, which the CPU answer answers at MinAtar scale
+            raise
+        raise ConfigError(f"{e}; this machine can run: {CPU_ANSWER}") from None
     _check_one_job_per_run(plan, jobs)
     return plan, seeds, jobs
 
@@ -410,9 +417,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"  {o.state}: {o.key}: {o.error}")
     experiment_dir = jobs[0].run_dir.parents[2]
     if experiment_dir.is_dir():
+        from repro.cli import print_ending
         from repro.summary import summary_text
 
-        print("\n" + summary_text(experiment_dir))
+        if args.verbose:
+            print("\n" + summary_text(experiment_dir))
+        print()
+        print_ending(experiment_dir)
         if (code := _report(args, experiment_dir, counts["interrupted"] > 0)) is not None:
             return code
     if counts["interrupted"]:

@@ -81,12 +81,30 @@ def show_text(resolved: Resolved) -> str:
     ]
     if s.description:
         lines.append(f"about:    {s.description}")
-    rows = [(key, _value_cell(key, e, resolved), e.origin, e.source) for key, e in resolved.entries.items()]
+    unused = _unused_env_keys(resolved.entries)
+    rows = [
+        (key, _value_cell(key, e, resolved), e.origin, e.source)
+        for key, e in resolved.entries.items()
+        if key not in unused
+    ]
     lines += ["", render(["key", "value", "origin", "source"], rows)]
+    if unused:
+        kind = resolved.entries["env.kind"].value
+        lines += ["", f"not shown, unused by a {kind!r} env (defaults it never reads): {', '.join(unused)}"]
     if resolved.effective:
         lines += ["", f"{IN_EFFECT_MARK} in effect: set by another key, not the value stated"]
         lines += [f"  {key} = {fmt(e['value'])}: {e['reason']}" for key, e in resolved.effective.items()]
     return "\n".join(lines)
+
+
+def _unused_env_keys(entries: dict[str, Entry]) -> list[str]:
+    """The ``env.*`` keys the setting's env kind never reads (``applicable_fields``: a gymnasium id
+    has no Atari frame keys, a MinAtar game only its own)."""
+    from algorithms.envs.config import EnvConfig, applicable_fields
+
+    env = {key.split(".", 1)[1]: e.value for key, e in entries.items() if key.startswith("env.")}
+    used = applicable_fields(EnvConfig(**env))
+    return [f"env.{name}" for name in env if name not in used]
 
 
 def _value_cell(key: str, entry: Entry, resolved: Resolved) -> str:

@@ -20,7 +20,8 @@ differs between running a job here and on a Ray cluster is a ``Backend``.
 Progress is one tqdm bar in env steps over all tasks (finished ones included, every run of a packed
 task), read from the last row of each running run's ``progress.csv``; its ETA is what is left at the
 rate seen so far. Beside it, each running task's latest training return and, where it has evaluated,
-its last evaluation's mean return (``returns_text``): what zoo's ``ep_rew_mean`` shows.
+its last evaluation's mean return (``returns_text``): what zoo's ``ep_rew_mean`` shows. A task
+that completes says its last returns in a line of its own, its final evaluation among them.
 """
 
 from __future__ import annotations
@@ -165,8 +166,12 @@ class Attempts:
 
 
 def say_stderr(msg: str) -> None:
-    """The scheduler's lines, by default: on stderr, below the progress bar."""
-    print(msg, file=sys.stderr, flush=True)
+    """The scheduler's lines, by default: on stderr, above the progress bar (``tqdm.write`` clears the
+    bar's line first, so a line never lands on the end of the bar)."""
+    from tqdm import tqdm
+
+    tqdm.write(msg, file=sys.stderr)
+    sys.stderr.flush()
 
 
 @dataclass(frozen=True)
@@ -282,6 +287,8 @@ def run_tasks(
         done(task, outcome)
         if outcome.state == "failed":
             say(f"{task.key}: FAILED ({outcome.error})")
+        elif policy.progress:  # its final evaluation came as it ended: the bar never showed it running
+            say(f"{task.key}: complete | {returns_text(task)}")
 
     try:
         while pending or backend.running():

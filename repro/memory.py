@@ -10,6 +10,11 @@ from typing import Any
 from algorithms.configs import ConfigError
 
 
+class ReplayTooLarge(ConfigError):
+    """A replay larger than this machine's memory: a ``ConfigError`` that a caller may add a hint to
+    (what this machine can run instead)."""
+
+
 def physical_memory() -> int:
     """Bytes of physical memory of this machine (POSIX ``sysconf``)."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -33,7 +38,7 @@ def check_replay_memory(
         return
     entry = setting.entries.get("algo.replay_size_steps") if setting is not None else None
     where = f"{entry.file}: " if entry is not None and entry.file else f"setting '{arm}': "
-    raise ConfigError(
+    raise ReplayTooLarge(
         f"{where}algo.replay_size_steps={config.algo_config.replay_size_steps:,} on env "
         f"'{config.env.id}' needs at least {_gib(need)} of memory; this machine has {_gib(have)}"
     )

@@ -10,6 +10,7 @@ from typing import Any
 PLAN_KEYS = {
     "title": str, "description": str, "arms": list, "envs": list, "envs_source": str, "seeds": str | int,
     "ablate": str, "pilot": str, "design": str, "resolution": int, "generators": list, "peers": list,
+    "first_seed": int,
 }  # fmt: skip
 # Top-level tables a plan file may hold beside [plan]: [analysis], the frozen analysis of a
 # pre-registered study, which the plan carries unread (``Plan.analysis``) for analysis to check.
@@ -26,6 +27,9 @@ class Plan:
     envs: tuple[str, ...]
     envs_source: str
     seeds: str | None = None  # the plan's seed spec (``parse_seeds``), the default of ``--seeds``
+    # Where a count of seeds (``--seeds 3``) starts: a plan that must run on fresh seeds, away from
+    # the sets earlier studies used, counts from here (``count_from``); 0 for every other plan.
+    first_seed: int = 0
     setting: str | None = None  # a setting run without a plan file (``setting_plan``): its name or path
     ablate: str | None = None  # the setting whose deviations from the one arm make leave-one-out arms
     pilot: str | None = None  # tidy results the seed planner (repro/power.py) reads, relative to the repo

@@ -144,6 +144,8 @@ def load_plan(name: str, plans_dir: Path = PLANS_DIR) -> Plan:
             f"its deviations are switched on in, got {len(meta['arms'])}"
         )
     _check_design_keys(meta, path)
+    if meta.get("first_seed", 0) < 0:
+        raise ConfigError(f"{path} [plan] 'first_seed': expected a seed (>= 0), got {meta['first_seed']}")
     seeds = None
     if "seeds" in meta:
         seeds = str(meta["seeds"])
@@ -154,7 +156,7 @@ def load_plan(name: str, plans_dir: Path = PLANS_DIR) -> Plan:
         pilot=str(REPO_ROOT / meta["pilot"]) if "pilot" in meta else None,
         design=meta.get("design"), resolution=meta.get("resolution"),
         generators=tuple(meta.get("generators", ())), analysis=data.get("analysis"),
-        peers=tuple(meta.get("peers", ())),
+        peers=tuple(meta.get("peers", ())), first_seed=meta.get("first_seed", 0),
     )  # fmt: skip
 
 

@@ -353,6 +353,16 @@ def test_tensorboard_gets_grouped_tags_and_evaluation_returns(files):
     assert all(tag.split("/")[0] in ("train", "time", "eval") for tag in tags)
     assert "train/frameskip" not in tags and "frameskip" not in tags
     assert [e.step for e in events.Scalars("train/return_mean")] == [100, 200, 300, 400]
+    # Nothing constant or restated: A2C has no replay (its replay ratio is its batch reuse, constant),
+    # and frames per second is steps per second times the frameskip.
+    assert (
+        not {"train/replay_ratio_trained", "train/replay_ratio_with_burnin", "time/frames_per_second"} & tags
+    )
+    # Evaluating time at the steps the evaluations ran, with each one counted (the row at that step
+    # was written before it).
+    evaluated = events.Scalars("time/time_evaluating_s")
+    assert [e.step for e in evaluated] == [e.step for e in events.Scalars("eval/return_mean")]
+    assert all(e.value > 0 for e in evaluated)
 
 
 def test_the_tracker_writes_an_offline_wandb_run(files, monkeypatch):

@@ -57,11 +57,18 @@ def test_run_plan_summary_and_skip(files):
         assert data.status == "complete", data.problems
         assert data.progress["env_steps"].iloc[-1] == 400
         assert (run / LOG_FILE).read_text().startswith("=== attempt 1 on cpu")
-    # The summary is read back from progress.csv: a row per run and the totals.
-    assert "a2c_cartpole  CartPole-v1  seed0  complete" in done.stdout
-    assert "ALL           2 runs  2 complete" in done.stdout
-    again = repro(*args, "--no-progress")
+    # The run ends with its score: a line per arm and env, the learning check, the report command;
+    # the throughput table only with --verbose.
+    tail = done.stdout.splitlines()[-3:]
+    assert tail[0].startswith("a2c_cartpole on CartPole-v1: final evaluation ") and "(2 seeds, " in tail[0]
+    assert tail[1].startswith("Learning check: ") or "learn" in tail[1]
+    assert tail[2] == f"report: python -m reports build {root / 'cartpole-paper'}"
+    assert "ALL           2 runs" not in done.stdout
+    again = repro(*args, "--no-progress", "--verbose")
     assert again.returncode == 0 and "0 complete, 2 skipped" in again.stdout
+    # The summary is read back from progress.csv: a row per run and the totals.
+    assert "a2c_cartpole  CartPole-v1  seed0  complete" in again.stdout
+    assert "ALL           2 runs  2 complete" in again.stdout
 
 
 @pytest.mark.slow

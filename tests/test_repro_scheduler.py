@@ -110,6 +110,20 @@ def test_detect_slots_gpu_and_cpu():
     assert len(detect_slots(None, threads=4, n_gpus=0, cores=2)) == 1
 
 
+def test_a_completed_job_says_its_final_evaluation(toy):
+    """The final evaluation comes as the job ends, when the bar no longer shows it: a line does."""
+    task = toy("a", steps=2)
+    task.run_dir.mkdir(parents=True)
+    (task.run_dir / "eval.csv").write_text("env_steps,episode,return\n2,0,30\n2,1,50\n")
+    lines: list[str] = []
+    [outcome] = run_local([task], cpu_slots(1), progress=True, poll_s=0.05, on_event=lines.append)
+    assert outcome.state == "complete" and lines == ["a: complete | train - eval 40"]
+    quiet: list[str] = []
+    again = toy("b", steps=2)
+    run_local([again], cpu_slots(1), progress=False, poll_s=0.05, on_event=quiet.append)
+    assert quiet == []  # a log (--no-progress) gets the scores once, at the end of the run
+
+
 def test_parallel_slots_run_jobs_at_once(toy):
     tasks = [toy("a", steps=2, sleep=0.6), toy("b", steps=2, sleep=0.6)]
     outcomes = run_local(tasks, cpu_slots(2), retries=0, progress=False, poll_s=0.05)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import gymnasium as gym
 import numpy as np
 
@@ -47,13 +49,22 @@ def make_minatar_env(config: EnvConfig) -> MinAtarEnv:
     )
 
 
-def make_vec_env(config: EnvConfig, num_envs: int, seed: int, *, first_rank: int = 0) -> VecEnv:
+def make_vec_env(
+    config: EnvConfig,
+    num_envs: int,
+    seed: int,
+    *,
+    first_rank: int = 0,
+    wrap: Callable[[gym.Env], gym.Env] | None = None,
+) -> VecEnv:
     """Build ``num_envs`` environments of ``config``, seeded deterministically from ``seed``.
 
     Atari with ``backend="native"`` uses ale-py's vector env; Atari with ``backend="gymnasium"``,
     MinAtar and every other gymnasium id step single envs in a Python loop. With ``first_rank=k`` the
     envs are ranks ``k .. k + num_envs - 1`` of the batch ``make_vec_env(config, k + num_envs,
     seed)`` would build (same seeds, same episodes): what a parallel sampler's worker holds.
+    ``wrap`` wraps each single env (a viewer's frame recorder, ``repro.evaluate``); ale-py's native
+    vector env has no single envs to wrap, so it is refused there.
     """
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"make_vec_env: num_envs must be an integer >= 1, got {num_envs!r}")
@@ -69,6 +80,8 @@ def make_vec_env(config: EnvConfig, num_envs: int, seed: int, *, first_rank: int
         from algorithms.envs.atari import NativeAtariVecEnv, make_gymnasium_atari
 
         if config.native_atari:
+            if wrap is not None:
+                raise ValueError("make_vec_env: wrap needs single envs; use EnvConfig.backend='gymnasium'")
             return NativeAtariVecEnv(config, num_envs, seeds)
         envs = [make_gymnasium_atari(config) for _ in range(num_envs)]
     elif config.kind == "minatar":
@@ -83,7 +96,7 @@ def make_vec_env(config: EnvConfig, num_envs: int, seed: int, *, first_rank: int
                 f"EnvConfig.id: {config.id!r} has a {space} observation space; Contract 1 needs arrays"
             )
     return GymnasiumVecEnv(
-        envs,
+        envs if wrap is None else [wrap(env) for env in envs],
         seeds,
         config.env_frameskip,
         config.clip_rewards,

@@ -272,6 +272,7 @@ class SyncRunner:
             console=sys.stderr.isatty(),
             description=description or f"{self.config.algo} {self.config.env.id}",
             diagnostic_keys=getattr(self.algo, "diagnostic_keys", None),
+            replays=hasattr(self.config.algo_config, "replay_size_steps"),  # registry.replay_bytes' rule
         )
 
     def boundary_due(self) -> bool:
@@ -360,7 +361,7 @@ class SyncRunner:
         with counters.timer("logging"):
             self.run_dir.append_eval([{**stamp, **episode} for episode in episodes])
             if self.logger is not None:
-                self.logger.log_eval(episodes, counters.env_steps)
+                self.logger.log_eval(episodes, counters)
 
     def save_checkpoint(self) -> None:
         if self.run_dir is None:

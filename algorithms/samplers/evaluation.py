@@ -23,13 +23,17 @@ import torch
 from algorithms.samplers.stepper import EnvStepper, record_example
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import gymnasium as gym
+
     from algorithms.agents.base import Agent, RankStreams
     from algorithms.envs.config import EnvConfig
 
 
 class EvalSampler:
     """Runs eval-mode episodes of ``agent`` on ``n_envs`` envs seeded with ``seed``; the agent draws
-    from ``streams`` (the global torch RNG when None)."""
+    from ``streams`` (the global torch RNG when None); ``wrap``, as ``make_vec_env`` takes it."""
 
     def __init__(
         self,
@@ -39,6 +43,7 @@ class EvalSampler:
         seed: int,
         max_steps: int,
         streams: RankStreams | None = None,
+        wrap: Callable[[gym.Env], gym.Env] | None = None,
     ) -> None:
         from algorithms.envs.factory import make_vec_env
 
@@ -49,7 +54,7 @@ class EvalSampler:
         self.agent = agent
         self.max_steps = int(max_steps)
         self.streams = streams
-        self.env = make_vec_env(env_config, n_envs, seed)
+        self.env = make_vec_env(env_config, n_envs, seed, wrap=wrap)
         self._stepper = EnvStepper(self.env, agent, np.arange(n_envs))
         self._action_example = record_example(self.env.observation_space, self.env.action_space, agent).action
 
