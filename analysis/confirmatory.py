@@ -3,11 +3,16 @@
 A plan's ``[analysis]`` section (``protocol.registration``) is frozen in the experiment
 (``preregistration.json``) before the first job of a seed set starts. Here it is read back:
 
-* **Labels.** A result is *pre-registered* when a section was frozen for its seed set and every run it
-  uses started after that freeze, from the frozen commit, from a clean tree (or one the freeze allowed
-  dirty, which the label says). Anything else is *exploratory*, with the reason counted: no freeze,
-  runs started before it, another commit, a dirty tree, seeds outside the frozen sets (seeds added after
-  a look). Runs are checked from their own ``metadata.json`` (start time and commit of their first start).
+* **Labels** (``result_label``, the one labelling function of the study, the report and the markdown).
+  A result is *pre-registered* only when it is a frozen endpoint read exactly as frozen (the same
+  test, sides, correction and family of endpoints adjusted together), a section was frozen for its seed
+  set, and every run it uses started after that freeze, from the frozen commit, from a clean tree (or
+  one the freeze allowed dirty, which the label says). Every other reading of the same runs (a verdict,
+  an aggregate, a per-game test, an effects table adjusted over another family) is *exploratory (not a
+  frozen endpoint)*; a frozen endpoint's runs that fail the check are exploratory with the reason
+  counted: no freeze, runs started before it, another commit, a dirty tree, seeds outside the frozen
+  sets (seeds added after a look). Runs are checked from their own ``metadata.json`` (start time and
+  commit of their first start). The code of the analysis itself is not checked against the freeze.
 * **Endpoints.** Each frozen endpoint is tested on the confirmatory seeds, and again on the replication
   seeds with a verdict of its own; the two sets are read pooled only where the frozen section says
   ``pool = true``. Tests: a game's difference of mean final returns with a Mann-Whitney (exact for small
@@ -177,6 +182,50 @@ def run_label(reg: Registration, runs: pd.DataFrame, metadata: pd.DataFrame) -> 
     return PRE, "frozen before every run, same commit" + (", dirty tree allowed" if dirty_allowed else "")
 
 
+NOT_AN_ENDPOINT = "not a frozen endpoint"
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How a result was read: the frozen endpoint it claims to be (``endpoint``; None: it reads none),
+    with the test, sides, correction and family (the names of the endpoints adjusted together) it was
+    read with. A verdict, an aggregate, a per-game test or an effects table read from the same runs is
+    ``Reading()``: no endpoint."""
+
+    endpoint: str | None = None
+    test: str | None = None
+    sides: str | None = None
+    correction: str | None = None
+    family: tuple[str, ...] = ()
+
+
+def result_label(
+    reg: Registration, reading: Reading, runs: pd.DataFrame, metadata: pd.DataFrame
+) -> tuple[str, str]:
+    """``(label, why)`` of a result, the one labelling function of the study, the report and the
+    markdown: *pre-registered* only when ``reading`` is a frozen endpoint read exactly as frozen (same
+    test, sides, correction and family) and its ``runs`` pass ``run_label``; every other reading of
+    the same runs is exploratory, ``why`` saying what differs ("not a frozen endpoint")."""
+    if not reg.frozen:
+        return EXPLORATORY, "no [analysis] section was frozen before these runs"
+    section = reg.section
+    frozen = {e.name: e for e in section.endpoints}
+    if reading.endpoint not in frozen:
+        return EXPLORATORY, NOT_AN_ENDPOINT
+    endpoint = frozen[reading.endpoint]
+    asked = (reading.test, reading.sides, reading.correction, sorted(reading.family))
+    kept = (endpoint.test, endpoint.sides, section.correction, sorted(frozen))
+    differs = [what for what, a, b in zip(("test", "sides", "correction", "family"), asked, kept) if a != b]
+    if differs:
+        return EXPLORATORY, f"{NOT_AN_ENDPOINT} as read: another {', '.join(differs)} than the frozen one"
+    return run_label(reg, runs, metadata)
+
+
+def label_text(label: tuple[str, str]) -> str:
+    """A label as pages show it: "pre-registered", or "exploratory (why)"."""
+    return label[0] if label[0] == PRE else f"{label[0]} ({label[1]})"
+
+
 def _difference_ci(cand: np.ndarray, base: np.ndarray, reps: int, seed: int) -> tuple[float, float]:
     """Percentile 95% bootstrap interval of mean(cand) - mean(base), each arm resampled on its own,
     widened by sqrt(n / (n - 1)) as ``analysis.verdict`` widens (n: the smaller arm's runs)."""
@@ -325,6 +374,7 @@ def endpoint_table(
     effects = [e for e in section.endpoints if e.kind == "effect"]
     sources = {"evaluation": final, "training": training if training is not None else final.iloc[:0]}
     rows = []
+    family = tuple(e.name for e in section.endpoints)
     present = {int(s) for t in sources.values() for s in t.seed}
     for name, seeds in _seed_sets(section, present):
         on = final[final.seed.isin(seeds)]
@@ -336,7 +386,8 @@ def endpoint_table(
                 found = equivalence_endpoint(endpoint, scores[scores.seed.isin(seeds)], section.alpha)
             else:
                 found = tested.get(endpoint.name) or test_endpoint(endpoint, on, reps, seed)
-            label, why = run_label(reg, found["runs"], metadata)
+            reading = Reading(endpoint.name, endpoint.test, endpoint.sides, section.correction, family)
+            label, why = result_label(reg, reading, found["runs"], metadata)
             if name == "pooled" and label == PRE:
                 why += "; pooled as the frozen section allows"
             block.append({

@@ -32,11 +32,12 @@ from analysis.ablation import (
 from analysis.confirmatory import (
     ENDPOINT_COLUMNS,
     EXPLORATORY,
+    Reading,
     Registration,
     endpoint_table,
     factorial_options,
     registration,
-    run_label,
+    result_label,
 )
 from analysis.curves import Scores, score_tables
 from analysis.factorial import FactorialAnalysis, factorial_effects
@@ -175,7 +176,7 @@ class Study:
     registration: Registration = field(default_factory=Registration)  # ``analysis.confirmatory``
     endpoints: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ENDPOINT_COLUMNS))
     robustness: Robustness | None = None  # the verdict's, ``analysis.robust``
-    label: tuple[str, str] = (EXPLORATORY, "")  # the verdict's and aggregates' ``run_label``
+    label: tuple[str, str] = (EXPLORATORY, "")  # every reading but the endpoints': ``result_label``
     bounds: dict[tuple[str, str], str] = field(default_factory=dict)  # ``learning.cut_bounds``
 
     @property
@@ -277,7 +278,7 @@ def run_study(
             reg, scores.final, exp.metadata, ablation_record(exp.plan), reps, seed, last_training_returns(exp)
         ),
         robustness=checked,
-        label=run_label(reg, balanced_runs(scores.final), exp.metadata),
+        label=result_label(reg, Reading(), balanced_runs(scores.final), exp.metadata),
         bounds=cut_bounds(exp, scores),
     )
 

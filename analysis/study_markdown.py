@@ -104,8 +104,7 @@ def registration_lines(study: Study) -> list[str]:
         f"The plan's `[analysis]` section, frozen before the first job of each seed set (correction "
         f"{section.correction} across the endpoints of one seed set, alpha {section.alpha:g}; the "
         f"replication is {'pooled with' if section.pool else 'never pooled with'} the confirmatory "
-        "seeds). A result is pre-registered when every run it uses started after the freeze, from the "
-        "frozen commit.",
+        f"seeds). {PRE_RULE}",
         "",
         *md_table(["seed set", "seeds", "section hash", "commit", "frozen at", "dirty tree"], freezes),
         "",
@@ -127,11 +126,16 @@ def registration_lines(study: Study) -> list[str]:
         why = sorted({f"{r.endpoint} ({r.seed_set}): {r.why}" for r in study.endpoints.itertuples()
                       if r.label == EXPLORATORY})  # fmt: skip
         lines += [f"Exploratory because: {'; '.join(why)}.", ""] if why else []
-    lines += [
-        f"The verdict, aggregates and tables below use every complete run: **{label[0]}** ({label[1]}).",
-        "",
-    ]
+    lines += [f"Every result below this table is **{label[0]}** ({label[1]}).", ""]
     return lines
+
+
+# How a result earns its label (``analysis.confirmatory.result_label``), as the study and report say it.
+PRE_RULE = (
+    "A result is pre-registered only when it is a frozen endpoint read as frozen (its test, sides, "
+    "correction and family of endpoints) and every run it uses started after the freeze, from the frozen "
+    "commit; every other reading of the same runs is exploratory (not a frozen endpoint)."
+)
 
 
 def robustness_lines(study: Study) -> list[str]:

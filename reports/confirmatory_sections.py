@@ -7,7 +7,7 @@ import pandas as pd
 
 from analysis import verdict
 from analysis.ablation import PLANNED_DIFFERENCE, ablation_record, verdict_arms
-from analysis.confirmatory import Registration, endpoint_table, run_label
+from analysis.confirmatory import Reading, Registration, endpoint_table, result_label
 from analysis.curves import Scores
 from analysis.learning import arm_caps, cut_legend, marked
 from analysis.markdown import ci_text, fmt
@@ -15,7 +15,13 @@ from analysis.published import last_training_returns
 from analysis.robust import balanced_runs, middle_sentence, robust_verdict
 from analysis.runs import Experiment
 from analysis.study import Checks
-from analysis.study_markdown import ENDPOINT_HEADER, effect_game_intro, effect_game_table, endpoint_cells
+from analysis.study_markdown import (
+    ENDPOINT_HEADER,
+    PRE_RULE,
+    effect_game_intro,
+    effect_game_table,
+    endpoint_cells,
+)
 from reports import figures
 from reports.cut_notes import IQM_INTERVALS
 from reports.page import Figure, Section, Table, frame_table
@@ -38,8 +44,7 @@ def registration_section(exp: Experiment, scores: Scores, reg: Registration, rep
         "analysis-plan",
         "Analysis fixed before the data",
         f"The plan's [analysis] section (correction {reg.section.correction}, alpha {reg.section.alpha:g}), "
-        "frozen before the first job of each seed set; a result is pre-registered when every run it uses "
-        "started after the freeze, from the frozen commit.",
+        f"frozen before the first job of each seed set. {PRE_RULE}",
         statements=[f"Changed after runs existed: {n}" for n in reg.notes if "changed" in n],
         notes=[n for n in reg.notes if "changed" not in n],
     )
@@ -97,7 +102,7 @@ def verdict_section(
         scores.final, matrices, games, a, b, reps, 0, correction, scores.label, scale, diff_unit,
         arm_caps(exp, scores),
     )  # fmt: skip
-    label, why = run_label(reg, balanced_runs(scores.final), exp.metadata)
+    label, why = result_label(reg, Reading(), balanced_runs(scores.final), exp.metadata)
     section = Section(
         "verdict",
         f"Verdict ({label})",
