@@ -74,14 +74,14 @@ def _mains(effects: pd.DataFrame, response: str) -> pd.DataFrame:
 def found():
     design = Design("fractional", SWITCHES, GENERATORS)
     final = _runs(design, 4, np.random.default_rng(7))
-    return design, final, factorial_effects(final, _record(design), reps=2000)
+    return design, final, factorial_effects(final, _record(design))
 
 
 @pytest.fixture(scope="module")
 def centred():
     design = Design("fractional", SWITCHES, GENERATORS)
     final = _runs(design, 4, np.random.default_rng(7), centred=True)
-    return design, final, factorial_effects(final, _record(design), reps=2000)
+    return design, final, factorial_effects(final, _record(design))
 
 
 def test_main_effects_and_the_interaction_are_recovered_within_their_cis(centred):
@@ -168,7 +168,7 @@ def test_a_response_missing_an_arm_is_left_out():
     design = Design("factorial", ("a", "b", "c"))
     final = _runs(design, 3, np.random.default_rng(1), games=("g1",))
     final = final[~((final.arm == "arm3") & (final.env == "g1"))]
-    result = factorial_effects(final, _record(design), reps=200)
+    result = factorial_effects(final, _record(design))
     assert result.skipped == ("g1", AGGREGATE) and result.effects.empty
 
 
