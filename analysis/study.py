@@ -40,6 +40,7 @@ from analysis.confirmatory import (
 )
 from analysis.curves import Scores, score_tables
 from analysis.factorial import FactorialAnalysis, factorial_effects
+from analysis.interruptions import resumed_runs
 from analysis.learning import (
     arm_caps,
     cut_bounds,
@@ -172,6 +173,7 @@ class Study:
     robustness: Robustness | None = None  # the verdict's, ``analysis.robust``
     label: tuple[str, str] = (EXPLORATORY, "")  # every reading but the endpoints': ``result_label``
     bounds: dict[tuple[str, str], str] = field(default_factory=dict)  # ``learning.cut_bounds``
+    resumed: pd.DataFrame = field(default_factory=pd.DataFrame)  # ``interruptions.resumed_runs``
 
     @property
     def learning(self) -> pd.DataFrame:
@@ -276,6 +278,7 @@ def run_study(
         robustness=checked,
         label=result_label(reg, Reading(), balanced_runs(scores.final), exp.metadata),
         bounds=cut_bounds(exp, scores),
+        resumed=resumed_runs(exp),
     )
 
 

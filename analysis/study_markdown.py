@@ -13,6 +13,7 @@ from analysis import aggregate, verdict
 from analysis.ablation import EXACT_SPLITS, PLANNED_DIFFERENCE
 from analysis.confirmatory import EXPLORATORY
 from analysis.factorial import factorial_lines
+from analysis.interruptions import resumed_lines
 from analysis.learning import (
     SMOKE_COMPARISON,
     arm_cut_bounds,
@@ -381,6 +382,7 @@ def study_markdown(
             for r in study.left_out.itertuples()
         ]
     )
+    lines += resumed_lines(study.resumed)
     lines += ["## Runs not used", "", *(unused or ["None."]), ""]
     return "\n".join(lines)
 
