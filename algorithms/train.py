@@ -427,7 +427,7 @@ def open_run(
         ignore=RESULT_NEUTRAL_KEYS,
     )
     try:
-        _, repaired = run.recover()
+        checkpoint, repaired = run.recover()
     except BaseException as error:
         if isinstance(error, KeyboardInterrupt):
             run.set_status("interrupted", INTERRUPTED)
@@ -437,4 +437,7 @@ def open_run(
         raise
     if repaired is not None:
         print(f"{run.path}: {repaired}", file=sys.stderr, flush=True)
+    elif checkpoint is not None:  # into the run's log.txt, where analysis/interruptions.py reads it
+        steps = int(checkpoint["counters"]["env_steps"])
+        print(f"{run.path}: resumed from its checkpoint at {steps:,} env steps", file=sys.stderr, flush=True)
     return run

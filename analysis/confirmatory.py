@@ -3,19 +3,26 @@
 A plan's ``[analysis]`` section (``protocol.registration``) is frozen in the experiment
 (``preregistration.json``) before the first job of a seed set starts. Here it is read back:
 
-* **Labels.** A result is *pre-registered* when a section was frozen for its seed set and every run it
-  uses started after that freeze, from the frozen commit, from a clean tree (or one the freeze allowed
-  dirty, which the label says). Anything else is *exploratory*, with the reason counted: no freeze,
-  runs started before it, another commit, a dirty tree, seeds outside the frozen sets (seeds added after
-  a look). Runs are checked from their own ``metadata.json`` (start time and commit of their first start).
+* **Labels** (``result_label``, the one labelling function of the study, the report and the markdown).
+  A result is *pre-registered* only when it is a frozen endpoint read exactly as frozen (the same
+  test, sides, correction and family of endpoints adjusted together), a section was frozen for its seed
+  set, and every run it uses started after that freeze, from the frozen commit, from a clean tree (or
+  one the freeze allowed dirty, which the label says). Every other reading of the same runs (a verdict,
+  an aggregate, a per-game test, an effects table adjusted over another family) is *exploratory (not a
+  frozen endpoint)*; a frozen endpoint's runs that fail the check are exploratory with the reason
+  counted: no freeze, runs started before it, another commit, a dirty tree, seeds outside the frozen
+  sets (seeds added after a look). Runs are checked from their own ``metadata.json`` (start time and
+  commit of their first start). The code of the analysis itself is not checked against the freeze.
 * **Endpoints.** Each frozen endpoint is tested on the confirmatory seeds, and again on the replication
   seeds with a verdict of its own; the two sets are read pooled only where the frozen section says
-  ``pool = true``. Tests: a game's difference of mean final returns with a Mann-Whitney (exact for small
-  samples) or Welch test; an aggregate metric's difference of normalised scores with its stratified
-  bootstrap (the widened interval of ``analysis.verdict``) and a normal-approximation p from the
-  bootstrap's standard error; one- or two-sided as frozen; p adjusted across the endpoints of one seed
-  set with the frozen correction (``analysis.multiple``); an endpoint *holds* when its adjusted p is at
-  most the frozen alpha.
+  ``pool = true``. Tests: a game's difference of mean final returns with Welch's test and its t
+  interval, or with a Mann-Whitney test (exact for small samples) and the shift interval it inverts
+  (``rank_shift_interval``); an aggregate metric's difference of normalised scores with the stratified
+  bootstrap's standard error on t (``analysis.intervals.bootstrap_t``, its p from the same t); a main
+  effect with the pooled-variance t of ``analysis.factorial``; one- or two-sided as frozen, each 95%
+  interval the one the two-sided test inverts (it excludes 0 exactly when that test rejects at 0.05);
+  p adjusted across the endpoints of one seed set with the frozen correction (``analysis.multiple``);
+  an endpoint *holds* when its adjusted p is at most the frozen alpha.
 * **Changes.** A section frozen again with another hash for the same seed set, or a plan file whose
   section no longer matches the freeze, is said on top of every summary and report: the analysis
   then uses the first freeze, and only the runs that started after it count as pre-registered.
@@ -30,10 +37,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from rliable import metrics
 from scipy import stats
 
 from algorithms.configs import ConfigError
-from analysis import aggregate, equivalence, verdict
+from analysis import aggregate, equivalence, intervals
 from analysis.ablation import rank_test
 from analysis.factorial import AGGREGATE, factorial_effects
 from analysis.multiple import adjust
@@ -177,24 +185,63 @@ def run_label(reg: Registration, runs: pd.DataFrame, metadata: pd.DataFrame) -> 
     return PRE, "frozen before every run, same commit" + (", dirty tree allowed" if dirty_allowed else "")
 
 
-def _difference_ci(cand: np.ndarray, base: np.ndarray, reps: int, seed: int) -> tuple[float, float]:
-    """Percentile 95% bootstrap interval of mean(cand) - mean(base), each arm resampled on its own,
-    widened by sqrt(n / (n - 1)) as ``analysis.verdict`` widens (n: the smaller arm's runs)."""
-    rng = np.random.default_rng(seed)
-    diffs = rng.choice(cand, (reps, len(cand))).mean(1) - rng.choice(base, (reps, len(base))).mean(1)
-    lo, hi, _ = verdict.widened_interval(cand.mean() - base.mean(), diffs, min(len(cand), len(base)))
-    return lo, hi
+NOT_AN_ENDPOINT = "not a frozen endpoint"
 
 
-def _normal_p(point: float, se: float, sides: str) -> float:
-    if not np.isfinite(se) or se <= 0:
-        return float("nan")
-    z = point / se
-    if sides == "greater":
-        return float(stats.norm.sf(z))
-    if sides == "less":
-        return float(stats.norm.cdf(z))
-    return float(2 * stats.norm.sf(abs(z)))
+@dataclass(frozen=True)
+class Reading:
+    """How a result was read: the frozen endpoint it claims to be (``endpoint``; None: it reads none),
+    with the test, sides, correction and family (the names of the endpoints adjusted together) it was
+    read with. A verdict, an aggregate, a per-game test or an effects table read from the same runs is
+    ``Reading()``: no endpoint."""
+
+    endpoint: str | None = None
+    test: str | None = None
+    sides: str | None = None
+    correction: str | None = None
+    family: tuple[str, ...] = ()
+
+
+def result_label(
+    reg: Registration, reading: Reading, runs: pd.DataFrame, metadata: pd.DataFrame
+) -> tuple[str, str]:
+    """``(label, why)`` of a result, the one labelling function of the study, the report and the
+    markdown: *pre-registered* only when ``reading`` is a frozen endpoint read exactly as frozen (same
+    test, sides, correction and family) and its ``runs`` pass ``run_label``; every other reading of
+    the same runs is exploratory, ``why`` saying what differs ("not a frozen endpoint")."""
+    if not reg.frozen:
+        return EXPLORATORY, "no [analysis] section was frozen before these runs"
+    section = reg.section
+    frozen = {e.name: e for e in section.endpoints}
+    if reading.endpoint not in frozen:
+        return EXPLORATORY, NOT_AN_ENDPOINT
+    endpoint = frozen[reading.endpoint]
+    asked = (reading.test, reading.sides, reading.correction, sorted(reading.family))
+    kept = (endpoint.test, endpoint.sides, section.correction, sorted(frozen))
+    differs = [what for what, a, b in zip(("test", "sides", "correction", "family"), asked, kept) if a != b]
+    if differs:
+        return EXPLORATORY, f"{NOT_AN_ENDPOINT} as read: another {', '.join(differs)} than the frozen one"
+    return run_label(reg, runs, metadata)
+
+
+def label_text(label: tuple[str, str]) -> str:
+    """A label as pages show it: "pre-registered", or "exploratory (why)"."""
+    return label[0] if label[0] == PRE else f"{label[0]} ({label[1]})"
+
+
+def rank_shift_interval(cand: np.ndarray, base: np.ndarray, level: float = CI_LEVEL) -> tuple[float, float]:
+    """The shifts d for which the two-sided rank test (``rank_test``) of ``cand - d`` against ``base``
+    does not reject at ``1 - level``: the interval the test inverts (Hodges & Lehmann 1963, "Estimates
+    of location based on rank tests", Annals of Mathematical Statistics 34(2); Bauer 1972, JASA 67). The
+    statistic changes only at the pairwise differences, so the test runs once inside each gap between
+    them; an end is infinite where the test cannot reject that far out (3 runs a side: never at 0.05)."""
+    edges = np.unique(np.subtract.outer(cand, base).ravel())
+    bounds = np.concatenate([[-np.inf], edges, [np.inf]])
+    probes = np.concatenate([[edges[0] - 1], (edges[:-1] + edges[1:]) / 2, [edges[-1] + 1]])
+    kept = [i for i, d in enumerate(probes) if rank_test(pd.Series(cand - d), pd.Series(base)) > 1 - level]
+    if not kept:
+        return float("nan"), float("nan")
+    return float(bounds[kept[0]]), float(bounds[kept[-1] + 1])
 
 
 def equivalence_endpoint(endpoint: Endpoint, scores: pd.DataFrame, alpha: float) -> dict[str, Any]:
@@ -231,11 +278,13 @@ def test_endpoint(endpoint: Endpoint, final: pd.DataFrame, reps: int = 2000, see
         base = on[on.arm == endpoint.baseline].score.to_numpy(float)
         if min(len(cand), len(base)) < 2:
             return {"estimate": np.nan, "ci_low": np.nan, "ci_high": np.nan, "p": np.nan, "runs": on}
-        lo, hi = _difference_ci(cand, base, reps, seed)
+        # the interval the test inverts, two-sided at CI_LEVEL (analysis.intervals)
         if endpoint.test == "welch":
             p = stats.ttest_ind(cand, base, equal_var=False, alternative=ALTERNATIVE[endpoint.sides]).pvalue
+            lo, hi = equivalence.welch(cand, base).interval(CI_LEVEL)
         else:
             p = rank_test(pd.Series(cand), pd.Series(base), ALTERNATIVE[endpoint.sides])
+            lo, hi = rank_shift_interval(cand, base)
         return {"estimate": cand.mean() - base.mean(), "ci_low": lo, "ci_high": hi, "p": float(p), "runs": on}
     matrices, _, left_out = aggregate.score_matrices(pair)
     used = pair.merge(left_out[["arm", "env", "seed"]], how="left", indicator=True)
@@ -243,20 +292,18 @@ def test_endpoint(endpoint: Endpoint, final: pd.DataFrame, reps: int = 2000, see
     if len(matrices) < 2 or matrices[endpoint.candidate].shape[0] < 2:
         return {"estimate": np.nan, "ci_low": np.nan, "ci_high": np.nan, "p": np.nan, "runs": used}
     cand, base = matrices[endpoint.candidate], matrices[endpoint.baseline]
+    rng = np.random.default_rng(seed)
+    draws_c, draws_b = stratified_resamples(cand, reps, rng), stratified_resamples(base, reps, rng)
     if endpoint.metric == "probability_of_improvement":
-        found = aggregate.probability_of_improvement(
-            matrices, endpoint.candidate, endpoint.baseline, reps, seed
-        )
-        point, lo, hi = found["value"] - 0.5, found["ci_low"] - 0.5, found["ci_high"] - 0.5
-        se = (hi - lo) / (2 * stats.norm.ppf(0.975))
+        point = aggregate.probability_of_improvement(matrices, endpoint.candidate, endpoint.baseline) - 0.5
+        draws = [metrics.probability_of_improvement(c, b) - 0.5 for c, b in zip(draws_c, draws_b)]
+        parts = [(np.array(draws), *cand.shape)]
     else:
-        metric = aggregate.METRICS[METRIC_NAMES[endpoint.metric]]
-        rng = np.random.default_rng(seed)
-        draws_c, draws_b = stratified_resamples(cand, reps, rng), stratified_resamples(base, reps, rng)
-        diffs = np.array([metric(c) - metric(b) for c, b in zip(draws_c, draws_b)])
-        point = float(metric(cand) - metric(base))
-        lo, hi, se = verdict.widened_interval(point, diffs, cand.shape[0])
-    return {"estimate": point, "ci_low": lo, "ci_high": hi, "p": _normal_p(point, se, endpoint.sides),
+        metric = aggregate.METRIC_ROWS[METRIC_NAMES[endpoint.metric]]
+        point = float(metric(cand[None])[0] - metric(base[None])[0])
+        parts = [(metric(draws_c), *cand.shape), (-metric(draws_b), *base.shape)]
+    lo, hi, se, df = intervals.bootstrap_t(point, parts)
+    return {"estimate": point, "ci_low": lo, "ci_high": hi, "p": intervals.t_p(point, se, df, endpoint.sides),
             "runs": used}  # fmt: skip
 
 
@@ -271,7 +318,7 @@ def factorial_options(reg: Registration) -> dict[str, Any]:
 
 
 def _effect_endpoints(
-    endpoints: list[Endpoint], on: pd.DataFrame, record: dict[str, Any] | None, reps: int, seed: int
+    endpoints: list[Endpoint], on: pd.DataFrame, record: dict[str, Any] | None
 ) -> list[dict[str, Any]]:
     """``test_endpoint``'s results for the design's main-effect endpoints: the effect's estimate, its
     interval and its t test's p as the endpoint's sides say, on the runs of one seed set."""
@@ -280,7 +327,7 @@ def _effect_endpoints(
     if record is None or "design" not in record:
         raise ValueError("an effect endpoint needs a designed ablation's runs (plan.json has no design)")
     sides = {e.switch: ALTERNATIVE[e.sides] for e in endpoints}
-    found = factorial_effects(on, record, correction="none", alternatives=sides, reps=reps, seed=seed)
+    found = factorial_effects(on, record, correction="none", alternatives=sides)
     mains = found.effects[found.effects.kind == "main"].set_index(["response", "switch"])
     design_runs = on[on.arm.isin(list(record["design"]["arms"]))]
     out = []
@@ -325,18 +372,20 @@ def endpoint_table(
     effects = [e for e in section.endpoints if e.kind == "effect"]
     sources = {"evaluation": final, "training": training if training is not None else final.iloc[:0]}
     rows = []
+    family = tuple(e.name for e in section.endpoints)
     present = {int(s) for t in sources.values() for s in t.seed}
     for name, seeds in _seed_sets(section, present):
         on = final[final.seed.isin(seeds)]
         block = []
-        tested = dict(zip([e.name for e in effects], _effect_endpoints(effects, on, record, reps, seed)))
+        tested = dict(zip([e.name for e in effects], _effect_endpoints(effects, on, record)))
         for endpoint in section.endpoints:
             if endpoint.kind == "equivalence":
                 scores = sources[endpoint.score]
                 found = equivalence_endpoint(endpoint, scores[scores.seed.isin(seeds)], section.alpha)
             else:
                 found = tested.get(endpoint.name) or test_endpoint(endpoint, on, reps, seed)
-            label, why = run_label(reg, found["runs"], metadata)
+            reading = Reading(endpoint.name, endpoint.test, endpoint.sides, section.correction, family)
+            label, why = result_label(reg, reading, found["runs"], metadata)
             if name == "pooled" and label == PRE:
                 why += "; pooled as the frozen section allows"
             block.append({

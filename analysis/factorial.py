@@ -17,11 +17,10 @@ Uncertainty, per response:
   df degrees of freedom gives the p-value, two-sided or one-sided per switch (``alternatives``), the
   main effects adjusted together for multiplicity (``correction``: Holm, Bonferroni,
   Benjamini-Hochberg or none; the pre-registered analysis names which);
-* a bootstrap CI over seeds, each arm's runs resampled within the arm (the design stays fixed),
-  residuals rescaled by sqrt(n_a / (n_a - 1)) so that a resampled arm mean has the variance the
-  pooled t uses rather than (n_a - 1)/n_a of it (Davison & Hinkley, *Bootstrap Methods and their
-  Application*, 1997, section 6.2.3, rescaled residuals), percentile interval at 1 - ``alpha``,
-  not adjusted for multiplicity.
+* the t interval at 1 - ``alpha`` from the same SE and df, not adjusted for multiplicity: the
+  interval the two-sided t test inverts, so it excludes 0 exactly when that test rejects at
+  ``alpha`` (a bootstrap over three seeds an arm gave intervals narrower than the test's:
+  analysis/intervals.py).
 
 Responses: each game's raw final return (the per-game tables' unit), and ``AGGREGATE``: a run's
 mean over the design's games of its normalised score (the study's ``normalised`` column, the scores
@@ -103,14 +102,8 @@ def responses(final: pd.DataFrame, arms: Mapping[str, np.ndarray]) -> dict[str, 
     return out
 
 
-def contrasts(
-    runs: Mapping[str, np.ndarray],
-    weights: np.ndarray,
-    alpha: float = 0.05,
-    reps: int = 2000,
-    seed: int = 0,
-) -> pd.DataFrame:
-    """Estimate, SE, df, t and bootstrap CI of each contrast ``weights[:, j]`` (one weight per arm of
+def contrasts(runs: Mapping[str, np.ndarray], weights: np.ndarray, alpha: float = 0.05) -> pd.DataFrame:
+    """Estimate, SE, df, t and t interval of each contrast ``weights[:, j]`` (one weight per arm of
     ``runs``, in its order) of the arm means (module doc); SE, t and CI are NaN without replication."""
     arms = list(runs)
     n = np.array([len(runs[a]) for a in arms])
@@ -119,15 +112,8 @@ def contrasts(
     df = int(n.sum() - len(arms))
     squares = sum(float(((runs[a] - m) ** 2).sum()) for a, m in zip(arms, means))
     se = np.sqrt(squares / df * ((weights**2) / n[:, None]).sum(axis=0)) if df > 0 else np.nan * estimate
-    rng = np.random.default_rng(seed)
-    boot = np.empty((reps, len(arms)))
-    for i, a in enumerate(arms):
-        y = runs[a]
-        residuals = (y - y.mean()) * (np.sqrt(len(y) / (len(y) - 1)) if len(y) > 1 else 0.0)
-        boot[:, i] = y.mean() + residuals[rng.integers(0, len(y), size=(reps, len(y)))].mean(axis=1)
-    low, high = np.percentile(boot @ weights, [100 * alpha / 2, 100 * (1 - alpha / 2)], axis=0)
-    if df <= 0:
-        low, high = np.nan * low, np.nan * high
+    half = stats.t.ppf(1 - alpha / 2, df) * se if df > 0 else np.nan * estimate
+    low, high = estimate - half, estimate + half
     with np.errstate(divide="ignore", invalid="ignore"):
         t = estimate / se
     return pd.DataFrame({"estimate": estimate, "se": se, "ci_low": low, "ci_high": high, "t": t, "df": df})
@@ -149,8 +135,6 @@ def factorial_effects(
     alpha: float = 0.05,
     correction: str = "holm",
     alternatives: str | Mapping[str, str] = "two-sided",
-    reps: int = 2000,
-    seed: int = 0,
 ) -> FactorialAnalysis:
     """The ``FactorialAnalysis`` of ``final`` (complete runs: arm, env, seed, score, normalised) under
     the ablation ``record``'s design. ``alternatives``: one for every main effect, or per switch (its
@@ -180,7 +164,7 @@ def factorial_effects(
         if any(len(r) == 0 for r in runs.values()):
             skipped.append(response)
             continue
-        table = contrasts(runs, weights, alpha, reps, seed)
+        table = contrasts(runs, weights, alpha)
         n = sum(len(r) for r in runs.values())
         mains = []
         for i, c in enumerate(letters):
@@ -231,11 +215,12 @@ def factorial_lines(found: FactorialAnalysis | None, scale: float = 1.0, unit: s
     lines = [
         "## Designed ablation: main effects",
         "",
-        f"Each switch's main effect (mean of the arms with it on minus off; analysis/factorial.py): "
-        f"estimate [{1 - found.alpha:.0%} bootstrap CI over seeds, not adjusted], standard error and t "
-        f"from the variance pooled within arms, p as the alternative says, adjusted over the main "
-        f"effects of each response ({found.correction}), rejected at adjusted p <= {found.alpha:g}. "
-        f"Games in raw returns; {AGGREGATE}: a run's normalised score{unit} averaged over the games.",
+        "Each switch's main effect (averaged over the other switches): the mean of the arms with it on "
+        f"minus those with it off (analysis/factorial.py); estimate [{1 - found.alpha:.0%} t interval, "
+        "not adjusted], standard error and t from the variance pooled within arms, p as the alternative "
+        f"says, adjusted over the main effects of each response ({found.correction}), rejected at adjusted "
+        f"p <= {found.alpha:g}. Games in raw returns; {AGGREGATE}: a run's normalised score{unit} averaged "
+        "over the games.",
         "",
     ]
     if found.skipped:

@@ -11,8 +11,10 @@ scores subtract random play). The reference, per env, on the same scale:
 * gymnasium envs: the published reference score of the bounds table, 1 by construction (the zoo's or
   CleanRL's trained agents, ``analysis/data/gym_reference_scores.csv``).
 
-``learning_table`` gives per arm its IQM with the verdict's widened 95% interval, whether that interval
-lies above random play, and the reference's IQM over the same games.
+``learning_table`` gives per arm and env its mean over that env's complete runs with the 95% t
+interval (``env_levels``), whether that interval lies above random play, and the reference there: a
+run added or missing on one env never changes the check on another (balancing across envs is for the
+aggregates, which list the runs it leaves out).
 
 Evaluation episodes cut at the harness's cap (``capped_runs``: ``sampler.eval_max_steps``, e.g. the
 smoke profile's 200 steps, reached before the env's own end) are read by the sign of the env's rewards
@@ -30,10 +32,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from analysis import verdict
 from analysis.curves import EVAL_SOURCE, Scores
+from analysis.intervals import mean_interval
 from analysis.runs import KEYS, Experiment
 from analysis.scores import (
     atari_game,
@@ -46,7 +48,8 @@ from analysis.scores import (
 )
 
 LEARNING_COLUMNS = [
-    "arm", "runs", "iqm", "ci_low", "ci_high", "eval_cap", "learned", "reference_iqm", "share_of_reference",
+    "arm", "env", "runs", "mean", "ci_low", "ci_high", "eval_cap", "learned", "reference",
+    "share_of_reference",
 ]  # fmt: skip
 
 
@@ -201,11 +204,17 @@ def cut_short_note(exp: Experiment, scores: Scores) -> str | None:
     return f"{said}: " + "; ".join(parts) + "."
 
 
-def arm_caps(exp: Experiment, scores: Scores) -> dict[str, int]:
-    """Arm -> the cap its capped runs' evaluations stopped at (``capped_runs``), from the runs whose cut
-    returns are not lower bounds (``cut_bound``): such an arm is not shown to learn."""
+def env_caps(exp: Experiment, scores: Scores) -> dict[tuple[str, str], int]:
+    """``(arm, env)`` -> the cap its capped runs' evaluations stopped at (``capped_runs``), from the runs
+    whose cut returns are not lower bounds (``cut_bound``): such an arm is not shown to learn there."""
     capped = sorted(capped_runs(exp, scores).items())
-    return {arm: cap for (arm, env, _), cap in capped if not cut_returns_are_lower_bounds(env)}
+    return {(arm, env): cap for (arm, env, _), cap in capped if not cut_returns_are_lower_bounds(env)}
+
+
+def arm_caps(exp: Experiment, scores: Scores) -> dict[str, int]:
+    """Arm -> a cap of ``env_caps`` on any of its envs: its IQM over games is not on random play's
+    scale."""
+    return {arm: cap for (arm, _), cap in env_caps(exp, scores).items()}
 
 
 def reference_levels(scores: Scores, table: str = "r2d2") -> tuple[dict[str, float], str]:
@@ -238,39 +247,32 @@ def reference_levels(scores: Scores, table: str = "r2d2") -> tuple[dict[str, flo
     return {}, "none (scores normalised within the experiment)"
 
 
-def learning_table(
-    scores: Scores,
-    matrices: dict[str, np.ndarray],
-    games: list[str],
-    reps: int = 2000,
-    seed: int = 0,
-    caps: dict[str, int] | None = None,
-) -> tuple[pd.DataFrame, str]:
-    """``(LEARNING_COLUMNS per arm, what the reference is)`` for ``matrices`` (``[runs, games]``,
-    ``analysis.aggregate.score_matrices``); ``caps``: ``arm_caps``."""
+def env_levels(final: pd.DataFrame, caps: dict[tuple[str, str], int] | None = None) -> list[verdict.ArmLevel]:
+    """Each arm's level on each env from that env's complete runs alone (``final``: arm, env, seed,
+    normalised): the mean normalised final score with its 95% t interval
+    (``analysis.intervals.mean_interval``), so that runs added or dropped on another env never change
+    it; ``caps``: ``env_caps``."""
+    caps = caps or {}
+    out = []
+    for (arm, env), runs in final.groupby(["arm", "env"], sort=True):
+        values = runs.normalised.to_numpy(float)
+        lo, hi = mean_interval(values)
+        cap = caps.get((arm, env))
+        out.append(verdict.ArmLevel(arm, float(values.mean()), float(lo), float(hi), cap, env))
+    return out
+
+
+def learning_table(scores: Scores, levels: list[verdict.ArmLevel]) -> tuple[pd.DataFrame, str]:
+    """``(LEARNING_COLUMNS per arm and env, what the reference is)`` for ``env_levels``' ``levels``,
+    each beside the reference on its env and its share of it."""
     references, what = reference_levels(scores)
-    values = np.array([references.get(g, np.nan) for g in games], float)
-    reference_iqm = (
-        float(stats.trim_mean(values, proportiontocut=0.25))
-        if len(values) and np.isfinite(values).all()
-        else np.nan
-    )
+    counts = scores.final.groupby(["arm", "env"]).size()
     rows = []
-    for level in verdict.arm_levels(matrices, reps, seed, caps):
-        share = level.iqm / reference_iqm if np.isfinite(reference_iqm) and reference_iqm > 0 else np.nan
-        rows.append(
-            [
-                level.arm,
-                matrices[level.arm].shape[0],
-                level.iqm,
-                level.ci_low,
-                level.ci_high,
-                level.cap,
-                level.learned,
-                reference_iqm,
-                share,
-            ]
-        )
+    for level in levels:
+        reference = references.get(level.env, np.nan)
+        share = level.value / reference if np.isfinite(reference) and reference > 0 else np.nan
+        rows.append([level.arm, level.env, int(counts[(level.arm, level.env)]), level.value, level.ci_low,
+                     level.ci_high, level.cap, level.learned, reference, share])  # fmt: skip
     return pd.DataFrame(rows, columns=LEARNING_COLUMNS), what
 
 
@@ -280,6 +282,8 @@ SMOKE_SENTENCE = (
     "Smoke profile: says nothing about learning (a few thousand env steps per job test the pipeline, not "
     "the algorithm; repro/configs/profiles/smoke.toml)."
 )
+# What a smoke report says in place of a comparison: no winner, no power statement.
+SMOKE_COMPARISON = "Smoke: no comparison."
 
 
 def smoke_sentence(plan: dict | None) -> str | None:

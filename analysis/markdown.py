@@ -26,7 +26,10 @@ def fmt(value: object) -> str:
 
 
 def ci_text(value: float, lo: float, hi: float, scale: float = 1.0) -> str:
-    """``value [lo, hi]``, each multiplied by ``scale`` and shown with ``fmt``."""
+    """``value [lo, hi]``, each multiplied by ``scale`` and shown with ``fmt``; the value alone where
+    there is no interval (both ends NaN: one run, or an estimate shown without one)."""
+    if fmt(lo) == fmt(hi) == "–":
+        return fmt(value * scale)
     return f"{fmt(value * scale)} [{fmt(lo * scale)}, {fmt(hi * scale)}]"
 
 

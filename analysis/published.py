@@ -84,23 +84,20 @@ def minatar_training_final(exp: Experiment, scores: Scores) -> pd.DataFrame | No
     return found.assign(source=TRAINING_LAST)
 
 
-def minatar_like_for_like(
-    exp: Experiment, scores: Scores, curves: pd.DataFrame, reps: int = 2000, seed: int = 0
-) -> pd.DataFrame:
-    """Per arm and MinAtar game: our last-100-episode training return (mean over seeds, 95% bootstrap
-    CI) against Young & Tian's DQN curve at the same frames (``aggregate.compare_with_minatar_published``),
-    with our greedy final evaluation beside it (``eval_score, eval_ci_low, eval_ci_high``, not compared)
-    and both protocols as columns (``our_protocol``, ``published_protocol``)."""
+def minatar_like_for_like(exp: Experiment, scores: Scores, curves: pd.DataFrame) -> pd.DataFrame:
+    """Per arm and MinAtar game: our last-100-episode training return (mean over seeds, 95% t
+    interval) against Young & Tian's DQN curve at the same frames
+    (``aggregate.compare_with_minatar_published``), with our greedy final evaluation beside it
+    (``eval_score, eval_ci_low, eval_ci_high``, not compared) and both protocols as columns
+    (``our_protocol``, ``published_protocol``)."""
     training = minatar_training_final(exp, scores)
     if training is None or training.empty:
         raise ValueError(
             f"{exp.path}: no run logged training returns (progress.csv return_mean, episodes_logged), so "
             "nothing compares with Young & Tian's training-return curves"
         )
-    table = aggregate.compare_with_minatar_published(training, curves, reps=reps, seed=seed)
-    greedy = aggregate.per_game_summary(scores.final, reps, seed)[
-        ["arm", "env", "score", "ci_low", "ci_high"]
-    ]
+    table = aggregate.compare_with_minatar_published(training, curves)
+    greedy = aggregate.per_game_summary(scores.final)[["arm", "env", "score", "ci_low", "ci_high"]]
     greedy = greedy.rename(
         columns={"score": "eval_score", "ci_low": "eval_ci_low", "ci_high": "eval_ci_high"}
     )

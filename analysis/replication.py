@@ -11,7 +11,7 @@ import pandas as pd
 
 from analysis import aggregate, verdict
 from analysis.ablation import ablation_record, deviation_games
-from analysis.markdown import ci_text, md_table
+from analysis.markdown import ci_text, fmt, md_table
 from analysis.robust import Robustness, carried_sentence, robust_verdict, robustness_block
 from analysis.study import Study, score_units
 from protocol.plan_args import format_seeds
@@ -114,7 +114,7 @@ def replication_lines(study: Study, replication: Study, pool: bool = False) -> l
 
     def level(v: verdict.Verdict, arm: str) -> str:
         found = next(x for x in v.levels if x.arm == arm)
-        return ci_text(found.iqm, found.ci_low, found.ci_high, scale)
+        return ci_text(found.value, found.ci_low, found.ci_high, scale)
 
     rows = [
         ["experiment", *(f"`{s.experiment.path}`" for s in runs), *(["both"] if pool else [])],
@@ -126,7 +126,7 @@ def replication_lines(study: Study, replication: Study, pool: bool = False) -> l
         ["games x runs per game and arm", *(f"{v.n_games} x {v.n_runs}" for v in verdicts)],
         [f"IQM of {a}{study.scores.unit}", *(level(v, a) for v in verdicts)],
         [f"IQM of {b}{study.scores.unit}", *(level(v, b) for v in verdicts)],
-        [f"P({b} > {a})", *(ci_text(v.poi["value"], v.poi["ci_low"], v.poi["ci_high"]) for v in verdicts)],
+        [f"P({b} > {a})", *(fmt(v.poi["value"]) for v in verdicts)],
         [
             f"IQM difference {b} - {a}{in_units}",
             *(

@@ -30,7 +30,7 @@ from analysis.markdown import ci_text, fmt, md_table
 from analysis.multiple import adjust
 
 GAME_COLUMNS = ["env", "baseline_mean", "candidate_mean", "difference", "p", "p_adjusted", "correction"]
-LEAVE_OUT_COLUMNS = ["left_out", "difference", "ci_low", "ci_high", "poi", "poi_low", "poi_high", "winner"]
+LEAVE_OUT_COLUMNS = ["left_out", "difference", "ci_low", "ci_high", "poi", "winner"]
 MIDDLE_COLUMNS = ["arm", "env", "runs", "in_middle_half"]
 
 
@@ -87,8 +87,7 @@ def robustness(
         rest = {arm: np.delete(m, i, axis=1) for arm, m in matrices.items() if arm in (a, b)}
         again = verdict.two_arm_verdict(rest, a, b, reps, seed)
         d, p = again.iqm_difference, again.poi
-        out.append([env, d["value"], d["ci_low"], d["ci_high"], p["value"], p["ci_low"], p["ci_high"],
-                    again.winner])  # fmt: skip
+        out.append([env, d["value"], d["ci_low"], d["ci_high"], p["value"], again.winner])
         if found.winner is not None and again.winner != found.winner:
             carried.append(env)
     middle = [
@@ -153,15 +152,19 @@ def robust_verdict(
     scale: float = 1.0,
     unit: str = "",
     caps: dict[str, int] | None = None,
+    learning: list[verdict.ArmLevel] | None = None,
 ) -> tuple[verdict.Verdict, verdict.PowerStatement, Robustness]:
-    """The two-arm verdict (``analysis.verdict.two_arm_verdict``), its power statement and its
-    ``Robustness``; when single games carry the verdict, its first sentence says so."""
-    found = verdict.two_arm_verdict(matrices, baseline, candidate, reps, seed, label, scale, unit, caps)
+    """The two-arm verdict (``analysis.verdict.two_arm_verdict``, opening with the learning check of
+    ``learning`` when given), its power statement and its ``Robustness``; when single games carry the
+    verdict, its first sentence says so."""
+    found = verdict.two_arm_verdict(
+        matrices, baseline, candidate, reps, seed, label, scale, unit, caps, learning
+    )
     pair = balanced_runs(final[final.arm.isin([baseline, candidate])])
     checked = robustness(pair, matrices, games, found, reps, seed, correction)
     lead = carried_sentence(checked, scale, unit)
     if lead:
-        found = verdict.with_caveat(found, lead, scale, unit)
+        found = verdict.with_caveat(found, lead)
     power = verdict.power_statement(found, label=label, scale=scale, unit=unit)
     return found, power, checked
 
@@ -177,7 +180,7 @@ def robustness_block(r: Robustness, scores: Scores, title: str) -> list[str]:
     ]  # fmt: skip
     loo = [
         [row.left_out, ci_text(row.difference, row.ci_low, row.ci_high, scale),
-         ci_text(row.poi, row.poi_low, row.poi_high), row.winner or "neither"]
+         fmt(row.poi), row.winner or "neither"]
         for row in r.leave_one_out.itertuples()
     ]  # fmt: skip
     correction = r.games.correction.iloc[0] if len(r.games) else "holm"

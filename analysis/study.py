@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from scipy import stats
 
 from analysis import aggregate, verdict
 from analysis.ablation import (
@@ -32,15 +31,25 @@ from analysis.ablation import (
 from analysis.confirmatory import (
     ENDPOINT_COLUMNS,
     EXPLORATORY,
+    Reading,
     Registration,
     endpoint_table,
     factorial_options,
     registration,
-    run_label,
+    result_label,
 )
 from analysis.curves import Scores, score_tables
 from analysis.factorial import FactorialAnalysis, factorial_effects
-from analysis.learning import arm_caps, cut_bounds, cut_short_note, learning_table
+from analysis.interruptions import resumed_runs
+from analysis.learning import (
+    arm_caps,
+    cut_bounds,
+    cut_short_note,
+    env_caps,
+    env_levels,
+    learning_table,
+    smoke_sentence,
+)
 from analysis.published import (
     TRAINING_LAST,
     last_training_returns,
@@ -93,62 +102,49 @@ class Checks:
     effect_games: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=GAME_EFFECT_COLUMNS))
     share_note: str | None = None  # how ``share_of_reference`` matches the reference's protocol
     factorial: FactorialAnalysis | None = None  # a designed ablation's effects (analysis.factorial)
+    levels: tuple[verdict.ArmLevel, ...] = ()  # ``learning.env_levels``, what ``learning_lead`` reads
 
 
 def learning_checks(
-    exp: Experiment,
-    scores: Scores,
-    reps: int = 2000,
-    seed: int = 0,
-    caps: dict[str, int] | None = None,
-    reg: Registration | None = None,
+    exp: Experiment, scores: Scores, reps: int = 2000, seed: int = 0, reg: Registration | None = None
 ) -> Checks:
     """``Checks`` of the experiment's final scores; empty for the min-max fallback (no fixed scale).
-    ``caps``: ``learning.arm_caps`` of the experiment, when the caller has them already; ``reg``: its
-    frozen analysis (``analysis.confirmatory``), whose alpha, correction and sides a designed
-    ablation's effects take."""
+    ``reg``: its frozen analysis (``analysis.confirmatory``), whose alpha, correction and sides a
+    designed ablation's effects take."""
     reg = reg or Registration()
-    matrices, games = aggregate.arm_matrices(scores.final)
-    if not matrices or not scores.comparable:
+    if scores.final.empty or not scores.comparable:
         return Checks(scores)
-    caps = arm_caps(exp, scores) if caps is None else caps
-    learning, reference = learning_table(scores, matrices, games, reps, seed, caps)
-    levels = [
-        verdict.ArmLevel(r.arm, r.iqm, r.ci_low, r.ci_high, None if pd.isna(r.eval_cap) else int(r.eval_cap))
-        for r in learning.itertuples()
-    ]
+    levels = env_levels(scores.final, env_caps(exp, scores))
+    learning, reference = learning_table(scores, levels)
     lead = verdict.learning_sentence(levels, scores.scale, "%" if scores.percent else "")
     note = None
     if scores.reference == "dqn" and (training := minatar_training_final(exp, scores)) is not None:
-        learning, note = _like_for_like_share(learning, training, games)
+        learning, note = _like_for_like_share(learning, training)
     record = ablation_record(exp.plan)
+    cut = cut_short_note(exp, scores)
     if not record:
-        return Checks(
-            scores, learning, reference, lead, cut_short=cut_short_note(exp, scores), share_note=note
-        )
+        return Checks(scores, learning, reference, lead, cut_short=cut, share_note=note, levels=tuple(levels))
     if "design" in record:  # its arms are design points, not one deviation each: no leave-one-out table
-        found = factorial_effects(scores.final, record, reps=reps, seed=seed, **factorial_options(reg))
-        cut = cut_short_note(exp, scores)
-        return Checks(scores, learning, reference, lead, cut_short=cut, factorial=found, share_note=note)
+        found = factorial_effects(scores.final, record, **factorial_options(reg))
+        return Checks(scores, learning, reference, lead, cut_short=cut, factorial=found, share_note=note,
+                      levels=tuple(levels))  # fmt: skip
     effects = deviation_effects(scores.final, record, reps, seed)
     games = deviation_games(scores.final, record, list(effects.arm))
-    return Checks(scores, learning, reference, lead, effects, cut_short_note(exp, scores), games, note)
+    return Checks(scores, learning, reference, lead, effects, cut, games, note, levels=tuple(levels))
 
 
-def _like_for_like_share(
-    learning: pd.DataFrame, training: pd.DataFrame, games: list[str]
-) -> tuple[pd.DataFrame, str]:
+def _like_for_like_share(learning: pd.DataFrame, training: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """The learning table's share of a training-return reference (Young & Tian's curves) computed like
-    for like (``analysis.published``): each arm's IQM of normalised last-100-episode training returns
-    over the same games, divided by the reference's IQM; the greedy IQM stays beside it."""
-    matrices, _ = aggregate.arm_matrices(training[training.env.isin(games)])
-    iqm = {arm: float(stats.trim_mean(m.ravel(), 0.25)) for arm, m in matrices.items()}
-    learning = learning.assign(training_iqm=learning.arm.map(iqm))
-    learning["share_of_reference"] = learning.training_iqm / learning.reference_iqm
+    for like (``analysis.published``): each arm's mean normalised last-100-episode training return on
+    each env, divided by the reference there; the greedy mean stays beside it."""
+    means = training.groupby(["arm", "env"]).normalised.mean()
+    keys = list(zip(learning.arm, learning.env))
+    learning = learning.assign(training_mean=[means.get(k, float("nan")) for k in keys])
+    learning["share_of_reference"] = learning.training_mean / learning.reference
     return learning, (
         "The reference's protocol is a training return (analysis/published.py), so 'share of reference' "
-        f"divides each arm's IQM of its own training returns ({TRAINING_LAST}; column 'training IQM') "
-        "by the reference's IQM, never the greedy evaluations' IQM."
+        f"divides each arm's mean of its own training returns ({TRAINING_LAST}; column 'training mean') "
+        "by the reference, never the greedy evaluations' mean."
     )
 
 
@@ -175,8 +171,9 @@ class Study:
     registration: Registration = field(default_factory=Registration)  # ``analysis.confirmatory``
     endpoints: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ENDPOINT_COLUMNS))
     robustness: Robustness | None = None  # the verdict's, ``analysis.robust``
-    label: tuple[str, str] = (EXPLORATORY, "")  # the verdict's and aggregates' ``run_label``
+    label: tuple[str, str] = (EXPLORATORY, "")  # every reading but the endpoints': ``result_label``
     bounds: dict[tuple[str, str], str] = field(default_factory=dict)  # ``learning.cut_bounds``
+    resumed: pd.DataFrame = field(default_factory=pd.DataFrame)  # ``interruptions.resumed_runs``
 
     @property
     def learning(self) -> pd.DataFrame:
@@ -207,23 +204,21 @@ class Study:
         return self.checks.share_note
 
 
-def _per_game(exp: Experiment, scores: Scores, reps: int, seed: int) -> tuple[pd.DataFrame, str]:
+def _per_game(exp: Experiment, scores: Scores) -> tuple[pd.DataFrame, str]:
     envs = set(scores.final.env)
     if any(is_minatar(e) for e in envs):
         try:
             curves = minatar_published_curves()
         except FileNotFoundError as e:
-            return aggregate.per_game_summary(
-                scores.final, reps, seed
-            ), f"no published curves: {e.filename} is absent"
+            return aggregate.per_game_summary(scores.final), f"no published curves: {e.filename} is absent"
         try:
-            return minatar_like_for_like(exp, scores, curves, reps, seed), ""
+            return minatar_like_for_like(exp, scores, curves), ""
         except ValueError as e:
-            return aggregate.per_game_summary(scores.final, reps, seed), str(e)
-    published = aggregate.compare_with_published(scores.final, reps=reps, seed=seed)
+            return aggregate.per_game_summary(scores.final), str(e)
+    published = aggregate.compare_with_published(scores.final)
     if len(published):
         return published, ""
-    return aggregate.per_game_summary(scores.final, reps, seed), "no published scores for these envs"
+    return aggregate.per_game_summary(scores.final), "no published scores for these envs"
 
 
 def run_study(
@@ -240,8 +235,11 @@ def run_study(
     found = power = checked = None
     caps = arm_caps(exp, scores)
     reg = registration(exp.path, exp.metadata, exp.plan)
+    checks = learning_checks(exp, scores, reps, seed, reg)
     correction = reg.section.correction if reg.frozen else "holm"
-    if (pair := verdict_arms(scores.final, exp.plan, baseline)) is not None:
+    # a smoke run tests the pipeline: its comparison would name a winner from noise (SMOKE_COMPARISON)
+    pair = None if smoke_sentence(exp.plan) else verdict_arms(scores.final, exp.plan, baseline)
+    if pair is not None:
         a, b, pair_matrices, pair_games = pair
         found, power, checked = robust_verdict(
             scores.final,
@@ -254,8 +252,9 @@ def run_study(
             correction,
             **score_units(scores),
             caps=caps,
+            learning=list(checks.levels) or None,
         )
-    per_game, note = _per_game(exp, scores, reps, seed)
+    per_game, note = _per_game(exp, scores)
     return Study(
         experiment=exp,
         scores=scores,
@@ -270,15 +269,16 @@ def run_study(
         power=power,
         per_game=per_game,
         per_game_note=note,
-        checks=learning_checks(exp, scores, reps, seed, caps, reg),
+        checks=checks,
         caps=caps,
         registration=reg,
         endpoints=endpoint_table(
             reg, scores.final, exp.metadata, ablation_record(exp.plan), reps, seed, last_training_returns(exp)
         ),
         robustness=checked,
-        label=run_label(reg, balanced_runs(scores.final), exp.metadata),
+        label=result_label(reg, Reading(), balanced_runs(scores.final), exp.metadata),
         bounds=cut_bounds(exp, scores),
+        resumed=resumed_runs(exp),
     )
 
 

@@ -13,7 +13,15 @@ from analysis import aggregate, verdict
 from analysis.ablation import EXACT_SPLITS, PLANNED_DIFFERENCE
 from analysis.confirmatory import EXPLORATORY
 from analysis.factorial import factorial_lines
-from analysis.learning import arm_cut_bounds, cut_legend, marked, metric_bound, smoke_sentence
+from analysis.interruptions import resumed_lines
+from analysis.learning import (
+    SMOKE_COMPARISON,
+    arm_cut_bounds,
+    cut_legend,
+    marked,
+    metric_bound,
+    smoke_sentence,
+)
 from analysis.markdown import ci_text, fmt, md_table
 from analysis.published import TRAINING_LAST
 from analysis.replication import replication_lines
@@ -73,7 +81,7 @@ def _per_game_lines(study: Study) -> list[str]:
                     bounds.get((r.arm, r.env)))]
             for r in table.itertuples()
         ]  # fmt: skip
-        intro = "Final raw score per arm and env (mean over seeds, 95% bootstrap CI)."
+        intro = "Final raw score per arm and env (mean over seeds, 95% t interval)."
     notes = [f"Note: {study.per_game_note}.", ""] if study.per_game_note else []
     legend = _legend_lines(bounds.values())
     return ["## Per game", "", intro, "", *notes, *md_table(columns, rows), "", *legend]
@@ -104,8 +112,7 @@ def registration_lines(study: Study) -> list[str]:
         f"The plan's `[analysis]` section, frozen before the first job of each seed set (correction "
         f"{section.correction} across the endpoints of one seed set, alpha {section.alpha:g}; the "
         f"replication is {'pooled with' if section.pool else 'never pooled with'} the confirmatory "
-        "seeds). A result is pre-registered when every run it uses started after the freeze, from the "
-        "frozen commit.",
+        f"seeds). {PRE_RULE}",
         "",
         *md_table(["seed set", "seeds", "section hash", "commit", "frozen at", "dirty tree"], freezes),
         "",
@@ -116,8 +123,7 @@ def registration_lines(study: Study) -> list[str]:
     if rows:
         lines += [
             "Each frozen endpoint on each seed set (estimate: candidate minus baseline, raw returns for a "
-            "game, normalised points for an aggregate, with its CI: 95% bootstrap, or for an equivalence "
-            "endpoint the t interval that agrees with its test, beside its margin; p of the frozen test and "
+            f"game, normalised points for an aggregate, with {ENDPOINT_INTERVALS}; p of the frozen test and "
             "sides, adjusted across the endpoints of the seed set; 'holds' when the adjusted p is at most "
             "alpha):",
             "",
@@ -127,11 +133,24 @@ def registration_lines(study: Study) -> list[str]:
         why = sorted({f"{r.endpoint} ({r.seed_set}): {r.why}" for r in study.endpoints.itertuples()
                       if r.label == EXPLORATORY})  # fmt: skip
         lines += [f"Exploratory because: {'; '.join(why)}.", ""] if why else []
-    lines += [
-        f"The verdict, aggregates and tables below use every complete run: **{label[0]}** ({label[1]}).",
-        "",
-    ]
+    lines += [f"Every result below this table is **{label[0]}** ({label[1]}).", ""]
     return lines
+
+
+# Which interval an endpoint shows (analysis.confirmatory): the one its test inverts.
+ENDPOINT_INTERVALS = (
+    "its 95% CI, the interval its two-sided test inverts (Welch's t; the rank test's shift interval, "
+    "infinite where 3 runs a side cannot reject; the pooled t of a design effect; the bootstrap's "
+    "standard error on t for an aggregate), or for an equivalence endpoint the t interval at the level "
+    "that agrees with its test, beside its margin"
+)
+
+# How a result earns its label (``analysis.confirmatory.result_label``), as the study and report say it.
+PRE_RULE = (
+    "A result is pre-registered only when it is a frozen endpoint read as frozen (its test, sides, "
+    "correction and family of endpoints) and every run it uses started after the freeze, from the frozen "
+    "commit; every other reading of the same runs is exploratory (not a frozen endpoint)."
+)
 
 
 def robustness_lines(study: Study) -> list[str]:
@@ -142,43 +161,36 @@ def robustness_lines(study: Study) -> list[str]:
 
 
 def learning_lines(study: Study) -> list[str]:
-    """The learning check: each arm's IQM against random play (0) and the published reference; an
-    arm's IQM from cut evaluations carries its mark (``learning.arm_cut_bounds``)."""
+    """The learning check: each arm's mean on each env from that env's complete runs, against random
+    play (0) and the published reference; a figure from cut evaluations carries its mark."""
     if study.learning.empty:
         return []
     scale, unit = study.scores.scale, study.scores.unit
-    training = "training_iqm" in study.learning
-    arm_bounds = arm_cut_bounds(study.bounds)
+    training = "training_mean" in study.learning
     rows = [
-        [r.arm, fmt(r.runs), marked(ci_text(r.iqm, r.ci_low, r.ci_high, scale), arm_bounds.get(r.arm)),
-         fmt(r.eval_cap), fmt(r.learned),
-         *([fmt(r.training_iqm * scale)] if training else []), fmt(r.reference_iqm * scale),
-         fmt(r.share_of_reference)]
+        [r.arm, r.env, fmt(r.runs),
+         marked(ci_text(r.mean, r.ci_low, r.ci_high, scale), study.bounds.get((r.arm, r.env))),
+         fmt(r.eval_cap), fmt(r.learned), *([fmt(r.training_mean * scale)] if training else []),
+         fmt(r.reference * scale), fmt(r.share_of_reference)]
         for r in study.learning.itertuples()
     ]  # fmt: skip
     columns = [
-        "arm",
-        "runs per game",
-        f"IQM{unit} [95% CI]",
-        "evaluations cut at (steps)",
-        "shown to learn (above random play, whole episodes)",
-        *([f"training IQM{unit}"] if training else []),
-        f"reference IQM{unit}",
-        "share of reference",
-    ]
+        "arm", "env", "runs", f"mean{unit} [95% CI]", "evaluations cut at (steps)",
+        "shown to learn (above random play, whole episodes)", *([f"training mean{unit}"] if training else []),
+        f"reference{unit}", "share of reference",
+    ]  # fmt: skip
     return [
         "## Learning check",
         "",
-        f"Each arm's IQM of final {study.scores.label} over the games of the aggregates, from all of its "
-        f"own runs there (widened 95% stratified-bootstrap CI, analysis/verdict.py); random play is 0; "
-        f"the reference is "
-        f"{study.learning_reference}, its IQM over the same games.",
+        f"Each arm's mean final {study.scores.label} on each env, from every complete run of the arm there "
+        "(95% t interval, analysis/intervals.py): a run added or missing on another env never changes it; "
+        f"random play is 0; the reference is {study.learning_reference}.",
         "",
         *md_table(columns, rows),
         "",
         *([f"Note: {study.cut_short}", ""] if study.cut_short else []),
         *([study.share_note, ""] if study.share_note else []),
-        *_legend_lines(arm_bounds.values()),
+        *_legend_lines(set(study.bounds.values())),
     ]
 
 
@@ -306,8 +318,9 @@ def study_markdown(
             lines += [f"Deviation table: `{effects_path(Path(csv_path))}`.", ""]
     lines += registration_lines(study)
     if (smoke := smoke_sentence(exp.plan)) is not None:
-        lines += [f"**{smoke}**", ""]
-    if study.verdict is not None and study.power is not None:
+        lead = [study.learning_lead, ""] if study.learning_lead else []
+        lines += [f"**{smoke}**", "", f"**{SMOKE_COMPARISON}**", "", *lead]
+    elif study.verdict is not None and study.power is not None:
         lines += [
             f"**Verdict ({study.label[0]}).** {study.verdict.sentence}",
             "",
@@ -335,8 +348,9 @@ def study_markdown(
     else:
         lines += [
             f"Final {scores.label} over runs x games: {len(study.games)} games common to all arms, "
-            f"{study.runs_per_game} runs per game and arm; point estimate [95% stratified-bootstrap CI] "
-            f"(rliable, {study.reps} resamples); optimality gap: lower is better.",
+            f"{study.runs_per_game} runs per game and arm; point estimate [95% CI: the stratified "
+            f"bootstrap's standard error, {study.reps} resamples, with a t quantile, analysis/intervals.py]; "
+            "optimality gap: lower is better.",
             "",
         ]
         table = study.aggregates.set_index(["arm", "metric"])
@@ -354,6 +368,10 @@ def study_markdown(
         ]
         lines += [*md_table(["arm"] + [m + scores.unit for m in aggregate.METRICS], rows), ""]
         lines += _legend_lines(by_arm.values())
+        lines += ["The median is an estimate without an interval (analysis/aggregate.py, NO_INTERVAL).", ""]
+        if len(study.left_out):
+            dropped = ", ".join(f"{r.arm}/{r.env}/seed{r.seed}" for r in study.left_out.itertuples())
+            lines += [f"Left out of these aggregates to balance the arms and envs: {dropped}.", ""]
     if not scores.final.empty:
         lines += _per_game_lines(study)
     unused = (
@@ -364,6 +382,7 @@ def study_markdown(
             for r in study.left_out.itertuples()
         ]
     )
+    lines += resumed_lines(study.resumed)
     lines += ["## Runs not used", "", *(unused or ["None."]), ""]
     return "\n".join(lines)
 

@@ -4,22 +4,18 @@ Arm A is the baseline (``rlpyt_r2d1_minatar_published``), arm B the candidate
 (``r2d1_minatar_corrected``); ``matrices`` are ``analysis.aggregate.score_matrices`` output,
 ``[runs, games]`` of normalised final scores per arm, the same games and run count for both.
 
-Verdict (``two_arm_verdict``): two statistics with 95% stratified-bootstrap CIs (runs resampled
-within each game, each arm independently; Agarwal et al. 2021, "Deep Reinforcement Learning at the
-Edge of the Statistical Precipice", NeurIPS):
+Verdict (``two_arm_verdict``): the IQM difference IQM(B) - IQM(A) over runs x games, with its 95%
+interval from the model that holds at a few seeds (``analysis.intervals.bootstrap_t``: the stratified
+bootstrap's standard error, runs resampled within each game and each arm independently, with a t
+quantile on the arms' degrees of freedom; Agarwal et al. 2021, "Deep Reinforcement Learning at the Edge
+of the Statistical Precipice", NeurIPS, for the stratified bootstrap), and beside it P(B > A),
+rliable's probability of improvement (``analysis.aggregate.probability_of_improvement``: the chance
+that a run of B beats a run of A on a game drawn at random; 0.5 = no difference) as an estimate
+without an interval: its percentile bootstrap over a few runs is no 95% interval (three runs that all
+beat three others give P = 1 [1, 1]).
 
-* P(B > A), rliable's probability of improvement (``analysis.aggregate.probability_of_improvement``):
-  the chance that a run of B beats a run of A on a game drawn at random; 0.5 = no difference;
-* the IQM difference, IQM(B) - IQM(A), over runs x games.
-
-B is called better only when both intervals lie above their null (0.5, 0) and A only when both lie
-below; otherwise the data cannot tell. The IQM-difference interval is the percentile interval
-widened about the point estimate by sqrt(n / (n - 1)), n runs per game: a bootstrap of n runs has
-(n - 1) / n of the sample variance, so its intervals are too narrow for few seeds (Hesterberg 2015,
-"What Teachers Should Know About the Bootstrap", The American Statistician 69(4), on the bootstrap's
-narrowness bias). Measured on simulated experiments with no difference (5 games, 5 seeds): the plain
-percentile interval excluded 0 in 9-11% of them, the widened one in 5-7% (alpha 0.05;
-``tests/test_minatar_analysis.py`` checks the widened rule).
+B is called better only when the IQM difference's interval lies above 0, A only when it lies below;
+otherwise the difference is not detected, and the sentence gives the interval.
 
 Power (``power_statement``): the smallest IQM difference detected with probability ``power`` by that
 rule, from a normal approximation: the IQM difference is about normal with standard error ``se``
@@ -29,11 +25,11 @@ and leaves ``se`` unchanged, so a two-sided test at ``alpha`` detects it with pr
 ``Phi(delta / se - z) + Phi(-delta / se - z)``, ``z = Phi^-1(1 - alpha / 2)``; the detectable
 difference solves that for ``power`` (about 2.80 ``se`` at 80% and alpha 0.05).
 
-Learning check (``arm_levels``, ``learning_sentence``): each arm's IQM with the same widened
-stratified-bootstrap interval; on every comparable scale random play is 0 (human-, DQN- and
-reference-normalised scores all subtract random play), so an arm whose interval reaches 0 has not
-been shown to learn, and the verdict's first sentence says so: a difference between agents that play
-at random level is no answer to which algorithm is better.
+Learning check (``arm_levels``, ``learning_sentence``): each arm's IQM with the same interval; on every
+comparable scale random play is 0 (human-, DQN- and reference-normalised scores all subtract random
+play), so an arm whose interval reaches 0 has not been shown to learn, and the verdict's first sentence
+says so: a difference between agents that play at random level is no answer to which algorithm is
+better.
 """
 
 from __future__ import annotations
@@ -46,56 +42,43 @@ from typing import Any
 import numpy as np
 
 from analysis.aggregate import probability_of_improvement
+from analysis.intervals import bootstrap_t
 from protocol.stats import ALPHA, POWER, detectable_difference, iqm_rows, stratified_resamples
 
 
 def iqm_difference(
     candidate: np.ndarray, baseline: np.ndarray, reps: int = 2000, seed: int = 0
 ) -> dict[str, float]:
-    """IQM(candidate) - IQM(baseline) over ``[runs, games]`` matrices, with the widened 95% percentile
-    interval and standard error of the stratified bootstrap (module doc). ``ci_low``, ``ci_high`` and
-    ``se`` are NaN with one run per game: there is no spread to resample."""
+    """IQM(candidate) - IQM(baseline) over ``[runs, games]`` matrices, with the 95% interval, standard
+    error and degrees of freedom of ``analysis.intervals.bootstrap_t`` (module doc). ``ci_low``,
+    ``ci_high``, ``se`` and ``df`` are NaN with one run per game: there is no spread to resample."""
     candidate, baseline = np.asarray(candidate, float), np.asarray(baseline, float)
     if candidate.shape != baseline.shape or candidate.ndim != 2:
         raise ValueError(
             f"need two [runs, games] matrices of one shape, got {candidate.shape}, {baseline.shape}"
         )
     point = float(iqm_rows(candidate[None])[0] - iqm_rows(baseline[None])[0])
-    n = candidate.shape[0]
-    if n < 2:
-        return {"value": point, "ci_low": np.nan, "ci_high": np.nan, "se": np.nan}
+    n, games = candidate.shape
     rng = np.random.default_rng(seed)
-    diffs = iqm_rows(stratified_resamples(candidate, reps, rng)) - iqm_rows(
-        stratified_resamples(baseline, reps, rng)
-    )
-    lo, hi, se = widened_interval(point, diffs, n)
-    return {"value": point, "ci_low": lo, "ci_high": hi, "se": se}
-
-
-def widened_interval(point: float, resampled: np.ndarray, n: int) -> tuple[float, float, float]:
-    """``(ci_low, ci_high, se)`` of the percentile interval of ``resampled`` widened about ``point`` by
-    sqrt(n / (n - 1)) (module doc)."""
-    widen = np.sqrt(n / (n - 1))
-    lo, hi = np.quantile(resampled, [ALPHA / 2, 1 - ALPHA / 2])
-    return (
-        float(point + widen * (lo - point)),
-        float(point + widen * (hi - point)),
-        float(widen * np.std(resampled, ddof=1)),
-    )
+    parts = [(iqm_rows(stratified_resamples(m, reps, rng)), n, games) for m in (candidate, baseline)]
+    lo, hi, se, df = bootstrap_t(point, parts) if n > 1 else (np.nan,) * 4
+    return {"value": point, "ci_low": lo, "ci_high": hi, "se": se, "df": df}
 
 
 @dataclass(frozen=True)
 class ArmLevel:
-    """One arm's IQM of normalised final scores with its widened 95% interval (NaN with one run per
-    game); ``cap``: the harness's cap on evaluation episodes where final evaluations stopped at it
-    (their returns are cut short, not on random play's scale); ``learned``: the interval lies above
-    random play (0) and the evaluations were whole."""
+    """One arm's level of normalised final scores with its 95% interval (NaN with one run): ``value``
+    its IQM over the games of a verdict (``arm_levels``), or with ``env`` its mean over that env's
+    complete runs (``analysis.learning.env_levels``); ``cap``: the harness's cap on evaluation episodes
+    where final evaluations stopped at it (their returns are cut short, not on random play's scale);
+    ``learned``: the interval lies above random play (0) and the evaluations were whole."""
 
     arm: str
-    iqm: float
+    value: float
     ci_low: float
     ci_high: float
     cap: int | None = None
+    env: str | None = None
 
     @property
     def learned(self) -> bool:
@@ -116,37 +99,42 @@ def arm_levels(
             out.append(ArmLevel(arm, point, np.nan, np.nan, caps.get(arm)))
             continue
         resampled = iqm_rows(stratified_resamples(scores, reps, np.random.default_rng(seed)))
-        lo, hi, _ = widened_interval(point, resampled, scores.shape[0])
+        lo, hi, _, _ = bootstrap_t(point, [(resampled, *scores.shape)])
         out.append(ArmLevel(arm, point, lo, hi, caps.get(arm)))
     return out
 
 
 def learning_sentence(levels: Sequence[ArmLevel], scale: float = 1.0, unit: str = "") -> str | None:
-    """The sentence a verdict opens with when an arm has not been shown to learn (its IQM interval
-    includes random play, 0, there is no interval, or its final evaluations were cut at the harness's
-    cap, their returns no lower bound: ``analysis.learning.cut_bound``); None when every arm has. With
-    one arm it says so of that arm alone: there is no comparison to qualify."""
+    """The sentence a verdict opens with when an arm has not been shown to learn: a level of it (on an
+    env, or over games) whose interval includes random play, 0, that has no interval, or whose final
+    evaluations were cut at the harness's cap, their returns no lower bound
+    (``analysis.learning.cut_bound``); None when every arm has. With one arm it says so of that arm
+    alone: there is no comparison to qualify."""
+    arms = list(dict.fromkeys(level.arm for level in levels))
     untrained = [level for level in levels if not level.learned]
     if not untrained:
         return None
+    names = list(dict.fromkeys(level.arm for level in untrained))
 
     def level_text(level: ArmLevel) -> str:
+        who = f"{level.arm} on {level.env}" if level.env else level.arm
         if level.cap is not None:
             return (
-                f"{level.arm}'s final evaluation episodes stopped at the harness's cap of {level.cap} steps, "
+                f"{who}: final evaluation episodes stopped at the harness's cap of {level.cap} steps, "
                 "where a cut return is no lower bound of the whole episode's, so its scores are not on "
                 "random play's scale"
             )
         if np.isnan(level.ci_low):
-            return f"{level.arm} {_num(level.iqm, scale)}{unit} (one seed per game: no interval)"
-        return f"{level.arm} {_interval(level.iqm, level.ci_low, level.ci_high, scale)}{unit}"
+            runs = "one seed" if level.env else "one seed per game"
+            return f"{who} {_num(level.value, scale)}{unit} ({runs}: no interval)"
+        return f"{who} {_interval(level.value, level.ci_low, level.ci_high, scale)}{unit}"
 
     levels_text = "; ".join(level_text(level) for level in untrained)
-    why = "IQM with 95% CI including random play, 0, or evaluations cut short"
-    if len(levels) == 1:  # nothing to compare: the learning check alone
-        return f"{untrained[0].arm} has not been shown to learn at this budget ({why}: {levels_text})."
-    if len(untrained) == len(levels):
-        subject = "Neither arm has" if len(levels) == 2 else "No arm has"
+    why = "a level with 95% CI including random play, 0, or evaluations cut short"
+    if len(arms) == 1:  # nothing to compare: the learning check alone
+        return f"{names[0]} has not been shown to learn at this budget ({why}: {levels_text})."
+    if len(names) == len(arms):
+        subject = "Neither arm has" if len(arms) == 2 else "No arm has"
         if any(level.cap is not None for level in untrained):
             return (
                 f"{subject} been shown to learn at this budget: the comparison is between agents not shown "
@@ -154,13 +142,13 @@ def learning_sentence(levels: Sequence[ArmLevel], scale: float = 1.0, unit: str 
             )
         return (
             f"{subject} learned at this budget: the comparison is between untrained agents "
-            f"(IQM with 95% CI including random play, 0: {levels_text})."
+            f"({why}: {levels_text})."
         )
-    names = " and ".join(level.arm for level in untrained)
-    verb = "has" if len(untrained) == 1 else "have"
-    agents = "an untrained agent" if len(untrained) == 1 else "untrained agents"
+    verb = "has" if len(names) == 1 else "have"
+    agents = "an untrained agent" if len(names) == 1 else "untrained agents"
     return (
-        f"{names} {verb} not learned at this budget: the comparison is with {agents} ({why}: {levels_text})."
+        f"{' and '.join(names)} {verb} not learned at this budget: the comparison is with {agents} ({why}: "
+        f"{levels_text})."
     )
 
 
@@ -213,7 +201,8 @@ class Verdict:
     iqm_difference: dict[str, float]  # value, ci_low, ci_high, se
     winner: str | None
     sentence: str  # opens with the learning check when an arm has not learned
-    levels: tuple[ArmLevel, ...] = ()  # baseline's, candidate's
+    levels: tuple[ArmLevel, ...] = ()  # baseline's, candidate's IQMs over the verdict's runs
+    lead: str | None = None  # the learning check it opens with (``learning_sentence``)
 
 
 def two_arm_verdict(
@@ -226,16 +215,20 @@ def two_arm_verdict(
     scale: float = 1.0,
     unit: str = "",
     caps: dict[str, int] | None = None,
+    learning: Sequence[ArmLevel] | None = None,
 ) -> Verdict:
     """The verdict of ``candidate`` (B) against ``baseline`` (A) (module doc); ``caps`` as ``arm_levels``
-    takes them. ``label``, ``scale`` and
-    ``unit`` only format the sentence (a score normalised in percent: 100, " percentage points").
-    The sentence opens with ``learning_sentence`` when an arm's IQM interval includes random play."""
+    takes them. ``label``, ``scale`` and ``unit`` only format the sentence (a score normalised in
+    percent: 100, " percentage points"). The sentence opens with ``learning_sentence`` of ``learning``
+    (each arm's level per env from that env's complete runs, ``analysis.learning.env_levels``, so that
+    balancing the arms for the verdict never changes whether an arm learned), else of the arms' IQMs
+    over the verdict's own runs."""
     found = _two_arm_verdict(matrices, baseline, candidate, reps, seed, label, scale, unit)
     levels = arm_levels({arm: matrices[arm] for arm in (baseline, candidate)}, reps, seed, caps)
-    lead = learning_sentence(levels, scale, _level_unit(unit))
+    checked = [x for x in learning if x.arm in (baseline, candidate)] if learning is not None else levels
+    lead = learning_sentence(checked, scale, _level_unit(unit))
     sentence = f"{lead} {found.sentence}" if lead else found.sentence
-    return dataclasses.replace(found, sentence=sentence, levels=tuple(levels))
+    return dataclasses.replace(found, sentence=sentence, levels=tuple(levels), lead=lead)
 
 
 def _level_unit(unit: str) -> str:
@@ -243,10 +236,10 @@ def _level_unit(unit: str) -> str:
     return "%" if unit.strip() == "percentage points" else unit
 
 
-def with_caveat(found: Verdict, caveat: str, scale: float = 1.0, unit: str = "") -> Verdict:
+def with_caveat(found: Verdict, caveat: str) -> Verdict:
     """``found`` with ``caveat`` as the sentence after its learning check (first when there is none):
     whether the arms learned comes before anything else about the comparison."""
-    lead = learning_sentence(found.levels, scale, _level_unit(unit))
+    lead = found.lead
     rest = (
         found.sentence[len(lead) :].lstrip() if lead and found.sentence.startswith(lead) else found.sentence
     )
@@ -266,46 +259,40 @@ def _two_arm_verdict(
     b, a = matrices[candidate], matrices[baseline]
     n_runs, n_games = a.shape
     diff = iqm_difference(b, a, reps=reps, seed=seed)
-    poi = probability_of_improvement(matrices, candidate, baseline, reps=reps, seed=seed)
-    poi = {k: poi[k] for k in ("value", "ci_low", "ci_high")}
-    if n_runs < 2:  # rliable's interval of one run per game is a point
-        poi.update(ci_low=np.nan, ci_high=np.nan)
+    poi = {"value": probability_of_improvement(matrices, candidate, baseline)}
     scope = f"over {n_games} games x {_count(n_runs, 'seed')} per arm"
-    p_text = f"P({candidate} > {baseline}) = "
+    p_text = f"P({candidate} > {baseline}) = {_num(poi['value'])} (an estimate, no interval)"
     d_text = f"the IQM {label} difference {candidate} - {baseline} = "
     if n_runs < 2:
         sentence = (
-            f"The data cannot tell whether {candidate} or {baseline} is better: with one seed per game and "
-            f"arm there is no spread to put an interval on ({scope}, {p_text}{_num(poi['value'])}, "
-            f"{d_text}{_num(diff['value'], scale, signed=True)}{unit})."
+            f"No difference between {candidate} and {baseline} can be shown: with one seed per game and arm "
+            f"there is no spread to put an interval on ({scope}, {d_text}"
+            f"{_num(diff['value'], scale, signed=True)}{unit}, P({candidate} > {baseline}) = "
+            f"{_num(poi['value'])})."
         )
         return Verdict(baseline, candidate, n_games, n_runs, poi, diff, None, sentence)
-    p_text += _interval(poi["value"], poi["ci_low"], poi["ci_high"])
     d_text += _interval(diff["value"], diff["ci_low"], diff["ci_high"], scale, signed=True) + unit
-    above = poi["ci_low"] > 0.5 and diff["ci_low"] > 0
-    below = poi["ci_high"] < 0.5 and diff["ci_high"] < 0
+    above, below = diff["ci_low"] > 0, diff["ci_high"] < 0
     if above or below:
         winner, loser = (candidate, baseline) if above else (baseline, candidate)
         sentence = (
-            f"{winner} is better than {loser} {scope}: {p_text} and {d_text} "
-            f"(95% CIs, both {'above' if above else 'below'} no difference)."
+            f"{winner} is better than {loser} {scope}: {d_text} (95% CI {'above' if above else 'below'} "
+            f"0); {p_text}."
         )
     else:
         winner = None
-        poi_null = "includes" if poi["ci_low"] <= 0.5 <= poi["ci_high"] else "excludes"
-        diff_null = "includes" if diff["ci_low"] <= 0 <= diff["ci_high"] else "excludes"
         sentence = (
-            f"The data cannot tell whether {candidate} or {baseline} is better {scope}: {p_text} "
-            f"({poi_null} 0.5) and {d_text} ({diff_null} 0; 95% CIs)."
+            f"No difference between {candidate} and {baseline} was detected {scope}: {d_text} (95% CI "
+            f"including 0); {p_text}."
         )
     return Verdict(baseline, candidate, n_games, n_runs, poi, diff, winner, sentence)
 
 
 RULE = (
-    "B is better only when the 95% intervals of P(B > A) (rliable's probability of improvement, "
-    "stratified-bootstrap percentile interval) and of the IQM difference (stratified bootstrap, percentile "
-    "interval widened by sqrt(n / (n - 1)) for n seeds) both lie above no difference (0.5, 0); A only when "
-    "both lie below; otherwise the data cannot tell"
+    "B is better only when the 95% interval of the IQM difference (the stratified bootstrap's standard "
+    "error with a t quantile, analysis/intervals.py) lies above 0, A only when it lies below; otherwise no "
+    "difference was detected. P(B > A), rliable's probability of improvement, is shown as an estimate: "
+    "a percentile bootstrap of a few runs is no 95% interval"
 )
 METHOD = (
     "normal approximation: the standard error se of the IQM difference is the SD of its stratified "

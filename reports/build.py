@@ -2,13 +2,15 @@
 
 The page holds everything inline (figures as base64 PNG, CSS in the page, no scripts, no network):
 what ran, config differences between arms, per-game learning curves with 95% CI bands, aggregate
-metrics with 95% stratified-bootstrap CIs, performance profiles, probability of improvement,
+metrics with 95% intervals that hold at a few seeds (analysis/intervals.py), performance profiles,
+probability of improvement,
 sample-efficiency curves, the per-game comparison with published scores (R2D2's for Atari games,
 Young & Tian's DQN curves for MinAtar), the throughput table, and every run that was missing,
 failed, damaged or left out, with the reason.
 
 Results come first: a two-arm experiment opens with its verdict (``analysis.verdict``: which arm is
-better, or that the data cannot tell, and the smallest difference the experiment could detect), then
+better, or that no difference was detected, with its interval, and the smallest difference the
+experiment could detect; a smoke run: no comparison), then
 the aggregates, then the per-game comparison with published results; what ran and how follow.
 """
 
@@ -22,7 +24,7 @@ import pandas as pd
 from algorithms.rundir import atomic_write_bytes
 from analysis.confirmatory import registration
 from analysis.curves import score_tables
-from analysis.learning import arm_cut_bounds, cut_bounds
+from analysis.learning import cut_bounds, smoke_sentence
 from analysis.runs import KEYS, load_experiment
 from analysis.scores import Bounds
 from analysis.study import learning_checks
@@ -75,28 +77,29 @@ def build_report(
         ]
     else:
         bounds = cut_bounds(exp, scores)
-        verdict_part = verdict_section(exp, scores, reps, baseline, reg)
         checks = learning_checks(exp, scores, reps, reg=reg)
+        smoke = smoke_sentence(exp.plan) is not None  # a smoke run gets no comparison (with_smoke)
+        verdict_part = None if smoke else verdict_section(exp, scores, reps, baseline, reg, checks.levels)
         if verdict_part is None and checks.learning_lead:
             verdict_part = Section("verdict", "Verdict", statements=[checks.learning_lead])
         verdict_part = with_smoke(verdict_part, exp.plan)
         aggregates, left_out = aggregate_sections(exp, scores, colours, reps, bounds)
         published = [
-            published_section(scores, colours, reps, bounds),
-            minatar_published_section(exp, scores, reps, bounds),
+            published_section(scores, colours, bounds),
+            minatar_published_section(exp, scores, bounds),
         ]
         sections = [
             section
             for section in (
                 [
                     verdict_part,
-                    learning_section(checks, arm_cut_bounds(bounds)),
+                    learning_section(checks, bounds),
                     effects_section(checks),
                     factorial_section(checks),
                 ]
                 + aggregates
                 + published
-                + [curves_section(scores, colours, reps, bounds), clips_section(exp)]
+                + [curves_section(scores, colours, bounds), clips_section(exp)]
                 + context
             )
             if section is not None

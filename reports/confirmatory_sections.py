@@ -7,7 +7,7 @@ import pandas as pd
 
 from analysis import verdict
 from analysis.ablation import PLANNED_DIFFERENCE, ablation_record, verdict_arms
-from analysis.confirmatory import Registration, endpoint_table, run_label
+from analysis.confirmatory import Reading, Registration, endpoint_table, result_label
 from analysis.curves import Scores
 from analysis.learning import arm_caps, cut_legend, marked
 from analysis.markdown import ci_text, fmt
@@ -15,9 +15,16 @@ from analysis.published import last_training_returns
 from analysis.robust import balanced_runs, middle_sentence, robust_verdict
 from analysis.runs import Experiment
 from analysis.study import Checks
-from analysis.study_markdown import ENDPOINT_HEADER, effect_game_intro, effect_game_table, endpoint_cells
+from analysis.study_markdown import (
+    ENDPOINT_HEADER,
+    ENDPOINT_INTERVALS,
+    PRE_RULE,
+    effect_game_intro,
+    effect_game_table,
+    endpoint_cells,
+)
 from reports import figures
-from reports.cut_notes import IQM_INTERVALS
+from reports.cut_notes import LEVEL_INTERVALS
 from reports.page import Figure, Section, Table, frame_table
 from reports.score_sections import robustness_tables
 
@@ -38,8 +45,7 @@ def registration_section(exp: Experiment, scores: Scores, reg: Registration, rep
         "analysis-plan",
         "Analysis fixed before the data",
         f"The plan's [analysis] section (correction {reg.section.correction}, alpha {reg.section.alpha:g}), "
-        "frozen before the first job of each seed set; a result is pre-registered when every run it uses "
-        "started after the freeze, from the frozen commit.",
+        f"frozen before the first job of each seed set. {PRE_RULE}",
         statements=[f"Changed after runs existed: {n}" for n in reg.notes if "changed" in n],
         notes=[n for n in reg.notes if "changed" not in n],
     )
@@ -60,20 +66,25 @@ def registration_section(exp: Experiment, scores: Scores, reg: Registration, rep
             [*ENDPOINT_HEADER, "why"],
             [[*endpoint_cells(r), r.why] for r in endpoints.itertuples()],
             "Each frozen endpoint on each seed set: candidate minus baseline (raw returns for a game, "
-            "normalised points for an aggregate) with its CI (95% bootstrap; an equivalence endpoint's t "
-            "interval at the level that agrees with its test, beside its margin), p of the frozen test "
-            "adjusted across the set's endpoints.",
+            f"normalised points for an aggregate) with {ENDPOINT_INTERVALS}; p of the frozen test adjusted "
+            "across the set's endpoints.",
         )
     )
     return section
 
 
 def verdict_section(
-    exp: Experiment, scores: Scores, reps: int, baseline: str | None, reg: Registration
+    exp: Experiment,
+    scores: Scores,
+    reps: int,
+    baseline: str | None,
+    reg: Registration,
+    levels: tuple[verdict.ArmLevel, ...] = (),
 ) -> Section | None:
     """The verdict and power statement of a two-arm experiment or of an ablation's endpoints
     (``analysis.ablation.verdict_arms``), labelled pre-registered or exploratory, with the verdict
-    across games (``analysis.robust``); None for any other experiment."""
+    across games (``analysis.robust``); None for any other experiment. ``levels``: the learning check's
+    (``analysis.learning.env_levels``), which the verdict opens with."""
     pair = verdict_arms(scores.final, exp.plan, baseline)
     if pair is None:
         return None
@@ -95,9 +106,9 @@ def verdict_section(
     correction = reg.section.correction if reg.frozen else "holm"
     found, power, checked = robust_verdict(
         scores.final, matrices, games, a, b, reps, 0, correction, scores.label, scale, diff_unit,
-        arm_caps(exp, scores),
+        arm_caps(exp, scores), list(levels) or None,
     )  # fmt: skip
-    label, why = run_label(reg, balanced_runs(scores.final), exp.metadata)
+    label, why = result_label(reg, Reading(), balanced_runs(scores.final), exp.metadata)
     section = Section(
         "verdict",
         f"Verdict ({label})",
@@ -111,7 +122,7 @@ def verdict_section(
             "verdict-table",
             ["statistic", "estimate [95% CI]"],
             [
-                [f"P({b} > {a})", ci_text(found.poi["value"], found.poi["ci_low"], found.poi["ci_high"])],
+                [f"P({b} > {a}) (an estimate, no interval)", fmt(found.poi["value"])],
                 [
                     f"IQM difference {b} - {a}{in_units}",
                     ci_text(diff["value"], diff["ci_low"], diff["ci_high"], scale),
@@ -141,37 +152,38 @@ def verdict_section(
     return section
 
 
-def learning_section(study: Checks, arm_bounds: dict[str, str]) -> Section | None:
-    """Each arm's level against random play and the published reference (``analysis.learning``). Its
-    sentence for arms not shown to learn is the verdict's first (``build_report``), not repeated here."""
+def learning_section(study: Checks, bounds: dict[tuple[str, str], str]) -> Section | None:
+    """Each arm's level on each env against random play and the published reference
+    (``analysis.learning``). Its sentence for arms not shown to learn is the verdict's first
+    (``build_report``), not repeated here; ``bounds``: ``analysis.learning.cut_bounds``."""
     if study.learning.empty:
         return None
     scale, unit = study.scores.scale, study.scores.unit
     frame = study.learning.assign(
-        iqm_ci=[
-            marked(ci_text(r.iqm, r.ci_low, r.ci_high, scale), arm_bounds.get(r.arm))
+        mean_ci=[
+            marked(ci_text(r.mean, r.ci_low, r.ci_high, scale), bounds.get((r.arm, r.env)))
             for r in study.learning.itertuples()
         ],
-        reference=study.learning.reference_iqm * scale,
-        training=study.learning.get("training_iqm", float("nan")) * scale,
+        reference_shown=study.learning.reference * scale,
+        training=study.learning.get("training_mean", float("nan")) * scale,
     )
-    columns = [("arm", "arm"), ("runs per game", "runs"), (f"IQM{unit} [95% CI]", "iqm_ci"),
+    columns = [("arm", "arm"), ("env", "env"), ("runs", "runs"), (f"mean{unit} [95% CI]", "mean_ci"),
                ("evaluations cut at (steps)", "eval_cap"),
                ("shown to learn (above random play, whole episodes)", "learned"),
-               *([(f"training IQM{unit}", "training")] if "training_iqm" in frame else []),
-               (f"reference IQM{unit}", "reference"),
+               *([(f"training mean{unit}", "training")] if "training_mean" in frame else []),
+               (f"reference{unit}", "reference_shown"),
                ("share of reference", "share_of_reference")]  # fmt: skip
     return Section(
         "learning",
         "Learning check",
-        f"Each arm's IQM of final {study.scores.label} from all of its own runs (widened 95% "
-        f"stratified-bootstrap CI); random play is 0; the reference is {study.learning_reference}, its "
-        "IQM over the same games.",
+        f"Each arm's mean final {study.scores.label} on each env from every complete run of the arm there "
+        "(95% t interval): a run added or missing on another env never changes it; random play is 0; the "
+        f"reference is {study.learning_reference}.",
         tables=[frame_table("learning-table", frame, columns)],
         notes=([study.cut_short] if study.cut_short else [])
         + ([study.share_note] if study.share_note else [])
-        + cut_legend(arm_bounds.values())
-        + [IQM_INTERVALS],
+        + cut_legend(set(bounds.values()))
+        + [LEVEL_INTERVALS],
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.learning import CUT_MARKS, smoke_sentence
+from analysis.learning import CUT_MARKS, SMOKE_COMPARISON, smoke_sentence
 from analysis.markdown import fmt
 from analysis.scores import Bounds
 from protocol.files import repo_path
@@ -26,11 +26,11 @@ def bounds_table(bounds: Bounds, envs: list[str]) -> Table:
 
 
 # The two IQM intervals of one arm the report shows, named where either appears.
-IQM_INTERVALS = (
-    "Two IQM intervals: the learning check's is widened by sqrt(n / (n - 1)) for n seeds (a bootstrap of "
-    "few seeds is too narrow; analysis/verdict.py) and uses every complete run of the arm; the aggregates' "
-    "is rliable's percentile interval over the runs kept to balance the arms. The verdict uses the widened "
-    "one."
+LEVEL_INTERVALS = (
+    "The learning check's level is each env's mean over every complete run of the arm there (t interval); "
+    "the aggregates' IQM uses the runs kept to balance the arms and envs (those left out are listed "
+    "beside them), as the verdict does (the stratified bootstrap's standard error with a t quantile, "
+    "analysis/intervals.py)."
 )
 
 
@@ -55,11 +55,12 @@ def left_out_notes(left_out: pd.DataFrame) -> list[str]:
 
 
 def with_smoke(section: Section | None, plan: dict | None) -> Section | None:
-    """The verdict section opened by ``analysis.learning.SMOKE_SENTENCE`` when a smoke profile ran."""
+    """The verdict section opened by ``analysis.learning.SMOKE_SENTENCE`` and
+    ``analysis.learning.SMOKE_COMPARISON`` when a smoke profile ran (the caller computes no verdict)."""
     sentence = smoke_sentence(plan)
     if sentence is None:
         return section
     if section is None:
-        return Section("verdict", "Verdict", statements=[sentence])
-    section.statements.insert(0, sentence)
+        return Section("verdict", "Verdict", statements=[sentence, SMOKE_COMPARISON])
+    section.statements[:0] = [sentence, SMOKE_COMPARISON]
     return section

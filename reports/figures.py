@@ -43,7 +43,7 @@ def _steps_label(value: float, _pos: object = None) -> str:
 
 
 def learning_curves(bands: pd.DataFrame, colours: dict[str, str], ylabel: str) -> str:
-    """One panel per env: mean over seeds per arm with a 95% bootstrap band."""
+    """One panel per env: mean over seeds per arm with its 95% t interval band."""
     envs = sorted(bands.env.unique())
     cols = min(3, len(envs))
     rows = math.ceil(len(envs) / cols)
@@ -118,8 +118,7 @@ def probability_of_improvement(pois: pd.DataFrame) -> str:
     # Room for the labels (about 0.07 inch a character at the default size) beside a 3.5-inch plot.
     width = 3.5 + 0.07 * max(len(label) for label in labels)
     fig, ax = plt.subplots(figsize=(width, 0.55 * len(pois) + 1.2))
-    for i, row in enumerate(pois.itertuples()):
-        ax.barh(i, row.ci_high - row.ci_low, left=row.ci_low, height=0.6, color="tab:blue", alpha=0.5)
+    for i, row in enumerate(pois.itertuples()):  # estimates only: analysis.aggregate says why
         ax.plot([row.value, row.value], [i - 0.3, i + 0.3], color="black", linewidth=1.5)
     ax.axvline(0.5, color="grey", linestyle="--", linewidth=1)
     ax.set_yticks(range(len(pois)), labels)

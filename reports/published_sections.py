@@ -16,7 +16,7 @@ from reports.page import Figure, Section, Table, frame_table
 
 
 def minatar_published_section(
-    exp: Experiment, scores: Scores, reps: int, bounds: dict[tuple[str, str], str]
+    exp: Experiment, scores: Scores, bounds: dict[tuple[str, str], str]
 ) -> Section | None:
     """Per MinAtar env and arm: our training return next to Young & Tian's DQN curve (a training
     return) at our frame count, our greedy evaluation beside it (``analysis.published``); ``bounds``:
@@ -27,7 +27,7 @@ def minatar_published_section(
         "published-minatar",
         "Comparison with published MinAtar results (Young & Tian 2019, DQN)",
         "The published DQN learning curve (Young & Tian 2019, arXiv:1903.03176) is a training return, so "
-        f"our side is too: {TRAINING_LAST} (mean over seeds, 95% bootstrap CI). The curve is read at the "
+        f"our side is too: {TRAINING_LAST} (mean over seeds, 95% t interval). The curve is read at the "
         "frame count our runs reached (a MinAtar frame is an env step), linearly interpolated between the "
         "points read off the paper's figure; the range in brackets is the figure-reading uncertainty. Not "
         "extrapolated: '–' where our frame count lies outside the read-off points. Our greedy evaluation "
@@ -40,7 +40,7 @@ def minatar_published_section(
         section.notes.append(f"no published MinAtar curves: {e.filename} is absent")
         return section
     try:
-        comparison = minatar_like_for_like(exp, scores, curves, reps)
+        comparison = minatar_like_for_like(exp, scores, curves)
     except ValueError as e:
         section.notes.append(str(e))
         return section
@@ -106,9 +106,9 @@ def minatar_published_section(
 
 
 def published_section(
-    scores: Scores, colours: dict[str, str], reps: int, bounds: dict[tuple[str, str], str]
+    scores: Scores, colours: dict[str, str], bounds: dict[tuple[str, str], str]
 ) -> Section | None:
-    comparison = aggregate.compare_with_published(scores.final, reps=reps)
+    comparison = aggregate.compare_with_published(scores.final)
     if comparison.empty:  # no Atari-57 game among the envs
         return None
     comparison["score_shown"] = [
@@ -118,7 +118,7 @@ def published_section(
     section = Section(
         "published",
         "Comparison with published scores (R2D2)",
-        "Our final raw score (mean over seeds, 95% bootstrap CI) next to R2D2's Table 4 (Kapturowski et al. "
+        "Our final raw score (mean over seeds, 95% t interval) next to R2D2's Table 4 (Kapturowski et al. "
         "2019; mean of 3 seeds after about 10 billion frames). A ratio well below 1 at a much smaller "
         "frame budget says little about the algorithm.",
     )

@@ -10,26 +10,25 @@ import pandas as pd
 from analysis import aggregate
 from analysis.ablation import ablation_record
 from analysis.curves import Scores, resample_curves
+from analysis.intervals import mean_interval
 from analysis.learning import arm_cut_bounds, cut_legend, marked, metric_bound
 from analysis.markdown import ci_text, fmt
 from analysis.robust import Robustness
 from analysis.runs import Experiment
 from reports import figures
-from reports.cut_notes import IQM_INTERVALS, bounds_table, cut_caption, left_out_notes
+from reports.cut_notes import LEVEL_INTERVALS, bounds_table, cut_caption, left_out_notes
 from reports.page import Figure, Section, Table
 
 
-def curves_section(
-    scores: Scores, colours: dict[str, str], reps: int, bounds: dict[tuple[str, str], str]
-) -> Section:
+def curves_section(scores: Scores, colours: dict[str, str], bounds: dict[tuple[str, str], str]) -> Section:
     sources = ", ".join(sorted(scores.curves.source.unique())) if len(scores.curves) else "none"
     section = Section(
         "learning-curves",
         "Learning curves",
-        f"Raw score per env, the quantity of the final score, mean over seeds with a 95% bootstrap CI band "
-        f"(seeds resampled). Source: {sources}.",
+        f"Raw score per env, the quantity of the final score, mean over seeds with its 95% t interval "
+        f"band. Source: {sources}.",
     )
-    bands = aggregate.curve_bands(resample_curves(scores.curves, "score"), reps=reps)
+    bands = aggregate.curve_bands(resample_curves(scores.curves, "score"))
     if bands.empty:
         section.notes.append(
             "no run has a learning curve (no progress rows with return_mean and no evaluations)"
@@ -44,7 +43,7 @@ def curves_section(
     )
     rows = []
     for (arm, env), g in scores.final.groupby(["arm", "env"]):
-        lo, hi = aggregate.bootstrap_mean_ci(g.score.to_numpy(float), reps=reps)
+        lo, hi = mean_interval(g.score.to_numpy(float))
         norm = g.normalised.to_numpy(float)
         rows.append(
             [
@@ -74,7 +73,7 @@ def curves_section(
     )
     section.notes += cut_legend(bounds.values())
     if not scores.training_curves.empty:
-        training = aggregate.curve_bands(resample_curves(scores.training_curves, "score"), reps=reps)
+        training = aggregate.curve_bands(resample_curves(scores.training_curves, "score"))
         if not training.empty:
             section.figures.append(
                 Figure(
@@ -108,15 +107,14 @@ def aggregate_sections(
         "Aggregate metrics",
         f"Final scores, {scores.normalisation}. IQM, median, mean and optimality gap over runs x envs "
         f"({len(games)} envs common to all arms, {next(iter(matrices.values())).shape[0] if matrices else 0} "
-        f"runs per env and arm) with 95% stratified-bootstrap CIs (rliable, {reps} resamples).",
+        f"runs per env and arm) with 95% intervals: the stratified bootstrap's standard error ({reps} "
+        "resamples) with a t quantile, analysis/intervals.py.",
     )
     if not games:
         agg.notes.append("no env was run to completion by every arm: no aggregate")
         return [agg], left_out
     if next(iter(matrices.values())).shape[0] == 1:
-        agg.notes.append(
-            "one run per env and arm: the bootstrap has nothing to resample, intervals are points"
-        )
+        agg.notes.append("one run per env and arm: no spread to put an interval on")
     scale, unit = scores.scale, scores.unit
     metrics = aggregate.aggregate_metrics(matrices, reps=reps)
     shown = metrics.assign(
@@ -151,7 +149,7 @@ def aggregate_sections(
             cut_caption(by_arm),
         )
     )
-    agg.notes += cut_legend(by_arm.values()) + left_out_notes(left_out) + [IQM_INTERVALS]
+    agg.notes += cut_legend(by_arm.values()) + left_out_notes(left_out) + [LEVEL_INTERVALS]
     if scores.bounds is not None:
         agg.tables.append(bounds_table(scores.bounds, games))
     if not scores.comparable:
@@ -182,20 +180,20 @@ def aggregate_sections(
             "probability-of-improvement",
             "Probability of improvement",
             "P(X > Y): chance that a run of X scores above a run of Y on an env drawn at random "
-            "(Mann-Whitney per env, averaged), 95% CI from independent stratified bootstraps. "
-            "0.5 = no difference.",
+            "(Mann-Whitney per env, averaged), an estimate without an interval: a percentile bootstrap "
+            "of a few runs is no 95% interval (analysis/intervals.py). 0.5 = no difference.",
         )
         pois = pd.DataFrame(
             [
-                aggregate.probability_of_improvement(matrices, x, y, reps=reps)
+                {"x": x, "y": y, "value": aggregate.probability_of_improvement(matrices, x, y)}
                 for x, y in _poi_pairs(exp, arms)
             ]
         )
         poi.tables.append(
             Table(
                 "poi-table",
-                ["comparison", "P(X > Y) [95% CI]"],
-                [[f"P({r.x} > {r.y})", ci_text(r.value, r.ci_low, r.ci_high)] for r in pois.itertuples()],
+                ["comparison", "P(X > Y)"],
+                [[f"P({r.x} > {r.y})", fmt(r.value)] for r in pois.itertuples()],
             )
         )
         poi.figures.append(
@@ -205,7 +203,7 @@ def aggregate_sections(
     efficiency = Section(
         "sample-efficiency",
         "Sample efficiency",
-        f"IQM of the {label} over runs x envs along training, 95% stratified-bootstrap CIs, on a common "
+        f"IQM of the {label} over runs x envs along training with the aggregates' 95% intervals, on a common "
         "env-step grid (each run's curve interpolated, never extrapolated). The same quantity as the "
         f"aggregates ({', '.join(sorted(scores.curves.source.unique()))}): where every run ends at the "
         "same env step, the curve's last point is the aggregates' IQM.",
@@ -249,7 +247,7 @@ def robustness_tables(r: Robustness, scale: float, in_units: str) -> list[Table]
         "verdict-leave-one-out",
         ["left out", f"IQM difference{in_units} [95% CI]", f"P({r.candidate} > {r.baseline})", "better arm"],
         [[row.left_out, ci_text(row.difference, row.ci_low, row.ci_high, scale),
-          ci_text(row.poi, row.poi_low, row.poi_high), row.winner or "neither"]
+          fmt(row.poi), row.winner or "neither"]
          for row in r.leave_one_out.itertuples()],
         "The verdict recomputed with each game left out (same rule, same bootstrap).",
     )  # fmt: skip

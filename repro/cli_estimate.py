@@ -148,16 +148,17 @@ def _chosen_seeds(spec: str | None, count: int) -> str:
 
 def design_power_plan(plan, pilot: str, envs, detect: float, given: str | None, spec: str | None) -> str:
     """``power_plan`` of a designed ablation: the seeds per arm for a t test of each main effect to
-    detect ``detect`` points with 80% power, from the pilot's pooled within-arm spread
-    (``repro.power.plan_design_seeds``)."""
+    detect ``detect`` points with 80% power in the plan's frozen family (``repro.power.Family``), from
+    the pilot's pooled within-arm spread (``repro.power.plan_design_seeds``)."""
     from protocol.plan_args import parse_seeds
     from repro.ablation import ablation_arms
-    from repro.power import plan_design_seeds
+    from repro.power import Family, frozen_family, plan_design_seeds
 
     if not detect > 0:
         raise ConfigError(f"--detect {detect}: the main effect to detect must be positive (points)")
     arms = len(ablation_arms(plan))
-    found = plan_design_seeds(pilot, envs, arms, detect / 100)
+    family = frozen_family(plan.analysis, f"plan {plan.name}")
+    found = plan_design_seeds(pilot, envs, arms, detect / 100, family=family)
     print(
         f"power plan: pilot {found.source} ({', '.join(found.games)}); SD of a run's score pooled within "
         f"its arms: {found.pilot_sd * 100:.3g} points ({found.pilot_df} df; its 80% upper limit "
@@ -165,15 +166,15 @@ def design_power_plan(plan, pilot: str, envs, detect: float, given: str | None, 
     )
     print(
         f"  a main effect over {arms} arms x s seeds has standard error 2 SD / sqrt({arms} s); to detect "
-        f"{detect:g} points with {found.power:.0%} power (two-sided t test, alpha 0.05) each arm needs "
+        f"{detect:g} points with {found.power:.0%} power ({family.text}) each arm needs "
         f"{found.seeds} seeds per game (at least 2)"
     )
-    if given is not None:
-        n = len(parse_seeds(given))
-        print(
-            f"  --seeds {given}: {n} seeds per arm have {found.power_with(n):.0%} power at {detect:g} "
-            f"points (SE {found.se(n) * 100:.3g}); the smallest main effect detected with "
-            f"{found.power:.0%} power is {found.detectable_with(n) * 100:.3g} points"
-        )
-        return given
-    return _chosen_seeds(spec, found.seeds)
+    n = len(parse_seeds(given)) if given is not None else found.seeds
+    single = found.detectable_with(n, Family(family.alpha))
+    print(
+        f"  {n} seeds per arm have {found.power_with(n):.0%} power at {detect:g} points (SE "
+        f"{found.se(n) * 100:.3g}); the smallest main effect detected with {found.power:.0%} power at the "
+        f"family level ({family.text}) is {found.detectable_with(n) * 100:.3g} points ({single * 100:.3g} "
+        f"for one two-sided test at alpha {family.alpha:g})"
+    )
+    return given if given is not None else _chosen_seeds(spec, found.seeds)

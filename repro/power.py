@@ -36,6 +36,14 @@ within-arm variance with ``M (s - 1)`` degrees of freedom, so its power is that 
 (``design_power``), exact for normal scores; ``tests/test_factorial_effects.py`` checks it and the
 standard error against simulated designs. Each arm runs at least ``MIN_DESIGN_SEEDS`` seeds, the
 fewest that give a within-arm variance.
+
+A pre-registered design tests its main effects as one frozen family (``Family``: the plan's
+``[analysis]`` correction over its k endpoints, each on its sides), so the power planned is the
+family's: an effect must reach Holm's first step, alpha / k (Holm 1979, "A simple sequentially
+rejective multiple test procedure", Scandinavian Journal of Statistics 6(2); Bonferroni's level, and
+Benjamini-Hochberg's for one true effect among nulls), one- or two-sided as frozen. That is the
+power of the smallest p; Holm's later steps only add to it when another endpoint is rejected first
+(``tests/test_factorial_effects.py`` checks it against simulated families).
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ import numpy as np
 from scipy import optimize, stats
 
 from algorithms.configs import ConfigError
+from protocol.registration import parse_section
 from protocol.stats import (
     ALPHA,
     POWER,
@@ -222,14 +231,44 @@ def effect_se(sigma: float, arms: int, seeds: int) -> float:
     return 2 * sigma / math.sqrt(arms * seeds)
 
 
-def design_power(delta: float, sigma: float, arms: int, seeds: int, alpha: float = ALPHA) -> float:
-    """Probability that the two-sided t test at ``alpha`` of a main effect (pooled within-arm variance,
-    ``arms * (seeds - 1)`` degrees of freedom) detects a true effect ``delta``: the noncentral t's
-    mass beyond the critical values (the lower tail as the upper tail of the opposite shift: scipy's
-    ``nct.cdf`` far below a large shift is NaN)."""
+@dataclass(frozen=True)
+class Family:
+    """The tests a main effect is read with (module doc): ``correction`` over ``endpoints`` tests at
+    ``alpha``, on ``sides`` ("two", or one-sided in the effect's direction); the default is one
+    two-sided test at 0.05."""
+
+    alpha: float = ALPHA
+    correction: str = "none"
+    endpoints: int = 1
+    sides: str = "two"
+
+    @property
+    def level(self) -> float:
+        """The level of the first step: alpha / k under a correction, alpha alone without one."""
+        return self.alpha if self.correction == "none" else self.alpha / self.endpoints
+
+    @property
+    def text(self) -> str:
+        sides = "two-sided" if self.sides == "two" else "one-sided"
+        if self.correction == "none" or self.endpoints == 1:
+            return f"{sides} t test, alpha {self.alpha:g}"
+        return (
+            f"{sides} t test at {self.correction}'s first step over the {self.endpoints} frozen endpoints, "
+            f"alpha {self.alpha:g} / {self.endpoints} = {self.level:.3g}"
+        )
+
+
+def design_power(delta: float, sigma: float, arms: int, seeds: int, family: Family = Family()) -> float:
+    """Probability that the t test of a main effect (pooled within-arm variance, ``arms * (seeds - 1)``
+    degrees of freedom) at ``family``'s first-step level detects a true effect ``delta``: the
+    noncentral t's mass beyond the critical values (two-sided: the lower tail as the upper tail of the
+    opposite shift, scipy's ``nct.cdf`` far below a large shift being NaN; one-sided: the tail in the
+    effect's direction)."""
     df = arms * (seeds - 1)
     shift = delta / effect_se(sigma, arms, seeds)
-    critical = stats.t.ppf(1 - alpha / 2, df)
+    if family.sides != "two":
+        return float(stats.nct.sf(stats.t.ppf(1 - family.level, df), df, shift))
+    critical = stats.t.ppf(1 - family.level / 2, df)
     return float(stats.nct.sf(critical, df, shift) + stats.nct.sf(critical, df, -shift))
 
 
@@ -248,6 +287,7 @@ class DesignPowerPlan:
     delta: float
     power: float
     seeds: int
+    family: Family = Family()
 
     @property
     def sigma(self) -> float:
@@ -257,26 +297,29 @@ class DesignPowerPlan:
         return effect_se(self.sigma, self.arms, n)
 
     def power_with(self, n: int) -> float:
-        return design_power(self.delta, self.sigma, self.arms, n)
+        return design_power(self.delta, self.sigma, self.arms, n, self.family)
 
-    def detectable_with(self, n: int) -> float:
-        """The smallest main effect detected with ``power`` at ``n`` seeds per arm."""
+    def detectable_with(self, n: int, family: Family | None = None) -> float:
+        """The smallest main effect detected with ``power`` at ``n`` seeds per arm (by ``family``'s
+        test, the plan's by default)."""
 
         def short(d: float) -> float:
-            return design_power(d, self.sigma, self.arms, n) - self.power
+            return design_power(d, self.sigma, self.arms, n, family or self.family) - self.power
 
         return float(optimize.brentq(short, 0.0, 10 * self.se(n)))
 
 
-def design_seeds_needed(delta: float, sigma: float, arms: int, power: float = POWER) -> int:
+def design_seeds_needed(
+    delta: float, sigma: float, arms: int, power: float = POWER, family: Family = Family()
+) -> int:
     """The fewest seeds per arm (at least ``MIN_DESIGN_SEEDS``, at most ``MAX_SEEDS``) whose
-    ``design_power`` at ``delta`` reaches ``power``."""
+    ``design_power`` at ``delta`` by ``family``'s test reaches ``power``."""
     from protocol.plan_args import MAX_SEEDS
 
     if not (delta > 0 and sigma > 0 and math.isfinite(sigma)):
         raise ValueError(f"need delta > 0 and a positive finite SD, got {delta}, {sigma}")
     for n in range(MIN_DESIGN_SEEDS, MAX_SEEDS + 1):
-        if design_power(delta, sigma, arms, n) >= power:
+        if design_power(delta, sigma, arms, n, family) >= power:
             return n
     return MAX_SEEDS
 
@@ -292,14 +335,32 @@ def pooled_run_sd(matrices: dict[str, np.ndarray]) -> tuple[float, int]:
 
 
 def plan_design_seeds(
-    path: Path | str, envs: Sequence[str] | None, arms: int, delta: float, power: float = POWER
+    path: Path | str,
+    envs: Sequence[str] | None,
+    arms: int,
+    delta: float,
+    power: float = POWER,
+    family: Family = Family(),
 ) -> DesignPowerPlan:
     """The ``DesignPowerPlan`` of a designed ablation of ``arms`` arms on ``envs`` from the pilot table
-    at ``path`` (``read_pilot``); ``delta`` in the pilot's normalised units."""
+    at ``path`` (``read_pilot``); ``delta`` in the pilot's normalised units; ``family``: the frozen
+    family its main effects are tested in (``frozen_family``)."""
     matrices, games = read_pilot(path, envs)
     sd, df = pooled_run_sd(matrices)
     if not sd > 0:
         raise ConfigError(f"--pilot {path}: every arm's runs score the same: no spread to plan with")
     upper = upper_limit_factor(df)
-    seeds = design_seeds_needed(delta, sd * upper, arms, power)
-    return DesignPowerPlan(str(path), tuple(games), arms, sd, df, upper, delta, power, seeds)
+    seeds = design_seeds_needed(delta, sd * upper, arms, power, family)
+    return DesignPowerPlan(str(path), tuple(games), arms, sd, df, upper, delta, power, seeds, family)
+
+
+def frozen_family(analysis: dict | None, where: str) -> Family:
+    """The ``Family`` of a plan's ``[analysis]`` table (``protocol.registration``): its alpha and
+    correction over all its endpoints, two-sided if any effect endpoint is (the more demanding test);
+    the default family without a table."""
+    if not analysis:
+        return Family()
+    section = parse_section(analysis, where, None, None, None)
+    effects = [e for e in section.endpoints if e.kind == "effect"]
+    sides = "two" if not effects or any(e.sides == "two" for e in effects) else "one"
+    return Family(section.alpha, section.correction, len(section.endpoints), sides)

@@ -33,7 +33,7 @@ SKILLS = {
 PLAN = {
     "plans": [
         {
-            "plan": "abl", "title": "t", "profile": "smoke", "arms": list(SKILLS), "envs": GAMES,
+            "plan": "abl", "title": "t", "profile": "mini", "arms": list(SKILLS), "envs": GAMES,
             "seeds": "0-4",
             "ablation": {
                 "base": BASE, "ablate": "published",

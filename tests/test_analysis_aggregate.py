@@ -3,10 +3,10 @@
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from analysis.aggregate import (
     aggregate_metrics,
-    bootstrap_mean_ci,
     compare_with_published,
     curve_bands,
     performance_profiles,
@@ -16,6 +16,7 @@ from analysis.aggregate import (
 )
 from analysis.configdiff import config_diff
 from analysis.curves import resample_curves, score_tables
+from analysis.intervals import mean_interval
 from analysis.runs import load_experiment
 from analysis.synthetic import SyntheticArm, write_experiment
 from analysis.throughput import arm_throughput, run_throughput
@@ -55,7 +56,9 @@ def test_aggregate_point_estimates_hand_computed():
     assert table.loc["Median", "value"] == pytest.approx(np.median([3.0, 27.25]))
     assert table.loc["Mean", "value"] == pytest.approx(np.mean([3.0, 27.25]))
     assert table.loc["Optimality gap", "value"] == pytest.approx(1 - np.mean([0, 1, 1, 1, 1, 1, 1, 1]))
-    assert (table.ci_low <= table.value).all() and (table.value <= table.ci_high).all()
+    shown = table.drop(index="Median")  # an estimate without an interval (aggregate.NO_INTERVAL)
+    assert (shown.ci_low <= shown.value).all() and (shown.value <= shown.ci_high).all()
+    assert np.isnan(table.loc["Median", ["ci_low", "ci_high"]].astype(float)).all()
     # reproducible: the bootstrap is seeded
     pd.testing.assert_frame_equal(
         aggregate_metrics({"x": m}, reps=200), aggregate_metrics({"x": m}, reps=200)
@@ -65,10 +68,8 @@ def test_aggregate_point_estimates_hand_computed():
 def test_probability_of_improvement():
     rng = np.random.default_rng(0)
     better, worse = rng.normal(1.0, 0.1, (5, 3)), rng.normal(0.0, 0.1, (5, 3))
-    poi = probability_of_improvement({"b": better, "w": worse}, "b", "w", reps=200)
-    assert poi["value"] == 1.0 and poi["ci_low"] == 1.0
-    same = probability_of_improvement({"b": better, "c": better.copy()}, "b", "c", reps=200)
-    assert same["value"] == pytest.approx(0.5)
+    assert probability_of_improvement({"b": better, "w": worse}, "b", "w") == 1.0
+    assert probability_of_improvement({"b": better, "c": better.copy()}, "b", "c") == pytest.approx(0.5)
 
 
 def test_performance_profile_fractions():
@@ -77,12 +78,14 @@ def test_performance_profile_fractions():
     np.testing.assert_allclose(table.fraction, [1.0, 0.75, 0.5, 0.25, 0.0])
 
 
-def test_bootstrap_mean_ci():
-    lo, hi = bootstrap_mean_ci(np.array([[1.0, 5.0], [1.0, 7.0], [1.0, 9.0]]), reps=500)
-    np.testing.assert_allclose(lo[0], 1.0) and np.testing.assert_allclose(hi[0], 1.0)
-    assert 5.0 <= lo[1] < 7.0 < hi[1] <= 9.0
+def test_mean_interval_is_student_s_t():
+    lo, hi = mean_interval(np.array([[1.0, 5.0], [1.0, 7.0], [1.0, 9.0]]))
+    assert lo[0] == hi[0] == 1.0  # no spread
+    t = stats.ttest_1samp([5.0, 7.0, 9.0], 0.0).confidence_interval(0.95)
+    np.testing.assert_allclose([lo[1], hi[1]], [t.low, t.high])  # 7 -+ 4.303 * 2 / sqrt(3)
+    assert np.isnan(mean_interval(np.array([3.0]))).all()  # one run: no spread, no interval
     with pytest.raises(ValueError, match="at least one run"):
-        bootstrap_mean_ci(np.zeros((0, 2)))
+        mean_interval(np.zeros((0, 2)))
 
 
 def test_compare_with_published():
@@ -95,11 +98,14 @@ def test_compare_with_published():
             "frames": 4000,
         }
     )
-    table = compare_with_published(final, reps=500)
+    table = compare_with_published(final)
     assert len(table) == 1  # CartPole has no published R2D2 score
     row = table.iloc[0]
     assert row.published == 21.0 and row.score == pytest.approx(62 / 3)
-    assert row.ratio == pytest.approx(62 / 63) and row.published_in_ci and row.ci_high == 21.0
+    # the t interval of three runs: 62 / 3 -+ t(0.975, 2) * sd / sqrt(3), sd = sqrt(1 / 3)
+    half = stats.t.ppf(0.975, 2) * np.sqrt(1 / 3) / np.sqrt(3)
+    assert row.ratio == pytest.approx(62 / 63) and row.published_in_ci
+    assert row.ci_high == pytest.approx(62 / 3 + half)
 
 
 def test_throughput_and_curves_from_synthetic_experiment(tmp_path):

@@ -19,7 +19,7 @@ from protocol.design import STANDARD, Design, check_design, standard_generators
 from repro.ablation import ablation_arms, deviation_groups
 from repro.cli import main
 from repro.plans import expand, load_plan, plan_analysis
-from repro.power import plan_design_seeds
+from repro.power import frozen_family, plan_design_seeds
 from repro.record import plan_record
 from tests.refusals import refused_run_line
 
@@ -246,11 +246,18 @@ def test_the_dry_run_plans_seeds_per_arm_for_a_main_effect_from_a_pilot(tmp_path
         assert done.returncode == 0, done.stderr
         return done.stdout
 
-    found = plan_design_seeds(pilot, ["minatar_breakout"], 16, 0.06)
+    # the frozen family: Holm over the plan's nine endpoints, two-sided (four effects are)
+    family = frozen_family(load_plan(PLAN).analysis, PLAN)
+    assert (family.correction, family.endpoints, family.sides) == ("holm", 9, "two")
+    found = plan_design_seeds(pilot, ["minatar_breakout"], 16, 0.06, family=family)
     planned = dry()
     assert f"each arm needs {found.seeds} seeds per game" in planned
+    assert "at the family level (two-sided t test at holm's first step over the 9 frozen endpoints" in planned
     assert f"seeds: 300-{299 + found.seeds}" in planned  # from the plan's first seed
     assert planned.count("/minatar_breakout/seed300 ") == 16
     given = dry("--seeds", "300-302")
     assert f"3 seeds per arm have {found.power_with(3):.0%} power at 6 points" in given
+    assert f"is {found.detectable_with(3) * 100:.3g} points" in given
+    alone = plan_design_seeds(pilot, ["minatar_breakout"], 16, 0.06)  # one two-sided test at 0.05
+    assert found.detectable_with(3) > alone.detectable_with(3)
     assert not (tmp_path / "runs").exists()

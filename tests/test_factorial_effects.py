@@ -11,6 +11,8 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
 
 from analysis.__main__ import main as analysis_main
 from analysis.factorial import AGGREGATE, factorial_effects, factorial_lines
@@ -20,7 +22,7 @@ from analysis.synthetic import SyntheticArm, write_experiment
 from protocol.design import Design
 from reports.__main__ import main as reports_main
 from reports.factorial import factorial_section
-from repro.power import design_power, design_seeds_needed, effect_se, plan_design_seeds
+from repro.power import Family, design_power, design_seeds_needed, effect_se, plan_design_seeds
 
 SWITCHES = ("alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta")
 GENERATORS = ("E=BCD", "F=ACD", "G=ABC", "H=ABD")
@@ -74,14 +76,14 @@ def _mains(effects: pd.DataFrame, response: str) -> pd.DataFrame:
 def found():
     design = Design("fractional", SWITCHES, GENERATORS)
     final = _runs(design, 4, np.random.default_rng(7))
-    return design, final, factorial_effects(final, _record(design), reps=2000)
+    return design, final, factorial_effects(final, _record(design))
 
 
 @pytest.fixture(scope="module")
 def centred():
     design = Design("fractional", SWITCHES, GENERATORS)
     final = _runs(design, 4, np.random.default_rng(7), centred=True)
-    return design, final, factorial_effects(final, _record(design), reps=2000)
+    return design, final, factorial_effects(final, _record(design))
 
 
 def test_main_effects_and_the_interaction_are_recovered_within_their_cis(centred):
@@ -168,7 +170,7 @@ def test_a_response_missing_an_arm_is_left_out():
     design = Design("factorial", ("a", "b", "c"))
     final = _runs(design, 3, np.random.default_rng(1), games=("g1",))
     final = final[~((final.arm == "arm3") & (final.env == "g1"))]
-    result = factorial_effects(final, _record(design), reps=200)
+    result = factorial_effects(final, _record(design))
     assert result.skipped == ("g1", AGGREGATE) and result.effects.empty
 
 
@@ -193,6 +195,39 @@ def test_the_main_effect_se_and_the_power_plan_match_simulated_designs():
     assert abs(rejected - predicted) < 0.015  # 4 binomial SEs at 20,000 draws
     n = design_seeds_needed(delta, sigma, arms)
     assert design_power(delta, sigma, arms, n) >= 0.8 > design_power(delta, sigma, arms, n - 1)
+
+
+@pytest.mark.parametrize("sides", ["two", "one"])
+def test_the_family_s_power_is_holm_s_over_k_endpoints_in_simulated_designs(sides):
+    # The 2^(8-4) design's eight main effects tested together, Holm at 0.05 over k = 9 endpoints (the
+    # eighth effect's slot stands in for the ninth): one true effect delta, the others 0. The share of
+    # designs where Holm rejects the true effect is design_power's at the family's first step, alpha / k
+    # (Holm's later steps add only when a null is rejected first: at most 0.05 of the draws).
+    design = Design("fractional", SWITCHES, GENERATORS)
+    arms, seeds, sigma, k = 16, 3, 0.7, 9
+    family = Family(0.05, "holm", k, sides)
+    delta = 0.7  # 3.5 standard errors: power about 0.65 at alpha / 9
+    x = design.matrix  # [arms, switches]
+    rng = np.random.default_rng(12)
+    sims = 4000
+    y = rng.normal(0, sigma, size=(sims, arms, seeds)) + (delta / 2 * x[:, 0])[None, :, None]
+    means = y.mean(axis=2)
+    estimates = means @ (2 * x / arms)  # [sims, switches]
+    df = arms * (seeds - 1)
+    pooled = ((y - means[..., None]) ** 2).sum(axis=(1, 2)) / df
+    t = estimates / (2 * np.sqrt(pooled) / math.sqrt(arms * seeds))[:, None]
+    p = 2 * stats.t.sf(np.abs(t), df) if sides == "two" else stats.t.sf(t, df)
+    p = np.column_stack([p, np.ones(sims)])  # the ninth endpoint, never significant here
+    # Holm, vectorised over the draws: the i-th smallest p (from 0) is rejected while every p up to it
+    # is at most alpha / (k - i); statsmodels' Holm agrees on the first draws.
+    ordered = np.sort(p, axis=1)
+    steps = np.logical_and.accumulate(ordered <= 0.05 / (k - np.arange(k)), axis=1).sum(axis=1)
+    holm = (p < p[:, :1]).sum(axis=1) < steps  # the true effect's rank lies among the rejected
+    assert [multipletests(row, 0.05, "holm")[0][0] for row in p[:20]] == holm[:20].tolist()
+    rejected = holm.mean()
+    predicted = design_power(delta, sigma, arms, seeds, family)
+    assert predicted < design_power(delta, sigma, arms, seeds, Family(0.05, sides=sides))  # the family costs
+    assert abs(rejected - predicted) < 0.03  # under 4 binomial SEs at 4,000 draws
 
 
 def test_the_design_power_plan_reads_the_pilots_pooled_spread(tmp_path):

@@ -1,5 +1,6 @@
-"""The learning check every verdict opens with: each arm's IQM against random play (0) and the
-published reference at the same frames, on untrained and trained synthetic runs."""
+"""The learning check every verdict opens with: each arm's level on each env against random play (0)
+and the published reference at the same frames, on untrained and trained synthetic runs; a smoke run's
+report compares nothing."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def test_neither_arm_learned_is_the_first_sentence_of_the_verdict(tmp_path):
         "Neither arm has learned at this budget: the comparison is between untrained agents"
     )
     assert not study.learning.learned.any()
-    assert all(r.ci_low <= 0 <= r.ci_high for r in study.learning.itertuples())
+    assert (study.learning.ci_low <= 0).all()  # no env's interval lies above random play
     markdown = study_markdown(study, "cmd", "2026-12-04")
     assert (
         "**Verdict (exploratory).** Neither arm has learned" in markdown and "## Learning check" in markdown
@@ -73,12 +74,10 @@ def test_the_reference_is_the_published_dqn_at_the_same_frames(tmp_path):
     curves = minatar_published_curves()
     dqn = curves[curves.algo.str.lower() == "dqn"]
     table = minatar_reference_table()
-    values = sorted(
-        float(table.normalise(g, published_at(dqn[dqn.env == g], 250_000)["return"])) for g in GAMES
-    )
-    # rliable's IQM (scipy's trim_mean at 0.25) trims floor(n / 4) values from each end: none of three.
-    expected = sum(values) / 3
-    assert study.learning.reference_iqm.iloc[0] == pytest.approx(expected)
+    rows = study.learning.set_index(["arm", "env"])
+    for game in GAMES:
+        expected = float(table.normalise(game, published_at(dqn[dqn.env == game], 250_000)["return"]))
+        assert rows.reference[("a_published", game)] == pytest.approx(expected)
     assert "Young & Tian" in study.learning_reference
 
 
@@ -86,6 +85,13 @@ def test_no_interval_with_one_seed_is_not_shown_to_learn():
     sentence = learning_sentence([ArmLevel("a", 0.5, np.nan, np.nan), ArmLevel("b", 0.6, 0.1, 0.9)])
     assert sentence.startswith("a has not learned at this budget")
     assert "one seed per game: no interval" in sentence
+    on_env = learning_sentence(
+        [ArmLevel("a", 0.5, 0.2, 0.7, env="x"), ArmLevel("a", 0.5, np.nan, np.nan, env="y")]
+    )
+    assert (
+        on_env.startswith("a has not been shown to learn") and "a on y 0.5 (one seed: no interval)" in on_env
+    )
+    assert "a on x" not in on_env
     assert learning_sentence([ArmLevel("a", 0.5, 0.2, 0.7)]) is None
     assert learning_sentence([ArmLevel(x, 0, -1, 1) for x in "abc"]).startswith("No arm has learned")
 
@@ -129,8 +135,8 @@ def test_minatar_evaluations_cut_at_the_cap_are_lower_bounds_and_a_level_above_r
 
 def test_an_arm_with_fewer_runs_does_not_cut_the_others_level_to_its_seeds(tmp_path):
     """A study part-way (one arm at 1 seed, the other at 5): the aggregates balance the arms to 1 run
-    per game, but each arm's learning check uses every run of its own, so the full arm keeps its
-    interval and is shown to learn."""
+    per game, but each arm's learning check uses every run of its own on each env, so the full arm
+    keeps its intervals and is shown to learn."""
     import shutil
 
     arms = {arm: SyntheticArm(1.0, {"algo": arm}) for arm in ("a", "b")}
@@ -140,12 +146,54 @@ def test_an_arm_with_fewer_runs_does_not_cut_the_others_level_to_its_seeds(tmp_p
             shutil.rmtree(exp / "b" / game / f"seed{seed}")
     study = run_study(exp, reps=400)
     assert study.runs_per_game == 1
-    levels = study.learning.set_index("arm")
-    assert levels.runs.to_dict() == {"a": 5, "b": 1}
-    assert levels.loc["a", "learned"] and np.isfinite(levels.loc["a", "ci_low"])
-    assert not levels.loc["b", "learned"] and np.isnan(levels.loc["b", "ci_low"])
+    levels = study.learning.groupby("arm")
+    assert levels.runs.unique().to_dict() == {"a": [5], "b": [1]}
+    a, b = (study.learning[study.learning.arm == arm] for arm in "ab")
+    assert a.learned.all() and np.isfinite(a.ci_low).all()
+    assert not b.learned.any() and np.isnan(b.ci_low).all()
     markdown = study_markdown(study, "cmd", "2026-12-05")
-    assert "| arm | runs per game |" in markdown and "| a | 5 |" in markdown
+    assert "| arm | env | runs |" in markdown and "| a | minatar_breakout | 5 |" in markdown
+
+
+def test_a_seed_added_on_another_env_never_changes_an_env_s_learning_check(tmp_path):
+    """Acrobot at 3 seeds, then one CartPole seed: balancing the aggregates keeps 1 Acrobot run, but
+    Acrobot's learning check still uses its 3, and the 2 runs the aggregates leave out are named beside
+    them."""
+    import shutil
+
+    arms = {"ppo": SyntheticArm(-0.4, {"algo": "ppo"})}  # Acrobot about -200: 70% of the reference
+    envs = ["Acrobot-v1", "CartPole-v1"]
+    exp = write_experiment(tmp_path, "exp", arms, envs, [0, 1, 2], n_logs=3, frameskip=1)
+    before = run_study(exp, reps=200).learning.set_index("env")
+    for seed in (1, 2):
+        shutil.rmtree(exp / "ppo" / "CartPole-v1" / f"seed{seed}")
+    study = run_study(exp, reps=200)
+    after = study.learning.set_index("env")
+    assert after.runs["Acrobot-v1"] == 3 and after.learned["Acrobot-v1"]
+    assert after.loc["Acrobot-v1", ["mean", "ci_low", "ci_high"]].tolist() == pytest.approx(
+        before.loc["Acrobot-v1", ["mean", "ci_low", "ci_high"]].tolist()
+    )
+    assert after.runs["CartPole-v1"] == 1 and not after.learned["CartPole-v1"]
+    assert "ppo on CartPole-v1" in study.learning_lead and "Acrobot" not in study.learning_lead
+    assert study.runs_per_game == 1
+    aggregates = study_markdown(study, "cmd", "today").split("## Aggregates")[1].split("## ")[0]
+    assert "Left out of these aggregates to balance the arms and envs: ppo/Acrobot-v1/seed1, " in aggregates
+
+
+def test_a_smoke_report_compares_nothing(tmp_path):
+    """Two arms on the smoke profile: no winner, no power statement, only "Smoke: no comparison"."""
+    from analysis.learning import SMOKE_COMPARISON
+
+    arms = ["a_published", "b_corrected"]
+    plan = {"plans": [{"plan": "p", "title": "t", "profile": "smoke", "arms": arms}], "arms": arms}
+    study = _study(tmp_path, {"a_published": 0.2, "b_corrected": 1.0}, seeds=3, plan=plan)
+    assert study.verdict is None and study.power is None
+    page = study_markdown(study, "cmd", "today")
+    assert f"**{SMOKE_COMPARISON}**" in page
+    assert "is better than" not in page and "**Power.**" not in page and "No verdict" not in page
+    html = build_report(study.experiment.path, reps=100).read_text()
+    verdict = html[html.index('<section id="verdict">') :].split("</section>")[0]
+    assert SMOKE_COMPARISON in verdict and "better" not in verdict and "power" not in verdict
 
 
 def _capped_one_arm(tmp_path, env: str, skill: float, plan: dict | None = None):

@@ -136,7 +136,7 @@ def test_compare_with_minatar_published_hand_computed(minatar_data):
          "seed": [0, 1, 2, 0, 0], "score": [4.0, 5.0, 6.0, 1.0, 500.0], "normalised": 0.0,
          "frames": [500_000] * 3 + [6_000_000, 500_000]}
     )  # fmt: skip
-    table = compare_with_minatar_published(final, reps=500).set_index("env")
+    table = compare_with_minatar_published(final).set_index("env")
     assert list(table.index) == ["minatar_breakout", "minatar_freeway"]  # CartPole is not MinAtar
     row = table.loc["minatar_breakout"]
     # breakout's DQN curve: (0, 0.5), (1M, 6.3 [5.25, 7.35]); halfway: 3.4 [2.875, 3.925]
@@ -146,7 +146,10 @@ def test_compare_with_minatar_published_hand_computed(minatar_data):
         row.published_source == "fixture Fig. 2 minatar_breakout 0; fixture Fig. 2 minatar_breakout 1000000"
     )
     assert row.score == pytest.approx(5.0) and row.n_runs == 3 and row.frames == 500_000
-    assert row.ci_low > 3.925 and not row.published_in_ci and not row.overlap
+    # Three runs 4, 5, 6: the t interval 5 -+ t(0.975, 2) / sqrt(3) = [2.52, 7.48] holds the published 3.4
+    # (the runs' own range, the percentile bootstrap's interval, would not).
+    assert row.ci_low == pytest.approx(5 - stats.t.ppf(0.975, 2) / np.sqrt(3))
+    assert row.published_in_ci and row.overlap
     freeway = table.loc["minatar_freeway"]  # 6M frames: past the last read-off point
     assert np.isnan(freeway.published) and freeway.published_in_ci is None and freeway.overlap is None
 
@@ -172,13 +175,15 @@ def test_iqm_difference_hand_computed():
     # No spread within a game: every resample is the data, the interval is the point.
     a, b = np.array([[1.0, 2.0], [1.0, 2.0]]), np.array([[3.0, 4.0], [3.0, 4.0]])
     # IQM of {1, 1, 2, 2} trims one value at each end: mean(1, 2) = 1.5; of b: 3.5
-    assert iqm_difference(b, a) == {"value": 2.0, "ci_low": 2.0, "ci_high": 2.0, "se": 0.0}
+    assert iqm_difference(b, a) == {"value": 2.0, "ci_low": 2.0, "ci_high": 2.0, "se": 0.0, "df": 4.0}
     # One game, two runs: IQM of two values is their mean (no value trimmed). Resampling b = [0, 2]
-    # gives means 0, 1, 2 with probability 1/4, 1/2, 1/4: SD sqrt(1/2), percentiles 0 and 2. Widened
-    # by sqrt(2 / 1): se = 1 (= the unbiased standard error of the mean, sqrt(2 / 2)), CI 1 -+ sqrt(2).
+    # gives means 0, 1, 2 with probability 1/4, 1/2, 1/4: SD sqrt(1/2). Widened by sqrt(2 / 1): se = 1
+    # (= the unbiased standard error of the mean, sqrt(2 / 2)); the baseline has no spread, so Welch's
+    # df is b's, 1, and the interval is Welch's, 1 -+ t(0.975, 1) = 12.71.
     out = iqm_difference(np.array([[0.0], [2.0]]), np.zeros((2, 1)), reps=20_000)
-    assert out["value"] == 1.0 and out["se"] == pytest.approx(1.0, rel=0.02)
-    assert out["ci_low"] == pytest.approx(1 - np.sqrt(2)) and out["ci_high"] == pytest.approx(1 + np.sqrt(2))
+    assert out["value"] == 1.0 and out["se"] == pytest.approx(1.0, rel=0.02) and out["df"] == 1.0
+    half = stats.t.ppf(0.975, 1) * out["se"]
+    assert out["ci_low"] == pytest.approx(1 - half) and out["ci_high"] == pytest.approx(1 + half)
     one_run = iqm_difference(np.ones((1, 3)), np.zeros((1, 3)))
     assert one_run["value"] == 1.0 and np.isnan(one_run["ci_low"]) and np.isnan(one_run["se"])
     with pytest.raises(ValueError, match="one shape"):
@@ -216,13 +221,13 @@ def test_verdict_sentences():
     found = two_arm_verdict(better, "A", "B", reps=100, label="DQN-normalised score", scale=100,
                             unit=" percentage points")  # fmt: skip
     assert found.winner == "B" and found.poi["value"] == 1.0 and found.iqm_difference["ci_low"] > 0
-    assert found.sentence.startswith("B is better than A over 3 games x 5 seeds per arm: P(B > A) = 1 [1, 1]")
-    assert "percentage points (95% CIs, both above no difference)." in found.sentence
+    assert found.sentence.startswith("B is better than A over 3 games x 5 seeds per arm: the IQM")
+    assert "percentage points (95% CI above 0); P(B > A) = 1 (an estimate, no interval)." in found.sentence
     worse = two_arm_verdict({"A": better["B"], "B": base}, "A", "B", reps=100)
     assert worse.winner == "A" and worse.sentence.startswith("A is better than B")
     same = two_arm_verdict({"A": base, "B": base + 0.001}, "A", "B", reps=100)
-    assert same.winner is None and same.sentence.startswith("The data cannot tell whether B or A is better")
-    assert "(includes 0.5)" in same.sentence and "(includes 0; 95% CIs)" in same.sentence
+    assert same.winner is None and same.sentence.startswith("No difference between B and A was detected")
+    assert "(95% CI including 0)" in same.sentence
     single = two_arm_verdict({"A": base[:1], "B": better["B"][:1]}, "A", "B", reps=100)
     assert (
         single.winner is None
@@ -348,7 +353,8 @@ def test_study_writes_result_table_and_markdown(experiment, minatar_data, tmp_pa
     assert analysis_main(["study", str(experiment), "--reps", "100", "--baseline", CORRECTED]) == 0
     printed = capsys.readouterr().out
     assert (
-        printed.startswith("# Study r2d1_minatar") and f"P({PUBLISHED} > {CORRECTED}) = 0 [0, 0]" in printed
+        printed.startswith("# Study r2d1_minatar")
+        and f"P({PUBLISHED} > {CORRECTED}) = 0 (an estimate, no interval)" in printed
     )
     (tmp_path / "empty").mkdir()
     assert analysis_main(["study", str(tmp_path / "empty")]) == 2

@@ -19,7 +19,15 @@ from scipy import stats
 
 from algorithms.configs import ConfigError
 from algorithms.rundir import git_state, run_path
-from analysis.confirmatory import EXPLORATORY, PRE, endpoint_table, registration, run_label
+from analysis.confirmatory import (
+    EXPLORATORY,
+    PRE,
+    Reading,
+    endpoint_table,
+    registration,
+    result_label,
+    run_label,
+)
 from analysis.robust import middle_half
 from analysis.study import run_study
 from analysis.study_markdown import study_markdown
@@ -126,6 +134,32 @@ def test_a_failed_replication_is_reported_apart_and_never_pooled(tmp_path):
     assert html.index("Analysis fixed before the data") < html.index("Verdict (")
 
 
+def test_only_a_frozen_endpoint_read_as_frozen_is_pre_registered(tmp_path):
+    exp = tmp_path / "label"
+    freeze(exp, tmp_path / "p.toml", _parsed(_section()), [0, 1, 2, 3], allow_dirty=True, code_dir=REPO)
+    _grid(tmp_path, "label", ONE_GAME, [0, 1, 2, 3])
+    study = run_study(exp, baseline=CAND, reps=300)
+    assert (study.endpoints.label == PRE).all()  # the frozen endpoints, read as frozen
+    # The IQM verdict of the very same runs is no frozen endpoint, though every run passed the freeze.
+    assert study.label == (EXPLORATORY, "not a frozen endpoint")
+    reg, metadata = study.registration, study.experiment.metadata
+    runs = metadata[["arm", "env", "seed"]]
+    frozen = Reading("iqm", "bootstrap", "two", "holm", ("breakout", "iqm"))
+    assert result_label(reg, frozen, runs, metadata)[0] == PRE
+    for changed, what in (
+        ({"correction": "bonferroni"}, "correction"), ({"sides": "less"}, "sides"),
+        ({"family": ("iqm",)}, "family"), ({"endpoint": "median"}, None),
+    ):  # fmt: skip
+        label, why = result_label(reg, Reading(**{**frozen.__dict__, **changed}), runs, metadata)
+        assert label == EXPLORATORY and why.startswith("not a frozen endpoint")
+        assert what is None or f"another {what} than the frozen one" in why
+    text = study_markdown(study, "cmd", "today")
+    assert f"**Verdict ({EXPLORATORY}).**" in text
+    assert "Every result below this table is **exploratory** (not a frozen endpoint)." in text
+    html = build_report(exp, tmp_path / "report.html", reps=200, baseline=CAND).read_text()
+    assert "Verdict (exploratory)" in html and "exploratory: not a frozen endpoint" in html
+
+
 def test_a_frozen_section_that_allows_pooling_gets_a_pooled_row(tmp_path):
     exp = tmp_path / "pool"
     freeze(exp, tmp_path / "p.toml", _parsed(_section(pool=True)), [0, 100], allow_dirty=True, code_dir=REPO)
@@ -159,7 +193,8 @@ def test_seeds_added_after_a_look_and_runs_before_the_freeze_are_exploratory(tmp
     assert run_label(reg, runs, metadata) == (EXPLORATORY, "12 of 12 runs: started before the freeze")
     _grid(tmp_path, "late", ONE_GAME, [7])  # a seed no frozen set names, added after a look
     study = run_study(exp, baseline=CAND, reps=200)
-    label, why = study.label
+    metadata = study.experiment.metadata
+    label, why = run_label(study.registration, metadata[["arm", "env", "seed"]], metadata)
     assert label == EXPLORATORY and "6 of 18 runs: seeds outside the frozen seed sets" in why
     assert "12 of 18 runs: started before the freeze" in why
     assert f"**Verdict ({EXPLORATORY}).**" in study_markdown(study, "cmd", "today")

@@ -138,7 +138,9 @@ def test_an_interrupted_run_resumes_exactly(tmp_path, monkeypatch, capfd, case):
     # 16 env steps per call: the 15th call reaches step 240; the last checkpoint is at 192, after
     # updates since step 64, and the resumed run repeats 192..240 before going on to 320.
     interrupted_then_resumed(config, tmp_path / "resumed", monkeypatch, at_call=15)
-    assert "resuming" not in capfd.readouterr().err  # nothing was left out of the checkpoint
+    err = capfd.readouterr().err
+    assert "resuming" not in err  # nothing was left out of the checkpoint
+    assert "resumed from its checkpoint at 192 env steps" in err  # where, for analysis/interruptions.py
 
     straight, resumed = read_run(tmp_path / "straight"), read_run(tmp_path / "resumed")
     assert resumed.status == "complete", resumed.problems

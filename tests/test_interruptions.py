@@ -1,0 +1,41 @@
+"""Runs resumed from a checkpoint are said, with where (analysis/interruptions.py): read from the
+attempt headers and the resume line of each run's log.txt."""
+
+from __future__ import annotations
+
+from analysis.study import run_study
+from analysis.study_markdown import study_markdown
+from analysis.synthetic import SyntheticArm, write_experiment
+
+HEADER = "=== attempt 1 on cpu{slot} at 2026-12-06T0{hour}:00:00+00:00: python -m repro run-job\n"
+STOPPED = "interrupted: stopped; status.json says interrupted (rerun to continue)\n"
+
+
+def test_resumed_runs_are_listed_with_where_they_resumed(tmp_path):
+    arms = {arm: SyntheticArm(1.0, {"algo": arm}) for arm in ("a", "b")}
+    exp = write_experiment(tmp_path, "exp", arms, ["CartPole-v1"], [0, 1], n_logs=3, frameskip=1)
+    resumed = exp / "a" / "CartPole-v1" / "seed0" / "log.txt"
+    where = "runs/exp/a/CartPole-v1/seed0: resumed from its checkpoint at 1,200 env steps\n"
+    resumed.write_text(HEADER.format(slot=0, hour=5) + STOPPED + HEADER.format(slot=1, hour=6) + where)
+    before = exp / "b" / "CartPole-v1" / "seed1" / "log.txt"  # a log from before the resume line
+    before.write_text(HEADER.format(slot=0, hour=5) + "interrupted\n" + HEADER.format(slot=0, hour=7))
+    once = exp / "b" / "CartPole-v1" / "seed0" / "log.txt"
+    once.write_text(HEADER.format(slot=0, hour=5))  # one attempt: not resumed
+    study = run_study(exp, reps=100)
+    table = study.resumed.set_index(["arm", "seed"])
+    assert sorted(table.index) == [("a", 0), ("b", 1)]
+    assert table.resumed_at[("a", 0)] == "1,200" and table.attempts[("a", 0)] == 2
+    assert table.resumed_at[("b", 1)] == "not recorded"
+    assert table.started[("a", 0)] == "2026-12-06T05:00:00+00:00, 2026-12-06T06:00:00+00:00"
+    page = study_markdown(study, "cmd", "today")
+    section = page[page.index("## Runs resumed from a checkpoint") : page.index("## Runs not used")]
+    assert "- a/CartPole-v1/seed0: 2 attempts" in section and "resumed at 1,200 env steps" in section
+    assert "- b/CartPole-v1/seed1: 2 attempts" in section and "where: not recorded" in section
+    assert "seed0: 1 attempt" not in section
+
+
+def test_a_study_without_resumed_runs_has_no_such_section(tmp_path):
+    arms = {"a": SyntheticArm(1.0, {"algo": "a"})}
+    exp = write_experiment(tmp_path, "exp", arms, ["CartPole-v1"], [0], n_logs=3, frameskip=1)
+    study = run_study(exp, reps=100)
+    assert study.resumed.empty and "## Runs resumed" not in study_markdown(study, "cmd", "today")
