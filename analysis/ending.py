@@ -19,6 +19,7 @@ from scipy import stats
 
 from analysis import aggregate
 from analysis.curves import EVAL_SOURCE
+from analysis.intervals import mean_interval
 from analysis.learning import smoke_sentence
 from analysis.published import last_training_returns
 from analysis.scores import DATA_DIR
@@ -58,7 +59,7 @@ def score_lines(study: Study) -> list[str]:
     if final.empty:
         return ["no complete run yet: no score"]
     what = "final evaluation" if (final.source == EVAL_SOURCE).all() else "final training return"
-    summary = aggregate.per_game_summary(final, reps=study.reps)
+    summary = aggregate.per_game_summary(final)
     training = last_training_returns(study.experiment)
     lines = []
     for row in summary.itertuples():
@@ -67,16 +68,17 @@ def score_lines(study: Study) -> list[str]:
         line = f"{row.arm} on {row.env}: {what} {_num(row.score)}{interval}"
         mine = training[(training.arm == row.arm) & (training.env == row.env)].sort_values("seed")
         if what == "final evaluation" and len(mine):
-            line += f", training {_num(mine.score.mean())}{_interval(mine.score.to_numpy(float), study.reps)}"
+            line += f", training {_num(mine.score.mean())}{_interval(mine.score.to_numpy(float))}"
         lines.append(f"{line} ({runs}, {human_frames(row.frames)} frames)")
     return lines
 
 
-def _interval(values: np.ndarray, reps: int) -> str:
-    """`` [low, high]``: the 95% bootstrap interval of the mean over seeds; nothing for one seed."""
+def _interval(values: np.ndarray) -> str:
+    """`` [low, high]``: the 95% t interval of the mean over seeds (``analysis.intervals``, as every
+    per-arm interval); nothing for one seed."""
     if len(values) < 2:
         return ""
-    low, high = aggregate.bootstrap_mean_ci(values, reps=reps)
+    low, high = mean_interval(values)
     return f" [{_num(float(low))}, {_num(float(high))}]"
 
 
