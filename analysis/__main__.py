@@ -10,7 +10,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from algorithms.rundir import atomic_write_bytes
+from algorithms.rundir import NotARegularFile, atomic_write_bytes, check_output
 from analysis.ending import ending_lines
 from analysis.factorial import factorial_path
 from analysis.replication import check_replication, with_replication_base
@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.reps < 100:
         parser.error(f"--reps must be at least 100, got {args.reps}")
     try:
+        for path in (args.csv, args.markdown):
+            if path is not None:
+                check_output(path)
         found = run_study(args.experiment, baseline=args.baseline, reps=args.reps, table=args.table)
         again = None
         if args.replication is not None:
@@ -88,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         try:  # whole or not at all: a full disk leaves the file as it was, never a 0-byte one
             atomic_write_bytes(path, text().encode("utf-8"))
+        except NotARegularFile as e:
+            print(f"analysis: {e}", file=sys.stderr)
+            return 2
         except OSError as e:
             print(f"analysis: cannot write {path}: {e.strerror or e}", file=sys.stderr)
             return 1

@@ -359,6 +359,7 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run: 200 steps, one repeat")
     args = parser.parse_args()
+    speed.check_outputs(args.out)
     if args.quick:
         args.steps, args.repeats = 200, 1
     if min(args.steps, args.repeats, args.threads) < 1:

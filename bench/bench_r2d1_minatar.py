@@ -338,6 +338,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads, both implementations")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 800 steps, 3 updates, one repeat")
     args = parser.parse_args()
+    speed.check_outputs(args.out)
     args.argv, args.started, args.commit = sys.argv[1:], time.time(), speed.git_commit()
     if args.quick:
         args.steps, args.updates, args.repeats = 800, 3, 1

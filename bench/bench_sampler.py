@@ -263,6 +263,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--runner-algos", default="dqn,r2d1", help="algorithms of the runners section")
     parser.add_argument("--r2d1-steps", type=int, default=16_000, help="env steps per R2D1 run")
     args = parser.parse_args()
+    speed.check_outputs(args.out)
     sections = set(args.sections.split(","))
     if not sections <= {"trivial", "nature_cnn", "runners"}:
         parser.error(f"--sections: unknown {sorted(sections - {'trivial', 'nature_cnn', 'runners'})}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import os
 import platform
@@ -34,6 +35,7 @@ from algorithms.arrays import BatchSpec
 from algorithms.envs.config import EnvConfig
 from algorithms.envs.factory import make_vec_env
 from algorithms.process import retain_freed_memory
+from algorithms.rundir import NotARegularFile, atomic_write_bytes, check_output
 from algorithms.samplers.base import env_spaces
 from algorithms.samplers.serial import SerialSampler
 from algorithms.train import SamplerConfig
@@ -65,6 +67,7 @@ def parse_args(parser: argparse.ArgumentParser, positive: Sequence[str]) -> argp
     """``parser``'s arguments, the options named in ``positive`` (their ``dest``, in the order the
     error lists them) checked >= 1; sets torch's thread count to ``--threads``."""
     args = parser.parse_args()
+    check_outputs(args.out)
     if min(getattr(args, name) for name in positive) < 1:
         options = [f"--{name.replace('_', '-')}" for name in positive]
         parser.error(f"{', '.join(options[:-1])} and {options[-1]} must be >= 1")
@@ -330,16 +333,27 @@ def git_commit() -> str:
     return commit.stdout.strip() + ("+" if dirty else "")
 
 
+def check_outputs(out: Path) -> None:
+    """Refuse, before any measurement, an ``--out`` (or the summary beside it, ``.md``) that is not a
+    regular file or a new path (``check_output``): one line, exit 2."""
+    for path in (out, out.with_suffix(".md")):
+        try:
+            check_output(path)
+        except NotARegularFile as e:
+            print(f"error: --out: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+
 def write_rows(out: Path, rows: Sequence[Mapping[str, Any]], fieldnames: Sequence[str]) -> None:
-    """``rows`` as the CSV file ``out`` (its folder created)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fieldnames)
-        writer.writeheader()
-        writer.writerows(rows)
+    """``rows`` as the CSV file ``out`` (its folder created), written whole or not at all."""
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=fieldnames)
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_bytes(out, text.getvalue().encode())
 
 
 def write_summary(out: Path, summary: str) -> None:
     """The Markdown ``summary`` next to the CSV file ``out``, and on the console."""
-    out.with_suffix(".md").write_text(summary)
+    atomic_write_bytes(out.with_suffix(".md"), summary.encode())
     print(summary)

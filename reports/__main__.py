@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from algorithms.rundir import check_output
 from analysis.scores import add_scoring_options, read_bounds
 from reports.build import build_report
 
@@ -56,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.reps < 100:
         parser.error(f"--reps must be at least 100, got {args.reps}")
     try:
+        if args.out is not None:
+            check_output(args.out)
         bounds = read_bounds(args.bounds) if args.bounds is not None else None
         path = build_report(
             experiment_path(args.experiment), out=args.out, reps=args.reps, table=args.table,

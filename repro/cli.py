@@ -370,13 +370,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except ValueError as e:  # a run directory that may not be read (imported only where one was read)
-        from algorithms.rundir import RunUnreadable
+    except ValueError as e:  # a run directory that may not be read, an output that is not a file
+        from algorithms.rundir import NotARegularFile, RunUnreadable
 
-        if not isinstance(e, RunUnreadable):
+        if not isinstance(e, RunUnreadable | NotARegularFile):
             raise
         print(f"error: {e}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(e, NotARegularFile) else 1
     except KeyboardInterrupt:  # Ctrl-C (or SIGTERM/SIGHUP in `run`) before or after the jobs ran
         print("interrupted", file=sys.stderr)
         return 130
