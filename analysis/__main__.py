@@ -17,10 +17,14 @@ from analysis.replication import check_replication, with_replication_base
 from analysis.scores import add_scoring_options
 from analysis.study import effects_path, result_table, run_study
 from analysis.study_markdown import study_markdown
+from protocol.console import guarded
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    return guarded("analysis", lambda: _main(sys.argv[1:] if argv is None else argv))
+
+
+def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     study = commands.add_parser("study", help="tidy result table and markdown summary of one experiment")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from algorithms.rundir import check_output
 from analysis.scores import add_scoring_options, read_bounds
+from protocol.console import guarded
 from reports.build import build_report
 
 RUNS = Path("runs")
@@ -26,6 +27,10 @@ def experiment_path(given: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return guarded("reports", lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reports", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build", help="build the HTML report of one experiment directory")

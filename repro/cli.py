@@ -28,7 +28,6 @@ process), and 130 when interrupted (Ctrl-C, SIGTERM or SIGHUP; rerun the same co
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -358,6 +357,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from protocol.console import guarded
+
+    return guarded("repro", lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv:
@@ -380,6 +385,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C (or SIGTERM/SIGHUP in `run`) before or after the jobs ran
         print("interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # output piped into `head`: stop quietly (Python docs, signal, SIGPIPE note)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
