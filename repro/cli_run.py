@@ -21,7 +21,8 @@ from repro.cli import CPU_ANSWER
 from repro.cli_estimate import design_power_plan, power_plan, print_estimate
 from repro.memory import ReplayTooLarge
 from repro.plans import plan_analysis
-from repro.preregister import freeze
+from repro.preregister import check_freeze, freeze
+from repro.record import check_storage
 
 
 def _plan_jobs(args: argparse.Namespace):
@@ -208,13 +209,10 @@ def _gpus_arg(text: str | None) -> float | None:
 
 
 def _connect_ray(args, jobs, tasks) -> int | None:
-    """Check the run directories can be written, connect to the Ray cluster and check it can take the
-    jobs, before anything is written; an exit code when not (130: Ctrl-C while connecting; bad input
-    is a ``ConfigError``)."""
+    """Connect to the Ray cluster and check it can take the jobs, before anything is written; an exit
+    code when not (130: Ctrl-C while connecting; bad input is a ``ConfigError``)."""
     from repro import ray_connect
-    from repro.ray_backend import check_storage
 
-    check_storage([j.run_dir for j in jobs])
     try:
         ray_connect.connect(args.address)
         gpus = _gpus_arg(args.gpus_per_job)
@@ -336,6 +334,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     afresh = check_unchanged(jobs, args.rerun_changed, args.dry_run)
     section = plan_analysis(plan)
+    # What the run refuses before it writes anything, its dry run refuses alike.
+    check_storage([j.run_dir for j in jobs])
+    if section is not None:
+        check_freeze(section, seeds, args.allow_dirty)
     if args.dry_run:
         where = slots[0].device if args.backend == "local" else "ray"
         _dry_run(plan, jobs, len(slots), where, packs, pack, afresh)

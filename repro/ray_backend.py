@@ -64,7 +64,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from algorithms.configs import ConfigError
 from algorithms.rundir import LOG_FILE, RunBusy, acquire_lock, release_lock
 from repro.job_side import BUSY_EXIT_CODE, SCHEDULER_PID_ENV
 from repro.loop import BUSY_WAIT_S, Ended, Policy, run_tasks, say_stderr
@@ -226,18 +225,6 @@ def run_job_task(
 
 
 # --- the driver --------------------------------------------------------------------------------
-def check_storage(run_dirs: Sequence[Path]) -> None:
-    """``ConfigError`` unless the driver can create every job's run directory (nothing is created)."""
-    for root in {Path(r).absolute().parents[2] for r in run_dirs}:
-        probe = root
-        while not probe.exists():
-            probe = probe.parent
-        if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-            raise ConfigError(
-                f"cannot write run directories under {root}: {probe} is not a writable directory"
-            )
-
-
 @dataclass
 class _Attempt:
     task: Task
