@@ -311,10 +311,12 @@ def _report(args: argparse.Namespace, experiment_dir: Path, interrupted: bool) -
 
 def cmd_run(args: argparse.Namespace) -> int:
     from repro.job_side import stop_on_signals
-    from repro.scheduler import detect_slots
+    from repro.scheduler import check_devices, detect_slots
 
     stop_on_signals()  # SIGTERM and SIGHUP stop the run as Ctrl-C does, from planning on
     plan, seeds, jobs = _plan_jobs(args)
+    if args.backend == "local":  # a Ray job's device is its node's, given by --gpus-per-job
+        check_devices(j.config.runner.device for j in jobs)
     n_jobs = _positive_int_arg(args.jobs, "JOBS")
     if args.retries < 0:
         raise ConfigError(f"--retries must be >= 0, got {args.retries}")
