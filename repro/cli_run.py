@@ -330,6 +330,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             import ray  # noqa: F401
         except ImportError:
             raise ConfigError("BACKEND=ray needs the ray extra: pip install -e '.[ray]'") from None
+        if n_jobs is not None:  # Ray, not this process, decides how many of the queued tasks run
+            raise ConfigError(
+                f"--jobs {n_jobs} sets this machine's slots; a Ray cluster runs as many jobs at once as "
+                "its nodes hold: size each with --cpus-per-job and --gpus-per-job"
+            )
     slots = detect_slots(n_jobs, threads, gpus_per_job=gpus_per_job if args.backend == "local" else None)
     packs, pack = _packs(args.pack, jobs, len(slots), args.backend)
     from repro.changed import check_unchanged
