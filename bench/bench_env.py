@@ -42,8 +42,9 @@ from algorithms.envs.factory import make_vec_env
 from algorithms.envs.minatar import MINATAR_GAMES
 from algorithms.samplers.base import make_sampler
 from algorithms.train import SamplerConfig
+from bench.outputs import check_outputs, write_rows, write_summary
 from bench.sampler_parts import AgentFactory, raw_batches, time_interleaved
-from bench.speed import check_outputs, cpu_model, write_rows, write_summary
+from bench.speed import cpu_model
 
 BACKENDS = ("native", "gymnasium")
 SECTIONS = ("atari", "minatar")

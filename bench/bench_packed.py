@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.speed import check_outputs, paired_ratios, ratio_with_ci, write_rows, write_summary
+from bench.outputs import check_outputs, write_rows, write_summary
+from bench.speed import paired_ratios, ratio_with_ci
 
 VARIANTS = ("single", "packed", "packed_split")
 SETTINGS = {

@@ -31,7 +31,7 @@ from algorithms.replay.buffer import ReplayBuffer
 from algorithms.replay.observations import FrameObservations, FullObservations
 from algorithms.replay.selectors import PrioritizedSelector
 from algorithms.replay.transitions import TransitionStorage
-from bench.speed import check_outputs, write_rows, write_summary
+from bench.outputs import check_outputs, write_rows, write_summary
 
 OBS_DIM = 4
 ALPHA, BETA = 0.6, 0.4

@@ -33,6 +33,7 @@ import numpy as np
 
 from algorithms.rundir import read_run
 from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
+from bench.outputs import check_outputs, write_rows, write_summary
 from repro.settings import load_setting, setting_configs
 
 
@@ -257,9 +258,6 @@ def main(module_name: str, title: str, description: str) -> None:
     )
     parser.add_argument("--batch", metavar="TxB", help="sampler shape of every chosen arm, e.g. 5x16")
     args = parser.parse_args()
-    # Here, not at the top: bench.speed imports this module's statistics.
-    from bench.speed import check_outputs, write_rows, write_summary
-
     check_outputs(args.out)
     chosen = [a.strip() for a in args.arms.split(",") if a.strip()]
     unknown = [a for a in chosen if a not in arms]

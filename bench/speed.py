@@ -6,16 +6,15 @@ What every comparison here shares: the (wall-clock, CPU) clocks, this code base'
 loop, this code base's vector env behind SB3's ``VecEnv`` interface, the SB3 callbacks that start
 the clock after the untimed part of ``learn``, the repeats (ours, then the peer, in every repeat,
 so that load drifts of a shared machine hit both alike), the medians of the repeats and the median
-of the repeats' own ratios with its 95% bootstrap CI (``bench.learning.paired_ratio``), the per-call
-costs the machine limits are built from, and the CSV + Markdown output. Every rate and cost is a
-pair (per wall-clock second, per CPU second of this process, all its threads: ``time.process_time``).
+of the repeats' own ratios with its 95% bootstrap CI (``bench.learning.paired_ratio``), and the
+per-call costs the machine limits are built from; the CSV + Markdown output is ``bench.outputs``'s.
+Every rate and cost is a pair (per wall-clock second, per CPU second of this process, all its
+threads: ``time.process_time``).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import os
 import platform
@@ -35,10 +34,10 @@ from algorithms.arrays import BatchSpec
 from algorithms.envs.config import EnvConfig
 from algorithms.envs.factory import make_vec_env
 from algorithms.process import retain_freed_memory
-from algorithms.rundir import NotARegularFile, atomic_write_bytes, check_output
 from algorithms.samplers.base import env_spaces
 from algorithms.samplers.serial import SerialSampler
 from algorithms.train import SamplerConfig
+from bench import outputs
 from bench.learning import paired_ratio
 
 # The CSV columns of a repeat's two rates.
@@ -67,7 +66,7 @@ def parse_args(parser: argparse.ArgumentParser, positive: Sequence[str]) -> argp
     """``parser``'s arguments, the options named in ``positive`` (their ``dest``, in the order the
     error lists them) checked >= 1; sets torch's thread count to ``--threads``."""
     args = parser.parse_args()
-    check_outputs(args.out)
+    outputs.check_outputs(args.out)
     if min(getattr(args, name) for name in positive) < 1:
         options = [f"--{name.replace('_', '-')}" for name in positive]
         parser.error(f"{', '.join(options[:-1])} and {options[-1]} must be >= 1")
@@ -331,29 +330,3 @@ def git_commit() -> str:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=root)
     dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=root).returncode != 0
     return commit.stdout.strip() + ("+" if dirty else "")
-
-
-def check_outputs(out: Path) -> None:
-    """Refuse, before any measurement, an ``--out`` (or the summary beside it, ``.md``) that is not a
-    regular file or a new path (``check_output``): one line, exit 2."""
-    for path in (out, out.with_suffix(".md")):
-        try:
-            check_output(path)
-        except NotARegularFile as e:
-            print(f"error: --out: {e}", file=sys.stderr)
-            raise SystemExit(2) from None
-
-
-def write_rows(out: Path, rows: Sequence[Mapping[str, Any]], fieldnames: Sequence[str]) -> None:
-    """``rows`` as the CSV file ``out`` (its folder created), written whole or not at all."""
-    text = io.StringIO(newline="")
-    writer = csv.DictWriter(text, fieldnames=fieldnames)
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write_bytes(out, text.getvalue().encode())
-
-
-def write_summary(out: Path, summary: str) -> None:
-    """The Markdown ``summary`` next to the CSV file ``out``, and on the console."""
-    atomic_write_bytes(out.with_suffix(".md"), summary.encode())
-    print(summary)
