@@ -98,13 +98,6 @@ def connect(address: str | None, timeout_s: float | None = None) -> None:
     wakeup.setblocking(False)
     in_main = threading.current_thread() is threading.main_thread()
     previous_wakeup = signal.set_wakeup_fd(wakeup.fileno(), warn_on_full_buffer=False) if in_main else -1
-    # Ray's native client writes a warning to stderr for every attempt that is not answered within
-    # 5 s ("rpc_client.h: Failed to connect to GCS"): stderr goes to /dev/null until ray.init is
-    # done, and this process's own lines to the stderr it was given.
-    sys.stderr.flush()
-    stderr, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    os.close(devnull)
 
     def exit_with(line: str, code: int) -> None:
         os.write(stderr, f"{line}\n".encode())
@@ -133,12 +126,20 @@ def connect(address: str | None, timeout_s: float | None = None) -> None:
     ray_logger = logging.getLogger("ray")
     level = ray_logger.level
     ray_logger.setLevel(logging.ERROR)  # Ray's notices at connection are not ours to print
-    threading.Thread(target=watchdog, name="ray-connect-watchdog", daemon=True).start()
     # A local instance this process starts (no address, none to join) stays on loopback; one it
     # joins keeps the node IP it was started with.
     starting = not address and services.canonicalize_bootstrap_address(None) is None
     if starting:  # its agents and workers stop when this process does, however it exits
         start_reaper()
+    # Ray's native client writes a warning to stderr for every attempt that is not answered within
+    # 5 s ("rpc_client.h: Failed to connect to GCS"): stderr goes to /dev/null until ray.init is
+    # done, and this process's own lines to the stderr it was given.
+    sys.stderr.flush()
+    stderr, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+
+    threading.Thread(target=watchdog, name="ray-connect-watchdog", daemon=True).start()
     try:
         ray.init(
             address=address,
