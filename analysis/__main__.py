@@ -10,17 +10,21 @@ import shlex
 import sys
 from pathlib import Path
 
-from algorithms.rundir import atomic_write_bytes
+from algorithms.rundir import NotARegularFile, atomic_write_bytes, check_output
 from analysis.ending import ending_lines
 from analysis.factorial import factorial_path
 from analysis.replication import check_replication, with_replication_base
 from analysis.scores import add_scoring_options
 from analysis.study import effects_path, result_table, run_study
 from analysis.study_markdown import study_markdown
+from protocol.console import guarded
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    return guarded("analysis", lambda: _main(sys.argv[1:] if argv is None else argv))
+
+
+def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     study = commands.add_parser("study", help="tidy result table and markdown summary of one experiment")
@@ -57,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.reps < 100:
         parser.error(f"--reps must be at least 100, got {args.reps}")
     try:
+        for path in (args.csv, args.markdown):
+            if path is not None:
+                check_output(path)
         found = run_study(args.experiment, baseline=args.baseline, reps=args.reps, table=args.table)
         again = None
         if args.replication is not None:
@@ -88,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         try:  # whole or not at all: a full disk leaves the file as it was, never a 0-byte one
             atomic_write_bytes(path, text().encode("utf-8"))
+        except NotARegularFile as e:
+            print(f"analysis: {e}", file=sys.stderr)
+            return 2
         except OSError as e:
             print(f"analysis: cannot write {path}: {e.strerror or e}", file=sys.stderr)
             return 1

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from algorithms.rundir import NotARegularFile, atomic_write_bytes, check_output
 from analysis.scores import GYM_REFERENCE_COLUMNS, GYM_REFERENCE_PATH
 
 
@@ -57,6 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    out = args.out or args.table
+    try:
+        check_output(out)
+    except NotARegularFile as e:
+        print(f"error: --out: {e}", file=sys.stderr)
+        return 2
     table = pd.read_csv(args.table)
     envs = args.envs.split(",") if args.envs else list(table.env)
     unknown = sorted(set(envs) - set(table.env))
@@ -74,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         table.loc[row, "random_episodes"] = args.episodes
         table.loc[row, "random_source"] = f"measured: {command(args)} (gymnasium {gymnasium.__version__})"
         print(f"{env_id}: {returns.mean():.3f} +- {returns.std():.3f} over {args.episodes} episodes")
-    table[list(GYM_REFERENCE_COLUMNS)].to_csv(args.out or args.table, index=False)
+    atomic_write_bytes(out, table[list(GYM_REFERENCE_COLUMNS)].to_csv(index=False).encode())
     return 0
 
 

@@ -44,7 +44,7 @@ import torch
 from algorithms.algos import dqn
 from algorithms.envs.config import EnvConfig
 from algorithms.learners.q_replay import LossMode
-from bench import speed
+from bench import outputs, speed
 from repro.settings import setting_configs
 
 # Nature DQN with SB3's DQN defaults where they differ (the file says which, with their sources).
@@ -154,7 +154,7 @@ def main() -> None:
     mine, theirs = speed.runs_of(rows, "ours"), speed.runs_of(rows, "sb3")
     ours, sb3 = speed.medians(mine), speed.medians(theirs)
     paired = speed.paired_ratios(mine, theirs)  # [column, (median, CI low, CI high)]
-    speed.write_rows(args.out, rows, ["impl", "repeat", *speed.RATES])
+    outputs.write_rows(args.out, rows, ["impl", "repeat", *speed.RATES])
 
     def row(name: str, values: np.ndarray, fmt: str) -> str:
         return f"| {name} | {values[0]:{fmt}} | {values[1]:{fmt}} |"
@@ -185,7 +185,7 @@ def main() -> None:
             "",
         ]
     )
-    speed.write_summary(args.out, summary)
+    outputs.write_summary(args.out, summary)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ worker-process sampler to the in-process one).
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import statistics
 import time
@@ -43,6 +42,7 @@ from algorithms.envs.factory import make_vec_env
 from algorithms.envs.minatar import MINATAR_GAMES
 from algorithms.samplers.base import make_sampler
 from algorithms.train import SamplerConfig
+from bench.outputs import check_outputs, write_rows, write_summary
 from bench.sampler_parts import AgentFactory, raw_batches, time_interleaved
 from bench.speed import cpu_model
 
@@ -227,6 +227,7 @@ def main() -> None:
     parser.add_argument("--minatar-workers", type=int, default=2, help="worker processes of the cpu sampler")
     parser.add_argument("--minatar-batch-t", type=int, default=10, help="steps per sampler batch")
     args = parser.parse_args()
+    check_outputs(args.out)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     args.minatar_games = [g.strip() for g in args.minatar_games.split(",") if g.strip()]
     if not sections or not set(sections) <= set(SECTIONS):
@@ -254,15 +255,9 @@ def main() -> None:
         rows += minatar
         lines += ["", *minatar_summary(minatar, args)]
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    summary = "\n".join(lines) + "\n"
-    args.out.with_suffix(".md").write_text(summary)
     print()
-    print(summary)
+    write_rows(args.out, rows, list(rows[0]))
+    write_summary(args.out, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ from algorithms.envs.minatar import MINATAR_GAMES
 from algorithms.process import retain_freed_memory
 from algorithms.runners.sync import SyncRunner
 from algorithms.train import TrainConfig
-from bench import speed
+from bench import outputs, speed
 from repro.plans import resolve_job_setting
 from repro.profiles import load_profile
 from repro.settings import train_config
@@ -359,6 +359,7 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run: 200 steps, one repeat")
     args = parser.parse_args()
+    outputs.check_outputs(args.out)
     if args.quick:
         args.steps, args.repeats = 200, 1
     if min(args.steps, args.repeats, args.threads) < 1:
@@ -388,9 +389,9 @@ def main() -> None:
         run,
         lambda row: f"{row['steps_per_second']:7.1f} steps/s, {row['steps_per_cpu_second']:7.1f} steps/CPU-s",
     )
-    speed.write_rows(args.out, rows, COLUMNS)
+    outputs.write_rows(args.out, rows, COLUMNS)
     print()
-    speed.write_summary(args.out, summarize(rows, args, config, loads))
+    outputs.write_summary(args.out, summarize(rows, args, config, loads))
 
 
 if __name__ == "__main__":

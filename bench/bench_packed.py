@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.speed import paired_ratios, ratio_with_ci, write_rows, write_summary
+from bench.outputs import check_outputs, write_rows, write_summary
+from bench.speed import paired_ratios, ratio_with_ci
 
 VARIANTS = ("single", "packed", "packed_split")
 SETTINGS = {
@@ -136,6 +137,7 @@ def main() -> None:
     if args.command == "worker":
         worker(args)
         return
+    check_outputs(args.out)
     settings = [s for s in args.settings.split(",") if s]
     unknown = sorted(set(settings) - set(SETTINGS))
     if unknown:

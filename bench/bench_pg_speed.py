@@ -39,7 +39,7 @@ import torch
 
 from algorithms.algos import ppo, sac
 from algorithms.envs.config import EnvConfig
-from bench import speed
+from bench import outputs, speed
 from repro.settings import setting_configs
 
 PONG = EnvConfig(id="pong", kind="atari", backend="native", clip_rewards=True)
@@ -200,7 +200,7 @@ def main() -> None:
         "ppo": lambda: ppo_limit(seed=0),
         "sac": lambda: sac_limit(args.sac_learning_starts, seed=0),
     }
-    speed.write_rows(args.out, rows, ["config", "impl", "repeat", *speed.RATES])
+    outputs.write_rows(args.out, rows, ["config", "impl", "repeat", *speed.RATES])
     c = ppo_config()
     lines = [
         "# PPO (Pong) and SAC (HalfCheetah-v5): training throughput (env steps/s)",
@@ -235,7 +235,7 @@ def main() -> None:
         f"1-minute load average at the end: {os.getloadavg()[0]:.2f}.",
         "",
     ]
-    speed.write_summary(args.out, "\n".join(lines))
+    outputs.write_summary(args.out, "\n".join(lines))
 
 
 if __name__ == "__main__":

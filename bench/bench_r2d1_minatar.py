@@ -48,7 +48,7 @@ import torch
 from torch import nn
 
 from algorithms.envs.minatar import MINATAR_GAMES
-from bench import speed
+from bench import outputs, speed
 
 SETTING = "r2d1_minatar_corrected"
 IMPLS = ("ours", "plain")
@@ -338,6 +338,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads, both implementations")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 800 steps, 3 updates, one repeat")
     args = parser.parse_args()
+    outputs.check_outputs(args.out)
     args.argv, args.started, args.commit = sys.argv[1:], time.time(), speed.git_commit()
     if args.quick:
         args.steps, args.updates, args.repeats = 800, 3, 1
@@ -358,8 +359,8 @@ def main() -> None:
             f"CPU ms, startup {row['startup_cpu_seconds']:.2f} CPU s"
         ),
     )
-    speed.write_rows(args.out, rows, COLUMNS)
-    speed.write_summary(args.out, summarize(rows, args, loads))
+    outputs.write_rows(args.out, rows, COLUMNS)
+    outputs.write_summary(args.out, summarize(rows, args, loads))
 
 
 if __name__ == "__main__":

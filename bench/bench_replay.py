@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import statistics
 import time
@@ -32,6 +31,7 @@ from algorithms.replay.buffer import ReplayBuffer
 from algorithms.replay.observations import FrameObservations, FullObservations
 from algorithms.replay.selectors import PrioritizedSelector
 from algorithms.replay.transitions import TransitionStorage
+from bench.outputs import check_outputs, write_rows, write_summary
 
 OBS_DIM = 4
 ALPHA, BETA = 0.6, 0.4
@@ -132,6 +132,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--frame-capacity", type=int, default=1_000_000)
     args = parser.parse_args()
+    check_outputs(args.out)
     torch.set_num_threads(1)
 
     rows = []
@@ -166,11 +167,7 @@ def main() -> None:
         }
     )
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(args.out, rows, list(rows[0]))
     ratio = medians["ours"] / medians["cpprb"]
     summary = "\n".join(
         [
@@ -198,8 +195,7 @@ def main() -> None:
             "",
         ]
     )
-    args.out.with_suffix(".md").write_text(summary)
-    print(summary)
+    write_summary(args.out, summary)
 
 
 if __name__ == "__main__":

@@ -78,7 +78,7 @@ from algorithms.envs.config import EnvConfig
 from algorithms.envs.factory import make_vec_env
 from algorithms.samplers.base import make_sampler
 from algorithms.train import SamplerConfig
-from bench import speed
+from bench import outputs, speed
 from bench.sampler_floors import FLOORS, MODE_FLOORS, floor_vs_raw
 from bench.sampler_parts import (
     AgentFactory,
@@ -263,6 +263,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--runner-algos", default="dqn,r2d1", help="algorithms of the runners section")
     parser.add_argument("--r2d1-steps", type=int, default=16_000, help="env steps per R2D1 run")
     args = parser.parse_args()
+    outputs.check_outputs(args.out)
     sections = set(args.sections.split(","))
     if not sections <= {"trivial", "nature_cnn", "runners"}:
         parser.error(f"--sections: unknown {sorted(sections - {'trivial', 'nature_cnn', 'runners'})}")
@@ -455,9 +456,9 @@ def main() -> None:
     machine = f"{speed.cpu_model()}, {os.cpu_count()} logical CPUs"
     for row in rows:
         row.update(settings, machine=machine)
-    speed.write_rows(args.out, rows, list(dict.fromkeys(k for row in rows for k in row)))
+    outputs.write_rows(args.out, rows, list(dict.fromkeys(k for row in rows for k in row)))
     print()
-    speed.write_summary(args.out, summary(args, rows, machine))
+    outputs.write_summary(args.out, summary(args, rows, machine))
 
 
 if __name__ == "__main__":

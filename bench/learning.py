@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import csv
 import importlib
 import statistics
 import time
@@ -34,6 +33,7 @@ import numpy as np
 
 from algorithms.rundir import read_run
 from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
+from bench.outputs import check_outputs, write_rows, write_summary
 from repro.settings import load_setting, setting_configs
 
 
@@ -258,6 +258,7 @@ def main(module_name: str, title: str, description: str) -> None:
     )
     parser.add_argument("--batch", metavar="TxB", help="sampler shape of every chosen arm, e.g. 5x16")
     args = parser.parse_args()
+    check_outputs(args.out)
     chosen = [a.strip() for a in args.arms.split(",") if a.strip()]
     unknown = [a for a in chosen if a not in arms]
     if unknown:
@@ -296,11 +297,5 @@ def main(module_name: str, title: str, description: str) -> None:
                 f"{arm} seed {seed}: final return {row['final_eval_return']:.1f} ({row['wall_s']:.0f} s)",
                 flush=True,
             )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    summary = summarize(title, arms, rows, args.budget_scale, overrides)
-    args.out.with_suffix(".md").write_text(summary)
-    print(summary)
+    write_rows(args.out, rows, list(rows[0]))
+    write_summary(args.out, summarize(title, arms, rows, args.budget_scale, overrides))

@@ -6,15 +6,15 @@ What every comparison here shares: the (wall-clock, CPU) clocks, this code base'
 loop, this code base's vector env behind SB3's ``VecEnv`` interface, the SB3 callbacks that start
 the clock after the untimed part of ``learn``, the repeats (ours, then the peer, in every repeat,
 so that load drifts of a shared machine hit both alike), the medians of the repeats and the median
-of the repeats' own ratios with its 95% bootstrap CI (``bench.learning.paired_ratio``), the per-call
-costs the machine limits are built from, and the CSV + Markdown output. Every rate and cost is a
-pair (per wall-clock second, per CPU second of this process, all its threads: ``time.process_time``).
+of the repeats' own ratios with its 95% bootstrap CI (``bench.learning.paired_ratio``), and the
+per-call costs the machine limits are built from; the CSV + Markdown output is ``bench.outputs``'s.
+Every rate and cost is a pair (per wall-clock second, per CPU second of this process, all its
+threads: ``time.process_time``).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import platform
@@ -37,6 +37,7 @@ from algorithms.process import retain_freed_memory
 from algorithms.samplers.base import env_spaces
 from algorithms.samplers.serial import SerialSampler
 from algorithms.train import SamplerConfig
+from bench import outputs
 from bench.learning import paired_ratio
 
 # The CSV columns of a repeat's two rates.
@@ -65,6 +66,7 @@ def parse_args(parser: argparse.ArgumentParser, positive: Sequence[str]) -> argp
     """``parser``'s arguments, the options named in ``positive`` (their ``dest``, in the order the
     error lists them) checked >= 1; sets torch's thread count to ``--threads``."""
     args = parser.parse_args()
+    outputs.check_outputs(args.out)
     if min(getattr(args, name) for name in positive) < 1:
         options = [f"--{name.replace('_', '-')}" for name in positive]
         parser.error(f"{', '.join(options[:-1])} and {options[-1]} must be >= 1")
@@ -328,18 +330,3 @@ def git_commit() -> str:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=root)
     dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=root).returncode != 0
     return commit.stdout.strip() + ("+" if dirty else "")
-
-
-def write_rows(out: Path, rows: Sequence[Mapping[str, Any]], fieldnames: Sequence[str]) -> None:
-    """``rows`` as the CSV file ``out`` (its folder created)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fieldnames)
-        writer.writeheader()
-        writer.writerows(rows)
-
-
-def write_summary(out: Path, summary: str) -> None:
-    """The Markdown ``summary`` next to the CSV file ``out``, and on the console."""
-    out.with_suffix(".md").write_text(summary)
-    print(summary)

@@ -8,7 +8,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from algorithms.rundir import check_output
 from analysis.scores import add_scoring_options, read_bounds
+from protocol.console import guarded
 from reports.build import build_report
 
 RUNS = Path("runs")
@@ -25,6 +27,10 @@ def experiment_path(given: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return guarded("reports", lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reports", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build", help="build the HTML report of one experiment directory")
@@ -56,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.reps < 100:
         parser.error(f"--reps must be at least 100, got {args.reps}")
     try:
+        if args.out is not None:
+            check_output(args.out)
         bounds = read_bounds(args.bounds) if args.bounds is not None else None
         path = build_report(
             experiment_path(args.experiment), out=args.out, reps=args.reps, table=args.table,

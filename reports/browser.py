@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from algorithms.rundir import NotARegularFile, atomic_write_bytes, check_output
+
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 # Headless, isolated, offline: nothing in the page may need the network, and the browser itself must
 # not phone home (update checks, sync, QUIC probes) during a test.
@@ -253,7 +255,7 @@ def check_page(
             )["result"]["value"]
             if screenshot is not None:
                 shot = _capture(devtools, session, width, probe["height"], timeout)
-                Path(screenshot).write_bytes(shot)
+                atomic_write_bytes(Path(screenshot), shot)
         finally:
             devtools.close()
     return PageCheck(
@@ -267,6 +269,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("page", type=Path)
     parser.add_argument("--screenshot", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.screenshot is not None:
+        try:
+            check_output(args.screenshot)
+        except NotARegularFile as e:
+            print(f"error: --screenshot: {e}", file=sys.stderr)
+            return 2
     check = check_page(args.page, args.screenshot)
     print(f"sections: {', '.join(check.sections)}")
     print(f"images: {len(check.images)} ({len(check.broken_images)} not rendered: {check.broken_images})")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from algorithms.rundir import atomic_write_bytes
+from algorithms.rundir import atomic_write_bytes, check_output
 from analysis.confirmatory import registration
 from analysis.curves import score_tables
 from analysis.learning import cut_bounds, smoke_sentence
@@ -116,7 +116,8 @@ def build_report(
         sections=sections,
     )
     path = Path(out) if out is not None else exp.path / REPORT_FILE
-    atomic_write_bytes(path, html.encode("utf-8"))  # a full disk leaves the old report, never half of one
+    check_output(path)  # before the figures: a refused report writes nothing
     if figures_dir is not None:
         write_figures(sections, Path(figures_dir))
+    atomic_write_bytes(path, html.encode("utf-8"))  # a full disk leaves the old report, never half of one
     return path

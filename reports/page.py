@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-from algorithms.rundir import atomic_write_bytes
+from algorithms.rundir import atomic_write_bytes, check_output
 from analysis.markdown import fmt
 
 REPORT_FILE = "report.html"
@@ -58,16 +58,18 @@ def frame_table(
 def write_figures(sections: list[Section], directory: Path) -> list[Path]:
     """Each figure of ``sections`` as ``directory/<figure id>.png`` (a clip: ``.gif``), the bytes the
     report embeds, for a results page in docs/ to link (a page of markdown cannot hold data URIs)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    written = []
+    files = {}
     for figure in (f for section in sections for f in section.figures):
         prefix, suffix = next(((p, s) for p, s in URI_SUFFIXES if figure.uri.startswith(p)), (None, None))
         if prefix is None:
             raise ValueError(f"figure {figure.id} is not an embedded PNG or GIF")
         path = directory / f"{figure.id}{suffix}"
-        atomic_write_bytes(path, base64.b64decode(figure.uri[len(prefix) :]))
-        written.append(path)
-    return written
+        check_output(path)  # all before the first: a refused file leaves the directory as it was
+        files[path] = base64.b64decode(figure.uri[len(prefix) :])
+    directory.mkdir(parents=True, exist_ok=True)
+    for path, data in files.items():
+        atomic_write_bytes(path, data)
+    return list(files)
 
 
 def render(**context: Any) -> str:

@@ -28,7 +28,6 @@ process), and 130 when interrupted (Ctrl-C, SIGTERM or SIGHUP; rerun the same co
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -358,6 +357,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from protocol.console import guarded
+
+    return guarded("repro", lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv:
@@ -370,16 +375,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except ValueError as e:  # a run directory that may not be read (imported only where one was read)
-        from algorithms.rundir import RunUnreadable
+    except ValueError as e:  # a run directory that may not be read, an output that is not a file
+        from algorithms.rundir import NotARegularFile, RunUnreadable
 
-        if not isinstance(e, RunUnreadable):
+        if not isinstance(e, RunUnreadable | NotARegularFile):
             raise
         print(f"error: {e}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(e, NotARegularFile) else 1
     except KeyboardInterrupt:  # Ctrl-C (or SIGTERM/SIGHUP in `run`) before or after the jobs ran
         print("interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # output piped into `head`: stop quietly (Python docs, signal, SIGPIPE note)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0

@@ -21,7 +21,8 @@ from repro.cli import CPU_ANSWER
 from repro.cli_estimate import design_power_plan, power_plan, print_estimate
 from repro.memory import ReplayTooLarge
 from repro.plans import plan_analysis
-from repro.preregister import freeze
+from repro.preregister import check_freeze, freeze
+from repro.record import check_storage
 
 
 def _plan_jobs(args: argparse.Namespace):
@@ -208,13 +209,10 @@ def _gpus_arg(text: str | None) -> float | None:
 
 
 def _connect_ray(args, jobs, tasks) -> int | None:
-    """Check the run directories can be written, connect to the Ray cluster and check it can take the
-    jobs, before anything is written; an exit code when not (130: Ctrl-C while connecting; bad input
-    is a ``ConfigError``)."""
+    """Connect to the Ray cluster and check it can take the jobs, before anything is written; an exit
+    code when not (130: Ctrl-C while connecting; bad input is a ``ConfigError``)."""
     from repro import ray_connect
-    from repro.ray_backend import check_storage
 
-    check_storage([j.run_dir for j in jobs])
     try:
         ray_connect.connect(args.address)
         gpus = _gpus_arg(args.gpus_per_job)
@@ -313,10 +311,12 @@ def _report(args: argparse.Namespace, experiment_dir: Path, interrupted: bool) -
 
 def cmd_run(args: argparse.Namespace) -> int:
     from repro.job_side import stop_on_signals
-    from repro.scheduler import detect_slots
+    from repro.scheduler import check_devices, detect_slots
 
     stop_on_signals()  # SIGTERM and SIGHUP stop the run as Ctrl-C does, from planning on
     plan, seeds, jobs = _plan_jobs(args)
+    if args.backend == "local":  # a Ray job's device is its node's, given by --gpus-per-job
+        check_devices(j.config.runner.device for j in jobs)
     n_jobs = _positive_int_arg(args.jobs, "JOBS")
     if args.retries < 0:
         raise ConfigError(f"--retries must be >= 0, got {args.retries}")
@@ -330,12 +330,21 @@ def cmd_run(args: argparse.Namespace) -> int:
             import ray  # noqa: F401
         except ImportError:
             raise ConfigError("BACKEND=ray needs the ray extra: pip install -e '.[ray]'") from None
+        if n_jobs is not None:  # Ray, not this process, decides how many of the queued tasks run
+            raise ConfigError(
+                f"--jobs {n_jobs} sets this machine's slots; a Ray cluster runs as many jobs at once as "
+                "its nodes hold: size each with --cpus-per-job and --gpus-per-job"
+            )
     slots = detect_slots(n_jobs, threads, gpus_per_job=gpus_per_job if args.backend == "local" else None)
     packs, pack = _packs(args.pack, jobs, len(slots), args.backend)
     from repro.changed import check_unchanged
 
     afresh = check_unchanged(jobs, args.rerun_changed, args.dry_run)
     section = plan_analysis(plan)
+    # What the run refuses before it writes anything, its dry run refuses alike.
+    check_storage([j.run_dir for j in jobs])
+    if section is not None:
+        check_freeze(section, seeds, args.allow_dirty)
     if args.dry_run:
         where = slots[0].device if args.backend == "local" else "ray"
         _dry_run(plan, jobs, len(slots), where, packs, pack, afresh)

@@ -174,6 +174,11 @@ def t_interval(returns: list[float]) -> tuple[float, float]:
     return float(low), float(high)
 
 
+def video_path(video: Path, k: int) -> Path:
+    """Where ``--video DIR`` records episode ``k``."""
+    return video / f"episode{k}.gif"
+
+
 def write_gif(path: Path, frames: list[np.ndarray]) -> None:
     """An animated GIF of ``frames`` written whole or not at all (``atomic_write_bytes``)."""
     import io
@@ -215,7 +220,7 @@ def evaluate(run: Path, episodes: int, which: str = "latest", video: Path | None
         video.mkdir(parents=True, exist_ok=True)
         # The final episode's autoreset left a list of one frame after it.
         for k, frames in enumerate(recorder.episodes[: len(played)]):
-            path = video / f"episode{k}.gif"
+            path = video_path(video, k)
             write_gif(path, frames)
             videos.append(path)
             frames_kept.append(len(frames))
@@ -234,8 +239,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.max_frames < 1:
         raise ConfigError(f"--max-frames must be at least 1, got {args.max_frames}")
     run = Path(args.run)
-    found = evaluate(run, args.episodes, args.checkpoint, Path(args.video) if args.video else None,
-                     args.seed, args.max_frames)  # fmt: skip
+    video = Path(args.video) if args.video else None
+    if video is not None:
+        from algorithms.rundir import check_output
+
+        for k in range(args.episodes):
+            check_output(video_path(video, k))
+    found = evaluate(run, args.episodes, args.checkpoint, video, args.seed, args.max_frames)
     returns = found["returns"]
     for k, (ret, length) in enumerate(zip(returns, found["lengths"])):
         print(f"episode {k}: return {ret:.4g}, {length} steps")

@@ -1,13 +1,19 @@
-"""A replay larger than this machine's memory, refused while planning (``repro.plans.check_model_fits``):
-a job would otherwise grow until the kernel kills it, or fail at numpy's allocation, and be retried.
+"""A replay or a model larger than this machine's memory, refused while planning
+(``repro.plans.check_model_fits``): a job would otherwise grow until the kernel kills it, or fail at
+numpy's or torch's allocation, and be retried.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from algorithms.configs import ConfigError
+from repro.settings import COMMAND_LINE
+
+# How torch's CPU allocator says that one tensor did not fit (c10's alloc_cpu.cpp).
+_ALLOCATION_FAILED = re.compile(r"can't allocate memory: you tried to allocate (\d+) bytes")
 
 
 class ReplayTooLarge(ConfigError):
@@ -41,4 +47,21 @@ def check_replay_memory(
     raise ReplayTooLarge(
         f"{where}algo.replay_size_steps={config.algo_config.replay_size_steps:,} on env "
         f"'{config.env.id}' needs at least {_gib(need)} of memory; this machine has {_gib(have)}"
+    )
+
+
+def model_too_large(arm: str, config: Any, setting: Any, error: RuntimeError) -> ConfigError | None:
+    """The one line for a model whose build failed at torch's CPU allocator (``error``), naming the
+    ``--set`` keys of its algorithm as given (``--set key=value``) and the memory its failed tensor
+    alone needed; ``None`` for any other ``RuntimeError``."""
+    found = _ALLOCATION_FAILED.search(str(error))
+    if found is None:
+        return None
+    entries = setting.entries.items() if setting is not None else ()
+    given = [e.source for k, e in entries if k.startswith("algo.") and e.origin == COMMAND_LINE]
+    where = "".join(f"{source}: " for source in given)
+    need, have = _gib(int(found.group(1))), _gib(physical_memory())
+    return ConfigError(
+        f"{where}setting '{arm}' on env '{config.env.id}' builds a model larger than this machine's memory: "
+        f"one of its tensors alone needs {need}; this machine has {have}"
     )

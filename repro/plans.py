@@ -52,7 +52,7 @@ from protocol.plan_args import NAME, check_arm_name, parse_seeds
 from protocol.registration import AnalysisSection, parse_section
 from repro.ablation import Arm, ablation_arms, deviation_entry, deviation_groups
 from repro.extras import check_extras
-from repro.memory import check_replay_memory
+from repro.memory import check_replay_memory, model_too_large
 from repro.plan_file import PLAN_KEYS, PLAN_TABLES, Plan
 from repro.profiles import Profile, apply_profile, is_budget_key, load_profile, uncut_classic_control
 from repro.settings import (
@@ -339,7 +339,8 @@ def check_model_fits(arm: str, config: Any, setting: Setting | None = None) -> N
     """Build the arm's model for one env of the job's env config, and check that its replay holds
     one training item: an observation shape the model cannot take (e.g. the Nature torso on
     MinAtar's 10x10 maps) or a replay too small for one R2D1 sequence is a ``ConfigError`` naming
-    the file that set the replay size, raised while planning instead of inside every job."""
+    the file that set the replay size, and a model larger than this machine's memory, raised while
+    planning instead of inside every job."""
     from algorithms import registry
 
     observation_space, action_space = _env_spaces(config.env)
@@ -350,6 +351,10 @@ def check_model_fits(arm: str, config: Any, setting: Setting | None = None) -> N
             f"setting '{arm}' cannot run on env '{config.env.id}' (observations "
             f"{tuple(observation_space.shape)}): {str(e).splitlines()[0]}"
         ) from e
+    except RuntimeError as e:
+        if (too_large := model_too_large(arm, config, setting, e)) is None:
+            raise
+        raise too_large from None
     try:
         registry.check_replay(config.algo, config.algo_config, config.sampler.batch_B, observation_space)
     except ValueError as e:

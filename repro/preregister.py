@@ -34,6 +34,28 @@ class Freeze:
     line: str
 
 
+def check_freeze(
+    section: AnalysisSection, seeds: Sequence[int], allow_dirty: bool, code_dir: Path | None = None
+) -> tuple[list[str], str | None, bool]:
+    """What ``freeze`` checks before it writes anything, and ``run --dry-run`` with it: the declared
+    seed sets that ``seeds`` touch and, when they touch one, the code's commit and whether its tree
+    is dirty. A ``ConfigError`` without a commit (no git), or on a dirty tree unless ``allow_dirty``."""
+    touched = [s for s in ("confirmatory", "replication") if any(section.seed_set(x) == s for x in seeds)]
+    if not touched:
+        return touched, None, False
+    commit, dirty = git_state(code_dir)
+    if commit is None:
+        raise ConfigError(
+            "[analysis]: cannot read the code's git commit; a pre-registered run needs a git checkout"
+        )
+    if dirty and not allow_dirty:
+        raise ConfigError(
+            "[analysis]: the working tree has uncommitted changes; commit them (a pre-registered run "
+            "records the commit it ran) or pass --allow-dirty (recorded, and shown in every report)"
+        )
+    return touched, commit, bool(dirty)
+
+
 def freeze(
     experiment_dir: Path,
     plan_path: Path,
@@ -49,7 +71,7 @@ def freeze(
     section gets a second entry (the change is shown on top of every report, never refused: the
     runs exist). Seeds outside both declared sets are exploratory and freeze nothing. A tree with
     uncommitted changes is a ``ConfigError`` unless ``allow_dirty``; an unknown commit (no git) too."""
-    touched = [s for s in ("confirmatory", "replication") if any(section.seed_set(x) == s for x in seeds)]
+    touched, commit, dirty = check_freeze(section, seeds, allow_dirty, code_dir)
     outside = sorted(x for x in seeds if section.seed_set(x) is None)
     note = (
         f"; seeds {seeds_text(outside)} are in neither declared set: their results are exploratory"
@@ -58,16 +80,6 @@ def freeze(
     )
     if not touched:
         return Freeze((), f"analysis: no declared seed set in this run{note}")
-    commit, dirty = git_state(code_dir)
-    if commit is None:
-        raise ConfigError(
-            "[analysis]: cannot read the code's git commit; a pre-registered run needs a git checkout"
-        )
-    if dirty and not allow_dirty:
-        raise ConfigError(
-            "[analysis]: the working tree has uncommitted changes; commit them (a pre-registered run "
-            "records the commit it ran) or pass --allow-dirty (recorded, and shown in every report)"
-        )
     record = read_record(experiment_dir)
     frozen = {(r.get("seed_set"), r.get("hash")) for r in record}
     stamp = (now or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds")

@@ -11,7 +11,9 @@ nothing of this project at a fixed path on the nodes.
   A setting or profile file named on the command line from outside the repository travels with its
   job (with the ``.toml`` files beside it, where a setting's base is looked up).
 * **Results to the driver, through Ray's object store.** The job writes its run directory on the
-  node's scratch space (``tempfile.gettempdir()`` there: ``$TMPDIR`` or ``/tmp``). The task
+  node's scratch space (``repro-ray/<pid>-<start>-<id>/`` in ``tempfile.gettempdir()`` there:
+  ``$TMPDIR`` or ``/tmp``; removed when the task ends, or by the node's next task once the worker
+  that owned it is gone, as after a kill -9 of the driver: ``remove_orphans``). The task
   streams what changed (appended table rows and log lines, replaced JSON files and checkpoints,
   removed files: ``repro.mirror``) back as a Ray streaming generator about once a second, and the
   driver applies it to ``runs/<exp>/...``. So the driver's copy is the run's copy of record: the
@@ -64,7 +66,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from algorithms.configs import ConfigError
 from algorithms.rundir import LOG_FILE, RunBusy, acquire_lock, release_lock
 from repro.job_side import BUSY_EXIT_CODE, SCHEDULER_PID_ENV
 from repro.loop import BUSY_WAIT_S, Ended, Policy, run_tasks, say_stderr
@@ -175,6 +176,35 @@ def _stop(proc: subprocess.Popen, grace_s: float) -> int:
         return proc.wait()
 
 
+def _start_time(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks after boot, field 22 of ``/proc/<pid>/stat``), ``None``
+    when there is no such process: with the pid, it names one process even after its pid is reused."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def scratch_dir() -> Path:
+    """A new staging directory for this process's task, ``repro-ray/<pid>-<start>-<random>`` under the
+    temporary directory: its name says which process owns it (``remove_orphans``)."""
+    pid = os.getpid()
+    return Path(tempfile.gettempdir()) / SCRATCH_DIR / f"{pid}-{_start_time(pid)}-{uuid.uuid4().hex[:12]}"
+
+
+def remove_orphans() -> None:
+    """Remove the staging directories whose owner is gone. A task removes its own when it ends, but
+    a worker killed outright runs no ``finally``: Ray kills a task's worker so when its driver is
+    killed (kill -9), and the checkpoints staged there would stay for good. Where ``/proc`` cannot
+    tell whether the owner lives, nothing is removed."""
+    if _start_time(os.getpid()) is None:
+        return
+    for path in (Path(tempfile.gettempdir()) / SCRATCH_DIR).glob("*-*-*"):
+        pid, start, _ = path.name.split("-", 2)
+        if pid.isdigit() and _start_time(int(pid)) != start:
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def run_job_task(
     spec: JobSpec, seed: dict[str, bytes], inputs: dict[str, bytes], sync_s: float = SYNC_INTERVAL_S
 ) -> Iterator[Changes]:
@@ -182,7 +212,8 @@ def run_job_task(
     in its run directories (``runs/`` of the scratch space: paths relative to the driver's ``--root``)
     about every ``sync_s`` seconds, the exit code in the last message."""
     where = _node_label()
-    attempt_dir = Path(tempfile.gettempdir()) / SCRATCH_DIR / f"{uuid.uuid4().hex[:12]}"
+    remove_orphans()
+    attempt_dir = scratch_dir()
     try:
         if spec.run_dirs is not None:
             run_dirs, mirror = [Path(d) for d in spec.run_dirs], None
@@ -226,18 +257,6 @@ def run_job_task(
 
 
 # --- the driver --------------------------------------------------------------------------------
-def check_storage(run_dirs: Sequence[Path]) -> None:
-    """``ConfigError`` unless the driver can create every job's run directory (nothing is created)."""
-    for root in {Path(r).absolute().parents[2] for r in run_dirs}:
-        probe = root
-        while not probe.exists():
-            probe = probe.parent
-        if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-            raise ConfigError(
-                f"cannot write run directories under {root}: {probe} is not a writable directory"
-            )
-
-
 @dataclass
 class _Attempt:
     task: Task

@@ -99,22 +99,24 @@ def connect(address: str | None, timeout_s: float | None = None) -> None:
     in_main = threading.current_thread() is threading.main_thread()
     previous_wakeup = signal.set_wakeup_fd(wakeup.fileno(), warn_on_full_buffer=False) if in_main else -1
 
+    def exit_with(line: str, code: int) -> None:
+        os.write(stderr, f"{line}\n".encode())
+        os._exit(code)
+
     def watchdog() -> None:
         with signals, wakeup:  # closed here, once nothing selects on them any more
             end = time.monotonic() + timeout_s - 5
             while not connected.is_set() and (left := end - time.monotonic()) > 0:
                 if select.select([signals], [], [], min(left, 0.5))[0] and signals.recv(64):
                     if not connected.wait(3):
-                        print(INTERRUPTED_CONNECTING, file=sys.stderr, flush=True)
-                        os._exit(130)
+                        exit_with(INTERRUPTED_CONNECTING, 130)
                     return
             if connected.is_set():
                 return
             timed_out.set()
             _thread.interrupt_main()
             if not connected.wait(5):
-                print(message, file=sys.stderr, flush=True)
-                os._exit(2)
+                exit_with(message, 2)
 
     # Ray leaves .git out of a working directory by default; it travels so that runs record their
     # commit (``algorithms.rundir.collect_metadata`` asks git in the shipped copy).
@@ -124,12 +126,20 @@ def connect(address: str | None, timeout_s: float | None = None) -> None:
     ray_logger = logging.getLogger("ray")
     level = ray_logger.level
     ray_logger.setLevel(logging.ERROR)  # Ray's notices at connection are not ours to print
-    threading.Thread(target=watchdog, name="ray-connect-watchdog", daemon=True).start()
     # A local instance this process starts (no address, none to join) stays on loopback; one it
     # joins keeps the node IP it was started with.
     starting = not address and services.canonicalize_bootstrap_address(None) is None
     if starting:  # its agents and workers stop when this process does, however it exits
         start_reaper()
+    # Ray's native client writes a warning to stderr for every attempt that is not answered within
+    # 5 s ("rpc_client.h: Failed to connect to GCS"): stderr goes to /dev/null until ray.init is
+    # done, and this process's own lines to the stderr it was given.
+    sys.stderr.flush()
+    stderr, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+
+    threading.Thread(target=watchdog, name="ray-connect-watchdog", daemon=True).start()
     try:
         ray.init(
             address=address,
@@ -156,6 +166,9 @@ def connect(address: str | None, timeout_s: float | None = None) -> None:
         ) from None
     finally:
         connected.set()
+        sys.stderr.flush()
+        os.dup2(stderr, 2)
+        os.close(stderr)
         if in_main:
             signal.set_wakeup_fd(previous_wakeup)
         ray_logger.setLevel(level)

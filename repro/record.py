@@ -29,9 +29,13 @@ report, which may not be what the user meant (``--exp NAME`` starts a separate e
 from __future__ import annotations
 
 import json
+import os
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from algorithms.configs import ConfigError
 from algorithms.rundir import atomic_write_json
 from protocol.files import profile_label
 from protocol.plan_args import format_seeds, parse_seeds
@@ -150,3 +154,18 @@ def write_plan_record(experiment_dir: Path, plan: Plan, jobs: list[Job], seeds: 
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, record)
     return path
+
+
+def check_storage(run_dirs: Sequence[Path]) -> None:
+    """``ConfigError`` unless every job's run directory can be created: a directory made and removed
+    at once in the nearest existing folder above each experiment directory, the only test that holds
+    for root too (``os.access`` grants root a write that /proc, a read-only mount or a file refuses).
+    Run before anything else by ``run`` and by its dry run alike; nothing stays."""
+    for root in {Path(r).absolute().parents[2] for r in run_dirs}:
+        probe = root
+        while not probe.exists() and not probe.is_symlink():
+            probe = probe.parent
+        try:
+            os.rmdir(tempfile.mkdtemp(dir=probe, prefix=".repro-probe-"))
+        except OSError as e:
+            raise ConfigError(f"cannot write run directories under {root}: {probe}: {e.strerror}") from None

@@ -39,7 +39,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -71,6 +71,18 @@ def gpu_count() -> int:
     except ImportError:
         return 0
     return torch.cuda.device_count()
+
+
+def check_devices(devices: Iterable[str]) -> None:
+    """``ConfigError`` for a ``runner.device`` (``--set runner.device=cuda:1``) that names a CUDA
+    device this machine does not have: the local scheduler would run the job on its slot's device
+    instead, a CPU slot under an arm named ``..._device-cuda``."""
+    n_gpus = None
+    for device in sorted(set(devices) - {"cpu"}):
+        n_gpus = gpu_count() if n_gpus is None else n_gpus
+        if int(device.partition(":")[2] or 0) >= n_gpus:
+            have = f"CUDA devices 0-{n_gpus - 1}" if n_gpus else "no CUDA device"
+            raise ConfigError(f"runner.device={device}: this machine has {have}")
 
 
 def detect_slots(

@@ -313,6 +313,7 @@ def test_the_dry_run_says_which_seed_sets_freeze(tmp_path, capsys):
     path.write_text(PLAN.format(head=GOOD_HEAD, endpoint=""))
     root = tmp_path / "runs"
     args = ["run", str(path), "--profile", "smoke", "--root", str(root), "--dry-run", "--no-estimate"]
+    args.append("--allow-dirty")  # a dirty tree refuses the dry run as it refuses the run
     assert repro_main([*args, "--seeds", "0-2"]) == 0
     out = capsys.readouterr().out
     assert repro_main(["show", str(path)]) == 0

@@ -18,8 +18,9 @@ import pytest
 
 from algorithms.configs import ConfigError
 from repro.mirror import Mirror, apply_changes, read_dir
-from repro.ray_backend import _PYTHON, _RUN_DIR, _portable_argv, _resolve_argv, check_storage
+from repro.ray_backend import _PYTHON, _RUN_DIR, _portable_argv, _resolve_argv
 from repro.ray_connect import REPO
+from repro.record import check_storage
 from repro.scheduler import detect_slots
 
 

@@ -40,7 +40,7 @@ names, paths, ``RunUnreadable``), ``atomic`` (crash-safe writes), ``lock`` (one 
 (``read_run``, ``find_runs``, ``completion``). Every public name is importable from here.
 """
 
-from algorithms.rundir.atomic import atomic_write_bytes, atomic_write_json
+from algorithms.rundir.atomic import NotARegularFile, atomic_write_bytes, atomic_write_json, check_output
 from algorithms.rundir.layout import (
     CHECKPOINT_DIR,
     CHECKPOINT_FILE,
@@ -98,6 +98,7 @@ __all__ = [
     "STATUS_FILE",
     "TENSORBOARD_DIR",
     "CsvTable",
+    "NotARegularFile",
     "RunBusy",
     "RunData",
     "RunDir",
@@ -107,6 +108,7 @@ __all__ = [
     "acquire_lock",
     "atomic_write_bytes",
     "atomic_write_json",
+    "check_output",
     "collect_metadata",
     "completion",
     "config_differences",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,33 @@ def temporary_beside(path: Path) -> tuple[int, str]:
     return fd, tmp
 
 
+class NotARegularFile(ValueError):
+    """An output path that names a symlink, FIFO, device or directory: the rename would replace it
+    (as root, ``--csv /dev/full`` replaced the system's device with a file), so nothing is written."""
+
+
+_KINDS = ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"))
+
+
+def check_output(path: Path) -> None:
+    """``NotARegularFile`` unless ``path`` is a regular file or does not exist yet: the check every
+    output file passes, at the latest just before ``atomic_write_bytes`` renames over it; a command
+    calls it first too, to refuse before its work rather than after."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _KINDS if test(mode)), "a device or socket")
+    raise NotARegularFile(f"{path} is {kind}, not a regular file: give a file's path or a new one")
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see either the old or the new content."""
+    """Write ``data`` to ``path`` (a regular file or a new path, ``check_output``) so that readers see
+    either the old or the new content."""
     path = Path(path)
+    check_output(path)
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
