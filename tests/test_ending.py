@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from scipy import stats
 import pytest
+from scipy import stats
 
 from analysis.ending import confirmed_differences, ending_lines, replication_lines
 from analysis.study import run_study
