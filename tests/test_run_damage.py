@@ -509,7 +509,7 @@ def test_rerun_changed_keeps_the_old_run_and_runs_it_afresh(plan, capfd):
     out, _ = capfd.readouterr()
     assert f"--rerun-changed: would keep {run} as seed0.changed-" in out and "1 not started" in out, out
     assert files_of(run) == before
-    assert repro_main(run_args(plan) + ["--rerun-changed"]) == 0
+    assert repro_main(run_args(plan) + ["--rerun-changed", "--verbose"]) == 0
     out, err = capfd.readouterr()
     [kept] = run.parent.glob("seed0.changed-*")
     assert f"--rerun-changed: kept {run} as {kept.name}; running it afresh" in out

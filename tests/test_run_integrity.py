@@ -10,6 +10,7 @@ job. A kill "during a checkpoint write" is placed exactly by a child that pauses
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -160,7 +161,11 @@ def test_kill_during_a_checkpoint_write(tmp_path, capfd, pause):
     check_rows(run_dir, 2000, 200)
     assert not list(checkpoints.glob("*.tmp")) and not list(run_dir.glob(".*.tmp"))
     assert sorted(p.name for p in checkpoints.iterdir()) == ["latest.pt", "previous.pt"]
-    assert capfd.readouterr().err == ""
+    # Nothing repaired or refused: the one line is the resume's own.
+    lines = capfd.readouterr().err.splitlines()
+    assert len(lines) == 1 and re.fullmatch(
+        rf"{re.escape(str(run_dir))}: resumed from its checkpoint at [\d,]+ env steps", lines[0]
+    ), lines
 
 
 def replace_with(path: Path, data: bytes) -> None:
@@ -631,7 +636,8 @@ def test_a_dqn_replay_smaller_than_its_batch_is_refused_at_loading(tmp_path, cap
 def test_repro_alone_prints_usage(capsys):
     assert main([]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("usage: python -m repro") and "run-job" in err and "repro repro" not in err
+    assert err.startswith("usage: python -m repro") and "summary" in err and "repro repro" not in err
+    assert "run-job" not in err  # internal commands stay out of the usage
 
 
 # --- the analysis notices ---------------------------------------------------------------------------------
