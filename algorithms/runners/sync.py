@@ -4,9 +4,11 @@ env-step boundaries; resume from the last checkpoint.
 One iteration::
 
     agent.set_mode("sample", env_steps); samples, traj_infos = sampler.sample(itr)  # "sampling" time
-    counters.add_env_steps(T * B, episodes=len(traj_infos))
     agent.set_mode("train", env_steps); opt_info = algo.optimize(itr, samples)      # "optimizing" time
+    counters.add_env_steps(T * B, episodes=len(traj_infos))
     counters.add_updates(opt_info.updates, opt_info.samples_trained, opt_info.samples_replayed)
+
+(a schedule read in ``optimize`` sees the env steps before this batch: ``record``).
 
 Boundaries are in env steps (``RunnerConfig``): a progress row when ``log_interval_steps`` is
 crossed (counters, return statistics of the episodes finished since the last row, and the mean of
