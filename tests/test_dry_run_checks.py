@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cartpole_plan
 import pytest
 
 from algorithms.rundir import git_state
@@ -15,26 +16,7 @@ from repro import preregister
 from repro.cli import main as repro_main
 
 REPO = Path(__file__).resolve().parents[1]
-PLAN = """
-[plan]
-title = "t"
-arms = ["dqn_cartpole", "ppo_cartpole_zoo"]
-envs = ["CartPole-v1"]
-envs_source = "test"
-
-[analysis]
-alpha = 0.05
-seeds = "0-1"
-correction = "holm"
-
-[[analysis.endpoints]]
-kind = "game"
-game = "CartPole-v1"
-baseline = "dqn_cartpole"
-candidate = "ppo_cartpole_zoo"
-sides = "greater"
-test = "mann_whitney"
-"""
+PLAN = cartpole_plan.PLAN.format(head=cartpole_plan.GOOD_HEAD, endpoint='test = "mann_whitney"')
 
 
 def dirty_checkout(path: Path) -> Path:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from cartpole_plan import GOOD_HEAD, PLAN
 from scipy import stats
 
 from algorithms.configs import ConfigError
@@ -231,28 +232,6 @@ def test_a_dirty_tree_is_refused_unless_allowed_and_then_recorded(tmp_path):
     assert again.added == () and "already frozen" in again.line  # the same section: nothing new
     reg = registration(exp, pd.DataFrame())
     assert any("--allow-dirty" in note for note in reg.notes)
-
-
-PLAN = """
-[plan]
-title = "t"
-arms = ["dqn_cartpole", "ppo_cartpole_zoo"]
-envs = ["CartPole-v1"]
-envs_source = "test"
-
-[analysis]
-alpha = 0.05
-seeds = "0-1"
-{head}
-[[analysis.endpoints]]
-kind = "game"
-game = "CartPole-v1"
-baseline = "dqn_cartpole"
-candidate = "ppo_cartpole_zoo"
-sides = "greater"
-{endpoint}
-"""
-GOOD_HEAD = 'correction = "holm"'
 
 
 @pytest.mark.parametrize(
