@@ -32,6 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from analysis.intervals import t_p
+
 EQUIVALENT = "equivalent"
 NOT_SHOWN = "not shown equivalent"
 DIFFERENT = "different"
@@ -67,11 +69,11 @@ class Welch:
 
     def p_greater(self, shift: float) -> float:
         """One-sided p of H0: difference <= ``shift``."""
-        return float(stats.t.sf((self.estimate - shift) / self.se, self.df))
+        return t_p(self.estimate - shift, self.se, self.df, "greater")
 
     def p_less(self, shift: float) -> float:
         """One-sided p of H0: difference >= ``shift``."""
-        return float(stats.t.cdf((self.estimate - shift) / self.se, self.df))
+        return t_p(self.estimate - shift, self.se, self.df, "less")
 
 
 def welch(candidate: np.ndarray, baseline: np.ndarray | Reference) -> Welch | None:

@@ -24,6 +24,7 @@ from algorithms.configs import ConfigError
 from protocol.design import Design, check_design, standard_generators
 from protocol.files import SETTINGS_DIR
 from protocol.plan_args import DEVIATION_INFIX, NAME, check_arm_name
+from repro.plan_file import PEER_NOTE
 from repro.settings import Entry, Schema, Setting, default_schema, load_setting
 
 if TYPE_CHECKING:
@@ -202,10 +203,7 @@ def plan_lines(plan: Plan, settings_dir: Path = SETTINGS_DIR, schema: Schema = d
             lines.append(f"  {arm.name}")
             continue
         lines.append(f"  {arm.name}: {_values(ablate, arm.deviation[2], schema)}")
-    lines += [
-        f"  {peer}: a peer arm, run by another program into the experiment (not by run)"
-        for peer in plan.peers
-    ]
+    lines += [f"  {peer}: {PEER_NOTE}" for peer in plan.peers]
     return lines
 
 

@@ -20,6 +20,7 @@ from protocol.registration import read_record
 from repro.cli import CPU_ANSWER
 from repro.cli_estimate import design_power_plan, power_plan, print_estimate
 from repro.memory import ReplayTooLarge
+from repro.plan_file import PEER_NOTE
 from repro.plans import plan_analysis
 from repro.preregister import check_freeze, freeze
 from repro.record import check_storage
@@ -251,7 +252,7 @@ def _dry_run(plan, jobs, n_slots: int, slot_kind: str, packs, k: int, afresh=fro
         f"{sum(left):,} of {steps:,} env steps left"
     )
     if plan.peers:
-        print(f"peer arms, run by another program into this experiment (not by run): {', '.join(plan.peers)}")
+        print("\n".join(f"{peer}: {PEER_NOTE}" for peer in plan.peers))
     if k > 1:
         rows = [(p[0].arm, p[0].env, ",".join(str(j.seed) for j in p), len(p)) for p in packs]
         print(f"\npacks (--pack {k}): {len(packs)} process(es) for {len(jobs)} jobs")

@@ -15,6 +15,8 @@ PLAN_KEYS = {
 # Top-level tables a plan file may hold beside [plan]: [analysis], the frozen analysis of a
 # pre-registered study, which the plan carries unread (``Plan.analysis``) for analysis to check.
 PLAN_TABLES = {"plan", "analysis"}
+# How ``show`` and the dry run name a plan's peer arms (``Plan.peers``).
+PEER_NOTE = "a peer arm, run by another program into the experiment (not by run)"
 
 
 @dataclass(frozen=True)
