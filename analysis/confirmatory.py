@@ -12,7 +12,9 @@ A plan's ``[analysis]`` section (``protocol.registration``) is frozen in the exp
   frozen endpoint)*; a frozen endpoint's runs that fail the check are exploratory with the reason
   counted: no freeze, runs started before it, another commit, a dirty tree, seeds outside the frozen
   sets (seeds added after a look). Runs are checked from their own ``metadata.json`` (start time and
-  commit of their first start). The code of the analysis itself is not checked against the freeze.
+  commit of their first start). The record itself is checked first (``protocol.freeze_check``): a
+  record edited after its freeze, or one that cannot be checked, makes nothing pre-registered, and a
+  reading with analysis code other than the frozen code is exploratory.
 * **Endpoints.** Each frozen endpoint is tested on the confirmatory seeds, and again on the replication
   seeds with a verdict of its own; the two sets are read pooled only where the frozen section says
   ``pool = true``. Tests: a game's difference of mean final returns with Welch's test and its t
@@ -31,7 +33,7 @@ A plan's ``[analysis]`` section (``protocol.registration``) is frozen in the exp
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +48,15 @@ from analysis.ablation import rank_test
 from analysis.factorial import AGGREGATE, factorial_effects
 from analysis.multiple import adjust
 from protocol.files import PLANS_DIR, read_toml
+from protocol.freeze_check import RecordCheck, check_record
 from protocol.plan_args import seeds_text
 from protocol.registration import (
+    RECORD_FILE,
     AnalysisSection,
     Endpoint,
     parse_section,
     plan_file,
+    plan_label,
     read_record,
     section_hash,
 )
@@ -59,6 +64,8 @@ from protocol.stats import stratified_resamples
 
 PRE = "pre-registered"
 EXPLORATORY = "exploratory"
+ALTERED = "freeze record altered"
+UNVERIFIED = "freeze record unverified"
 ENDPOINT_COLUMNS = [
     "endpoint", "kind", "seed_set", "seeds", "runs", "estimate", "ci_low", "ci_high", "ci_level", "test",
     "sides", "p", "p_adjusted", "correction", "alpha", "holds", "result", "margin", "score", "label", "why",
@@ -79,15 +86,52 @@ def _time(text: Any) -> dt.datetime | None:
 @dataclass(frozen=True)
 class Registration:
     """What an experiment's ``preregistration.json`` says: the first freeze of each seed set, the
-    section they froze (None without a freeze), and the notes every summary shows on top."""
+    section they froze (None without a freeze), the notes every summary shows on top, and what the
+    record's checks found (``protocol.freeze_check``)."""
 
     freezes: dict[str, dict[str, Any]] = field(default_factory=dict)  # seed set -> its first freeze
     section: AnalysisSection | None = None
     notes: tuple[str, ...] = ()
+    check: RecordCheck = field(default_factory=RecordCheck)
+    statements: tuple[str, ...] = ()  # shown on top, in bold: a record altered, a section changed
 
     @property
     def frozen(self) -> bool:
         return self.section is not None
+
+    @property
+    def blocked(self) -> str | None:
+        """Why nothing is pre-registered whatever the runs: the record fails its checks."""
+        if self.check.altered:
+            return f"{ALTERED}: {'; '.join(self.check.altered)}"
+        if self.check.unverified:
+            return f"{UNVERIFIED}: {'; '.join(self.check.unverified)}"
+        return None
+
+    def code_reason(self, seed_set: str) -> str | None:
+        """Why the ``seed_set``'s endpoints are not read with the frozen code (None: they are)."""
+        changed = self.check.code_changed.get(seed_set, ())
+        if changed is None:
+            return "the frozen analysis code is unknown here (its commit is not in this repository)"
+        if changed:
+            shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+            return f"analysis code changed since the freeze ({shown})"
+        return None
+
+    def code_line(self) -> str:
+        """How the reading code compares with the frozen code, for the top of a page."""
+        entry = self.freezes.get("confirmatory") or next(iter(self.freezes.values()))
+        reason = self.code_reason(str(entry.get("seed_set")))
+        commit = str(entry.get("commit"))[:12]
+        if reason is None:
+            return (
+                f"The analysis code reading these runs is the frozen code (commit {commit}): files identical."
+            )
+        return (
+            f"The reading is not the frozen one: {reason}. Its endpoints are exploratory here; read them "
+            f"as frozen from a checkout of the frozen commit: git worktree add --detach ../frozen-{commit} "
+            f"{commit}, then this command from there."
+        )
 
 
 def _plan_path(freeze: dict[str, Any], plan: dict[str, Any] | None) -> Path:
@@ -105,45 +149,100 @@ def registration(exp_path: Path, metadata: pd.DataFrame, plan: dict[str, Any] | 
     record = read_record(exp_path)
     if not record:
         return Registration()
+    check = check_record(exp_path, record, plan_label(_plan_path({}, plan)))
+    failed = [(ALTERED, a) for a in check.altered] or [(UNVERIFIED, u) for u in check.unverified]
+    statements = [f"{what.capitalize()}: {why}; nothing here is pre-registered." for what, why in failed]
+    entries = [e for e in record if isinstance(e, dict) and isinstance(e.get("section"), dict)]
+    origin = next(
+        (e for e in entries if e.get("seed_set") == "confirmatory"), entries[0] if entries else None
+    )
+    if origin is None:
+        return Registration(statements=tuple(statements), check=check)
+    try:
+        section = parse_section(origin["section"], f"{exp_path / RECORD_FILE}", None, None, None)
+    except ConfigError as e:
+        statements.append(f"{ALTERED.capitalize()}: {e}; nothing here is pre-registered.")
+        return Registration(statements=tuple(statements), check=RecordCheck((*check.altered, str(e))))
     first: dict[str, dict[str, Any]] = {}
-    notes = []
-    for entry in record:
+    for entry in entries:
         name = entry.get("seed_set")
         if name not in first:
             first[name] = entry
-            continue
-        if entry.get("hash") != first[name].get("hash"):
+        elif entry.get("hash") != first[name].get("hash"):
             started = _started_before(metadata, _time(entry.get("frozen_at")))
-            notes.append(
-                f"The [analysis] section of the {name} seeds was frozen again with a changed section "
-                f"({str(entry.get('hash'))[:12]}, {entry.get('frozen_at')}) after the first freeze "
-                f"({str(first[name].get('hash'))[:12]}, {first[name].get('frozen_at')}), when {started} "
-                "run(s) had already started; results use the first freeze."
+            statements.append(
+                f"Changed after runs existed: the [analysis] section of the {name} seeds was frozen again "
+                f"with a changed section ({str(entry.get('hash'))[:12]}, {entry.get('frozen_at')}) after "
+                f"the first freeze ({str(first[name].get('hash'))[:12]}, {first[name].get('frozen_at')}), "
+                f"when {started} run(s) had already started; results use the first freeze."
             )
-    origin = first.get("confirmatory") or next(iter(first.values()))
-    section = parse_section(origin["section"], f"{exp_path / 'preregistration.json'}", None, None, None)
-    plan_path = _plan_path(origin, plan)
-    if not plan_path.is_file():
-        notes.append(f"The plan file {plan_path} is not here: whether its section changed since is unknown.")
-    else:
-        try:
-            now = read_toml(plan_path).get("analysis")
-        except ConfigError as e:
-            notes.append(f"The plan file {plan_path} cannot be read now ({e}); results use the frozen one.")
-        else:
-            if now is None or section_hash(now) != section.hash:
-                notes.append(
-                    f"The plan file {plan_path} no longer holds the frozen [analysis] section (frozen "
-                    f"{section.hash[:12]}, now {section_hash(now)[:12] if now else 'none'}); results use "
-                    "the frozen one."
-                )
+    notes = _plan_notes(_plan_path(origin, plan), section)
     for name, entry in first.items():
         if entry.get("dirty"):
             notes.append(
-                f"The {name} seeds were frozen from a tree with uncommitted changes (--allow-dirty) at "
-                f"{str(entry.get('commit'))[:12]}: their code is not exactly that commit."
+                f"The {name} seeds were frozen from a tree with uncommitted changes or an uncommitted plan "
+                f"(--allow-dirty) at {str(entry.get('commit'))[:12]}: their code is not exactly that "
+                "commit, and the freeze is checked by its own hash only."
             )
-    return Registration(first, section, tuple(notes))
+    reg = Registration(first, section, tuple(notes), check)
+    (statements if reg.code_reason(str(origin.get("seed_set"))) else notes).append(reg.code_line())
+    return replace(reg, notes=tuple(notes), statements=tuple(statements))
+
+
+def _plan_notes(plan_path: Path, section: AnalysisSection) -> list[str]:
+    """What the plan file in this checkout says against the frozen section."""
+    if not plan_path.is_file():
+        return [f"The plan file {plan_path} is not here: whether its section changed since is unknown."]
+    try:
+        now = read_toml(plan_path).get("analysis")
+    except ConfigError as e:
+        return [f"The plan file {plan_path} cannot be read now ({e}); results use the frozen one."]
+    if now is None or section_hash(now) != section.hash:
+        return [
+            f"The plan file {plan_path} no longer holds the frozen [analysis] section (frozen "
+            f"{section.hash[:12]}, now {section_hash(now)[:12] if now else 'none'}); results use the "
+            "frozen one."
+        ]
+    return []
+
+
+def freeze_rows(reg: Registration, metadata: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """The table of freezes a page shows: each seed set's freeze, whether the reading code is the
+    frozen code, and when the reading was fixed against the set's first run."""
+    header = ["seed set", "seeds", "section hash", "commit", "frozen at", "dirty tree", "reading code",
+              "frozen vs first run"]  # fmt: skip
+    rows = []
+    for name, e in reg.freezes.items():
+        reason = reg.code_reason(name)
+        rows.append([
+            name, str(e.get("seeds")), str(e.get("hash"))[:12], str(e.get("commit"))[:12],
+            str(e.get("frozen_at")), "yes (--allow-dirty)" if e.get("dirty") else "no",
+            "frozen code" if reason is None else reason,
+            _first_run_text(reg, name, metadata, _time(e.get("frozen_at"))),
+        ])  # fmt: skip
+    return header, rows
+
+
+def _first_run_text(reg: Registration, name: str, metadata: pd.DataFrame, frozen: dt.datetime | None) -> str:
+    """When the ``name`` seeds' first run started, against their freeze: before any data, or not."""
+    if metadata.empty or "start_time" not in metadata or frozen is None:
+        return "no runs yet"
+    starts = [
+        s for seed, t in zip(metadata.seed, metadata.start_time)
+        if reg.section.seed_set(int(seed)) == name and (s := _time(t)) is not None
+    ]  # fmt: skip
+    if not starts:
+        return "no runs yet"
+    first = min(starts)
+    minutes = abs((first - frozen).total_seconds()) / 60
+    if first >= frozen:
+        return (
+            f"frozen {minutes:.0f} min before the first run started ({first.isoformat(timespec='seconds')})"
+        )
+    before = sum(s < frozen for s in starts)
+    return (
+        f"frozen {minutes:.0f} min after the first run started; {before} of {len(starts)} runs started before"
+    )
 
 
 def _started_before(metadata: pd.DataFrame, when: dt.datetime | None) -> int:
@@ -155,6 +254,8 @@ def _started_before(metadata: pd.DataFrame, when: dt.datetime | None) -> int:
 def run_label(reg: Registration, runs: pd.DataFrame, metadata: pd.DataFrame) -> tuple[str, str]:
     """``(label, why)`` of a result that uses ``runs`` (``arm, env, seed``): pre-registered only when
     every run belongs to a frozen seed set and started after its freeze, from its commit, clean."""
+    if reg.blocked:
+        return EXPLORATORY, reg.blocked
     if not reg.frozen:
         return EXPLORATORY, "no [analysis] section was frozen before these runs"
     if runs.empty:
@@ -162,8 +263,10 @@ def run_label(reg: Registration, runs: pd.DataFrame, metadata: pd.DataFrame) -> 
     meta = runs[["arm", "env", "seed"]].merge(metadata, on=["arm", "env", "seed"], how="left")
     counts: dict[str, int] = {}
     dirty_allowed = False
+    sets = set()
     for row in meta.itertuples(index=False):
         name = reg.section.seed_set(int(row.seed))
+        sets.add(name)
         entry = reg.freezes.get(name) if name else None
         if entry is None:
             reason = "seeds outside the frozen seed sets" if name is None else f"{name} seeds never frozen"
@@ -182,6 +285,8 @@ def run_label(reg: Registration, runs: pd.DataFrame, metadata: pd.DataFrame) -> 
     if counts:
         why = "; ".join(f"{n} of {len(meta)} runs: {reason}" for reason, n in counts.items())
         return EXPLORATORY, why
+    if code := next((r for name in sorted(sets) if (r := reg.code_reason(name))), None):
+        return EXPLORATORY, code
     return PRE, "frozen before every run, same commit" + (", dirty tree allowed" if dirty_allowed else "")
 
 
@@ -208,7 +313,10 @@ def result_label(
     """``(label, why)`` of a result, the one labelling function of the study, the report and the
     markdown: *pre-registered* only when ``reading`` is a frozen endpoint read exactly as frozen (same
     test, sides, correction and family) and its ``runs`` pass ``run_label``; every other reading of
-    the same runs is exploratory, ``why`` saying what differs ("not a frozen endpoint")."""
+    the same runs is exploratory, ``why`` saying what differs ("not a frozen endpoint"). Nothing is
+    pre-registered when the freeze record fails its checks (``Registration.blocked``)."""
+    if reg.blocked:
+        return EXPLORATORY, reg.blocked
     if not reg.frozen:
         return EXPLORATORY, "no [analysis] section was frozen before these runs"
     section = reg.section
@@ -359,13 +467,17 @@ def endpoint_table(
     reps: int = 2000,
     seed: int = 0,
     training: pd.DataFrame | None = None,
+    unevaluated: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """``ENDPOINT_COLUMNS``: every frozen endpoint on each seed set that has runs (module doc), p
     adjusted across the endpoints of one set; ``result`` the endpoint's reading ("holds", "not shown",
     or an equivalence verdict with its margin). ``record``: the plan record's ablation entry, which an
     effect endpoint's design comes from; ``training``: each complete run's last-100-episode training
     return (``analysis.published.last_training_returns``), which an equivalence endpoint with
-    ``score = "training"`` compares. Empty without a frozen section."""
+    ``score = "training"`` compares; ``unevaluated``: the complete runs without an evaluation when
+    others have one (``analysis.curves.unevaluated_runs``), which leave the endpoints scored by the
+    final evaluation untested: their score source is part of the freeze. An endpoint without the runs
+    to test is "not tested", never "not shown", and exploratory. Empty without a frozen section."""
     if not reg.frozen:
         return pd.DataFrame(columns=ENDPOINT_COLUMNS)
     section = reg.section
@@ -379,13 +491,21 @@ def endpoint_table(
         block = []
         tested = dict(zip([e.name for e in effects], _effect_endpoints(effects, on, record)))
         for endpoint in section.endpoints:
-            if endpoint.kind == "equivalence":
-                scores = sources[endpoint.score]
-                found = equivalence_endpoint(endpoint, scores[scores.seed.isin(seeds)], section.alpha)
+            source = endpoint.score if endpoint.kind == "equivalence" else "evaluation"
+            scores = sources[source]
+            scores = scores[scores.seed.isin(seeds)]
+            if source == "evaluation" and unevaluated is not None and len(unevaluated):
+                found = {"estimate": np.nan, "ci_low": np.nan, "ci_high": np.nan, "p": np.nan,
+                         "runs": scores.iloc[:0], "untested": _unevaluated_text(unevaluated)}  # fmt: skip
+            elif endpoint.kind == "equivalence":
+                found = equivalence_endpoint(endpoint, scores, section.alpha)
             else:
                 found = tested.get(endpoint.name) or test_endpoint(endpoint, on, reps, seed)
+            untested = found.get("untested") or (_shortfall(endpoint, scores) if np.isnan(found["p"]) else "")
             reading = Reading(endpoint.name, endpoint.test, endpoint.sides, section.correction, family)
             label, why = result_label(reg, reading, found["runs"], metadata)
+            if untested and not reg.blocked:  # an altered record is said first: it voids everything
+                label, why = EXPLORATORY, untested
             if name == "pooled" and label == PRE:
                 why += "; pooled as the frozen section allows"
             block.append({
@@ -395,7 +515,7 @@ def endpoint_table(
                 "ci_level": found.get("ci_level", CI_LEVEL), "test": endpoint.test, "sides": endpoint.sides,
                 "p": found["p"], "correction": section.correction, "alpha": section.alpha,
                 "margin": endpoint.margin, "score": endpoint.score if endpoint.kind == "equivalence" else "",
-                "label": label, "why": why, "welch": found.get("welch"),
+                "label": label, "why": why, "welch": found.get("welch"), "untested": untested,
             })  # fmt: skip
         if not block:
             continue
@@ -411,13 +531,34 @@ def endpoint_table(
     return pd.concat(rows, ignore_index=True)[ENDPOINT_COLUMNS]
 
 
+def _unevaluated_text(runs: pd.DataFrame) -> str:
+    listed = ", ".join(f"{r.arm}/{r.env}/seed{r.seed}" for r in runs.head(3).itertuples())
+    more = f" and {len(runs) - 3} more" if len(runs) > 3 else ""
+    return (
+        f"not tested: its frozen score is the final evaluation, and {len(runs)} complete run(s) have "
+        f"none ({listed}{more})"
+    )
+
+
+def _shortfall(endpoint: Endpoint, scores: pd.DataFrame) -> str:
+    """Why an endpoint could not be tested: the arms it names with fewer than 2 runs on its game."""
+    on = scores[scores.env == endpoint.game] if endpoint.game else scores
+    where = f" on {endpoint.game}" if endpoint.game else ""
+    short = [
+        f"arm {arm!r} has {int((on.arm == arm).sum())} run(s){where}"
+        for arm in (endpoint.candidate, endpoint.baseline)
+        if arm is not None and (on.arm == arm).sum() < 2
+    ]
+    return f"not tested: {'; '.join(short) if short else 'fewer than 2 runs a side'}"
+
+
 def _result(endpoint: Endpoint, row: Any, alpha: float) -> str:
-    """How an endpoint's row reads: an equivalence verdict with its margin ("not tested" without the
-    runs to test), else "holds" or "not shown"."""
+    """How an endpoint's row reads: "not tested" with why, an equivalence verdict with its margin,
+    else "holds" or "not shown"."""
+    if row.untested:
+        return row.untested
     if endpoint.kind != "equivalence":
         return "holds" if row.holds else "not shown"
-    if row.welch is None:
-        return "not tested (fewer than 2 runs a side)"
     name = equivalence.verdict(row.welch, endpoint.test, endpoint.sides, alpha, bool(row.holds))
     return equivalence.verdict_text(name, endpoint.margin)
 

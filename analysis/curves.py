@@ -154,6 +154,30 @@ def _points(exp: Experiment) -> tuple[pd.DataFrame, pd.DataFrame]:
     return (evals if every_run_evaluated else train), train
 
 
+def unevaluated_runs(exp: Experiment) -> pd.DataFrame:
+    """``arm, env, seed`` of the complete runs without an evaluation when others have one: the runs
+    that made every score a training return (module doc); empty when the source is the same for all."""
+    complete = exp.complete[KEYS].drop_duplicates()
+    evaluated = _eval_points(_select(exp.eval, complete, inside=True))[KEYS].drop_duplicates()
+    if evaluated.empty:
+        return complete.iloc[:0].reset_index(drop=True)
+    return _select(complete, evaluated, inside=False).reset_index(drop=True)
+
+
+def source_switch_sentence(exp: Experiment) -> str | None:
+    """What a page says on top when ``unevaluated_runs`` switched every score to training returns."""
+    runs = unevaluated_runs(exp)
+    if runs.empty:
+        return None
+    listed = ", ".join(f"{r.arm}/{r.env}/seed{r.seed}" for r in runs.head(5).itertuples())
+    more = f" and {len(runs) - 5} more" if len(runs) > 5 else ""
+    return (
+        f"Score source: every score on this page is a training return, not the final evaluation, because "
+        f"{len(runs)} of {len(exp.complete)} complete runs have no evaluation ({listed}{more}); frozen "
+        "endpoints scored by the final evaluation are not tested."
+    )
+
+
 def raw_scores(exp: Experiment) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(final, curves) in raw returns for the complete runs of ``exp``: one source for every run,
     the final score the curve's last point (module doc)."""

@@ -38,7 +38,7 @@ from analysis.confirmatory import (
     registration,
     result_label,
 )
-from analysis.curves import Scores, score_tables
+from analysis.curves import Scores, score_tables, unevaluated_runs
 from analysis.factorial import FactorialAnalysis, factorial_effects
 from analysis.interruptions import resumed_runs
 from analysis.learning import (
@@ -273,7 +273,14 @@ def run_study(
         caps=caps,
         registration=reg,
         endpoints=endpoint_table(
-            reg, scores.final, exp.metadata, ablation_record(exp.plan), reps, seed, last_training_returns(exp)
+            reg,
+            scores.final,
+            exp.metadata,
+            ablation_record(exp.plan),
+            reps,
+            seed,
+            last_training_returns(exp),
+            unevaluated_runs(exp),
         ),
         robustness=checked,
         label=result_label(reg, Reading(), balanced_runs(scores.final), exp.metadata),

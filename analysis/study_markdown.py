@@ -11,7 +11,8 @@ import pandas as pd
 
 from analysis import aggregate, verdict
 from analysis.ablation import EXACT_SPLITS, PLANNED_DIFFERENCE
-from analysis.confirmatory import EXPLORATORY
+from analysis.confirmatory import EXPLORATORY, freeze_rows
+from analysis.curves import source_switch_sentence
 from analysis.factorial import factorial_lines
 from analysis.interruptions import resumed_lines
 from analysis.learning import (
@@ -93,19 +94,15 @@ def registration_lines(study: Study) -> list[str]:
     reg, label = study.registration, study.label
     if not reg.frozen:
         return [
+            *[x for note in reg.statements for x in (f"**{note}**", "")],
             f"**Exploratory.** {label[1].capitalize()} (repro/preregister.py): every result on this page is "
             "exploratory.",
             "",
         ]
-    lines = [f"**Changed after runs existed.** {note}" for note in reg.notes if "changed" in note]
-    lines += [f"**Note.** {note}" for note in reg.notes if "changed" not in note]
+    lines = [f"**{note}**" for note in reg.statements] + [f"**Note.** {note}" for note in reg.notes]
     lines = [x for note in lines for x in (note, "")]
     section = reg.section
-    freezes = [
-        [name, e["seeds"], f"`{str(e['hash'])[:12]}`", f"`{str(e['commit'])[:12]}`", e["frozen_at"],
-         "yes (--allow-dirty)" if e.get("dirty") else "no"]
-        for name, e in reg.freezes.items()
-    ]  # fmt: skip
+    header, freezes = freeze_rows(reg, study.experiment.metadata)
     lines += [
         "## Analysis fixed before the data",
         "",
@@ -114,7 +111,7 @@ def registration_lines(study: Study) -> list[str]:
         f"replication is {'pooled with' if section.pool else 'never pooled with'} the confirmatory "
         f"seeds). {PRE_RULE}",
         "",
-        *md_table(["seed set", "seeds", "section hash", "commit", "frozen at", "dirty tree"], freezes),
+        *md_table(header, freezes),
         "",
     ]
     if section.rationale:
@@ -307,6 +304,8 @@ def study_markdown(
             f" (code: git commit {commits or 'not recorded'}{', with uncommitted changes' if dirty else ''})"
         )
     lines += [provenance + ".", ""]
+    if switched := source_switch_sentence(exp):
+        lines += [f"**{switched}**", ""]
     if exp.plan is not None and "error" in exp.plan:
         lines += [
             f"Plan file unusable (expected runs and arm order not taken from it): {exp.plan['error']}.",

@@ -23,7 +23,7 @@ import pandas as pd
 
 from algorithms.rundir import atomic_write_bytes, check_output
 from analysis.confirmatory import registration
-from analysis.curves import score_tables
+from analysis.curves import score_tables, source_switch_sentence
 from analysis.learning import cut_bounds, smoke_sentence
 from analysis.runs import KEYS, load_experiment
 from analysis.scores import Bounds
@@ -70,6 +70,8 @@ def build_report(
     reg = registration(exp.path, exp.metadata, exp.plan)
     context = [what_ran(exp), config_section(exp)]
     context[0].notes += labels_note(labels)
+    if switched := source_switch_sentence(exp):
+        context[0].statements.append(switched)
     left_out = pd.DataFrame(columns=KEYS)
     if scores.final.empty:
         sections = context + [

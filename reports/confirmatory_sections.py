@@ -7,8 +7,8 @@ import pandas as pd
 
 from analysis import verdict
 from analysis.ablation import PLANNED_DIFFERENCE, ablation_record, verdict_arms
-from analysis.confirmatory import Reading, Registration, endpoint_table, result_label
-from analysis.curves import Scores
+from analysis.confirmatory import Reading, Registration, endpoint_table, freeze_rows, result_label
+from analysis.curves import Scores, unevaluated_runs
 from analysis.learning import arm_caps, cut_legend, marked
 from analysis.markdown import ci_text, fmt
 from analysis.published import last_training_returns
@@ -36,7 +36,8 @@ def registration_section(exp: Experiment, scores: Scores, reg: Registration, rep
         return Section(
             "analysis-plan",
             "Analysis plan: none frozen",
-            statements=[
+            statements=list(reg.statements)
+            or [
                 "Exploratory: no [analysis] section was frozen in this experiment before its runs "
                 "(repro/preregister.py), so every result on this page is exploratory."
             ],
@@ -46,19 +47,18 @@ def registration_section(exp: Experiment, scores: Scores, reg: Registration, rep
         "Analysis fixed before the data",
         f"The plan's [analysis] section (correction {reg.section.correction}, alpha {reg.section.alpha:g}), "
         f"frozen before the first job of each seed set. {PRE_RULE}",
-        statements=[f"Changed after runs existed: {n}" for n in reg.notes if "changed" in n],
-        notes=[n for n in reg.notes if "changed" not in n],
+        statements=list(reg.statements),
+        notes=list(reg.notes),
     )
-    section.tables.append(
-        Table(
-            "analysis-freezes",
-            ["seed set", "seeds", "section hash", "commit", "frozen at", "dirty tree"],
-            [[name, e["seeds"], str(e["hash"])[:12], str(e["commit"])[:12], e["frozen_at"],
-              "yes (--allow-dirty)" if e.get("dirty") else "no"] for name, e in reg.freezes.items()],
-        )
-    )  # fmt: skip
+    section.tables.append(Table("analysis-freezes", *freeze_rows(reg, exp.metadata)))
     endpoints = endpoint_table(
-        reg, scores.final, exp.metadata, ablation_record(exp.plan), reps, training=last_training_returns(exp)
+        reg,
+        scores.final,
+        exp.metadata,
+        ablation_record(exp.plan),
+        reps,
+        training=last_training_returns(exp),
+        unevaluated=unevaluated_runs(exp),
     )
     section.tables.append(
         Table(

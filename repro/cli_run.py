@@ -345,7 +345,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # What the run refuses before it writes anything, its dry run refuses alike.
     check_storage([j.run_dir for j in jobs])
     if section is not None:
-        check_freeze(section, seeds, args.allow_dirty)
+        check_freeze(section, seeds, args.allow_dirty, plan.path)
     if args.dry_run:
         where = slots[0].device if args.backend == "local" else "ray"
         _dry_run(plan, jobs, len(slots), where, packs, pack, afresh)

@@ -4,11 +4,13 @@ seed set starts.
 Why freeze: an analysis chosen after a look at the data (which seeds to pool, which test, which
 games) makes its p-values and intervals mean less than they say (Simmons, Nelson & Simonsohn 2011,
 "False-Positive Psychology", Psychological Science 22(11); Nosek et al. 2018, "The preregistration
-revolution", PNAS 115(11)). ``freeze`` writes the section, its hash, the code's commit and the time
-into ``<experiment>/preregistration.json`` before the first job of a seed set runs, and refuses a
-tree with uncommitted changes unless ``--allow-dirty`` (then recorded). The analysis layer
-(``analysis.confirmatory``) compares each run's own start time and commit with the freeze to label
-every result pre-registered or exploratory.
+revolution", PNAS 115(11)). ``freeze`` writes the section, its hash, the code's commit, the
+fingerprint of the reading code (``protocol.freeze_check``) and the time into
+``<experiment>/preregistration.json`` before the first job of a seed set runs, and refuses a tree
+with uncommitted changes, or a plan whose section is not committed, unless ``--allow-dirty`` (then
+recorded as dirty). The analysis layer (``analysis.confirmatory``) checks the record
+(``protocol.freeze_check``) and compares each run's own start time and commit with the freeze to
+label every result pre-registered or exploratory.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 from algorithms.configs import ConfigError
 from algorithms.rundir import atomic_write_json, git_state
+from protocol.freeze_check import code_fingerprint, committed_section_hash
 from protocol.plan_args import format_seeds, seeds_text
 from protocol.registration import RECORD_FILE, AnalysisSection, Endpoint, plan_label, read_record
 
@@ -35,11 +38,17 @@ class Freeze:
 
 
 def check_freeze(
-    section: AnalysisSection, seeds: Sequence[int], allow_dirty: bool, code_dir: Path | None = None
+    section: AnalysisSection,
+    seeds: Sequence[int],
+    allow_dirty: bool,
+    plan_path: Path,
+    code_dir: Path | None = None,
 ) -> tuple[list[str], str | None, bool]:
     """What ``freeze`` checks before it writes anything, and ``run --dry-run`` with it: the declared
-    seed sets that ``seeds`` touch and, when they touch one, the code's commit and whether its tree
-    is dirty. A ``ConfigError`` without a commit (no git), or on a dirty tree unless ``allow_dirty``."""
+    seed sets that ``seeds`` touch and, when they touch one, the code's commit and whether the frozen
+    inputs differ from it: tracked files with uncommitted changes, or a plan whose committed
+    ``[analysis]`` is not ``section`` (``protocol.freeze_check`` anchors a clean freeze on it). A
+    ``ConfigError`` without a commit (no git), or on either difference unless ``allow_dirty``."""
     touched = [s for s in ("confirmatory", "replication") if any(section.seed_set(x) == s for x in seeds)]
     if not touched:
         return touched, None, False
@@ -53,7 +62,14 @@ def check_freeze(
             "[analysis]: the working tree has uncommitted changes; commit them (a pre-registered run "
             "records the commit it ran) or pass --allow-dirty (recorded, and shown in every report)"
         )
-    return touched, commit, bool(dirty)
+    uncommitted = committed_section_hash(plan_label(plan_path), commit) != section.hash
+    if uncommitted and not allow_dirty:
+        raise ConfigError(
+            f"{plan_path} [analysis]: this section is not committed at {commit[:12]}; commit the plan "
+            "(a freeze is checked against the commit it names) or pass --allow-dirty (recorded, and "
+            "shown in every report)"
+        )
+    return touched, commit, bool(dirty) or uncommitted
 
 
 def freeze(
@@ -71,7 +87,7 @@ def freeze(
     section gets a second entry (the change is shown on top of every report, never refused: the
     runs exist). Seeds outside both declared sets are exploratory and freeze nothing. A tree with
     uncommitted changes is a ``ConfigError`` unless ``allow_dirty``; an unknown commit (no git) too."""
-    touched, commit, dirty = check_freeze(section, seeds, allow_dirty, code_dir)
+    touched, commit, dirty = check_freeze(section, seeds, allow_dirty, plan_path, code_dir)
     outside = sorted(x for x in seeds if section.seed_set(x) is None)
     note = (
         f"; seeds {seeds_text(outside)} are in neither declared set: their results are exploratory"
@@ -82,7 +98,8 @@ def freeze(
         return Freeze((), f"analysis: no declared seed set in this run{note}")
     record = read_record(experiment_dir)
     frozen = {(r.get("seed_set"), r.get("hash")) for r in record}
-    stamp = (now or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds")
+    # microseconds: a run started within the second of the freeze is ordered against it exactly
+    stamp = (now or dt.datetime.now(dt.UTC)).isoformat(timespec="microseconds")
     declared = {"confirmatory": section.seeds, "replication": section.replication_seeds}
     added = tuple(
         {
@@ -94,6 +111,7 @@ def freeze(
             "commit": commit,
             "dirty": bool(dirty),
             "frozen_at": stamp,
+            "analysis_code": code_fingerprint(),
         }  # fmt: skip
         for name in touched
         if (name, section.hash) not in frozen

@@ -182,7 +182,7 @@ def test_a_section_changed_after_runs_started_is_said_on_top(tmp_path):
     assert reg.section.correction == "holm"  # the first freeze is the one results use
     text = study_markdown(run_study(exp, baseline=CAND, reps=200), "cmd", "today")
     top = text[: text.index("## Analysis fixed before the data")]
-    assert "**Changed after runs existed.**" in top and "when 12 run(s) had already started" in top
+    assert "**Changed after runs existed:" in top and "when 12 run(s) had already started" in top
 
 
 def test_seeds_added_after_a_look_and_runs_before_the_freeze_are_exploratory(tmp_path):

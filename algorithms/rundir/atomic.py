@@ -100,7 +100,8 @@ def _json_default(obj: Any) -> Any:
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    # microseconds: a run's start and a freeze within one second are still ordered (repro.preregister)
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds")
 
 
 def _fsync_dir(path: Path) -> None:

@@ -26,7 +26,8 @@ RECORDED_PACKAGES = (
 )  # fmt: skip
 
 
-def _git(args: list[str], cwd: Path) -> str | None:
+def git_output(args: list[str], cwd: Path) -> str | None:
+    """stdout of ``git ARGS`` run in ``cwd``, stripped; None when git fails or is missing."""
     try:
         out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=True)
     except (OSError, subprocess.SubprocessError):
@@ -60,8 +61,8 @@ def git_state(code_dir: Path | None = None) -> tuple[str | None, bool | None]:
     with uncommitted changes (new run directories are untracked and do not count). None where git
     cannot tell (no git, not a checkout)."""
     code_dir = Path(code_dir or Path(__file__).resolve().parents[2])  # the repository: algorithms/rundir/..
-    commit = _git(["rev-parse", "HEAD"], code_dir)
-    status = _git(["status", "--porcelain", "--untracked-files=no"], code_dir)
+    commit = git_output(["rev-parse", "HEAD"], code_dir)
+    status = git_output(["status", "--porcelain", "--untracked-files=no"], code_dir)
     return commit, None if status is None else bool(status)
 
 
