@@ -47,8 +47,10 @@ from analysis.scores import (
     r2d2_published_scores,
 )
 
+# ``runs_cut``: the runs whose final evaluations stopped at the cap (``capped_runs``), whatever side
+# their returns lie on; ``eval_cap``: that cap (NaN when no run was cut).
 LEARNING_COLUMNS = [
-    "arm", "env", "runs", "mean", "ci_low", "ci_high", "eval_cap", "learned", "reference",
+    "arm", "env", "runs", "mean", "ci_low", "ci_high", "runs_cut", "eval_cap", "learned", "reference",
     "share_of_reference",
 ]  # fmt: skip
 
@@ -262,18 +264,28 @@ def env_levels(final: pd.DataFrame, caps: dict[tuple[str, str], int] | None = No
     return out
 
 
-def learning_table(scores: Scores, levels: list[verdict.ArmLevel]) -> tuple[pd.DataFrame, str]:
+def learning_table(
+    scores: Scores, levels: list[verdict.ArmLevel], capped: dict[tuple[str, str, int], int]
+) -> tuple[pd.DataFrame, str]:
     """``(LEARNING_COLUMNS per arm and env, what the reference is)`` for ``env_levels``' ``levels``,
-    each beside the reference on its env and its share of it."""
+    each beside the reference on its env and its share of it; ``capped``: ``capped_runs``."""
     references, what = reference_levels(scores)
     counts = scores.final.groupby(["arm", "env"]).size()
     rows = []
     for level in levels:
         reference = references.get(level.env, np.nan)
         share = level.value / reference if np.isfinite(reference) and reference > 0 else np.nan
+        caps = [cap for (arm, env, _), cap in capped.items() if (arm, env) == (level.arm, level.env)]
         rows.append([level.arm, level.env, int(counts[(level.arm, level.env)]), level.value, level.ci_low,
-                     level.ci_high, level.cap, level.learned, reference, share])  # fmt: skip
+                     level.ci_high, len(caps), max(caps, default=np.nan), level.learned, reference,
+                     share])  # fmt: skip
     return pd.DataFrame(rows, columns=LEARNING_COLUMNS), what
+
+
+def cut_text(runs_cut: int, runs: int, cap: float) -> str:
+    """A learning table row's cut evaluations as a report and a study page show them: "3 of 3 at 200
+    steps", or "none"."""
+    return f"{runs_cut} of {runs} at {int(cap)} steps" if runs_cut else "none"
 
 
 # The shipped profile that tests the pipeline, not the algorithm (repro/configs/profiles/smoke.toml).

@@ -43,6 +43,7 @@ from analysis.factorial import FactorialAnalysis, factorial_effects
 from analysis.interruptions import resumed_runs
 from analysis.learning import (
     arm_caps,
+    capped_runs,
     cut_bounds,
     cut_short_note,
     env_caps,
@@ -115,7 +116,7 @@ def learning_checks(
     if scores.final.empty or not scores.comparable:
         return Checks(scores)
     levels = env_levels(scores.final, env_caps(exp, scores))
-    learning, reference = learning_table(scores, levels)
+    learning, reference = learning_table(scores, levels, capped_runs(exp, scores))
     lead = verdict.learning_sentence(levels, scores.scale, "%" if scores.percent else "")
     note = None
     if scores.reference == "dqn" and (training := minatar_training_final(exp, scores)) is not None:

@@ -19,6 +19,7 @@ from analysis.learning import (
     SMOKE_COMPARISON,
     arm_cut_bounds,
     cut_legend,
+    cut_text,
     marked,
     metric_bound,
     smoke_sentence,
@@ -167,12 +168,13 @@ def learning_lines(study: Study) -> list[str]:
     rows = [
         [r.arm, r.env, fmt(r.runs),
          marked(ci_text(r.mean, r.ci_low, r.ci_high, scale), study.bounds.get((r.arm, r.env))),
-         fmt(r.eval_cap), fmt(r.learned), *([fmt(r.training_mean * scale)] if training else []),
+         cut_text(r.runs_cut, r.runs, r.eval_cap), fmt(r.learned),
+         *([fmt(r.training_mean * scale)] if training else []),
          fmt(r.reference * scale), fmt(r.share_of_reference)]
         for r in study.learning.itertuples()
     ]  # fmt: skip
     columns = [
-        "arm", "env", "runs", f"mean{unit} [95% CI]", "evaluations cut at (steps)",
+        "arm", "env", "runs", f"mean{unit} [95% CI]", "final evaluations cut at the cap",
         "shown to learn (above random play, whole episodes)", *([f"training mean{unit}"] if training else []),
         f"reference{unit}", "share of reference",
     ]  # fmt: skip

@@ -45,6 +45,8 @@ PAGE_PROBE = """(() => ({
   tables: Object.fromEntries(Array.from(document.querySelectorAll("table[id]")).map(t =>
     [t.id, t.querySelectorAll("tbody tr:not(.empty)").length])),
   sections: Array.from(document.querySelectorAll("section[id]")).map(s => s.id),
+  clipped: Array.from(document.querySelectorAll(".table-wrap")).filter(w => w.scrollWidth > w.clientWidth)
+    .map(w => w.querySelector("table").id),
   height: document.documentElement.scrollHeight,
   scrollWidth: document.documentElement.scrollWidth,
   clientWidth: document.documentElement.clientWidth,
@@ -69,7 +71,9 @@ def find_chromium() -> str | None:
 @dataclass
 class PageCheck:
     """What the browser saw: console messages and exceptions (``errors``), per-image sizes, body-row
-    counts per table id, section ids, and the page's scrollable and visible widths (px)."""
+    counts per table id, section ids, the page's scrollable and visible widths (px), and the ids of
+    the tables wider than their box (``clipped``: the page hides their right part until the reader
+    scrolls the box sideways)."""
 
     errors: list[str] = field(default_factory=list)
     images: list[dict[str, Any]] = field(default_factory=list)
@@ -77,6 +81,7 @@ class PageCheck:
     sections: list[str] = field(default_factory=list)
     scroll_width: int = 0
     client_width: int = 0
+    clipped: list[str] = field(default_factory=list)
 
     @property
     def scrolls_sideways(self) -> bool:
@@ -260,7 +265,7 @@ def check_page(
             devtools.close()
     return PageCheck(
         _errors(devtools.events), probe["images"], probe["tables"], probe["sections"],
-        probe["scrollWidth"], probe["clientWidth"],
+        probe["scrollWidth"], probe["clientWidth"], probe["clipped"],
     )  # fmt: skip
 
 
@@ -280,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"images: {len(check.images)} ({len(check.broken_images)} not rendered: {check.broken_images})")
     print("table rows: " + ", ".join(f"{k}={v}" for k, v in check.tables.items()))
     print(f"width: {check.scroll_width} px of {check.client_width} px visible")
+    print(f"tables wider than the page (scroll in their box): {', '.join(check.clipped) or 'none'}")
     for error in check.errors:
         print(error)
     return 1 if check.errors or check.broken_images else 0

@@ -9,7 +9,7 @@ from analysis import verdict
 from analysis.ablation import PLANNED_DIFFERENCE, ablation_record, verdict_arms
 from analysis.confirmatory import Reading, Registration, endpoint_table, freeze_rows, result_label
 from analysis.curves import Scores, unevaluated_runs
-from analysis.learning import arm_caps, cut_legend, marked
+from analysis.learning import arm_caps, cut_legend, cut_text, marked
 from analysis.markdown import ci_text, fmt
 from analysis.published import last_training_returns
 from analysis.robust import balanced_runs, middle_sentence, robust_verdict
@@ -164,11 +164,12 @@ def learning_section(study: Checks, bounds: dict[tuple[str, str], str]) -> Secti
             marked(ci_text(r.mean, r.ci_low, r.ci_high, scale), bounds.get((r.arm, r.env)))
             for r in study.learning.itertuples()
         ],
+        cut=[cut_text(r.runs_cut, r.runs, r.eval_cap) for r in study.learning.itertuples()],
         reference_shown=study.learning.reference * scale,
         training=study.learning.get("training_mean", float("nan")) * scale,
     )
     columns = [("arm", "arm"), ("env", "env"), ("runs", "runs"), (f"mean{unit} [95% CI]", "mean_ci"),
-               ("evaluations cut at (steps)", "eval_cap"),
+               ("final evaluations cut at the cap", "cut"),
                ("shown to learn (above random play, whole episodes)", "learned"),
                *([(f"training mean{unit}", "training")] if "training_mean" in frame else []),
                (f"reference{unit}", "reference_shown"),

@@ -73,10 +73,16 @@ def learning_curves(bands: pd.DataFrame, colours: dict[str, str], ylabel: str) -
 
 def _unstick(ax: plt.Axes) -> None:
     """Margins beyond the outermost interval: bars' sticky edges would put an extreme point estimate
-    (a one-run interval is a point) on the axes' frame, where it cannot be seen."""
+    (a one-run interval is a point) on the axes' frame, where it cannot be seen. An interval of
+    identical scores (every smoke run cut at the same cap) that rounding left 1e-12 wide would zoom
+    the axis to that width, its ticks offset labels of nothing: it is widened as a zero-width one is."""
     ax.use_sticky_edges = False
     ax.margins(x=0.05)
     ax.autoscale_view()
+    low, high = ax.get_xlim()
+    size = max(1.0, abs(low), abs(high))
+    if high - low < 1e-9 * size:
+        ax.set_xlim(low - 0.05 * size, high + 0.05 * size)
 
 
 def interval_estimates(metrics: pd.DataFrame, colours: dict[str, str], xlabel: str) -> str:

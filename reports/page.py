@@ -21,12 +21,14 @@ URI_SUFFIXES = ((PNG_URI, ".png"), ("data:image/gif;base64,", ".gif"))
 
 @dataclass
 class Table:
-    """A rendered table: ``id`` (for tests and anchors), header, rows of display strings."""
+    """A rendered table: ``id`` (for tests and anchors), header, rows of display strings; a ``folded``
+    one is shown by its caption until the reader opens it (detail most readers skip)."""
 
     id: str
     columns: list[str]
     rows: list[list[str]]
     caption: str = ""
+    folded: bool = False
 
 
 @dataclass
@@ -49,10 +51,14 @@ class Section:
 
 
 def frame_table(
-    table_id: str, frame: pd.DataFrame, columns: list[tuple[str, str]], caption: str = ""
+    table_id: str,
+    frame: pd.DataFrame,
+    columns: list[tuple[str, str]],
+    caption: str = "",
+    folded: bool = False,
 ) -> Table:
     rows = [[fmt(row[key]) for _, key in columns] for _, row in frame.iterrows()]
-    return Table(table_id, [label for label, _ in columns], rows, caption)
+    return Table(table_id, [label for label, _ in columns], rows, caption, folded)
 
 
 def write_figures(sections: list[Section], directory: Path) -> list[Path]:

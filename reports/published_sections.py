@@ -50,8 +50,7 @@ def minatar_published_section(
          marked(ci_text(r.eval_score, r.eval_ci_low, r.eval_ci_high), bounds.get((r.arm, r.env))),
          ci_text(r.score, r.ci_low, r.ci_high),
          ci_text(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale),
-         ci_text(r.published, r.published_low, r.published_high), fmt(r.published_in_ci), fmt(r.overlap),
-         r.published_protocol, r.published_source]
+         ci_text(r.published, r.published_low, r.published_high), fmt(r.published_in_ci), fmt(r.overlap)]
         for r in comparison.itertuples()
     ]  # fmt: skip
     section.tables.append(
@@ -68,12 +67,14 @@ def minatar_published_section(
                 "published DQN at these frames [reading range]",
                 "published inside our CI",
                 "our CI overlaps the reading range",
-                "published protocol",
-                "source of the published value",
             ],
             rows,
         )  # fmt: skip
     )
+    # One protocol and source per game, not per row: as columns their prose made the table wider
+    # than a 1280 px page and each row many lines tall.
+    per_env = comparison.drop_duplicates("env").dropna(subset=["published_source"])
+    section.notes += [f"{r.env}: {r.published_protocol}; {r.published_source}." for r in per_env.itertuples()]
     section.notes += cut_legend(bounds.values())
     if scores.reference == "dqn":
         reference = minatar_reference_table().scores

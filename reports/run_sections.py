@@ -11,7 +11,12 @@ from reports import figures
 from reports.page import Figure, Section, frame_table
 
 # Frames per second is steps per second times the frameskip (the frames column says which); the
-# time split is a table of its own, so that neither table is wider than a 1280 px page.
+# time split is a table of its own, and the per-run table keeps the columns that differ between runs
+# (replay ratios per run are folded away), so that no table is wider than a 1280 px page.
+REPLAY_COLUMNS = (
+    ("replay ratio (trained)", "replay_ratio_trained"),
+    ("replay ratio (with burn-in)", "replay_ratio_with_burnin"),
+)
 THROUGHPUT_COLUMNS = (
     ("runs", "n_runs"),
     ("env steps", "env_steps"),
@@ -19,8 +24,17 @@ THROUGHPUT_COLUMNS = (
     ("updates", "updates"),
     ("steps/s", "steps_per_second"),
     ("updates/s", "updates_per_second"),
-    ("replay ratio (trained)", "replay_ratio_trained"),
-    ("replay ratio (with burn-in)", "replay_ratio_with_burnin"),
+    *REPLAY_COLUMNS,
+    ("wall time (s)", "wall_time_s"),
+)
+RUN_COLUMNS = (
+    ("arm", "arm"),
+    ("env", "env"),
+    ("seed", "seed"),
+    ("status", "status"),
+    ("env steps", "env_steps"),
+    ("updates", "updates"),
+    ("steps/s", "steps_per_second"),
     ("wall time (s)", "wall_time_s"),
 )
 TIME_SPLIT_COLUMNS = (
@@ -36,16 +50,22 @@ def throughput_section(exp: Experiment, colours: dict[str, str]) -> Section:
         "throughput",
         "Throughput and step accounting",
         "From each run's last progress row (algorithms.counters). Steps/s and updates/s count sampling + "
-        "optimizing time only. Replay ratio: samples per env step, trained steps only (R2D2's counting) and "
-        "with burn-in (rlpyt's). Time columns: share of wall time. Means over the arm's runs.",
+        "optimizing time only. Time columns: share of wall time. Means over the arm's runs.",
     )
     per_run = run_throughput(exp)
     if per_run.empty:
         section.notes.append("no progress rows with counters")
         return section
     per_arm = arm_throughput(per_run)
+    replays = per_run[[key for _, key in REPLAY_COLUMNS]].notna().any(axis=None)
+    shown = [c for c in THROUGHPUT_COLUMNS if replays or c not in REPLAY_COLUMNS]
+    if replays:
+        section.intro += (
+            " Replay ratio (algorithms with a replay): samples per env step, trained steps only (R2D2's "
+            "counting) and with burn-in (rlpyt's)."
+        )
     shares = [c for c in per_arm if c.startswith("share_")]
-    section.tables.append(frame_table("throughput-table", per_arm, [("arm", "arm"), *THROUGHPUT_COLUMNS]))
+    section.tables.append(frame_table("throughput-table", per_arm, [("arm", "arm"), *shown]))
     section.tables.append(
         frame_table(
             "time-split-table",
@@ -57,10 +77,17 @@ def throughput_section(exp: Experiment, colours: dict[str, str]) -> Section:
     section.figures.append(
         Figure("fig-time-split", figures.to_data_uri(figures.time_split_figure(per_arm)), "wall-time split")
     )
-    columns = [("arm", "arm"), ("env", "env"), ("seed", "seed"), ("status", "status")] + [
-        (label, key) for label, key in THROUGHPUT_COLUMNS if key in per_run
-    ]
-    section.tables.append(frame_table("throughput-runs-table", per_run, columns, "per run"))
+    section.tables.append(frame_table("throughput-runs-table", per_run, list(RUN_COLUMNS), "per run"))
+    if replays:
+        section.tables.append(
+            frame_table(
+                "replay-runs-table",
+                per_run,
+                [("arm", "arm"), ("env", "env"), ("seed", "seed"), *REPLAY_COLUMNS],
+                "replay ratio per run",
+                folded=True,
+            )
+        )
     return section
 
 

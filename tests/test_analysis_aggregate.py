@@ -109,7 +109,11 @@ def test_compare_with_published():
 
 
 def test_throughput_and_curves_from_synthetic_experiment(tmp_path):
-    arms = {"a": SyntheticArm(1.0, {"lr": 1}), "b": SyntheticArm(0.2, {"lr": 2})}
+    replay, no_replay = {"replay_size_steps": 10_000}, {"epochs": 4}
+    arms = {
+        "a": SyntheticArm(1.0, {"lr": 1, "algo_config": replay}),
+        "b": SyntheticArm(0.2, {"lr": 2, "algo_config": no_replay}),
+    }
     exp = load_experiment(write_experiment(tmp_path, "e", arms, ["pong", "breakout"], [0, 1, 2], n_logs=5))
     per_run = run_throughput(exp)
     assert len(per_run) == 12 and (per_run.env_steps == 10_000).all() and (per_run.frames == 40_000).all()
@@ -119,6 +123,8 @@ def test_throughput_and_curves_from_synthetic_experiment(tmp_path):
     np.testing.assert_allclose(shares, 1.0)
     assert per_arm.loc["a", "replay_ratio_trained"] == pytest.approx(0.8)
     assert per_arm.loc["a", "replay_ratio_with_burnin"] == pytest.approx(1.2)
+    # b's algorithm has no replay: what it logs there is its batch reuse, a constant, left out
+    assert per_arm.loc["b", ["replay_ratio_trained", "replay_ratio_with_burnin"]].isna().all()
 
     scores = score_tables(exp)
     bands = curve_bands(resample_curves(scores.curves, "score", n_points=5))

@@ -124,7 +124,11 @@ def test_minatar_evaluations_cut_at_the_cap_are_lower_bounds_and_a_level_above_r
     }
     exp = write_experiment(tmp_path, "exp", arms, GAMES, list(range(3)), **RUNS)
     study = run_study(exp, reps=300)
-    assert study.learning.learned.all() and study.learning.eval_cap.isna().all()
+    assert study.learning.learned.all()
+    # Every run of a_published was cut, none of b_corrected's: the column says so, not "–" for both.
+    cut = study.learning.set_index("arm")
+    assert (cut.runs_cut["a_published"] == 3).all() and (cut.eval_cap["a_published"] == 100).all()
+    assert (cut.runs_cut["b_corrected"] == 0).all() and cut.eval_cap["b_corrected"].isna().all()
     assert study.learning_lead is None and "shown to learn" not in study.verdict.sentence
     assert study.cut_short.startswith("9 of 18 runs ended final evaluation episodes at the harness's cap")
     assert "a_published/minatar_breakout/seed0" in study.cut_short and "lower bounds" in study.cut_short
@@ -221,10 +225,15 @@ def test_cut_returns_of_a_positive_reward_env_are_lower_bounds_and_a_level_above
     assert cut_bound("CartPole-v1") == LOWER
     exp = _capped_one_arm(tmp_path, "CartPole-v1", 1.0)  # about 500: the reference
     study = run_study(exp, reps=300)
-    assert study.learning.learned.all() and study.learning.eval_cap.isna().all()
+    assert study.learning.learned.all()
+    assert study.learning.runs_cut.tolist() == [3] and study.learning.eval_cap.tolist() == [100]
     assert study.learning_lead is None
     assert "ppo/CartPole-v1/seed0" in study.cut_short and "lower bounds" in study.cut_short
     html = build_report(exp, reps=100).read_text()
+    # Every run cut: the learning check's column counts them (it showed "–", as for no cut at all).
+    assert "<td>3 of 3 at 100 steps</td>" in _row(html, "learning-table", "ppo")
+    markdown = study_markdown(study, "cmd", "today")
+    assert "| 3 of 3 at 100 steps |" in _md_row(markdown, "Learning check", "ppo")
     for table in ("learning-table", "aggregate-table", "final-table"):
         assert "<td>≥ " in _row(html, table, "ppo"), table
     assert "≥: evaluations cut at the harness&#39;s cap" in html and "≤:" not in html

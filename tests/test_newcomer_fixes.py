@@ -4,6 +4,8 @@ help."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from repro.cli import main
@@ -64,3 +66,50 @@ def test_the_reports_throughput_tables_stay_narrow(tmp_path):
 
     assert len(headers("throughput-table")) <= 10 and "frames/s" not in headers("throughput-table")
     assert headers("time-split-table") == ["arm", "sampling %", "optimizing %", "evaluating %", "logging %"]
+
+
+def _throughput_section(tmp_path, configs: dict[str, dict]) -> str:
+    """The throughput section of the report of two synthetic runs per arm, each arm's config given."""
+    from analysis.synthetic import SyntheticArm, write_experiment
+    from reports.build import build_report
+
+    arms = {arm: SyntheticArm(1.0, config) for arm, config in configs.items()}
+    exp = write_experiment(tmp_path, "exp", arms, ["CartPole-v1"], [0, 1], n_logs=2, eval_episodes=1)
+    return re.search(
+        r'<section id="throughput">(.*?)</section>', build_report(exp, reps=100).read_text(), re.S
+    )[1]
+
+
+def _cells(html: str, table_id: str, tag: str = "td") -> list[list[str]]:
+    table = re.search(rf'<table id="{table_id}">(.*?)</table>', html, re.S)[1]
+    return [
+        c
+        for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)
+        if (c := re.findall(rf"<{tag}>(.*?)</{tag}>", row))
+    ]
+
+
+PPO = {"algo": "ppo", "algo_config": {"epochs": 10}}
+R2D1 = {"algo": "r2d1", "algo_config": {"replay_size_steps": 100_000}}
+
+
+def test_the_per_run_throughput_table_fits_and_replay_ratios_stay_with_a_replay(tmp_path):
+    """The per-run table had 13 columns and was clipped at 1280 px (tests/test_reports_browser.py
+    measures it): it keeps what differs between runs, and the replay ratios, which PPO logs as its
+    epochs (a constant), appear only for algorithms with a replay, per run in a folded table."""
+    ppo = _throughput_section(tmp_path / "ppo", {"ppo": PPO})
+    assert _cells(ppo, "throughput-runs-table", "th") == [
+        ["arm", "env", "seed", "status", "env steps", "updates", "steps/s", "wall time (s)"]
+    ]
+    assert "replay" not in ppo and "<details>" not in ppo
+
+    mixed = _throughput_section(tmp_path / "mixed", {"ppo": PPO, "r2d1": R2D1})
+    assert len(_cells(mixed, "throughput-runs-table", "th")[0]) == 8
+    folded = re.search(r"<details><summary>(.*?)</summary>\s*<div[^>]*>\s*<table id=\"([^\"]+)\"", mixed)
+    assert folded.groups() == ("replay ratio per run", "replay-runs-table")
+    per_arm = {row[0]: row for row in _cells(mixed, "throughput-table")}
+    assert _cells(mixed, "throughput-table", "th")[0][7:9] == [
+        "replay ratio (trained)",
+        "replay ratio (with burn-in)",
+    ]
+    assert per_arm["ppo"][7:9] == ["–", "–"] and per_arm["r2d1"][7:9] == ["0.8", "1.2"]

@@ -101,3 +101,28 @@ def test_a_report_of_single_point_curves_fits_1280_px_and_shows_them(tmp_path):
     html = page.read_text()
     for arm, colour in arm_colours(list(arms)).items():
         assert _colour_pixels(html, "fig-learning-curves", colour) > 100, arm
+
+
+@pytest.mark.slow
+def test_the_main_jobs_report_fits_1280_px_and_long_arm_names_leave_the_run_table_whole(tmp_path):
+    """The report `make reproduce-r2d1` ends with (R2D1's two arms on MinAtar): no table wider than
+    the page at 1280 px (the published-comparison table was, by its prose columns, and the per-run
+    throughput table by its 13 columns); with the ablation's longest arm name the per-run table still
+    fits (a 60-character name in a 10-column table may scroll in its box)."""
+    r2d1 = {"algo": "r2d1", "algo_config": {"replay_size_steps": 100_000}}
+    games = ["minatar_breakout"]
+    main_job = {
+        arm: SyntheticArm(1.0, r2d1) for arm in ("rlpyt_r2d1_minatar_published", "r2d1_minatar_corrected")
+    }
+    exp = write_experiment(tmp_path / "main", "exp", main_job, games, [0, 1, 2], n_logs=2, frameskip=1)
+    check = check_page(build_report(exp, reps=100), width=1280)
+    assert check.errors == [] and check.tables["minatar-published-table"] == 2
+    assert check.clipped == [] and not check.scrolls_sideways
+
+    ablation = {
+        arm: SyntheticArm(1.0, r2d1)
+        for arm in ("r2d1_minatar_corrected_with_initial_priorities_without_alpha", "r2d1_minatar_corrected")
+    }
+    exp = write_experiment(tmp_path / "long", "exp", ablation, games, [0, 1, 2], n_logs=2, frameskip=1)
+    check = check_page(build_report(exp, reps=100), width=1280)
+    assert "throughput-runs-table" not in check.clipped and "replay-runs-table" not in check.clipped

@@ -236,3 +236,20 @@ def test_the_time_split_legend_is_clear_of_the_axis_labels():
     for label in (ax.xaxis.label, ax.yaxis.label, *ax.get_yticklabels(), *ax.get_xticklabels()):
         assert not legend.overlaps(label.get_window_extent(renderer)), label.get_text()
     assert ax.get_xlim() == (0, 100) and "(%)" in ax.get_xlabel()
+
+
+@pytest.mark.parametrize("width", [0.0, 1e-12])
+def test_an_interval_of_identical_scores_keeps_a_readable_axis(width):
+    """The optimality gap of runs all cut at one cap came out [47.36, 47.36 + 1e-12]: the panel
+    zoomed to 1e-12 and showed a filled box with no readable ticks, where an exactly equal interval
+    got a few units of axis."""
+    import matplotlib.pyplot as plt
+
+    from reports.figures import _unstick
+
+    fig, ax = plt.subplots()
+    ax.barh(0, width, left=47.36, height=0.6)
+    _unstick(ax)
+    low, high = ax.get_xlim()
+    assert low < 47.36 - 1 and high > 47.36 + 1
+    plt.close(fig)
