@@ -187,6 +187,34 @@ def test_minatar_arms_differ_exactly_as_the_atari_arms():
         assert entries["algo.fc_size"].value == entries["algo.lstm_size"].value == 128, arm
 
 
+def test_done_bug_arm_is_the_corrected_arm_with_only_the_done_bug():
+    """The budget study's third arm (plan r2d1_minatar_budget) names r2d1_minatar as its base, since a
+    base may not have a base; it must still differ from r2d1_minatar_corrected in that one key, at the
+    published arm's value."""
+    corrected = resolve_label("r2d1_minatar_corrected")
+    rows = diff_rows(corrected, resolve_label("r2d1_minatar_corrected_nstep_done_bug"))
+    published = resolve_label("rlpyt_r2d1_minatar_published").entries["algo.nstep_done_bug"].value
+    assert {key: (a.value, b.value) for key, a, b in rows} == {"algo.nstep_done_bug": (False, published)}
+    assert published is True
+
+
+@pytest.mark.parametrize("arm", ["r2d1_minatar_corrected", "rlpyt_r2d1_minatar_published"])
+def test_minatar_cpu_1m_is_minatar_cpu_at_four_times_the_budget(arm):
+    """The budget study's profile changes only the budget and when it is written down and evaluated
+    (docs/results/r2d1_minatar_budget.md): evaluations at 250k, 500k, 750k and 1M, checkpoints as often
+    as minatar_cpu's."""
+    rows = diff_rows(resolve_label(f"{arm}@minatar_cpu"), resolve_label(f"{arm}@minatar_cpu_1m"))
+    assert {key: (a.value, b.value) for key, a, b in rows} == {
+        "runner.n_steps": (250_000, 1_000_000),
+        "runner.log_interval_steps": (25_000, 100_000),
+        "runner.checkpoint_interval_steps": (0, 25_000),  # 0: at every log row, 25k in minatar_cpu
+        "runner.eval_interval_steps": (0, 250_000),
+    }
+    sampler = resolve_label(f"{arm}@minatar_cpu_1m").entries
+    batch = sampler["sampler.batch_T"].value * sampler["sampler.batch_B"].value
+    assert 250_000 % batch == 0  # each evaluation lands on its boundary, not a batch past it
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
