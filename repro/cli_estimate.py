@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import replace
 
 from algorithms.configs import ConfigError
 from repro.cli import LONG_ESTIMATE_S, smaller_runs_hint
@@ -103,33 +104,36 @@ def _duration_range(estimate) -> str:
     )
 
 
-def power_plan(pilot: str, envs, detect: float, given: str | None, spec: str | None) -> str:
+def power_plan(plan, pilot: str, envs, detect: float, given: str | None, spec: str | None) -> str:
     """Print the seeds per arm and game needed to detect an IQM difference of ``detect`` points with
-    80% power, from the pilot table (``repro.power``), and return the seed spec to run: ``given``
-    (``--seeds``) with the power it has, else that many seeds (at least ``MIN_SEEDS``) from the first
-    seed of the plan's ``spec`` (0 without one)."""
+    80% power in the plan's frozen family, from the pilot table (``repro.power``), and return the seed
+    spec to run: ``given`` (``--seeds``) with the power it has, else that many seeds (at least
+    ``MIN_SEEDS``) from the first seed of the plan's ``spec`` (0 without one)."""
     from protocol.plan_args import parse_seeds
-    from repro.power import plan_seeds
+    from repro.power import Family, frozen_family, plan_seeds
 
     if not detect > 0:
         raise ConfigError(f"--detect {detect}: the IQM difference to detect must be positive (points)")
-    found = plan_seeds(pilot, envs, delta=detect / 100)
+    family = frozen_family(plan.analysis, f"plan {plan.name}")
+    found = plan_seeds(pilot, envs, delta=detect / 100, family=family)
     spread = ", ".join(f"{arm} {se * 100:.3g}" for arm, se in found.arm_se.items())
     print(
         f"power plan: pilot {found.source} ({found.pilot_seeds} seeds x {len(found.games)} games: "
         f"{', '.join(found.games)}); SE of each arm's IQM (points): {spread}"
     )
     print(
-        f"  to detect an IQM difference of {detect:g} points with {found.power:.0%} power (two-sided, "
-        f"alpha 0.05; the spread's 80% upper limit, x{found.upper:.2f}) each arm needs {found.seeds} seeds "
-        "per game (at least 5)"
+        f"  to detect an IQM difference of {detect:g} points with {found.power:.0%} power ({family.text}; "
+        f"the spread's 80% upper limit, x{found.upper:.2f}) each arm needs {found.seeds} seeds per game "
+        "(at least 5)"
     )
     if given is not None:
         n = len(parse_seeds(given))
+        single = replace(found, family=Family(family.alpha)).detectable_with(n)
         print(
             f"  --seeds {given}: {n} seeds per game have {found.power_with(n):.0%} power at {detect:g} "
-            f"points; the smallest difference detected with {found.power:.0%} power is "
-            f"{found.detectable_with(n) * 100:.3g} points"
+            f"points; the smallest difference detected with {found.power:.0%} power at the family level "
+            f"({family.text}) is {found.detectable_with(n) * 100:.3g} points ({single * 100:.3g} for one "
+            f"two-sided test at alpha {family.alpha:g})"
         )
         return given
     return _chosen_seeds(spec, found.seeds)

@@ -63,7 +63,7 @@ def _plan_jobs(args: argparse.Namespace):
     if pilot and plan.design is not None:
         spec = design_power_plan(plan, pilot, games or plan.envs, args.detect, args.seeds, spec)
     elif pilot:
-        spec = power_plan(pilot, games or plan.envs, args.detect, args.seeds, spec)
+        spec = power_plan(plan, pilot, games or plan.envs, args.detect, args.seeds, spec)
     if spec is None:
         raise ConfigError("--seeds is required: a count (3: seeds 0..2), a range (100-104) or a list (1,5,9)")
     seeds = count_from(spec, plan.first_seed)

@@ -14,11 +14,14 @@ the pilot's, so both take the largest pilot arm's spread: ``se(n) = sqrt(2) * ma
 n)``. A pilot of few seeds estimates that spread loosely, and a spread guessed low plans too few
 seeds: the plan uses the one-sided ``PILOT_CONFIDENCE`` upper confidence limit of the spread,
 ``s * sqrt(df / chi2_{1 - PILOT_CONFIDENCE}(df))`` with ``df = games * (n0 - 1)`` (Browne 1995, "On the
-use of a pilot sample for sample size determination", Statistics in Medicine 14(17)). A two-sided
-test at alpha detects a shift ``delta`` with probability ``power_at(delta, se)``; ``seeds_needed`` is
-the smallest n (at least ``MIN_SEEDS``) whose ``detectable_difference`` is at most ``delta``.
-Measured on simulated pilots (8 seeds x 4 games of normal scores, SD 0.447, shift 0.3; 12 pilot
-draws, 80 simulated verdicts each, 2026-12-04): the planned seeds (median 15.5) detected the shift
+use of a pilot sample for sample size determination", Statistics in Medicine 14(17)). The difference
+is tested on t with the Welch degrees of freedom of two equal arms, ``2 games (n - 1)`` (the
+bootstrap-t of ``analysis.intervals``), at the level of the plan's frozen family (below), so a shift
+``delta`` is detected with the noncentral t's probability ``difference_power``; ``seeds_needed`` is
+the smallest n (at least ``MIN_SEEDS``) that reaches the planned power.
+Measured on simulated pilots with the normal approximation this planner used before the t (8 seeds
+x 4 games of normal scores, SD 0.447, shift 0.3; 12 pilot draws, 80 simulated verdicts each,
+2026-12-04; the t plans at least as many seeds): the planned seeds (median 15.5) detected the shift
 in 91% of verdicts on average, 90% with the pilot's own SD (median 14.5 seeds); one earlier pilot draw
 planned with its own SD gave 6 seeds and 57%. The planner errs high: both planned arms take the wider
 pilot arm's spread. ``tests/test_repro_power.py`` checks the rate averaged over pilot draws.
@@ -62,9 +65,7 @@ from protocol.registration import parse_section
 from protocol.stats import (
     ALPHA,
     POWER,
-    detectable_difference,
     iqm_rows,
-    power_at,
     stratified_resamples,
 )
 
@@ -102,6 +103,33 @@ def arm_iqm_se(scores: np.ndarray, reps: int = 2000, seed: int = 0) -> float:
 
 
 @dataclass(frozen=True)
+class Family:
+    """The tests a main effect is read with (module doc): ``correction`` over ``endpoints`` tests at
+    ``alpha``, on ``sides`` ("two", or one-sided in the effect's direction); the default is one
+    two-sided test at 0.05."""
+
+    alpha: float = ALPHA
+    correction: str = "none"
+    endpoints: int = 1
+    sides: str = "two"
+
+    @property
+    def level(self) -> float:
+        """The level of the first step: alpha / k under a correction, alpha alone without one."""
+        return self.alpha if self.correction == "none" else self.alpha / self.endpoints
+
+    @property
+    def text(self) -> str:
+        sides = "two-sided" if self.sides == "two" else "one-sided"
+        if self.correction == "none" or self.endpoints == 1:
+            return f"{sides} t test, alpha {self.alpha:g}"
+        return (
+            f"{sides} t test at {self.correction}'s first step over the {self.endpoints} frozen endpoints, "
+            f"alpha {self.alpha:g} / {self.endpoints} = {self.level:.3g}"
+        )
+
+
+@dataclass(frozen=True)
 class PowerPlan:
     """The seeds a study needs (module doc): ``seeds`` per arm and game (at least ``MIN_SEEDS``) to
     detect ``delta`` with ``power``; ``se_per_seed``: the IQM difference's SE at one seed per game."""
@@ -115,23 +143,50 @@ class PowerPlan:
     se_per_seed: float  # with the pilot's upper limit (``upper``) applied
     seeds: int
     upper: float = 1.0  # ``pilot_inflation`` of the widest arm
+    family: Family = Family()
 
     def se(self, n: int) -> float:
         return self.se_per_seed / math.sqrt(n)
 
     def power_with(self, n: int) -> float:
-        return power_at(self.delta, self.se(n))
+        return difference_power(self.delta, self.se_per_seed, len(self.games), n, self.family)
 
     def detectable_with(self, n: int) -> float:
-        return detectable_difference(self.se(n), self.power)
+        """The smallest IQM difference detected with ``power`` at ``n`` seeds per game."""
+
+        def short(d: float) -> float:
+            return difference_power(d, self.se_per_seed, len(self.games), n, self.family) - self.power
+
+        return float(optimize.brentq(short, 0.0, 20 * self.se(n)))
 
 
-def seeds_needed(se_per_seed: float, delta: float, power: float = POWER, minimum: int = MIN_SEEDS) -> int:
-    """The smallest n >= ``minimum`` with ``detectable_difference(se_per_seed / sqrt(n)) <= delta``."""
+def difference_power(
+    delta: float, se_per_seed: float, games: int, seeds: int, family: Family = Family()
+) -> float:
+    """Probability that ``family``'s test of the IQM difference of two arms of ``seeds`` runs per game
+    detects a true ``delta`` (module doc): t on the bootstrap's standard error with the Welch
+    degrees of freedom of two equal arms, ``2 games (seeds - 1)`` (``analysis.intervals.bootstrap_t``)."""
+    return t_power(delta / (se_per_seed / math.sqrt(seeds)), 2 * games * (seeds - 1), family)
+
+
+def seeds_needed(
+    se_per_seed: float,
+    delta: float,
+    games: int,
+    power: float = POWER,
+    family: Family = Family(),
+    minimum: int = MIN_SEEDS,
+) -> int:
+    """The smallest n >= ``minimum`` (at most ``MAX_SEEDS``) whose ``difference_power`` at ``delta``
+    reaches ``power``."""
+    from protocol.plan_args import MAX_SEEDS
+
     if not (delta > 0 and math.isfinite(se_per_seed)):
         raise ValueError(f"need delta > 0 and a finite standard error, got {delta}, {se_per_seed}")
-    ratio = detectable_difference(1.0, power)  # detectable / se, the same for every se
-    return max(minimum, math.ceil((ratio * se_per_seed / delta) ** 2 - 1e-9))
+    for n in range(minimum, MAX_SEEDS + 1):
+        if difference_power(delta, se_per_seed, games, n, family) >= power:
+            return n
+    return MAX_SEEDS
 
 
 def read_pilot(
@@ -195,8 +250,10 @@ def plan_seeds(
     delta: float = DETECT_POINTS / 100,
     power: float = POWER,
     reps: int = 2000,
+    family: Family = Family(),
 ) -> PowerPlan:
-    """The ``PowerPlan`` of a study on ``envs`` from the pilot table at ``path`` (module doc)."""
+    """The ``PowerPlan`` of a study on ``envs`` from the pilot table at ``path`` (module doc), for
+    ``family``'s test (``frozen_family``: a plan's frozen correction over its endpoints)."""
     matrices, games = read_pilot(path, envs)
     arm_se = {arm: arm_iqm_se(m, reps) for arm, m in matrices.items() if m.shape[0] >= 2}
     if not any(se > 0 for se in arm_se.values()):
@@ -217,8 +274,9 @@ def plan_seeds(
         delta,
         power,
         se_per_seed,
-        seeds_needed(se_per_seed, delta, power),
+        seeds_needed(se_per_seed, delta, len(games), power, family),
         upper,
+        family,
     )
 
 
@@ -231,41 +289,20 @@ def effect_se(sigma: float, arms: int, seeds: int) -> float:
     return 2 * sigma / math.sqrt(arms * seeds)
 
 
-@dataclass(frozen=True)
-class Family:
-    """The tests a main effect is read with (module doc): ``correction`` over ``endpoints`` tests at
-    ``alpha``, on ``sides`` ("two", or one-sided in the effect's direction); the default is one
-    two-sided test at 0.05."""
-
-    alpha: float = ALPHA
-    correction: str = "none"
-    endpoints: int = 1
-    sides: str = "two"
-
-    @property
-    def level(self) -> float:
-        """The level of the first step: alpha / k under a correction, alpha alone without one."""
-        return self.alpha if self.correction == "none" else self.alpha / self.endpoints
-
-    @property
-    def text(self) -> str:
-        sides = "two-sided" if self.sides == "two" else "one-sided"
-        if self.correction == "none" or self.endpoints == 1:
-            return f"{sides} t test, alpha {self.alpha:g}"
-        return (
-            f"{sides} t test at {self.correction}'s first step over the {self.endpoints} frozen endpoints, "
-            f"alpha {self.alpha:g} / {self.endpoints} = {self.level:.3g}"
-        )
-
-
 def design_power(delta: float, sigma: float, arms: int, seeds: int, family: Family = Family()) -> float:
     """Probability that the t test of a main effect (pooled within-arm variance, ``arms * (seeds - 1)``
     degrees of freedom) at ``family``'s first-step level detects a true effect ``delta``: the
     noncentral t's mass beyond the critical values (two-sided: the lower tail as the upper tail of the
     opposite shift, scipy's ``nct.cdf`` far below a large shift being NaN; one-sided: the tail in the
     effect's direction)."""
-    df = arms * (seeds - 1)
-    shift = delta / effect_se(sigma, arms, seeds)
+    return t_power(delta / effect_se(sigma, arms, seeds), arms * (seeds - 1), family)
+
+
+def t_power(shift: float, df: float, family: Family = Family()) -> float:
+    """Probability that ``family``'s t test with ``df`` degrees of freedom rejects when the true
+    effect is ``shift`` standard errors: the noncentral t's mass beyond the critical values
+    (two-sided: the lower tail as the upper tail of the opposite shift, scipy's ``nct.cdf`` far below
+    a large shift being NaN; one-sided: the tail in the effect's direction)."""
     if family.sides != "two":
         return float(stats.nct.sf(stats.t.ppf(1 - family.level, df), df, shift))
     critical = stats.t.ppf(1 - family.level / 2, df)
@@ -356,11 +393,11 @@ def plan_design_seeds(
 
 def frozen_family(analysis: dict | None, where: str) -> Family:
     """The ``Family`` of a plan's ``[analysis]`` table (``protocol.registration``): its alpha and
-    correction over all its endpoints, two-sided if any effect endpoint is (the more demanding test);
-    the default family without a table."""
+    correction over all its endpoints, two-sided if any effect endpoint is (the more demanding test;
+    a plan without effect endpoints: if any endpoint is); the default family without a table."""
     if not analysis:
         return Family()
     section = parse_section(analysis, where, None, None, None)
-    effects = [e for e in section.endpoints if e.kind == "effect"]
-    sides = "two" if not effects or any(e.sides == "two" for e in effects) else "one"
+    planned = [e for e in section.endpoints if e.kind == "effect"] or section.endpoints
+    sides = "two" if any(e.sides == "two" for e in planned) else "one"
     return Family(section.alpha, section.correction, len(section.endpoints), sides)

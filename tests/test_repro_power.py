@@ -10,15 +10,26 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
+from scipy import stats
 
 from algorithms.configs import ConfigError
+from analysis.multiple import adjust
 from analysis.study import result_table, run_study
 from analysis.synthetic import SyntheticArm, write_experiment
 from analysis.verdict import iqm_difference
 from protocol.stats import detectable_difference, power_at
 from repro.plans import load_plan
-from repro.power import arm_iqm_se, pilot_inflation, plan_seeds, read_pilot, seeds_needed
+from repro.power import (
+    Family,
+    arm_iqm_se,
+    difference_power,
+    pilot_inflation,
+    plan_seeds,
+    read_pilot,
+    seeds_needed,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 GAMES = ["minatar_breakout", "minatar_space_invaders", "minatar_seaquest", "minatar_asterix"]
@@ -31,10 +42,52 @@ SIGMA = NOISE / math.sqrt(5)
 def test_seeds_needed_by_hand():
     ratio = detectable_difference(1.0)  # (z_0.975 + z_0.8) = 2.8016 standard errors
     assert ratio == pytest.approx(1.959964 + 0.841621, abs=2e-3)
-    # se at one seed 0.5, delta 0.1: n >= (2.80 * 0.5 / 0.1)^2 = 196.2 -> 197
-    assert seeds_needed(0.5, 0.1) == math.ceil((ratio * 5) ** 2)
-    assert seeds_needed(0.01, 0.1) == 5  # never fewer than 5
+    # se at one seed 0.5, delta 0.1: the normal approximation needs n >= (2.80 * 0.5 / 0.1)^2 = 196.2
+    # -> 197; the t on 2 (n - 1) df needs a little more at so many df: 198
+    n = seeds_needed(0.5, 0.1, games=1)
+    assert n == 198 and math.ceil((ratio * 5) ** 2) == 197
+    assert difference_power(0.1, 0.5, 1, n) >= 0.8 > difference_power(0.1, 0.5, 1, n - 1)
     assert power_at(0.1, 0.5 / math.sqrt(197)) >= 0.8 > power_at(0.1, 0.5 / math.sqrt(190))
+    assert seeds_needed(0.01, 0.1, games=1) == 5  # never fewer than 5
+    # 3 seeds a side on one game: t on 4 df, critical 2.776 at 0.05 two-sided
+    shift = 1.0 / (0.5 / math.sqrt(3))
+    expected = stats.nct.sf(2.7764451, 4, shift) + stats.nct.sf(2.7764451, 4, -shift)
+    assert difference_power(1.0, 0.5, 1, 3) == pytest.approx(expected, abs=1e-6)
+
+
+def _holm(p: np.ndarray) -> np.ndarray:
+    """Holm-adjusted p of each row of ``p`` at once (analysis.multiple.adjust, one row at a time, is
+    checked against it below): sorted p times k, k - 1, ..., made monotone, capped at 1, put back."""
+    k = p.shape[1]
+    order = np.argsort(p, axis=1)
+    ranked = np.minimum(
+        1, np.maximum.accumulate(np.take_along_axis(p, order, 1) * (k - np.arange(k)), axis=1)
+    )
+    out = np.empty_like(p)
+    np.put_along_axis(out, order, ranked, 1)
+    return out
+
+
+def test_power_for_the_frozen_family_matches_simulated_holm_families():
+    """k endpoints tested together, one with a true shift and k - 1 null, Holm-adjusted: the planned
+    power (the first step's level, alpha / k, on t with 2 (n - 1) df) is what the true endpoint's
+    rejections come to in simulation, never above (Holm's later steps only add)."""
+    rng = np.random.default_rng(3)
+    n, sigma, delta, draws = 4, 1.0, 2.2, 4000
+    for k, sides in ((1, "two"), (3, "two"), (9, "one")):
+        family = Family(0.05, "holm" if k > 1 else "none", k, sides)
+        planned = difference_power(delta, math.sqrt(2) * sigma, 1, n, family)
+        a = rng.normal(0, sigma, size=(draws, k, n))
+        b = rng.normal(0, sigma, size=(draws, k, n))
+        b[:, 0] += delta
+        p = stats.ttest_ind(b, a, axis=2, alternative="two-sided" if sides == "two" else "greater").pvalue
+        hits = np.mean(_holm(p)[:, 0] <= 0.05)
+        assert planned - 0.03 <= hits <= planned + 0.05, (k, sides, planned, hits)
+    row = np.array([[0.04, 0.001, 0.03, 0.5]])
+    assert _holm(row)[0] == pytest.approx(adjust(pd.Series(row[0]), "holm").to_numpy())
+    assert difference_power(delta, math.sqrt(2), 1, n, Family(0.05, "holm", 9)) < difference_power(
+        delta, math.sqrt(2), 1, n
+    )
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +134,7 @@ def test_the_planned_seeds_reach_80_percent_power_over_pilot_draws():
     for _ in range(8):
         pilot = {arm: rng.normal(0.5, SIGMA, size=(8, 4)) for arm in "ab"}
         se = max(arm_iqm_se(m, reps=300) for m in pilot.values())
-        n = seeds_needed(math.sqrt(2) * se * math.sqrt(8) * pilot_inflation(4, 8), 0.3)
+        n = seeds_needed(math.sqrt(2) * se * math.sqrt(8) * pilot_inflation(4, 8), 0.3, games=4)
         rates.append(_detected(rng, n, 0.3, 60))
     assert np.mean(rates) >= 0.75
 
