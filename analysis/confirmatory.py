@@ -45,6 +45,7 @@ from scipy import stats
 from algorithms.configs import ConfigError
 from analysis import aggregate, equivalence, intervals
 from analysis.ablation import rank_test
+from analysis.curves import EVAL_SOURCE
 from analysis.factorial import AGGREGATE, factorial_effects
 from analysis.multiple import adjust
 from protocol.files import PLANS_DIR, read_toml
@@ -307,6 +308,14 @@ class Reading:
     family: tuple[str, ...] = ()
 
 
+def frozen_reading(section: AnalysisSection, endpoint: Endpoint) -> Reading:
+    """How the freeze says ``endpoint`` is read: its test and sides, adjusted with the section's
+    correction across its family, or alone (no correction) when it is secondary."""
+    if endpoint.secondary:
+        return Reading(endpoint.name, endpoint.test, endpoint.sides, "none", (endpoint.name,))
+    return Reading(endpoint.name, endpoint.test, endpoint.sides, section.correction, section.family)
+
+
 def result_label(
     reg: Registration, reading: Reading, runs: pd.DataFrame, metadata: pd.DataFrame
 ) -> tuple[str, str]:
@@ -323,9 +332,9 @@ def result_label(
     frozen = {e.name: e for e in section.endpoints}
     if reading.endpoint not in frozen:
         return EXPLORATORY, NOT_AN_ENDPOINT
-    endpoint = frozen[reading.endpoint]
+    kept_reading = frozen_reading(section, frozen[reading.endpoint])
     asked = (reading.test, reading.sides, reading.correction, sorted(reading.family))
-    kept = (endpoint.test, endpoint.sides, section.correction, sorted(frozen))
+    kept = (kept_reading.test, kept_reading.sides, kept_reading.correction, sorted(kept_reading.family))
     differs = [what for what, a, b in zip(("test", "sides", "correction", "family"), asked, kept) if a != b]
     if differs:
         return EXPLORATORY, f"{NOT_AN_ENDPOINT} as read: another {', '.join(differs)} than the frozen one"
@@ -468,6 +477,7 @@ def endpoint_table(
     seed: int = 0,
     training: pd.DataFrame | None = None,
     unevaluated: pd.DataFrame | None = None,
+    curves: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """``ENDPOINT_COLUMNS``: every frozen endpoint on each seed set that has runs (module doc), p
     adjusted across the endpoints of one set; ``result`` the endpoint's reading ("holds", "not shown",
@@ -477,14 +487,15 @@ def endpoint_table(
     ``score = "training"`` compares; ``unevaluated``: the complete runs without an evaluation when
     others have one (``analysis.curves.unevaluated_runs``), which leave the endpoints scored by the
     final evaluation untested: their score source is part of the freeze. An endpoint without the runs
-    to test is "not tested", never "not shown", and exploratory. Empty without a frozen section."""
+    to test is "not tested", never "not shown", and exploratory; ``curves``: every run's score at
+    each evaluation (``analysis.curves.Scores.curves``), which a change endpoint reads. Secondary
+    endpoints keep their own p. Empty without a frozen section."""
     if not reg.frozen:
         return pd.DataFrame(columns=ENDPOINT_COLUMNS)
     section = reg.section
     effects = [e for e in section.endpoints if e.kind == "effect"]
     sources = {"evaluation": final, "training": training if training is not None else final.iloc[:0]}
     rows = []
-    family = tuple(e.name for e in section.endpoints)
     present = {int(s) for t in sources.values() for s in t.seed}
     for name, seeds in _seed_sets(section, present):
         on = final[final.seed.isin(seeds)]
@@ -499,10 +510,12 @@ def endpoint_table(
                          "runs": scores.iloc[:0], "untested": _unevaluated_text(unevaluated)}  # fmt: skip
             elif endpoint.kind == "equivalence":
                 found = equivalence_endpoint(endpoint, scores, section.alpha)
+            elif endpoint.kind == "change":
+                found = change_endpoint(endpoint, curves if curves is not None else final.iloc[:0], seeds)
             else:
                 found = tested.get(endpoint.name) or test_endpoint(endpoint, on, reps, seed)
             untested = found.get("untested") or (_shortfall(endpoint, scores) if np.isnan(found["p"]) else "")
-            reading = Reading(endpoint.name, endpoint.test, endpoint.sides, section.correction, family)
+            reading = frozen_reading(section, endpoint)
             label, why = result_label(reg, reading, found["runs"], metadata)
             if untested and not reg.blocked:  # an altered record is said first: it voids everything
                 label, why = EXPLORATORY, untested
@@ -513,14 +526,17 @@ def endpoint_table(
                 "seeds": _seeds_text(found["runs"]), "runs": len(found["runs"]),
                 "estimate": found["estimate"], "ci_low": found["ci_low"], "ci_high": found["ci_high"],
                 "ci_level": found.get("ci_level", CI_LEVEL), "test": endpoint.test, "sides": endpoint.sides,
-                "p": found["p"], "correction": section.correction, "alpha": section.alpha,
+                "p": found["p"], "correction": reading.correction, "alpha": section.alpha,
                 "margin": endpoint.margin, "score": endpoint.score if endpoint.kind == "equivalence" else "",
                 "label": label, "why": why, "welch": found.get("welch"), "untested": untested,
+                "gap_from": found.get("gap_from", np.nan), "secondary": endpoint.secondary,
             })  # fmt: skip
         if not block:
             continue
         frame = pd.DataFrame(block)
-        frame["p_adjusted"] = adjust(frame.p, section.correction).to_numpy()
+        primary = ~frame.secondary
+        frame["p_adjusted"] = frame.p
+        frame.loc[primary, "p_adjusted"] = adjust(frame.p[primary], section.correction).to_numpy()
         frame["holds"] = frame.p_adjusted <= section.alpha
         frame["result"] = [
             _result(e, r, section.alpha) for e, r in zip(section.endpoints, frame.itertuples())
@@ -529,6 +545,48 @@ def endpoint_table(
     if not rows:
         return pd.DataFrame(columns=ENDPOINT_COLUMNS)
     return pd.concat(rows, ignore_index=True)[ENDPOINT_COLUMNS]
+
+
+def change_endpoint(endpoint: Endpoint, curves: pd.DataFrame, seeds: tuple[int, ...]) -> dict[str, Any]:
+    """A change endpoint on the runs of one seed set: each run's evaluation at ``to_steps`` less its
+    evaluation at ``from_steps``, the candidate's changes against the baseline's by Welch's t, with
+    the t interval the two-sided test inverts (module doc); ``gap_from``: the arms' gap at
+    ``from_steps``, which says whether a change widens the gap or narrows it. Runs without an
+    evaluation at both steps leave it untested."""
+    evaluated = curves[(curves.source == EVAL_SOURCE) & curves.seed.isin(seeds)] if len(curves) else curves
+    on = evaluated[
+        (evaluated.env == endpoint.game) & evaluated.arm.isin([endpoint.candidate, endpoint.baseline])
+    ]
+    at = on[on.env_steps.isin([endpoint.from_steps, endpoint.to_steps])]
+    wide = at.pivot_table(index=["arm", "env", "seed"], columns="env_steps", values="score").reset_index()
+    runs = on[["arm", "env", "seed"]].drop_duplicates()
+    missing = len(runs) - int(
+        wide.reindex(columns=[endpoint.from_steps, endpoint.to_steps]).notna().all(axis=1).sum()
+    )
+    nothing = {"estimate": np.nan, "ci_low": np.nan, "ci_high": np.nan, "p": np.nan, "runs": runs}
+    if missing:
+        steps = f"{endpoint.from_steps:,} or {endpoint.to_steps:,} env steps"
+        return {**nothing, "untested": f"not tested: {missing} run(s) lack an evaluation at {steps}"}
+    wide["score"] = wide[endpoint.to_steps] - wide[endpoint.from_steps]
+    cand, base = (wide[wide.arm == arm] for arm in (endpoint.candidate, endpoint.baseline))
+    if min(len(cand), len(base)) < 2:
+        return nothing
+    gap_from = cand[endpoint.from_steps].mean() - base[endpoint.from_steps].mean()
+    change = cand.score.to_numpy(float), base.score.to_numpy(float)
+    p = stats.ttest_ind(*change, equal_var=False, alternative=ALTERNATIVE[endpoint.sides]).pvalue
+    lo, hi = equivalence.welch(*change).interval(CI_LEVEL)
+    return {"estimate": change[0].mean() - change[1].mean(), "ci_low": lo, "ci_high": hi, "p": float(p),
+            "runs": runs, "gap_from": gap_from}  # fmt: skip
+
+
+def _change_text(row: Any) -> str:
+    """How a change endpoint reads: the gap grows (the change has the gap's sign), shrinks (the
+    opposite sign), or no change detected, with the gap it started from."""
+    start = f"gap {row.gap_from:+.3g} at the first evaluation"
+    if not row.holds:
+        return f"no change detected ({start})"
+    widens = np.sign(row.estimate) == np.sign(row.gap_from)
+    return f"the gap {'grows' if widens else 'shrinks'} ({start})"
 
 
 def _unevaluated_text(runs: pd.DataFrame) -> str:
@@ -557,6 +615,8 @@ def _result(endpoint: Endpoint, row: Any, alpha: float) -> str:
     else "holds" or "not shown"."""
     if row.untested:
         return row.untested
+    if endpoint.kind == "change":
+        return _change_text(row)
     if endpoint.kind != "equivalence":
         return "holds" if row.holds else "not shown"
     name = equivalence.verdict(row.welch, endpoint.test, endpoint.sides, alpha, bool(row.holds))

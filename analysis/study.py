@@ -282,6 +282,7 @@ def run_study(
             seed,
             last_training_returns(exp),
             unevaluated_runs(exp),
+            scores.curves,
         ),
         robustness=checked,
         label=result_label(reg, Reading(), balanced_runs(scores.final), exp.metadata),

@@ -31,7 +31,11 @@ An ``aggregate`` endpoint names a ``metric`` (``AGGREGATE_METRICS``) over the pl
 ``reference_sd`` over ``reference_n`` runs and its ``reference_source``. ``score`` says which return
 is compared (``SCORES``): the final evaluation or the mean of the last 100 training episodes. TOST
 (``sides = "two"``) claims "equivalent within +-margin"; ``noninferiority`` claims "no worse than the
-reference by more than the margin" on the named side (``greater``: higher is better)::
+reference by more than the margin" on the named side (``greater``: higher is better). A ``change``
+endpoint asks whether a game's gap between two arms changes over training: the same runs'
+evaluations at ``from_steps`` and ``to_steps`` (env steps), Welch's t on each run's own change, the
+candidate's against the baseline's. Any endpoint with ``secondary = true`` stays outside the family:
+its p is its own, never adjusted with the others'::
 
     [[analysis.endpoints]]
     name = "pong_ours_vs_sb3"
@@ -43,6 +47,17 @@ reference by more than the margin" on the named side (``greater``: higher is bet
     test = "tost"
     sides = "two"
     margin = 5.0
+
+    [[analysis.endpoints]]
+    name = "gap_change"
+    kind = "change"
+    game = "minatar_breakout"
+    baseline = "r2d1_minatar_corrected"
+    candidate = "rlpyt_r2d1_minatar_published"
+    from_steps = 250_000
+    to_steps = 1_000_000
+    sides = "two"
+    secondary = true
 """
 
 from __future__ import annotations
@@ -62,11 +77,11 @@ from protocol.plan_args import parse_seeds, seeds_text
 RECORD_FILE = "preregistration.json"
 CORRECTIONS = ("holm", "bonferroni", "bh", "none")
 SIDES = ("two", "greater", "less")
-KINDS = ("game", "aggregate", "effect", "equivalence")
+KINDS = ("game", "aggregate", "effect", "equivalence", "change")
 AGGREGATE_METRICS = ("iqm", "median", "mean", "optimality_gap", "probability_of_improvement")
 TESTS = {
     "game": ("mann_whitney", "welch"), "aggregate": ("bootstrap",), "effect": ("t",),
-    "equivalence": ("tost", "noninferiority"),
+    "equivalence": ("tost", "noninferiority"), "change": ("welch",),
 }  # fmt: skip
 # What an equivalence endpoint compares: the mean return of the final evaluation (eval.csv), or the
 # mean return of the last 100 training episodes at the final row (progress.csv), the protocol of
@@ -80,7 +95,8 @@ SECTION_KEYS = {
 ENDPOINT_KEYS = {
     "name": str, "kind": str, "game": str, "baseline": str, "candidate": str, "metric": str, "switch": str,
     "test": str, "sides": str, "rationale": str, "margin": float, "score": str, "reference": float,
-    "reference_sd": float, "reference_n": int, "reference_source": str,
+    "reference_sd": float, "reference_n": int, "reference_source": str, "from_steps": int, "to_steps": int,
+    "secondary": bool,
 }  # fmt: skip
 
 
@@ -105,6 +121,13 @@ class Endpoint:
     reference_sd: float | None = None
     reference_n: int | None = None
     reference_source: str = ""
+    from_steps: int | None = None  # a change endpoint's two evaluations, in env steps
+    to_steps: int | None = None
+    secondary: bool = False  # outside the family: its own p, never adjusted with the others
+
+    @property
+    def steps_text(self) -> str:
+        return f"{self.from_steps:,} to {self.to_steps:,} env steps"
 
 
 @dataclass(frozen=True)
@@ -119,6 +142,11 @@ class AnalysisSection:
     pool: bool
     rationale: str
     raw: Mapping[str, Any]
+
+    @property
+    def family(self) -> tuple[str, ...]:
+        """The endpoints adjusted together with the section's correction: all but the secondary."""
+        return tuple(e.name for e in self.endpoints if not e.secondary)
 
     @property
     def hash(self) -> str:
@@ -181,13 +209,14 @@ def parse_endpoint(
     sides = _choice(table["sides"], SIDES, f"{where} 'sides'")
     test = _choice(table.get("test", TESTS[kind][0]), TESTS[kind], f"{where} 'test' (kind {kind})")
     needed = {"game": ("game", "baseline", "candidate"), "aggregate": ("metric", "baseline", "candidate"),
-              "effect": ("switch",), "equivalence": ("game", "candidate", "margin")}[kind]  # fmt: skip
+              "effect": ("switch",), "equivalence": ("game", "candidate", "margin"),
+              "change": ("game", "baseline", "candidate", "from_steps", "to_steps")}[kind]  # fmt: skip
     for key in needed:
         if key not in table:
             raise ConfigError(f"{where}: kind {kind!r} needs '{key}'")
     allowed = (
         set(needed)
-        | {"name", "kind", "test", "sides", "rationale"}
+        | {"name", "kind", "test", "sides", "rationale", "secondary"}
         | ({"game"} if kind == "effect" else set())
         | ({"baseline", "score", *REFERENCE_KEYS} if kind == "equivalence" else set())
     )
@@ -196,6 +225,11 @@ def parse_endpoint(
             raise ConfigError(f"{where} '{key}': not a key of a {kind!r} endpoint")
     if kind == "equivalence":
         _check_equivalence(table, test, sides, where)
+    if kind == "change" and not 0 < table["from_steps"] < table["to_steps"]:
+        raise ConfigError(
+            f"{where} 'to_steps': expected 0 < from_steps < to_steps, got {table['from_steps']} and "
+            f"{table['to_steps']}"
+        )
     if "game" in table and envs is not None and table["game"] not in envs:
         raise ConfigError(
             f"{where} 'game': {table['game']!r} is not an env of the plan; "
@@ -227,7 +261,8 @@ def parse_endpoint(
         float(table["margin"]) if "margin" in table else None, table.get("score", "evaluation"),
         float(table["reference"]) if "reference" in table else None,
         float(table["reference_sd"]) if "reference_sd" in table else None, table.get("reference_n"),
-        table.get("reference_source", ""),
+        table.get("reference_source", ""), table.get("from_steps"), table.get("to_steps"),
+        bool(table.get("secondary", False)),
     )  # fmt: skip
 
 

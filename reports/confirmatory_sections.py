@@ -59,6 +59,7 @@ def registration_section(exp: Experiment, scores: Scores, reg: Registration, rep
         reps,
         training=last_training_returns(exp),
         unevaluated=unevaluated_runs(exp),
+        curves=scores.curves,
     )
     section.tables.append(
         Table(

@@ -398,6 +398,7 @@ def frozen_family(analysis: dict | None, where: str) -> Family:
     if not analysis:
         return Family()
     section = parse_section(analysis, where, None, None, None)
-    planned = [e for e in section.endpoints if e.kind == "effect"] or section.endpoints
+    primary = [e for e in section.endpoints if not e.secondary]
+    planned = [e for e in primary if e.kind == "effect"] or primary
     sides = "two" if any(e.sides == "two" for e in planned) else "one"
-    return Family(section.alpha, section.correction, len(section.endpoints), sides)
+    return Family(section.alpha, section.correction, len(primary), sides)

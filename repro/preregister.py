@@ -137,13 +137,16 @@ def analysis_lines(section: AnalysisSection | None) -> list[str]:
     sets = f"seeds {seeds_text(section.seeds)}"
     if again:
         sets += f", replication seeds {seeds_text(again)}{' (pooled with them)' if section.pool else ''}"
+    secondary = len(section.endpoints) - len(section.family)
+    aside = f" (and {secondary} secondary, each alone)" if secondary else ""
     lines = [
         f"analysis: {section.hash[:12]}, frozen by run before a seed set's first job: alpha "
-        f"{section.alpha:g}, {section.correction} across {len(section.endpoints)} endpoints, {sets}"
+        f"{section.alpha:g}, {section.correction} across {len(section.family)} endpoints{aside}, {sets}"
     ]
     for e in section.endpoints:
         what = _endpoint_text(e)
-        lines.append(f"  {e.name}: {what}; {e.test}, {e.sides}")
+        aside = " (secondary: outside the family)" if e.secondary else ""
+        lines.append(f"  {e.name}: {what}; {e.test}, {e.sides}{aside}")
     return lines
 
 
@@ -155,5 +158,7 @@ def _endpoint_text(e: Endpoint) -> str:
         return f"{e.metric} of {e.candidate} - {e.baseline}"
     if e.kind == "effect":
         return f"main effect of {e.switch} on {e.game or 'the aggregate'}"
+    if e.kind == "change":
+        return f"change of {e.candidate} - {e.baseline} on {e.game} from {e.steps_text}"
     reference = e.baseline or f"published {e.reference:g}"
     return f"{e.candidate} - {reference} on {e.game}, {e.score} return, margin {e.margin:g}"

@@ -303,3 +303,54 @@ def test_the_dry_run_says_which_seed_sets_freeze(tmp_path, capsys):
     )
     assert "confirmatory seeds 0,1 (freezes before its first job); seeds 2 in neither set: exploratory" in out
     assert not root.exists()
+
+
+def _change_section() -> dict:
+    """Two primary game endpoints and a secondary change endpoint on Breakout's gap over training."""
+    game = {"kind": "game", "game": "minatar_breakout", "baseline": BASE, "candidate": CAND, "test": "welch",
+            "sides": "less"}  # fmt: skip
+    return {
+        "alpha": 0.05, "correction": "holm", "seeds": "0-3",
+        "endpoints": [
+            {**game, "name": "breakout"},
+            {**game, "name": "asterix", "game": "minatar_asterix"},
+            {"name": "gap_change", "kind": "change", "game": "minatar_breakout", "baseline": BASE,
+             "candidate": CAND, "from_steps": 100_000, "to_steps": 250_000, "sides": "two",
+             "secondary": True},
+        ],
+    }  # fmt: skip
+
+
+def test_a_secondary_change_endpoint_reads_the_gap_over_training_outside_the_family(tmp_path):
+    exp = tmp_path / "change"
+    freeze(
+        exp, tmp_path / "p.toml", _parsed(_change_section()), [0, 1, 2, 3], allow_dirty=True, code_dir=REPO
+    )
+    _grid(tmp_path, "change", ONE_GAME, [0, 1, 2, 3])  # the published arm learns less on Breakout
+    table = run_study(exp, baseline=CAND, reps=200).endpoints.set_index("endpoint")
+    change = table.loc["gap_change"]
+    # each run's evaluation at 250k less its own at 100k, published minus corrected, by hand
+    curves = run_study(exp, baseline=CAND, reps=200).scores.curves
+    on = curves[curves.env == "minatar_breakout"].pivot_table(
+        index=["arm", "seed"], columns="env_steps", values="score"
+    )
+    by_arm = (on[250_000] - on[100_000]).groupby(level="arm")
+    assert np.isclose(change.estimate, by_arm.mean()[CAND] - by_arm.mean()[BASE])
+    assert change.estimate < 0 and change.p_adjusted == change.p and change.correction == "none"
+    assert change.result.startswith("the gap grows (gap -") and change.label == PRE, change.why
+    primary = table.loc[["breakout", "asterix"]]
+    assert np.allclose(primary.p_adjusted.sort_values().iloc[0], 2 * primary.p.min())  # Holm over 2, not 3
+    eval_csv = run_path(tmp_path, "change", CAND, "minatar_breakout", 1) / "eval.csv"
+    kept = [line for line in eval_csv.read_text().splitlines() if not line.startswith("100000,")]
+    eval_csv.write_text("\n".join(kept) + "\n")
+    again = run_study(exp, baseline=CAND, reps=200).endpoints.set_index("endpoint").loc["gap_change"]
+    assert again.result == "not tested: 1 run(s) lack an evaluation at 100,000 or 250,000 env steps"
+
+
+def test_a_change_endpoint_needs_two_steps_in_order():
+    bad = _change_section()
+    bad["endpoints"][2] = {**bad["endpoints"][2], "from_steps": 250_000}
+    with pytest.raises(
+        ConfigError, match="'to_steps': expected 0 < from_steps < to_steps, got 250000 and 250000"
+    ):
+        _parsed(bad)
