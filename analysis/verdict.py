@@ -133,6 +133,18 @@ def learning_sentence(levels: Sequence[ArmLevel], scale: float = 1.0, unit: str 
     why = "a level with 95% CI including random play, 0, or evaluations cut short"
     if len(arms) == 1:  # nothing to compare: the learning check alone
         return f"{names[0]} has not been shown to learn at this budget ({why}: {levels_text})."
+    learned_somewhere = {level.arm for level in levels if level.learned}
+    if partly := [a for a in names if a in learned_somewhere]:  # per-env levels: learned on other envs
+        fully = [a for a in names if a not in learned_somewhere]
+        head = (
+            f"{' and '.join(fully)} {'has' if len(fully) == 1 else 'have'} not learned at this budget; "
+            if fully
+            else ""
+        )
+        return (
+            f"{head}{' and '.join(partly)} {'is' if len(partly) == 1 else 'are'} not shown to learn on every "
+            f"game: the comparison there is with agents not shown to be trained ({why}: {levels_text})."
+        )
     if len(names) == len(arms):
         subject = "Neither arm has" if len(arms) == 2 else "No arm has"
         if any(level.cap is not None for level in untrained):

@@ -96,6 +96,22 @@ def test_no_interval_with_one_seed_is_not_shown_to_learn():
     assert learning_sentence([ArmLevel(x, 0, -1, 1) for x in "abc"]).startswith("No arm has learned")
 
 
+def test_arms_that_learned_on_other_envs_are_never_called_untrained():
+    """Per-env levels: an arm not shown to learn on one env but shown on another has learned; only an
+    arm shown on no env is said not to have learned."""
+    both = [
+        ArmLevel(a, v, lo, hi, env=e)
+        for a in "ab"
+        for e, v, lo, hi in (("x", 0.5, 0.2, 0.7), ("y", 0, -1, 1))
+    ]
+    sentence = learning_sentence(both)
+    assert sentence.startswith("a and b are not shown to learn on every game: the comparison there is with")
+    assert "a on y" in sentence and "b on y" in sentence and "a on x" not in sentence
+    assert "Neither arm has learned" not in sentence
+    one = learning_sentence([*both[:2], ArmLevel("b", 0, -1, 1, env="x"), both[3]])
+    assert one.startswith("b has not learned at this budget; a is not shown to learn on every game")
+
+
 def test_evaluations_cut_at_the_harness_cap_are_not_shown_to_learn(tmp_path):
     """The smoke profile's case on Atari: final evaluation episodes stopped at sampler.eval_max_steps
     score on another scale than random play's whole episodes (Pong's cut episodes score half of
