@@ -25,7 +25,14 @@ from typing import Any
 import numpy as np
 
 from algorithms.configs import ConfigError
-from algorithms.rundir import CHECKPOINT_DIR, CHECKPOINT_FILE, CONFIG_FILE, PREVIOUS_CHECKPOINT_FILE
+from algorithms.rundir import (
+    CHECKPOINT_DIR,
+    CHECKPOINT_FILE,
+    CONFIG_FILE,
+    PREVIOUS_CHECKPOINT_FILE,
+    RunFileNotRegular,
+    read_regular,
+)
 
 # Frames kept per episode in a video: an Atari episode can run 27,000 steps, which no GIF should hold.
 DEFAULT_MAX_FRAMES = 2_000
@@ -51,9 +58,11 @@ def load_run(run: Path, which: str = "latest") -> tuple[Any, dict[str, Any]]:
     if not run.is_dir():
         raise ConfigError(f"run directory {run} does not exist")
     try:
-        stored = json.loads((run / CONFIG_FILE).read_text())
+        stored = json.loads(read_regular(run / CONFIG_FILE))
     except FileNotFoundError:
         raise ConfigError(f"{run}: no {CONFIG_FILE}: not a run directory of this harness") from None
+    except RunFileNotRegular:  # its own line, naming what the file is
+        raise
     except (OSError, ValueError) as e:
         raise ConfigError(f"{run / CONFIG_FILE}: unreadable ({type(e).__name__})") from None
     try:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from interrupts import wait_for
+from special_files import not_a_file
 from tiny_setting import a2c_cartpole_setting
 
 from algorithms.algos import a2c
@@ -232,7 +233,6 @@ GARBAGE = {
     "metadata_bytes": {"metadata.json": b"\xff\xfe\x00"},
     "status_list": {"status.json": b"[]"},
     "status_bytes": {"status.json": b"\x8f\xff"},
-    "status_a_directory": {"status.json/x": b""},
     "plan_bytes": {"../../../plan.json": b"\xff\xfe{"},
     "plan_list": {"../../../plan.json": b'["a"]'},
 }
@@ -300,6 +300,62 @@ def test_garbage_in_a_run_is_listed_not_a_crash(tmp_path, capsys, kind):
     else:  # the damaged run is left out and listed with why
         assert "from 1 complete runs" in study
         assert "arm/minatar_breakout/seed1: " in study.split("## Runs not used")[1]
+
+
+# --- run files that are not regular files (issue 57, item 3) ----------------------------------------------
+# Before, a FIFO named progress.csv or eval.csv blocked the summary, the study and the report forever
+# (the open waited for a writer), a device was read until memory ran out, and a directory named
+# status.json was read as damage. Each is refused in one line naming it, exit 2, without being opened;
+# the timeout turns a regression (a reader blocked on the FIFO) into a failure instead of a hang.
+NOT_REGULAR_FILES = ("progress.csv", "eval.csv", "status.json", "config.json", "metadata.json", "plan.json")
+NOT_REGULAR_KINDS = ("FIFO", "socket", "directory", "device")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", NOT_REGULAR_KINDS)
+@pytest.mark.parametrize("name", NOT_REGULAR_FILES)
+def test_a_run_file_that_is_not_a_regular_file_is_refused_unread(tmp_path, capsys, name, kind):
+    exp = tmp_path / "exp"
+    write_run(tmp_path, "exp", 0)
+    bad = (exp if name == "plan.json" else write_run(tmp_path, "exp", 1)) / name
+    bad.unlink(missing_ok=True)
+    not_a_file(kind, bad)
+    for command, (code, _, err) in read_everything(exp, tmp_path, capsys).items():
+        if command == "summary" and name == "plan.json":  # the summary reads runs only
+            assert code == 0 and err == "", err
+            continue
+        assert code == 2 and err.count("\n") == 1, (command, err)
+        assert f"{bad} is a {kind}, not a regular file" in err, err
+        assert "Traceback" not in err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", ["progress.csv", "status.json"])
+def test_a_fifo_in_a_run_is_refused_by_the_dry_run_and_failed_by_the_run(plan, capfd, name):
+    """The dry run refuses in one line, exit 2; the run fails that run in one line and goes on."""
+    run = run_of(plan)
+    (run / name).unlink()
+    os.mkfifo(run / name)
+    assert repro_main(run_args(plan) + ["--dry-run"]) == 2
+    said = f"{run / name} is a FIFO, not a regular file: refused unread (move it out of the way)"
+    assert capfd.readouterr().err == f"error: {said}\n"
+    assert repro_main(run_args(plan)) == 1
+    out, err = capfd.readouterr()
+    assert f"a2c_cartpole/CartPole-v1/seed0: FAILED ({said})" in err and "Traceback" not in out + err, err
+
+
+def test_a_run_file_linked_to_a_regular_file_is_read_as_its_target(tmp_path, capsys):
+    """The choice ``read_regular`` makes: a symlink is followed; only what it reaches must be a file."""
+    exp = tmp_path / "exp"
+    write_run(tmp_path, "exp", 0)
+    run = write_run(tmp_path, "exp", 1)
+    kept = tmp_path / "kept-progress.csv"
+    (run / "progress.csv").rename(kept)
+    (run / "progress.csv").symlink_to(kept)
+    assert read_run(run).status == "complete"
+    assert analysis_main(["study", str(exp), "--reps", "100"]) == 0
+    assert "from 2 complete runs" in capsys.readouterr().out
 
 
 # --- directories that may not be read -------------------------------------------------------------------

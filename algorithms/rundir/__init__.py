@@ -32,12 +32,17 @@ Integrity under faults (docs/results/run_integrity.md):
   torn row is read with a note, and is not finished for ``is_complete``: rerunning its plan
   repairs it.
 * **Unreadable directories** (permissions) raise ``RunUnreadable``, one line naming the directory.
+* **Only regular files are read** (``read_regular``): a run file (or an experiment's ``plan.json``)
+  that is a FIFO, socket, device or directory raises ``RunFileNotRegular``, one line naming it, and
+  is never opened (a FIFO would block the reader until a writer came, a device might never end). A
+  symlink is followed: one to a regular file is read as its target.
 
 The package imports torch only inside the checkpoint and RNG-state functions, so ``analysis`` can
 read runs without importing the training stack. Its modules, one concern each: ``layout`` (file
-names, paths, ``RunUnreadable``), ``atomic`` (crash-safe writes), ``lock`` (one writer), ``meta``
-(metadata.json, RNG states), ``tables`` (CSV tables), ``writer`` (``RunDir``), ``reader``
-(``read_run``, ``find_runs``, ``completion``). Every public name is importable from here.
+names, paths, ``RunUnreadable``, ``read_regular``), ``atomic`` (crash-safe writes), ``lock`` (one
+writer), ``meta`` (metadata.json, RNG states), ``tables`` (CSV tables), ``writer``
+(``RunDir``), ``reader`` (``read_run``, ``find_runs``, ``completion``). Every public name is
+importable from here.
 """
 
 from algorithms.rundir.atomic import NotARegularFile, atomic_write_bytes, atomic_write_json, check_output
@@ -55,9 +60,12 @@ from algorithms.rundir.layout import (
     PROGRESS_FILE,
     STATUS_FILE,
     TENSORBOARD_DIR,
+    RunFileNotRegular,
     RunState,
     RunStatus,
     RunUnreadable,
+    check_regular,
+    read_regular,
     run_path,
 )
 from algorithms.rundir.lock import (
@@ -102,6 +110,7 @@ __all__ = [
     "RunBusy",
     "RunData",
     "RunDir",
+    "RunFileNotRegular",
     "RunState",
     "RunStatus",
     "RunUnreadable",
@@ -109,6 +118,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "check_output",
+    "check_regular",
     "collect_metadata",
     "completion",
     "config_differences",
@@ -117,6 +127,7 @@ __all__ = [
     "git_state",
     "is_complete",
     "lock_holder",
+    "read_regular",
     "read_run",
     "read_status",
     "read_table",

@@ -22,6 +22,8 @@ from algorithms.rundir.layout import (
     STATUS_FILE,
     RunStatus,
     RunUnreadable,
+    check_regular,
+    read_regular,
 )
 from algorithms.rundir.tables import read_table, sound_length
 
@@ -44,7 +46,7 @@ def _read_json(path: Path, problems: list[str]) -> dict[str, Any] | None:
     """The JSON object in ``path``; ``None`` with the reason in ``problems`` when it is missing or
     damaged (not UTF-8, not JSON, not an object, not a file). ``RunUnreadable`` when not permitted."""
     try:
-        text = path.read_text()
+        text = read_regular(path).decode()
     except FileNotFoundError:
         problems.append(f"{path.name} missing")
         return None
@@ -104,7 +106,7 @@ def _read_run(path: Path) -> RunData:
     for name in (PROGRESS_FILE, EVAL_FILE):
         try:
             table, table_problems = read_table(path / name)
-        except PermissionError:
+        except (PermissionError, RunUnreadable):
             raise
         except (pd.errors.ParserError, UnicodeDecodeError, ValueError, OSError) as e:
             detail = (str(e).splitlines() or [type(e).__name__])[0]
@@ -244,7 +246,8 @@ def completion(path: Path, steps: int | None = None) -> tuple[bool, str | None]:
     damaged ``status.json``; complete, but the last progress row torn or missing, or the rows ending
     short of ``steps``, the run's env-step budget (by default its config.json's). The one rule of
     "complete" for the scheduler, the dry run, ``read_run`` (summary, study, report) and the job.
-    ``RunUnreadable`` when not permitted."""
+    ``RunUnreadable`` when not permitted (``RunFileNotRegular``: a file of the run is a FIFO, device or
+    directory)."""
     if steps is None:
         steps = budget(_read_json(Path(path) / CONFIG_FILE, []))
     status, damaged = read_status(path)
@@ -256,6 +259,7 @@ def completion(path: Path, steps: int | None = None) -> tuple[bool, str | None]:
     said = f"{STATUS_FILE} says complete but " if complete else ""
     progress = Path(path) / PROGRESS_FILE
     try:
+        check_regular(progress)  # a FIFO would block the open below until a writer came
         with open(progress, "rb") as f:
             header = f.readline()
             size = f.seek(0, os.SEEK_END)

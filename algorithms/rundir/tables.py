@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from algorithms.rundir.atomic import atomic_write_bytes
+from algorithms.rundir.layout import check_regular, read_regular
 
 
 class CsvTable:
@@ -29,6 +30,7 @@ class CsvTable:
         self.path = Path(path)
         self.default_columns: list[str] | None = list(columns) if columns is not None else None
         self.columns = self.default_columns
+        check_regular(self.path)  # appending to a FIFO would block until a reader came
         if self.path.exists() and self.path.stat().st_size > 0:
             self._repair_torn_tail()
             with self.path.open(newline="") as f:
@@ -133,12 +135,14 @@ def sound_length(data: bytes) -> int:
 def read_table(path: Path) -> tuple[pd.DataFrame, list[str]]:
     """Read a CSV table, tolerating a torn last line (``sound_length``); returns (table, problems
     found). Raises ``ValueError`` (pandas' ``ParserError`` among them) when a row inside the table
-    has another number of fields than the header: the table is damaged, not torn."""
+    has another number of fields than the header: the table is damaged, not torn; and
+    ``RunFileNotRegular`` (``read_regular``) when it is a FIFO, device or directory."""
     path = Path(path)
     problems: list[str] = []
-    if not path.exists():
+    try:
+        data = read_regular(path)
+    except FileNotFoundError:
         return pd.DataFrame(), [f"{path.name} missing"]
-    data = path.read_bytes()
     cut = sound_length(data)
     if cut < len(data):
         data = data[:cut]

@@ -73,7 +73,7 @@ class RunDir:
             if config_file.exists():
                 if not resume:
                     raise FileExistsError(f"{path}: run directory exists; pass resume=True to continue it")
-                stored = json.loads(config_file.read_text())
+                stored = json.loads(layout.read_regular(config_file))
                 fresh = json.loads(json.dumps(config, default=_json_default))
                 if read_stored is not None:
                     stored = json.loads(json.dumps(read_stored(stored), default=_json_default))
@@ -236,7 +236,7 @@ class RunDir:
         since a run stopped part-way is the same run, and a changed budget is refused before any job
         starts (``repro.changed``)."""
         try:
-            config = json.loads((self.path / layout.CONFIG_FILE).read_text(encoding="utf-8"))
+            config = json.loads(layout.read_regular(self.path / layout.CONFIG_FILE))
         except FileNotFoundError:
             return None
         if isinstance(config.get("runner"), dict):
