@@ -227,17 +227,22 @@ def _connect_ray(args, jobs, tasks) -> int | None:
 
 
 def _dry_run(plan, jobs, n_slots: int, slot_kind: str, packs, k: int, afresh=frozenset()) -> None:
-    """The plan's jobs, how far each got and the totals; ``afresh``: the keys of jobs whose runs
-    ``--rerun-changed`` would move aside (all their steps left)."""
+    """The plan's jobs, how far each got and the totals, then what the run would repair, in the lines
+    the run says it with; ``afresh``: the keys of jobs whose runs ``--rerun-changed`` would move aside
+    (all their steps left). Complete is the scheduler's own rule (``completion``): a run whose last row
+    reaches its budget but whose status.json is missing or damaged, or whose rows miss one of the
+    schedule, is not complete here either."""
+    from algorithms.rundir import completion
     from repro.probe import steps_left
     from repro.tables import human_count, render
 
     print(f"plan {plan.name}: {plan.title}")
     print(f"experiment directory: {jobs[0].run_dir.parents[2]}")
     left = [j.n_steps if j.key in afresh else steps_left(j) for j in jobs]
+    judged = [(False, None) if j.key in afresh else completion(j.run_dir, j.n_steps) for j in jobs]
     rows = [
-        (j.key, human_count(j.n_steps), human_count(j.frames), j.config.runner.device, _progress(j, n))
-        for j, n in zip(jobs, left)
+        (j.key, human_count(j.n_steps), human_count(j.frames), j.config.runner.device, _progress(j, n, done))
+        for j, n, (done, _) in zip(jobs, left, judged)
     ]
     print(render(["job", "env steps", "frames", "device", "done"], rows, align_right=(1, 2)))
     steps = sum(j.n_steps for j in jobs)
@@ -245,12 +250,15 @@ def _dry_run(plan, jobs, n_slots: int, slot_kind: str, packs, k: int, afresh=fro
     print(
         f"\n{len(jobs)} jobs, {steps:,} env steps, {frames:,} frames in total; {n_slots} {slot_kind} slot(s)"
     )
-    complete = sum(1 for n in left if not n)
-    started = sum(1 for j, n in zip(jobs, left) if 0 < n < j.n_steps)
+    complete = sum(done for done, _ in judged)
+    started = sum(1 for j, n, (done, _) in zip(jobs, left, judged) if not done and n < j.n_steps)
     print(
         f"done: {complete} complete, {started} part-way, {len(jobs) - complete - started} not started; "
         f"{sum(left):,} of {steps:,} env steps left"
     )
+    for job, (_, why) in zip(jobs, judged):
+        if why is not None:
+            print(f"{job.key}: {why}")
     if plan.peers:
         print("\n".join(f"{peer}: {PEER_NOTE}" for peer in plan.peers))
     if k > 1:
@@ -276,12 +284,13 @@ def _analysis_line(section, seeds, experiment_dir: Path) -> str:
     return f"analysis {section.hash[:12]}: " + ("; ".join(parts) or "no seeds of this run")
 
 
-def _progress(job, left: int) -> str:
-    """The dry run's "done" column: ``complete``, the env steps of the last progress row of a run that
-    stopped or is running part-way (``resumes at 150k``), or nothing for a job not started."""
+def _progress(job, left: int, done: bool) -> str:
+    """The dry run's "done" column: ``complete`` (``done``: ``completion``'s verdict), the env steps of
+    the last progress row of a run that stopped, is running part-way or is not complete with all its
+    rows (``resumes at 150k``), or nothing for a job not started."""
     from repro.tables import human_count
 
-    if not left:
+    if done:
         return "complete"
     if left < job.n_steps:
         return f"resumes at {human_count(job.n_steps - left)}"

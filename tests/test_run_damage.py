@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
 import shutil
 import signal
@@ -28,7 +29,7 @@ from tiny_setting import a2c_cartpole_setting
 
 from algorithms.algos import a2c
 from algorithms.envs.config import EnvConfig
-from algorithms.rundir import LOG_FILE, RunDir, read_run, run_path
+from algorithms.rundir import LOG_FILE, RunDir, completion, read_run, run_path, schedule_gap
 from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
 from analysis.__main__ import main as analysis_main
 from reports.__main__ import main as reports_main
@@ -604,6 +605,130 @@ def test_a_run_missing_whole_rows_is_unfinished_to_every_reader(plan, capfd):
     assert "from 0 complete runs" in capfd.readouterr().out
     assert repro_main(run_args(plan)) == 0
     check_exact(run)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["missing", "random_bytes"])
+def test_a_run_without_a_sound_status_json_is_unfinished_to_every_reader(plan, capfd, kind):
+    """Its last row reaches the budget: before, the dry run called it complete while ``run`` reran it
+    and the summary and the study left it out (issue 57, item 4). Now all four go by ``completion``."""
+    run = run_of(plan)
+    if kind == "missing":
+        (run / "status.json").unlink()
+    else:
+        (run / "status.json").write_bytes(STATUS_DAMAGE[kind])
+    exp = plan.parent / "runs" / "cartpole-paper"
+    assert repro_main(run_args(plan) + ["--dry-run"]) == 0
+    out, _ = capfd.readouterr()
+    assert "resumes at 2k" in out and "done: 0 complete, 1 part-way, 0 not started" in out, out
+    if kind != "missing":  # the line the run says before it repairs it
+        assert "a2c_cartpole/CartPole-v1/seed0: status.json unreadable" in out and "running it again" in out
+    assert "1 runs  0 complete" in summary_text(exp)
+    assert analysis_main(["study", str(exp), "--reps", "100"]) == 0
+    assert "from 0 complete runs" in capfd.readouterr().out
+    assert repro_main(run_args(plan)) == 0
+    assert "1 complete, 0 skipped" in capfd.readouterr().out
+    check_exact(run)
+
+
+@pytest.mark.slow
+def test_a_run_missing_a_middle_row_is_unfinished_to_every_reader_and_repaired(plan, capfd):
+    """The row at 1,000 env steps lost from a complete run: before, every reader called it complete."""
+    run = run_of(plan)
+    table = run / "progress.csv"
+    lines = table.read_bytes().splitlines(keepends=True)
+    table.write_bytes(b"".join(lines[:5] + lines[6:]))
+    said = (
+        "status.json says complete but progress.csv lacks the row due at 1,000 env steps (it goes from 800 "
+        "to 1,200)"
+    )
+    exp = plan.parent / "runs" / "cartpole-paper"
+    assert repro_main(run_args(plan) + ["--dry-run"]) == 0
+    out, _ = capfd.readouterr()
+    assert "done: 0 complete, 1 part-way" in out and f"a2c_cartpole/CartPole-v1/seed0: {said}" in out, out
+    assert said in summary_text(exp)
+    assert analysis_main(["study", str(exp), "--reps", "100"]) == 0
+    assert "from 0 complete runs" in capfd.readouterr().out
+    assert repro_main(run_args(plan)) == 0
+    out, err = capfd.readouterr()
+    assert f"{said}: repairing it" in err and "1 complete, 0 skipped" in out, out + err
+    assert "starting afresh" in (run / LOG_FILE).read_text()
+    check_exact(run)
+
+
+def test_schedule_gap_finds_a_lost_row_from_the_rows_alone():
+    """Hand-computed: rows every 200 env steps of batches of 10 (``sampler_itrs`` counts batches)."""
+    assert schedule_gap([200, 400, 600, 800], [20, 40, 60, 80], 200) is None
+    assert (
+        schedule_gap([200, 400, 800, 1000], [20, 40, 80, 100], 200)
+        == "lacks the row due at 600 env steps (it goes from 400 to 800)"
+    )
+    assert schedule_gap([400], [40], 200) == "lacks the row due at 200 env steps (it goes from 0 to 400)"
+    # A row just past each multiple (batches of 80 against 25,000), and the last at the budget.
+    assert schedule_gap([25040, 50000, 75040, 80000], [313, 625, 938, 1000], 25000) is None
+    # Batches larger than the interval: every batch logs, each past several multiples.
+    assert schedule_gap([250, 500, 750], [1, 2, 3], 100) is None
+    # Without the iterations the batch is not known, so nothing is claimed.
+    assert schedule_gap([200, 800], [math.nan, math.nan], 200) is None
+
+
+def scheduled_run(root: Path, lost: int | None = None) -> Path:
+    """A complete run of 1,000 env steps, a row every 200 (batches of 10), the row at ``lost`` removed."""
+    path = run_path(root, "exp", "arm", "minatar_breakout", 0)
+    run = RunDir.open(path, {"runner": {"n_steps": 1000, "log_interval_steps": 200}}, {"seed": 0})
+    for steps in range(200, 1001, 200):
+        run.append_progress({"env_steps": steps, "sampler_itrs": steps // 10, "return_mean": 1.0,
+                             "episodes_logged": 1})  # fmt: skip
+    run.append_eval([{"env_steps": 1000, "frames": 1000, "updates": 1, "wall_time_s": 1, "episode": 0,
+                      "return": 1.0, "length": 3}])  # fmt: skip
+    run.set_status("complete")
+    run.close()
+    if lost is not None:
+        table = path / "progress.csv"
+        table.write_bytes(b"".join(x for x in table.read_bytes().splitlines(keepends=True)
+                                   if not x.startswith(f"{lost},".encode())))  # fmt: skip
+    return path
+
+
+def test_a_lost_middle_row_makes_a_complete_run_unfinished_to_every_reader(tmp_path, capsys):
+    assert completion(scheduled_run(tmp_path / "whole")) == (True, None)
+    run = scheduled_run(tmp_path, lost=600)
+    said = "status.json says complete but progress.csv lacks the row due at 600 env steps (it goes from 400 "
+    said += "to 800)"
+    assert completion(run) == (False, f"{said}: repairing it")
+    data = read_run(run)
+    assert data.status == "incomplete" and said in data.problems
+    assert "runs status.json calls complete that are not" in summary_text(tmp_path / "exp")
+    assert analysis_main(["study", str(tmp_path / "exp"), "--reps", "100"]) == 0
+    assert "from 0 complete runs" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("lost", "expected"),
+    [
+        (200, (None, "progress.csv lacks the row due at 200 env steps (it goes from 100 to 300) that "
+                     "checkpoints/latest.pt logged; progress.csv lacks the row due at 200 env steps (it goes "
+                     "from 100 to 300) that checkpoints/previous.pt logged: starting afresh, progress.csv "
+                     "and eval.csv emptied")),
+        (400, (300, "progress.csv lacks the row due at 400 env steps (it goes from 300 to 500) that "
+                    "checkpoints/latest.pt logged: resuming from previous.pt at 300 env steps, tables cut "
+                    "back to it")),
+    ],
+)  # fmt: skip
+def test_a_lost_middle_row_is_repaired_from_a_checkpoint_before_it_or_afresh(tmp_path, lost, expected):
+    """A resumed run never fills a gap before its checkpoint: before, it went on from ``latest.pt`` and
+    the table kept the hole for good."""
+    run = RunDir.open(tmp_path / "r", {"runner": {"log_interval_steps": 100}}, {"seed": 0})
+    for steps in range(100, 501, 100):
+        run.append_progress({"env_steps": steps, "sampler_itrs": steps // 10})
+        if steps in (300, 500):
+            run.save_checkpoint({"counters": {"env_steps": steps}, "runner": {"last_log_steps": steps}})
+    table = run.path / "progress.csv"
+    table.write_bytes(b"".join(x for x in table.read_bytes().splitlines(keepends=True)
+                               if not x.startswith(f"{lost},".encode())))  # fmt: skip
+    checkpoint, said = run.recover()
+    assert (checkpoint and checkpoint["counters"]["env_steps"], said) == expected
+    run.close()
 
 
 # --- a read-only run directory (issue 47, item 6) ---------------------------------------------------------

@@ -36,11 +36,14 @@ Integrity under faults (docs/results/run_integrity.md):
   that is a FIFO, socket, device or directory raises ``RunFileNotRegular``, one line naming it, and
   is never opened (a FIFO would block the reader until a writer came, a device might never end). A
   symlink is followed: one to a regular file is read as its target.
+* **Rows on schedule.** A run is finished (``completion``) only when ``progress.csv`` holds every row
+  of the runner's schedule (``schedule_gap``); a row lost from the middle is named, and the next
+  start passes over checkpoints the table no longer agrees with, as for a lost last row.
 
 The package imports torch only inside the checkpoint and RNG-state functions, so ``analysis`` can
 read runs without importing the training stack. Its modules, one concern each: ``layout`` (file
 names, paths, ``RunUnreadable``, ``read_regular``), ``atomic`` (crash-safe writes), ``lock`` (one
-writer), ``meta`` (metadata.json, RNG states), ``tables`` (CSV tables), ``writer``
+writer), ``meta`` (metadata.json, RNG states), ``tables`` (CSV tables, ``schedule_gap``), ``writer``
 (``RunDir``), ``reader`` (``read_run``, ``find_runs``, ``completion``). Every public name is
 importable from here.
 """
@@ -86,7 +89,7 @@ from algorithms.rundir.meta import (
     set_rng_state,
 )
 from algorithms.rundir.reader import RunData, completion, find_runs, is_complete, read_run, read_status
-from algorithms.rundir.tables import CsvTable, read_table, sound_length
+from algorithms.rundir.tables import CsvTable, read_table, schedule_gap, sound_length
 from algorithms.rundir.writer import RunDir, config_differences, verify_checkpoint
 
 __all__ = [
@@ -134,6 +137,7 @@ __all__ = [
     "release_lock",
     "rng_state",
     "run_path",
+    "schedule_gap",
     "set_rng_state",
     "set_status_if_free",
     "sound_length",

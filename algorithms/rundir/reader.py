@@ -5,7 +5,10 @@ cheap finished-or-not check a scheduler makes before starting a run (``completio
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +25,9 @@ from algorithms.rundir.layout import (
     STATUS_FILE,
     RunStatus,
     RunUnreadable,
-    check_regular,
     read_regular,
 )
-from algorithms.rundir.tables import read_table, sound_length
+from algorithms.rundir.tables import read_table, schedule_gap, sound_length
 
 
 @dataclass
@@ -83,7 +85,8 @@ def read_run(path: Path) -> RunData:
     * corrupt: config.json / metadata.json unreadable, or missing beside progress rows, or a table
       that does not parse, whose rows are not numbers, or whose env steps repeat or go backwards;
     * complete: finished as the scheduler judges it (``completion``: status.json says complete and
-      the progress rows, none torn, reach the run's budget) and everything parses;
+      the progress rows, none torn and none of the schedule missing, reach the run's budget) and
+      everything parses;
     * incomplete: readable, but still running, failed or killed, its status.json damaged, or said
       complete with rows torn or missing (listed in ``problems``; rerunning the plan repairs it).
     """
@@ -235,21 +238,34 @@ def find_runs(experiment_dir: Path) -> list[Path]:
 
 def budget(config: dict[str, Any] | None) -> int | None:
     """The env-step budget (``runner.n_steps``) of a run's stored config; ``None`` when it has none."""
+    return _runner_int(config, "n_steps")
+
+
+def log_interval(config: dict[str, Any] | None) -> int | None:
+    """The env steps between progress rows (``runner.log_interval_steps``) of a run's stored config;
+    ``None`` when it has none (or not a positive one: no schedule to check rows against)."""
+    interval = _runner_int(config, "log_interval_steps")
+    return interval if interval is not None and interval > 0 else None
+
+
+def _runner_int(config: dict[str, Any] | None, key: str) -> int | None:
     runner = config.get("runner") if isinstance(config, dict) else None
-    steps = runner.get("n_steps") if isinstance(runner, dict) else None
-    return steps if isinstance(steps, int) and not isinstance(steps, bool) else None
+    value = runner.get(key) if isinstance(runner, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def completion(path: Path, steps: int | None = None) -> tuple[bool, str | None]:
-    """Whether the run at ``path`` is finished, cheaply (``status.json`` and the tail of
-    ``progress.csv``), and, when it looks finished or damaged but is not, why (one phrase): a
-    damaged ``status.json``; complete, but the last progress row torn or missing, or the rows ending
-    short of ``steps``, the run's env-step budget (by default its config.json's). The one rule of
-    "complete" for the scheduler, the dry run, ``read_run`` (summary, study, report) and the job.
-    ``RunUnreadable`` when not permitted (``RunFileNotRegular``: a file of the run is a FIFO, device or
-    directory)."""
+    """Whether the run at ``path`` is finished and, when it looks finished or damaged but is not, why
+    (one phrase): a damaged ``status.json``; complete, but the last progress row torn or missing, the
+    rows ending short of ``steps`` (the run's env-step budget, by default its config.json's), or a
+    row of the runner's schedule missing between them (``schedule_gap``, every
+    ``runner.log_interval_steps``). The one rule of "complete" for the scheduler, the dry run,
+    ``read_run`` (summary, study, report) and the job. ``RunUnreadable`` when not permitted
+    (``RunFileNotRegular``: a file of the run is a FIFO, device or directory)."""
+    path = Path(path)
+    config = _read_json(path / CONFIG_FILE, [])
     if steps is None:
-        steps = budget(_read_json(Path(path) / CONFIG_FILE, []))
+        steps = budget(config)
     status, damaged = read_status(path)
     if damaged is not None:
         return False, f"{damaged}: running it again"
@@ -257,39 +273,41 @@ def completion(path: Path, steps: int | None = None) -> tuple[bool, str | None]:
         return False, None
     complete = status.get("state") == "complete"
     said = f"{STATUS_FILE} says complete but " if complete else ""
-    progress = Path(path) / PROGRESS_FILE
+    progress = path / PROGRESS_FILE
     try:
-        check_regular(progress)  # a FIFO would block the open below until a writer came
-        with open(progress, "rb") as f:
-            header = f.readline()
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(len(header), size - 65536))
-            tail = f.read()
+        data = read_regular(progress)
     except FileNotFoundError:
         return False, f"{said}{PROGRESS_FILE} is missing: running it again" if complete else None
     except PermissionError as error:
         raise RunUnreadable.from_error(error, progress) from None
-    whole = tail[: sound_length(header + tail) - len(header)] if tail else tail
-    if len(whole) < len(tail):
+    whole = data[: sound_length(data)]
+    if len(whole) < len(data):
         return False, f"{said}the last row of {PROGRESS_FILE} is torn: repairing it"
     if not complete:
         return False, None
-    rows = [line for line in whole.split(b"\n") if line.strip()]
+    rows = list(csv.DictReader(io.StringIO(whole.decode(errors="replace"))))
     if not rows:
         return False, f"{said}{PROGRESS_FILE} has no rows: running it again"
-    if steps is not None:
-        columns = header.decode(errors="replace").strip().split(",")
-        values = rows[-1].decode(errors="replace").split(",")
-        try:
-            last = int(float(dict(zip(columns, values))["env_steps"]))
-        except (KeyError, ValueError):
-            last = 0
-        if last < steps:
-            return False, (
-                f"{STATUS_FILE} says complete but {PROGRESS_FILE} ends at {last:,} of {steps:,} env steps: "
-                "repairing it"
-            )
+    env_steps = _numbers(rows, "env_steps")
+    last = int(env_steps[-1]) if math.isfinite(env_steps[-1]) else 0
+    if steps is not None and last < steps:
+        return False, f"{said}{PROGRESS_FILE} ends at {last:,} of {steps:,} env steps: repairing it"
+    interval = log_interval(config)
+    gap = schedule_gap(env_steps, _numbers(rows, "sampler_itrs"), interval) if interval else None
+    if gap is not None:
+        return False, f"{said}{PROGRESS_FILE} {gap}: repairing it"
     return True, None
+
+
+def _numbers(rows: list[dict[str, str]], column: str) -> list[float]:
+    """``column`` of CSV ``rows`` as numbers, NaN where a cell is absent or not a number."""
+    out = []
+    for row in rows:
+        try:
+            out.append(float(row.get(column) or "nan"))
+        except ValueError:
+            out.append(math.nan)
+    return out
 
 
 def is_complete(path: Path, steps: int | None = None) -> bool:
