@@ -14,12 +14,14 @@ import ctypes
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -29,9 +31,10 @@ from tiny_setting import a2c_cartpole_setting
 
 from algorithms.algos import a2c
 from algorithms.envs.config import EnvConfig
-from algorithms.rundir import LOG_FILE, RunDir, completion, read_run, run_path, schedule_gap
+from algorithms.rundir import EVAL_COLUMNS, LOG_FILE, RunDir, completion, read_run, run_path, schedule_gap
 from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
 from analysis.__main__ import main as analysis_main
+from analysis.synthetic import SyntheticArm, write_experiment
 from reports.__main__ import main as reports_main
 from repro.cli import main as repro_main
 from repro.scheduler import detect_slots, run_local, spawn_job
@@ -219,6 +222,7 @@ def test_cutting_a_table_back_keeps_the_bytes_of_the_rows_it_keeps(tmp_path):
 
 
 # --- reading an experiment with no rows yet, or garbage in its runs -------------------------------------
+EVAL_HEADER = b"env_steps,frames,updates,wall_time_s,episode,return,length\n"
 GARBAGE = {
     "progress_random_bytes": {"progress.csv": bytes(range(256)) * 2},
     "progress_header_only": {"progress.csv": b"env_steps,frames,return_mean\n"},
@@ -234,6 +238,17 @@ GARBAGE = {
     "metadata_bytes": {"metadata.json": b"\xff\xfe\x00"},
     "status_list": {"status.json": b"[]"},
     "status_bytes": {"status.json": b"\x8f\xff"},
+    # Returns that are not finite numbers (issue 57, item 5): before, a nan gave "P = nan [nan, nan]"
+    # and an inf an infinite IQM with 30 lines of warnings. A NaN training return is damage only in a
+    # row that logged episodes (with none, the logger writes NaN by design).
+    "eval_nan": {"eval.csv": EVAL_HEADER + b"200,200,1,1,0,nan,3\n"},
+    "eval_inf": {"eval.csv": EVAL_HEADER + b"200,200,1,1,0,inf,3\n"},
+    "eval_minus_inf": {"eval.csv": EVAL_HEADER + b"200,200,1,1,0,-inf,3\n"},
+    "eval_return_empty": {"eval.csv": EVAL_HEADER + b"200,200,1,1,0,,3\n"},
+    "progress_inf": {"progress.csv": b"env_steps,frames,return_mean\n100,100,1.0\n200,200,inf\n"},
+    "progress_nan_after_episodes": {
+        "progress.csv": b"env_steps,frames,return_mean,episodes_logged\n100,100,nan,0\n200,200,nan,2\n"
+    },
     "plan_bytes": {"../../../plan.json": b"\xff\xfe{"},
     "plan_list": {"../../../plan.json": b'["a"]'},
 }
@@ -301,6 +316,42 @@ def test_garbage_in_a_run_is_listed_not_a_crash(tmp_path, capsys, kind):
     else:  # the damaged run is left out and listed with why
         assert "from 1 complete runs" in study
         assert "arm/minatar_breakout/seed1: " in study.split("## Runs not used")[1]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_a_non_finite_return_is_never_a_score(tmp_path, capsys, value):
+    """Both episodes of one run's last evaluation returned ``value``: before, the verdict read "b - a =
+    +nan [+nan, +nan]" with "P(b > a) = nan" (inf: an IQM of -inf and 8 lines of RuntimeWarnings). Now
+    the run is damaged, named in one line, and the verdict is made of the other runs."""
+    arms = {"a": SyntheticArm(1.0, {"algo": "dqn"}), "b": SyntheticArm(1.2, {"algo": "dqn"})}
+    exp = write_experiment(tmp_path, "exp", arms, ["CartPole-v1"], [0, 1, 2], n_logs=3, eval_episodes=2)
+    table = exp / "a" / "CartPole-v1" / "seed1" / "eval.csv"
+    lines = table.read_text().splitlines()
+    for i in (-2, -1):
+        cells = lines[i].split(",")
+        cells[EVAL_COLUMNS.index("return")] = value
+        lines[i] = ",".join(cells)
+    table.write_text("\n".join(lines) + "\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert analysis_main(["study", str(exp), "--reps", "100"]) == 0
+        assert reports_main(["build", str(exp), "--reps", "100", "--out", str(tmp_path / "r.html")]) == 0
+    out, err = capsys.readouterr()
+    verdict = next(line for line in out.splitlines() if line.startswith("**Verdict"))
+    assert not re.search(r"\b(nan|inf)\b", verdict) and "over 1 games x 2 seeds per arm" in verdict, verdict
+    named = f"eval.csv damaged: return {value} at line {len(lines) - 1} is not a finite number"
+    assert f"a/CartPole-v1/seed1: {named}" in out and named in (tmp_path / "r.html").read_text()
+    assert err == "", err
+
+
+def test_a_nan_training_return_of_a_row_without_episodes_is_no_damage(tmp_path):
+    """The logger writes NaN return columns where no episode ended since the last row."""
+    run = write_run(tmp_path, "exp", 0)
+    (run / "progress.csv").write_bytes(
+        b"env_steps,frames,return_mean,episodes_logged\n100,100,nan,0\n200,200,1.5,2\n"
+    )
+    data = read_run(run)
+    assert data.status == "complete" and not data.problems, data.problems
 
 
 # --- run files that are not regular files (issue 57, item 3) ----------------------------------------------

@@ -39,6 +39,8 @@ Integrity under faults (docs/results/run_integrity.md):
 * **Rows on schedule.** A run is finished (``completion``) only when ``progress.csv`` holds every row
   of the runner's schedule (``schedule_gap``); a row lost from the middle is named, and the next
   start passes over checkpoints the table no longer agrees with, as for a lost last row.
+* **Returns are finite.** A return in ``eval.csv`` or ``progress.csv`` that is infinite, or NaN
+  where episodes were played, makes the run corrupt, named in one line: no score is made of it.
 
 The package imports torch only inside the checkpoint and RNG-state functions, so ``analysis`` can
 read runs without importing the training stack. Its modules, one concern each: ``layout`` (file

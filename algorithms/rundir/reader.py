@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from algorithms.rundir.layout import (
@@ -83,7 +84,8 @@ def read_run(path: Path) -> RunData:
     """Read a run directory without raising on damage (``RunUnreadable`` when it may not be read).
 
     * corrupt: config.json / metadata.json unreadable, or missing beside progress rows, or a table
-      that does not parse, whose rows are not numbers, or whose env steps repeat or go backwards;
+      that does not parse, whose rows are not numbers, whose env steps repeat or go backwards, or
+      that holds a return that is not a finite number (``_non_finite_return``);
     * complete: finished as the scheduler judges it (``completion``: status.json says complete and
       the progress rows, none torn and none of the schedule missing, reach the run's budget) and
       everything parses;
@@ -117,8 +119,8 @@ def _read_run(path: Path) -> RunData:
             corrupt = True
         tables[name] = table
         problems.extend(p for p in table_problems if not p.endswith("missing") or name == PROGRESS_FILE)
-    for problem in (_progress_order(tables[PROGRESS_FILE]), _eval_order(tables[EVAL_FILE])):
-        if problem is not None:
+    for name, order in ((PROGRESS_FILE, _progress_order), (EVAL_FILE, _eval_order)):
+        if (problem := order(tables[name]) or _non_finite_return(tables[name], name)) is not None:
             problems.append(problem)
             corrupt = True
     if config is None or metadata is None:
@@ -210,6 +212,27 @@ def _eval_order(table: pd.DataFrame) -> str | None:
         return (
             f"{EVAL_FILE} damaged: the evaluation at env_steps {steps.iloc[i]:g} has episode {episode} twice"
         )
+    return None
+
+
+def _non_finite_return(table: pd.DataFrame, name: str) -> str | None:
+    """Why a table whose rows are in order is damaged by a return that is not a finite number: any
+    infinity; a NaN in ``eval.csv`` (each row is one episode played) or in a row of ``progress.csv``
+    that logged episodes (with none, or no ``episodes_logged`` to say, its return columns are NaN by
+    design: ``algorithms.logger``). Such a return would make every mean, IQM and interval it enters
+    NaN or infinite."""
+    columns = [c for c in table.columns if c == "return" or c.startswith("return_")]
+    if name == EVAL_FILE:
+        played = np.ones(len(table), bool)
+    else:
+        logged = table["episodes_logged"] if "episodes_logged" in table else pd.Series(0, index=table.index)
+        played = pd.to_numeric(logged, errors="coerce").to_numpy(float) > 0
+    for column in columns:
+        values = pd.to_numeric(table[column], errors="coerce").to_numpy(float)
+        bad = np.isinf(values) | (np.isnan(values) & played)
+        if bad.any():
+            i = int(bad.argmax())
+            return f"{name} damaged: {column} {values[i]} at line {i + 2} is not a finite number"
     return None
 
 
