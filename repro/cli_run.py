@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from algorithms.configs import ConfigError
+from protocol.limits import Limit, check_limit
 from protocol.plan_args import seeds_text
 from protocol.registration import read_record
 from repro.cli import CPU_ANSWER
@@ -95,8 +96,25 @@ def _check_one_job_per_run(plan, jobs) -> None:
             )
 
 
-def _positive_int_arg(text: str | None, name: str) -> int | None:
-    """``JOBS`` or ``CPUS_PER_JOB``: empty (the default: ``None``) or a positive integer."""
+# A slot is a job's process and a job's CPUs are its torch threads: no machine this harness runs on
+# has this many cores, so a larger value is a typo that would start that many processes or threads.
+JOBS_LIMIT = Limit(
+    "JOBS", 4096, "more slots than any machine has cores",
+    lambda n: f"{n:,} slots would start as many job processes at once, each holding its own torch and envs",
+)  # fmt: skip
+CPUS_LIMIT = Limit(
+    "CPUS_PER_JOB", 4096, "more CPUs than any machine has cores",
+    lambda n: f"each job would start {n:,} torch threads",
+)  # fmt: skip
+RETRIES_LIMIT = Limit(
+    "--retries", 100, "a job that failed 100 times fails for a reason a retry does not remove",
+    lambda n: f"a failing job would run {n + 1:,} times",
+)  # fmt: skip
+
+
+def _positive_int_arg(text: str | None, name: str, limit: Limit | None = None) -> int | None:
+    """``JOBS``, ``CPUS_PER_JOB`` or ``PACK``: empty (the default: ``None``) or a positive integer, up
+    to ``limit`` when given (a pack is never larger than an arm's seeds, bounded by ``--seeds``)."""
     if text is None or not str(text).strip():
         return None
     try:
@@ -105,6 +123,8 @@ def _positive_int_arg(text: str | None, name: str) -> int | None:
         raise ConfigError(f"{name} must be a positive integer, got {text!r}") from None
     if value < 1:
         raise ConfigError(f"{name} must be a positive integer, got {value}")
+    if limit is not None:
+        check_limit(limit, value)
     return value
 
 
@@ -324,16 +344,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     from repro.scheduler import check_devices, detect_slots
 
     stop_on_signals()  # SIGTERM and SIGHUP stop the run as Ctrl-C does, from planning on
+    # The options alone first: a value out of bounds is refused before the plan is resolved.
+    n_jobs = _positive_int_arg(args.jobs, "JOBS", JOBS_LIMIT)
+    if args.retries < 0:
+        raise ConfigError(f"--retries must be >= 0, got {args.retries}")
+    check_limit(RETRIES_LIMIT, args.retries)
+    if args.backend not in ("local", "ray"):
+        raise ConfigError(f"BACKEND must be 'local' or 'ray', got {args.backend!r}")
+    cpus_per_job = _positive_int_arg(args.cpus_per_job, "CPUS_PER_JOB", CPUS_LIMIT)
+    gpus_per_job = _gpus_arg(args.gpus_per_job)
     plan, seeds, jobs = _plan_jobs(args)
     if args.backend == "local":  # a Ray job's device is its node's, given by --gpus-per-job
         check_devices(j.config.runner.device for j in jobs)
-    n_jobs = _positive_int_arg(args.jobs, "JOBS")
-    if args.retries < 0:
-        raise ConfigError(f"--retries must be >= 0, got {args.retries}")
-    if args.backend not in ("local", "ray"):
-        raise ConfigError(f"BACKEND must be 'local' or 'ray', got {args.backend!r}")
-    cpus_per_job = _positive_int_arg(args.cpus_per_job, "CPUS_PER_JOB")
-    gpus_per_job = _gpus_arg(args.gpus_per_job)
     threads = cpus_per_job or max(j.config.runner.torch_threads for j in jobs)
     if args.backend == "ray":
         try:

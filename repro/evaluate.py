@@ -33,9 +33,22 @@ from algorithms.rundir import (
     RunFileNotRegular,
     read_regular,
 )
+from protocol.limits import MAX_EPISODES, MAX_EPISODES_WHY, Limit, check_limit, gib
 
 # Frames kept per episode in a video: an Atari episode can run 27,000 steps, which no GIF should hold.
 DEFAULT_MAX_FRAMES = 2_000
+# The RGB screen the recorder keeps of an Atari frame (210 x 160 pixels, 3 bytes each).
+ATARI_FRAME_BYTES = 210 * 160 * 3
+# An Atari episode's longest: 108,000 frames at frameskip 4 (Machado et al. 2018, the 30-minute cap),
+# one recorded frame per step.
+MAX_FRAMES_LIMIT = Limit(
+    "--max-frames", 27_000, "the longest Atari episode, 108,000 frames at frameskip 4",
+    lambda n: f"a video would hold {gib(n * ATARI_FRAME_BYTES)} of Atari screens per episode",
+)  # fmt: skip
+EPISODES_LIMIT = Limit(
+    "--episodes", MAX_EPISODES, MAX_EPISODES_WHY,
+    lambda n: f"{n:,} episodes are played in full before a line is printed, and with --video held in memory",
+)  # fmt: skip
 # MinAtar cells are one pixel; a video scales each to a square this many pixels wide.
 MINATAR_CELL_PX = 16
 FRAME_MS = 50
@@ -247,6 +260,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise ConfigError(f"--episodes must be at least 1, got {args.episodes}")
     if args.max_frames < 1:
         raise ConfigError(f"--max-frames must be at least 1, got {args.max_frames}")
+    check_limit(EPISODES_LIMIT, args.episodes)
+    check_limit(MAX_FRAMES_LIMIT, args.max_frames)
     run = Path(args.run)
     video = Path(args.video) if args.video else None
     if video is not None:
