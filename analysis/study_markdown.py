@@ -11,6 +11,7 @@ import pandas as pd
 
 from analysis import aggregate, verdict
 from analysis.ablation import EXACT_SPLITS, PLANNED_DIFFERENCE
+from analysis.configdiff import mixed_config_lines, mixed_configs, run_effective_values
 from analysis.confirmatory import EXPLORATORY
 from analysis.factorial import factorial_lines
 from analysis.interruptions import resumed_lines
@@ -312,6 +313,8 @@ def study_markdown(
             f"Plan file unusable (expected runs and arm order not taken from it): {exp.plan['error']}.",
             "",
         ]
+    mixed = mixed_configs(exp.configs, run_effective_values(exp.metadata))
+    lines += [x for line in mixed_config_lines(mixed) for x in (f"**Runs differ in config.** {line}", "")]
     if csv_path:
         lines += [f"Tidy result table (one row per run): `{csv_path}`.", ""]
         if not study.effects.empty:

@@ -5,7 +5,7 @@ never retried and marked failed. Without ``--rerun-changed`` the command names e
 keys that differ, and stops (exit 2); with it, each such run directory is moved aside, kept as
 ``seed<k>.changed-<time>`` (which no reader counts as a run), and the run starts afresh.
 
-Options that do not change what a run computes (``algorithms.train.RESULT_NEUTRAL_KEYS``:
+Options that do not change what a run computes (``algorithms.rundir.RESULT_NEUTRAL_KEYS``:
 ``--tensorboard``; ``--track`` is not in the config) never count as a change.
 """
 

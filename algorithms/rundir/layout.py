@@ -29,6 +29,11 @@ EVAL_COLUMNS = ("env_steps", "frames", "updates", "wall_time_s", "episode", "ret
 # metadata.json key of the values in effect that other config fields set (``declared_effective_values``).
 EFFECTIVE_VALUES_KEY = "effective_values"
 
+# config.json keys that change what a run shows, not what it computes: a run resumed with TensorBoard
+# event files turned on (or off) is the same run, and two seeds of an arm that differ only there ran
+# one configuration.
+RESULT_NEUTRAL_KEYS = ("runner.tensorboard",)
+
 RunStatus = Literal["complete", "incomplete", "corrupt"]
 RunState = Literal["running", "complete", "failed", "interrupted"]
 
