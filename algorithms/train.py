@@ -382,16 +382,13 @@ def train(config: TrainConfig, run_dir: Path | str, resume: bool = True) -> Coun
 
 INTERRUPTED = "stopped by Ctrl-C or a stop signal; rerun to continue"
 
-# Config keys that change what a run shows, not what it computes: a run resumed with TensorBoard
-# event files turned on (or off) is the same run.
-RESULT_NEUTRAL_KEYS = ("runner.tensorboard",)
-
 
 def config_changes(stored: dict[str, Any], config: TrainConfig, ignore: tuple[str, ...] = ()) -> list[str]:
     """Every key at which a run directory's ``stored`` config differs from ``config`` (with both
     values), the stored one read as today's (``_stored_config_today``), keys in
-    ``RESULT_NEUTRAL_KEYS`` and ``ignore`` left out: what resuming ``config`` there would refuse."""
-    from algorithms.rundir import config_differences
+    ``RESULT_NEUTRAL_KEYS`` (``algorithms.rundir``) and ``ignore`` left out: what resuming ``config``
+    there would refuse."""
+    from algorithms.rundir import RESULT_NEUTRAL_KEYS, config_differences
     from algorithms.rundir.atomic import _json_default
 
     fresh = json.loads(json.dumps(config_to_dict(config), default=_json_default))
@@ -414,7 +411,7 @@ def open_run(
 ) -> RunDir:
     """``config``'s run directory, opened and locked (``RunDir.open``) and cut back to its latest
     checkpoint that loads (``RunDir.recover``, reported on stderr when it repaired something)."""
-    from algorithms.rundir import RunDir, declared_effective_values
+    from algorithms.rundir import RESULT_NEUTRAL_KEYS, RunDir, declared_effective_values
 
     run = RunDir.open(
         Path(run_dir),

@@ -14,7 +14,7 @@ from algorithms.rundir import NotARegularFile, atomic_write_bytes, check_output
 from analysis.ending import ending_lines
 from analysis.factorial import factorial_path
 from analysis.replication import check_replication, with_replication_base
-from analysis.scores import add_scoring_options
+from analysis.scores import add_scoring_options, check_reps
 from analysis.study import effects_path, result_table, run_study
 from analysis.study_markdown import study_markdown
 from protocol.console import guarded
@@ -58,9 +58,8 @@ def _main(argv: list[str]) -> int:
         return _ending(args)
     if args.pool and args.replication is None:
         parser.error("--pool reads a study and its --replication together: give --replication")
-    if args.reps < 100:
-        parser.error(f"--reps must be at least 100, got {args.reps}")
     try:
+        check_reps(args.reps)
         for path in (args.csv, args.markdown):
             if path is not None:
                 check_output(path)
@@ -112,6 +111,7 @@ def _ending(args: argparse.Namespace) -> int:
         print(f"analysis: experiment directory {args.experiment} does not exist", file=sys.stderr)
         return 2
     try:
+        check_reps(args.reps)
         lines = ending_lines(run_study(args.experiment, reps=args.reps, table=args.table))
     except (FileNotFoundError, ValueError) as e:
         print(f"analysis: {e}", file=sys.stderr)

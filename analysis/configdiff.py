@@ -24,10 +24,15 @@ from typing import Any
 
 import pandas as pd
 
-from algorithms.rundir import EFFECTIVE_VALUES_KEY
+from algorithms.rundir import EFFECTIVE_VALUES_KEY, RESULT_NEUTRAL_KEYS
+from analysis.markdown import fmt
 from analysis.runs import flatten
+from protocol.plan_args import seeds_text
 
 ABSENT = "(absent)"
+# Keys that differ between the runs of one arm and env by design: the seed, and the options that change
+# what a run shows, not what it computes.
+PER_RUN_KEYS = ("runner.seed", *RESULT_NEUTRAL_KEYS)
 # config.json's record of the values' origins (algorithms.train.ORIGINS_KEY; this layer reads files
 # and imports no training code).
 ORIGINS_KEY = "origins"
@@ -112,6 +117,48 @@ def config_diff(configs: dict[RunKey, dict[str, Any]], effective: Effective | No
         if len({repr(v) for v in values}) > 1:
             rows.append({"key": key, **dict(zip(arms, values))})
     return pd.DataFrame(rows, columns=["key", *arms])
+
+
+def shown(value: Any) -> str:
+    """A config value as a table or a sentence shows it: one a run used in place of the stated one
+    shows both, marked."""
+    if isinstance(value, InEffect):
+        return f"{fmt(value.value)} in effect (stated {fmt(value.stated)})"
+    return fmt(value)
+
+
+def mixed_configs(configs: dict[RunKey, dict[str, Any]], effective: Effective | None = None) -> pd.DataFrame:
+    """Rows ``arm, env, key, values``: each key on which the runs of one arm on one env disagree (but
+    the seed and ``RESULT_NEUTRAL_KEYS``), as after ``--rerun-changed`` on some of its seeds or a
+    profile edited between two invocations: the arm's results mix two configurations. ``values``
+    gives each value with the seeds that ran it (``0.001 (seeds 0,2); 0.0001 (seed 1)``)."""
+    effective = effective or {}
+    by_cell: dict[tuple[str, str], list[tuple[int, dict[str, Any]]]] = {}
+    for run, config in sorted(configs.items()):
+        by_cell.setdefault(run[:2], []).append((run[2], _run_flat(config, effective.get(run, {}))))
+    rows = []
+    for (arm, env), runs in by_cell.items():
+        for key in sorted(set().union(*(flat for _, flat in runs)) - set(PER_RUN_KEYS)):
+            seeds: dict[str, list[int]] = {}
+            for seed, flat in runs:
+                seeds.setdefault(shown(flat.get(key, ABSENT)), []).append(seed)
+            if len(seeds) > 1:
+                values = "; ".join(
+                    f"{value} ({'seed' if len(s) == 1 else 'seeds'} {seeds_text(s)})"
+                    for value, s in seeds.items()
+                )
+                rows.append({"arm": arm, "env": env, "key": key, "values": values})
+    return pd.DataFrame(rows, columns=["arm", "env", "key", "values"])
+
+
+def mixed_config_lines(mixed: pd.DataFrame) -> list[str]:
+    """One line per arm of ``mixed_configs``, naming the keys and values its runs differ in."""
+    return [
+        f"Arm {arm}: its runs differ in config, so its results mix configurations: "
+        + "; ".join(f"{r.key} on {r.env}: {r.values}" for r in rows.itertuples())
+        + "."
+        for arm, rows in mixed.groupby("arm", sort=True)
+    ]
 
 
 def effective_table(configs: dict[RunKey, dict[str, Any]], effective: Effective) -> pd.DataFrame:

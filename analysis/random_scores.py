@@ -20,8 +20,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from algorithms.configs import ConfigError
 from algorithms.rundir import NotARegularFile, atomic_write_bytes, check_output
 from analysis.scores import GYM_REFERENCE_COLUMNS, GYM_REFERENCE_PATH
+from protocol.limits import MAX_EPISODES, MAX_EPISODES_WHY, Limit, check_limit
+
+EPISODES_LIMIT = Limit(
+    "--episodes", MAX_EPISODES, MAX_EPISODES_WHY,
+    lambda n: f"{n:,} episodes of every env are played before the table is written",
+)  # fmt: skip
 
 
 def random_returns(env_id: str, episodes: int, seed: int = 0) -> np.ndarray:
@@ -59,6 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     out = args.out or args.table
+    try:
+        check_limit(EPISODES_LIMIT, args.episodes)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     try:
         check_output(out)
     except NotARegularFile as e:

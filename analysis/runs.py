@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from algorithms.rundir import RunData, find_runs, read_run
+from algorithms.rundir import RunData, RunFileNotRegular, find_runs, read_regular, read_run
 
 KEYS = ["arm", "env", "seed"]
 # A plan file the reproduction layer may leave at the experiment root: shown in reports, and its
@@ -150,13 +150,16 @@ def _missing(runs: pd.DataFrame, plan: dict[str, Any] | None) -> pd.DataFrame:
 
 def _read_plan(experiment_dir: Path) -> dict[str, Any] | None:
     """The experiment's plan file as an object; ``{"error": why}`` (naming the file) when it is there
-    but unusable: not UTF-8, not JSON, not a JSON object, not readable."""
+    but unusable: not UTF-8, not JSON, not a JSON object, not readable. ``RunFileNotRegular`` when
+    it is a FIFO, device or directory."""
     for name in PLAN_FILES:
         path = experiment_dir / name
         try:
-            plan = json.loads(path.read_text())
+            plan = json.loads(read_regular(path))
         except FileNotFoundError:
             continue
+        except RunFileNotRegular:  # refused like a run file that is none, never read as a damaged plan
+            raise
         except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
             return {"error": f"{path} unreadable: {type(e).__name__}: {e}"}
         if not isinstance(plan, dict):

@@ -33,6 +33,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from algorithms.configs import ConfigError
+from protocol.limits import Limit, check_limit, gib
+from protocol.stats import RESAMPLE_BYTES
+
 HUMAN_RANDOM_FILE = "atari57_human_random.csv"
 VARIANTS_FILE = "atari57_human_random_variants.csv"
 R2D2_SCORES_FILE = "r2d2_atari57_scores.csv"
@@ -84,9 +88,28 @@ class HumanRandomTable:
         return (np.asarray(score, dtype=float) - random) / (human - random)
 
 
+# Fewer resamples give percentile intervals whose ends move with the seed of the bootstrap.
+MIN_REPS = 100
+REPS_LIMIT = Limit(
+    "--reps",
+    50_000,
+    "rliable's default number of bootstrap resamples",
+    lambda reps: f"its resamples would take {gib(RESAMPLE_BYTES * reps)} for each run of the experiment",
+)
+
+
+def check_reps(reps: int) -> None:
+    """``ConfigError`` (one line) unless ``MIN_REPS <= reps <= REPS_LIMIT.most``: the check of
+    ``--reps`` of every command that scores an experiment, before it reads anything."""
+    if reps < MIN_REPS:
+        raise ConfigError(f"--reps must be at least {MIN_REPS}, got {reps}")
+    check_limit(REPS_LIMIT, reps)
+
+
 def add_scoring_options(parser: argparse.ArgumentParser) -> None:
     """The options of every command that scores an experiment (``python -m analysis study``,
-    ``python -m reports build``): bootstrap resamples and the Atari-57 human/random table."""
+    ``python -m reports build``): bootstrap resamples (``check_reps``) and the Atari-57 human/random
+    table."""
     parser.add_argument(
         "--reps", type=int, default=2000, help="bootstrap resamples per interval (default 2000)"
     )

@@ -11,6 +11,7 @@ import pandas as pd
 
 from analysis import aggregate, verdict
 from analysis.ablation import EXACT_SPLITS, PLANNED_DIFFERENCE
+from analysis.configdiff import mixed_config_lines, mixed_configs, run_effective_values
 from analysis.confirmatory import EXPLORATORY, freeze_rows
 from analysis.curves import source_switch_sentence
 from analysis.factorial import factorial_lines
@@ -313,6 +314,8 @@ def study_markdown(
             f"Plan file unusable (expected runs and arm order not taken from it): {exp.plan['error']}.",
             "",
         ]
+    mixed = mixed_configs(exp.configs, run_effective_values(exp.metadata))
+    lines += [x for line in mixed_config_lines(mixed) for x in (f"**Runs differ in config.** {line}", "")]
     if csv_path:
         lines += [f"Tidy result table (one row per run): `{csv_path}`.", ""]
         if not study.effects.empty:

@@ -19,6 +19,11 @@ def iqm_rows(samples: np.ndarray) -> np.ndarray:
     return stats.trim_mean(samples.reshape(len(samples), -1), proportiontocut=0.25, axis=1)
 
 
+# Bytes ``stratified_resamples`` holds per run and game of each resample: the int64 index drawn and
+# the float64 score it gathers.
+RESAMPLE_BYTES = 16
+
+
 def stratified_resamples(scores: np.ndarray, reps: int, rng: np.random.Generator) -> np.ndarray:
     """``[reps, runs, games]``: each game's runs drawn with replacement (rliable's StratifiedBootstrap)."""
     runs, games = scores.shape

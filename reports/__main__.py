@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from algorithms.rundir import check_output
-from analysis.scores import add_scoring_options, read_bounds
+from analysis.scores import add_scoring_options, check_reps, read_bounds
 from protocol.console import guarded
 from reports.build import build_report
 
@@ -59,9 +59,8 @@ def _main(argv: list[str] | None) -> int:
         help="also write each figure of the report there as <figure id>.png (for a page in docs/results)",
     )
     args = parser.parse_args(argv)
-    if args.reps < 100:
-        parser.error(f"--reps must be at least 100, got {args.reps}")
     try:
+        check_reps(args.reps)
         if args.out is not None:
             check_output(args.out)
         bounds = read_bounds(args.bounds) if args.bounds is not None else None

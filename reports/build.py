@@ -43,7 +43,7 @@ from reports.page import REPORT_FILE, Section, render, write_figures
 from reports.published_sections import minatar_published_section, published_section
 from reports.run_sections import problems_section, throughput_section
 from reports.score_sections import aggregate_sections, curves_section
-from reports.setup_sections import config_section, what_ran
+from reports.setup_sections import config_section, mixed_config_section, what_ran
 
 
 # --- page ---------------------------------------------------------------------------------------
@@ -109,6 +109,8 @@ def build_report(
     # A frozen analysis is the page's headline; without one, the verdict stays first and the line that
     # labels it exploratory follows it.
     sections.insert(0 if reg.frozen else 1, registration_section(exp, scores, reg, reps))
+    if (mixed := mixed_config_section(exp)) is not None:  # above every result it qualifies
+        sections.insert(0, mixed)
     sections.append(throughput_section(exp, colours))
     sections.append(problems_section(exp, left_out))
     html = render(

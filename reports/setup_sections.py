@@ -7,7 +7,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from analysis.configdiff import InEffect, config_diff, effective_table, origins_table, run_effective_values
+from analysis.configdiff import (
+    config_diff,
+    effective_table,
+    mixed_config_lines,
+    mixed_configs,
+    origins_table,
+    run_effective_values,
+    shown,
+)
 from analysis.markdown import fmt
 from analysis.runs import Experiment
 from protocol.files import profile_label
@@ -140,13 +148,6 @@ EFFECTIVE_COLUMNS = (
 )  # fmt: skip
 
 
-def _config_cell(value: Any) -> str:
-    """A config-diff cell: a value a run used in place of the stated one shows both, marked."""
-    if isinstance(value, InEffect):
-        return f"{fmt(value.value)} in effect (stated {fmt(value.stated)})"
-    return fmt(value)
-
-
 def config_section(exp: Experiment) -> Section:
     effective = run_effective_values(exp.metadata)
     diff = config_diff(exp.configs, effective)
@@ -168,7 +169,7 @@ def config_section(exp: Experiment) -> Section:
         cells = diff.assign(
             **{
                 arm: [
-                    _config_cell(v) + (" (command line)" if (arm, key) in from_command_line else "")
+                    shown(v) + (" (command line)" if (arm, key) in from_command_line else "")
                     for key, v in zip(diff.key, diff[arm])
                 ]
                 for arm in diff.columns[1:]
@@ -202,3 +203,19 @@ def config_section(exp: Experiment) -> Section:
             )
         )
     return section
+
+
+def mixed_config_section(exp: Experiment) -> Section | None:
+    """The page's warning, on top, when the runs of an arm differ in config (``mixed_configs``): one
+    line per arm naming the keys, and the values with the seeds that ran each; ``None`` when every
+    arm ran one configuration."""
+    mixed = mixed_configs(exp.configs, run_effective_values(exp.metadata))
+    if mixed.empty:
+        return None
+    columns = [("arm", "arm"), ("env", "env"), ("key", "key"), ("values (seeds)", "values")]
+    return Section(
+        "mixed-configs",
+        "Arms whose runs differ in config",
+        statements=mixed_config_lines(mixed),
+        tables=[frame_table("mixed-config-table", mixed, columns)],
+    )

@@ -5,7 +5,7 @@ never retried and marked failed. Without ``--rerun-changed`` the command names e
 keys that differ, and stops (exit 2); with it, each such run directory is moved aside, kept as
 ``seed<k>.changed-<time>`` (which no reader counts as a run), and the run starts afresh.
 
-Options that do not change what a run computes (``algorithms.train.RESULT_NEUTRAL_KEYS``:
+Options that do not change what a run computes (``algorithms.rundir.RESULT_NEUTRAL_KEYS``:
 ``--tensorboard``; ``--track`` is not in the config) never count as a change.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from algorithms.configs import ConfigError
-from algorithms.rundir import CONFIG_FILE, lock_holder
+from algorithms.rundir import CONFIG_FILE, lock_holder, read_regular
 from repro.plans import Job
 
 # The slot a job lands on sets its device and threads (``run-job --device/--threads``), not the plan;
@@ -39,7 +39,7 @@ def changed_runs(jobs: Sequence[Job]) -> list[tuple[Job, list[str]]]:
     for job in jobs:
         path = job.run_dir / CONFIG_FILE
         try:
-            stored = json.loads(path.read_text())
+            stored = json.loads(read_regular(path))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue
         if isinstance(stored, dict) and (changes := config_changes(stored, job.config, SLOT_KEYS)):

@@ -375,13 +375,13 @@ def _main(argv: Sequence[str] | None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except ValueError as e:  # a run directory that may not be read, an output that is not a file
-        from algorithms.rundir import NotARegularFile, RunUnreadable
+    except ValueError as e:  # a run directory that may not be read, a file that is not a regular one
+        from algorithms.rundir import NotARegularFile, RunFileNotRegular, RunUnreadable
 
         if not isinstance(e, RunUnreadable | NotARegularFile):
             raise
         print(f"error: {e}", file=sys.stderr)
-        return 2 if isinstance(e, NotARegularFile) else 1
+        return 2 if isinstance(e, NotARegularFile | RunFileNotRegular) else 1
     except KeyboardInterrupt:  # Ctrl-C (or SIGTERM/SIGHUP in `run`) before or after the jobs ran
         print("interrupted", file=sys.stderr)
         return 130

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from algorithms.configs import ConfigError
+from protocol.limits import Limit, check_limit
 from protocol.plan_args import seeds_text
 from protocol.registration import read_record
 from repro.cli import CPU_ANSWER
@@ -95,8 +96,25 @@ def _check_one_job_per_run(plan, jobs) -> None:
             )
 
 
-def _positive_int_arg(text: str | None, name: str) -> int | None:
-    """``JOBS`` or ``CPUS_PER_JOB``: empty (the default: ``None``) or a positive integer."""
+# A slot is a job's process and a job's CPUs are its torch threads: no machine this harness runs on
+# has this many cores, so a larger value is a typo that would start that many processes or threads.
+JOBS_LIMIT = Limit(
+    "JOBS", 4096, "more slots than any machine has cores",
+    lambda n: f"{n:,} slots would start as many job processes at once, each holding its own torch and envs",
+)  # fmt: skip
+CPUS_LIMIT = Limit(
+    "CPUS_PER_JOB", 4096, "more CPUs than any machine has cores",
+    lambda n: f"each job would start {n:,} torch threads",
+)  # fmt: skip
+RETRIES_LIMIT = Limit(
+    "--retries", 100, "a job that failed 100 times fails for a reason a retry does not remove",
+    lambda n: f"a failing job would run {n + 1:,} times",
+)  # fmt: skip
+
+
+def _positive_int_arg(text: str | None, name: str, limit: Limit | None = None) -> int | None:
+    """``JOBS``, ``CPUS_PER_JOB`` or ``PACK``: empty (the default: ``None``) or a positive integer, up
+    to ``limit`` when given (a pack is never larger than an arm's seeds, bounded by ``--seeds``)."""
     if text is None or not str(text).strip():
         return None
     try:
@@ -105,6 +123,8 @@ def _positive_int_arg(text: str | None, name: str) -> int | None:
         raise ConfigError(f"{name} must be a positive integer, got {text!r}") from None
     if value < 1:
         raise ConfigError(f"{name} must be a positive integer, got {value}")
+    if limit is not None:
+        check_limit(limit, value)
     return value
 
 
@@ -227,17 +247,22 @@ def _connect_ray(args, jobs, tasks) -> int | None:
 
 
 def _dry_run(plan, jobs, n_slots: int, slot_kind: str, packs, k: int, afresh=frozenset()) -> None:
-    """The plan's jobs, how far each got and the totals; ``afresh``: the keys of jobs whose runs
-    ``--rerun-changed`` would move aside (all their steps left)."""
+    """The plan's jobs, how far each got and the totals, then what the run would repair, in the lines
+    the run says it with; ``afresh``: the keys of jobs whose runs ``--rerun-changed`` would move aside
+    (all their steps left). Complete is the scheduler's own rule (``completion``): a run whose last row
+    reaches its budget but whose status.json is missing or damaged, or whose rows miss one of the
+    schedule, is not complete here either."""
+    from algorithms.rundir import completion
     from repro.probe import steps_left
     from repro.tables import human_count, render
 
     print(f"plan {plan.name}: {plan.title}")
     print(f"experiment directory: {jobs[0].run_dir.parents[2]}")
     left = [j.n_steps if j.key in afresh else steps_left(j) for j in jobs]
+    judged = [(False, None) if j.key in afresh else completion(j.run_dir, j.n_steps) for j in jobs]
     rows = [
-        (j.key, human_count(j.n_steps), human_count(j.frames), j.config.runner.device, _progress(j, n))
-        for j, n in zip(jobs, left)
+        (j.key, human_count(j.n_steps), human_count(j.frames), j.config.runner.device, _progress(j, n, done))
+        for j, n, (done, _) in zip(jobs, left, judged)
     ]
     print(render(["job", "env steps", "frames", "device", "done"], rows, align_right=(1, 2)))
     steps = sum(j.n_steps for j in jobs)
@@ -245,12 +270,15 @@ def _dry_run(plan, jobs, n_slots: int, slot_kind: str, packs, k: int, afresh=fro
     print(
         f"\n{len(jobs)} jobs, {steps:,} env steps, {frames:,} frames in total; {n_slots} {slot_kind} slot(s)"
     )
-    complete = sum(1 for n in left if not n)
-    started = sum(1 for j, n in zip(jobs, left) if 0 < n < j.n_steps)
+    complete = sum(done for done, _ in judged)
+    started = sum(1 for j, n, (done, _) in zip(jobs, left, judged) if not done and n < j.n_steps)
     print(
         f"done: {complete} complete, {started} part-way, {len(jobs) - complete - started} not started; "
         f"{sum(left):,} of {steps:,} env steps left"
     )
+    for job, (_, why) in zip(jobs, judged):
+        if why is not None:
+            print(f"{job.key}: {why}")
     if plan.peers:
         print("\n".join(f"{peer}: {PEER_NOTE}" for peer in plan.peers))
     if k > 1:
@@ -276,12 +304,13 @@ def _analysis_line(section, seeds, experiment_dir: Path) -> str:
     return f"analysis {section.hash[:12]}: " + ("; ".join(parts) or "no seeds of this run")
 
 
-def _progress(job, left: int) -> str:
-    """The dry run's "done" column: ``complete``, the env steps of the last progress row of a run that
-    stopped or is running part-way (``resumes at 150k``), or nothing for a job not started."""
+def _progress(job, left: int, done: bool) -> str:
+    """The dry run's "done" column: ``complete`` (``done``: ``completion``'s verdict), the env steps of
+    the last progress row of a run that stopped, is running part-way or is not complete with all its
+    rows (``resumes at 150k``), or nothing for a job not started."""
     from repro.tables import human_count
 
-    if not left:
+    if done:
         return "complete"
     if left < job.n_steps:
         return f"resumes at {human_count(job.n_steps - left)}"
@@ -315,16 +344,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     from repro.scheduler import check_devices, detect_slots
 
     stop_on_signals()  # SIGTERM and SIGHUP stop the run as Ctrl-C does, from planning on
+    # The options alone first: a value out of bounds is refused before the plan is resolved.
+    n_jobs = _positive_int_arg(args.jobs, "JOBS", JOBS_LIMIT)
+    if args.retries < 0:
+        raise ConfigError(f"--retries must be >= 0, got {args.retries}")
+    check_limit(RETRIES_LIMIT, args.retries)
+    if args.backend not in ("local", "ray"):
+        raise ConfigError(f"BACKEND must be 'local' or 'ray', got {args.backend!r}")
+    cpus_per_job = _positive_int_arg(args.cpus_per_job, "CPUS_PER_JOB", CPUS_LIMIT)
+    gpus_per_job = _gpus_arg(args.gpus_per_job)
     plan, seeds, jobs = _plan_jobs(args)
     if args.backend == "local":  # a Ray job's device is its node's, given by --gpus-per-job
         check_devices(j.config.runner.device for j in jobs)
-    n_jobs = _positive_int_arg(args.jobs, "JOBS")
-    if args.retries < 0:
-        raise ConfigError(f"--retries must be >= 0, got {args.retries}")
-    if args.backend not in ("local", "ray"):
-        raise ConfigError(f"BACKEND must be 'local' or 'ray', got {args.backend!r}")
-    cpus_per_job = _positive_int_arg(args.cpus_per_job, "CPUS_PER_JOB")
-    gpus_per_job = _gpus_arg(args.gpus_per_job)
     threads = cpus_per_job or max(j.config.runner.torch_threads for j in jobs)
     if args.backend == "ray":
         try:

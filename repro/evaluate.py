@@ -25,10 +25,30 @@ from typing import Any
 import numpy as np
 
 from algorithms.configs import ConfigError
-from algorithms.rundir import CHECKPOINT_DIR, CHECKPOINT_FILE, CONFIG_FILE, PREVIOUS_CHECKPOINT_FILE
+from algorithms.rundir import (
+    CHECKPOINT_DIR,
+    CHECKPOINT_FILE,
+    CONFIG_FILE,
+    PREVIOUS_CHECKPOINT_FILE,
+    RunFileNotRegular,
+    read_regular,
+)
+from protocol.limits import MAX_EPISODES, MAX_EPISODES_WHY, Limit, check_limit, gib
 
 # Frames kept per episode in a video: an Atari episode can run 27,000 steps, which no GIF should hold.
 DEFAULT_MAX_FRAMES = 2_000
+# The RGB screen the recorder keeps of an Atari frame (210 x 160 pixels, 3 bytes each).
+ATARI_FRAME_BYTES = 210 * 160 * 3
+# An Atari episode's longest: 108,000 frames at frameskip 4 (Machado et al. 2018, the 30-minute cap),
+# one recorded frame per step.
+MAX_FRAMES_LIMIT = Limit(
+    "--max-frames", 27_000, "the longest Atari episode, 108,000 frames at frameskip 4",
+    lambda n: f"a video would hold {gib(n * ATARI_FRAME_BYTES)} of Atari screens per episode",
+)  # fmt: skip
+EPISODES_LIMIT = Limit(
+    "--episodes", MAX_EPISODES, MAX_EPISODES_WHY,
+    lambda n: f"{n:,} episodes are played in full before a line is printed, and with --video held in memory",
+)  # fmt: skip
 # MinAtar cells are one pixel; a video scales each to a square this many pixels wide.
 MINATAR_CELL_PX = 16
 FRAME_MS = 50
@@ -51,9 +71,11 @@ def load_run(run: Path, which: str = "latest") -> tuple[Any, dict[str, Any]]:
     if not run.is_dir():
         raise ConfigError(f"run directory {run} does not exist")
     try:
-        stored = json.loads((run / CONFIG_FILE).read_text())
+        stored = json.loads(read_regular(run / CONFIG_FILE))
     except FileNotFoundError:
         raise ConfigError(f"{run}: no {CONFIG_FILE}: not a run directory of this harness") from None
+    except RunFileNotRegular:  # its own line, naming what the file is
+        raise
     except (OSError, ValueError) as e:
         raise ConfigError(f"{run / CONFIG_FILE}: unreadable ({type(e).__name__})") from None
     try:
@@ -238,6 +260,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise ConfigError(f"--episodes must be at least 1, got {args.episodes}")
     if args.max_frames < 1:
         raise ConfigError(f"--max-frames must be at least 1, got {args.max_frames}")
+    check_limit(EPISODES_LIMIT, args.episodes)
+    check_limit(MAX_FRAMES_LIMIT, args.max_frames)
     run = Path(args.run)
     video = Path(args.video) if args.video else None
     if video is not None:

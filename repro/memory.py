@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from algorithms.configs import ConfigError
+from protocol.limits import gib
 from repro.settings import COMMAND_LINE
 
 # How torch's CPU allocator says that one tensor did not fit (c10's alloc_cpu.cpp).
@@ -24,10 +25,6 @@ class ReplayTooLarge(ConfigError):
 def physical_memory() -> int:
     """Bytes of physical memory of this machine (POSIX ``sysconf``)."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def _gib(n: float) -> str:
-    return f"{n / 2**30:,.1f} GiB"
 
 
 def check_replay_memory(
@@ -46,7 +43,7 @@ def check_replay_memory(
     where = f"{entry.file}: " if entry is not None and entry.file else f"setting '{arm}': "
     raise ReplayTooLarge(
         f"{where}algo.replay_size_steps={config.algo_config.replay_size_steps:,} on env "
-        f"'{config.env.id}' needs at least {_gib(need)} of memory; this machine has {_gib(have)}"
+        f"'{config.env.id}' needs at least {gib(need)} of memory; this machine has {gib(have)}"
     )
 
 
@@ -60,7 +57,7 @@ def model_too_large(arm: str, config: Any, setting: Any, error: RuntimeError) ->
     entries = setting.entries.items() if setting is not None else ()
     given = [e.source for k, e in entries if k.startswith("algo.") and e.origin == COMMAND_LINE]
     where = "".join(f"{source}: " for source in given)
-    need, have = _gib(int(found.group(1))), _gib(physical_memory())
+    need, have = gib(int(found.group(1))), gib(physical_memory())
     return ConfigError(
         f"{where}setting '{arm}' on env '{config.env.id}' builds a model larger than this machine's memory: "
         f"one of its tensors alone needs {need}; this machine has {have}"

@@ -17,7 +17,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from algorithms.rundir import CHECKPOINT_DIR
+from algorithms.rundir import CHECKPOINT_DIR, read_regular
 
 
 def _is_checkpoint(rel: str) -> bool:
@@ -39,8 +39,9 @@ def _visible_files(root: Path) -> list[str]:
 
 
 def read_dir(root: Path) -> dict[str, bytes]:
-    """Every visible file under ``root`` (``{}`` when it does not exist)."""
-    return {rel: (root / rel).read_bytes() for rel in _visible_files(root)} if root.is_dir() else {}
+    """Every visible file under ``root`` (``{}`` when it does not exist); ``RunFileNotRegular`` for one
+    that is a FIFO or device, never opened (``read_regular``)."""
+    return {rel: read_regular(root / rel) for rel in _visible_files(root)} if root.is_dir() else {}
 
 
 # Bytes kept before the end of what was sent, to tell an appended file from one rewritten in place.

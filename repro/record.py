@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from algorithms.configs import ConfigError
-from algorithms.rundir import atomic_write_json
+from algorithms.rundir import atomic_write_json, read_regular
 from protocol.files import profile_label
 from protocol.plan_args import format_seeds, parse_seeds
 from repro.ablation import design_record
@@ -103,7 +103,7 @@ def merge_records(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 def _read_record(path: Path) -> dict[str, Any] | None:
     """The record at ``path``; None when absent or not this module's format."""
     try:
-        old = json.loads(path.read_text())
+        old = json.loads(read_regular(path))
     except (OSError, json.JSONDecodeError):
         return None
     return old if isinstance(old, dict) and isinstance(old.get("plans"), list) else None

@@ -23,6 +23,8 @@ from algorithms.rundir import (
     LOG_FILE,
     PROGRESS_FILE,
     STATUS_FILE,
+    RunFileNotRegular,
+    check_regular,
     completion,
     is_complete,
     lock_holder,
@@ -114,6 +116,7 @@ def tail_rows(path: Path) -> list[dict[str, str]]:
     """The complete rows of the last 64 KiB of the CSV table at ``path`` (none when absent); cheap:
     the header and the tail only, a torn last line dropped."""
     try:
+        check_regular(path)  # a FIFO would block the open below until a writer came
         with open(path, "rb") as f:
             header = f.readline().decode()
             f.seek(0, os.SEEK_END)
@@ -121,7 +124,7 @@ def tail_rows(path: Path) -> list[dict[str, str]]:
             start = max(len(header), size - 65536)
             f.seek(start)
             tail = f.read().decode(errors="replace")
-    except OSError:
+    except (OSError, RunFileNotRegular):
         return []
     lines = tail.split("\n")[:-1]  # drop a torn last line
     if start > len(header):  # the first line read starts part-way

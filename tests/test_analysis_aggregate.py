@@ -1,10 +1,13 @@
 """Aggregates with CIs, comparisons, throughput and config diffs: hand-computed values."""
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
 
+from analysis.__main__ import main as analysis_main
 from analysis.aggregate import (
     aggregate_metrics,
     compare_with_published,
@@ -14,12 +17,13 @@ from analysis.aggregate import (
     sample_efficiency,
     score_matrices,
 )
-from analysis.configdiff import config_diff
+from analysis.configdiff import config_diff, mixed_config_lines, mixed_configs
 from analysis.curves import resample_curves, score_tables
 from analysis.intervals import mean_interval
 from analysis.runs import load_experiment
 from analysis.synthetic import SyntheticArm, write_experiment
 from analysis.throughput import arm_throughput, run_throughput
+from reports.__main__ import main as reports_main
 
 
 def _final(rows):
@@ -179,3 +183,54 @@ def test_config_diff_ignores_run_level_keys():
         {"key": "opt.clip", "a": "(absent)", "b": 80},
         {"key": "opt.lr", "a": 1, "b": 2},
     ]
+
+
+def test_mixed_configs_name_the_keys_the_runs_of_one_arm_differ_in():
+    """Keys that describe a run (its seed, TensorBoard on or off) and keys that differ between envs
+    are no mixture; a key on which the seeds of one arm and env disagree is."""
+
+    def config(seed, env, lr, tensorboard=False):
+        return {"opt": {"lr": lr}, "runner": {"seed": seed, "tensorboard": tensorboard}, "env": {"id": env}}
+
+    configs = {
+        ("a", "pong", 0): config(0, "pong", 1e-3),
+        ("a", "pong", 1): config(1, "pong", 1e-4, tensorboard=True),
+        ("a", "pong", 2): config(2, "pong", 1e-3),
+        ("a", "qbert", 0): config(0, "qbert", 2e-3),
+        ("b", "pong", 0): config(0, "pong", 1e-3),
+        ("b", "pong", 1): config(1, "pong", 1e-3, tensorboard=True),
+    }
+    mixed = mixed_configs(configs)
+    assert mixed.to_dict("records") == [
+        {"arm": "a", "env": "pong", "key": "opt.lr", "values": "0.001 (seeds 0,2); 0.0001 (seed 1)"}
+    ]
+    assert mixed_config_lines(mixed) == [
+        "Arm a: its runs differ in config, so its results mix configurations: opt.lr on pong: 0.001 "
+        "(seeds 0,2); 0.0001 (seed 1)."
+    ]
+
+
+def test_an_arm_whose_runs_differ_in_config_is_flagged_in_the_study_and_the_report(tmp_path, capsys):
+    """One seed of arm a rerun with another learning rate (``--rerun-changed`` on that seed): before,
+    the study and the report said nothing, and the config diff left the key out as varying inside an arm."""
+    arms = {
+        a: SyntheticArm(s, {"algo": "dqn", "algo_config": {"learning_rate": 1e-3}})
+        for a, s in (("a", 1.0), ("b", 1.2))
+    }
+    exp = write_experiment(tmp_path, "exp", arms, ["CartPole-v1"], [0, 1, 2], n_logs=3, eval_episodes=2)
+    path = exp / "a" / "CartPole-v1" / "seed1" / "config.json"
+    config = json.loads(path.read_text())
+    config["algo_config"]["learning_rate"] = 1e-4
+    path.write_text(json.dumps(config))
+    said = (
+        "Arm a: its runs differ in config, so its results mix configurations: algo_config.learning_rate on "
+        "CartPole-v1: 0.001 (seeds 0,2); 0.0001 (seed 1)."
+    )
+    assert analysis_main(["study", str(exp), "--reps", "100"]) == 0
+    out = capsys.readouterr().out
+    assert f"**Runs differ in config.** {said}" in out.split("**Verdict")[0], out
+    assert "arm b" not in out.lower().split("**verdict")[0]
+    report = tmp_path / "r.html"
+    assert reports_main(["build", str(exp), "--reps", "100", "--out", str(report)]) == 0
+    page = report.read_text()
+    assert said in page and page.index(said) < page.index('<section id="verdict"')

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from special_files import not_a_file
 
 from algorithms.rundir import NotARegularFile, check_output
 from analysis.__main__ import main as analysis_main
@@ -22,25 +23,6 @@ from reports.__main__ import main as reports_main
 REPO = Path(__file__).resolve().parents[1]
 ARMS = {"a": SyntheticArm(1.0, {"algo": "dqn"}), "b": SyntheticArm(1.2, {"algo": "dqn"})}
 KINDS = ("symlink", "dangling symlink", "FIFO", "directory", "device")
-
-
-def not_a_file(kind: str, path: Path) -> Path:
-    """``path`` made a ``kind`` of thing that is not a regular file; a symlink points at a file."""
-    if kind == "symlink":
-        (path.parent / "target.txt").write_text("the target's own text\n")
-        path.symlink_to(path.parent / "target.txt")
-    elif kind == "dangling symlink":
-        path.symlink_to(path.parent / "nowhere")
-    elif kind == "FIFO":
-        os.mkfifo(path)
-    elif kind == "directory":
-        path.mkdir()
-    else:  # a character device with /dev/full's numbers, made here and not the system's
-        try:
-            os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 7))
-        except PermissionError:
-            pytest.skip("making a device node needs root")
-    return path
 
 
 def snapshot(path: Path) -> tuple:

@@ -12,24 +12,29 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 
 import pytest
 from interrupts import wait_for
+from special_files import not_a_file
 from tiny_setting import a2c_cartpole_setting
 
 from algorithms.algos import a2c
 from algorithms.envs.config import EnvConfig
-from algorithms.rundir import LOG_FILE, RunDir, read_run, run_path
+from algorithms.rundir import EVAL_COLUMNS, LOG_FILE, RunDir, completion, read_run, run_path, schedule_gap
 from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
 from analysis.__main__ import main as analysis_main
+from analysis.synthetic import SyntheticArm, write_experiment
 from reports.__main__ import main as reports_main
 from repro.cli import main as repro_main
 from repro.scheduler import detect_slots, run_local, spawn_job
@@ -217,6 +222,7 @@ def test_cutting_a_table_back_keeps_the_bytes_of_the_rows_it_keeps(tmp_path):
 
 
 # --- reading an experiment with no rows yet, or garbage in its runs -------------------------------------
+EVAL_HEADER = b"env_steps,frames,updates,wall_time_s,episode,return,length\n"
 GARBAGE = {
     "progress_random_bytes": {"progress.csv": bytes(range(256)) * 2},
     "progress_header_only": {"progress.csv": b"env_steps,frames,return_mean\n"},
@@ -232,7 +238,17 @@ GARBAGE = {
     "metadata_bytes": {"metadata.json": b"\xff\xfe\x00"},
     "status_list": {"status.json": b"[]"},
     "status_bytes": {"status.json": b"\x8f\xff"},
-    "status_a_directory": {"status.json/x": b""},
+    # Returns that are not finite numbers (issue 57, item 5): before, a nan gave "P = nan [nan, nan]"
+    # and an inf an infinite IQM with 30 lines of warnings. A NaN training return is damage only in a
+    # row that logged episodes (with none, the logger writes NaN by design).
+    "eval_nan": {"eval.csv": EVAL_HEADER + b"200,200,1,1,0,nan,3\n"},
+    "eval_inf": {"eval.csv": EVAL_HEADER + b"200,200,1,1,0,inf,3\n"},
+    "eval_minus_inf": {"eval.csv": EVAL_HEADER + b"200,200,1,1,0,-inf,3\n"},
+    "eval_return_empty": {"eval.csv": EVAL_HEADER + b"200,200,1,1,0,,3\n"},
+    "progress_inf": {"progress.csv": b"env_steps,frames,return_mean\n100,100,1.0\n200,200,inf\n"},
+    "progress_nan_after_episodes": {
+        "progress.csv": b"env_steps,frames,return_mean,episodes_logged\n100,100,nan,0\n200,200,nan,2\n"
+    },
     "plan_bytes": {"../../../plan.json": b"\xff\xfe{"},
     "plan_list": {"../../../plan.json": b'["a"]'},
 }
@@ -300,6 +316,98 @@ def test_garbage_in_a_run_is_listed_not_a_crash(tmp_path, capsys, kind):
     else:  # the damaged run is left out and listed with why
         assert "from 1 complete runs" in study
         assert "arm/minatar_breakout/seed1: " in study.split("## Runs not used")[1]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_a_non_finite_return_is_never_a_score(tmp_path, capsys, value):
+    """Both episodes of one run's last evaluation returned ``value``: before, the verdict read "b - a =
+    +nan [+nan, +nan]" with "P(b > a) = nan" (inf: an IQM of -inf and 8 lines of RuntimeWarnings). Now
+    the run is damaged, named in one line, and the verdict is made of the other runs."""
+    arms = {"a": SyntheticArm(1.0, {"algo": "dqn"}), "b": SyntheticArm(1.2, {"algo": "dqn"})}
+    exp = write_experiment(tmp_path, "exp", arms, ["CartPole-v1"], [0, 1, 2], n_logs=3, eval_episodes=2)
+    table = exp / "a" / "CartPole-v1" / "seed1" / "eval.csv"
+    lines = table.read_text().splitlines()
+    for i in (-2, -1):
+        cells = lines[i].split(",")
+        cells[EVAL_COLUMNS.index("return")] = value
+        lines[i] = ",".join(cells)
+    table.write_text("\n".join(lines) + "\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert analysis_main(["study", str(exp), "--reps", "100"]) == 0
+        assert reports_main(["build", str(exp), "--reps", "100", "--out", str(tmp_path / "r.html")]) == 0
+    out, err = capsys.readouterr()
+    verdict = next(line for line in out.splitlines() if line.startswith("**Verdict"))
+    assert not re.search(r"\b(nan|inf)\b", verdict) and "over 1 games x 2 seeds per arm" in verdict, verdict
+    named = f"eval.csv damaged: return {value} at line {len(lines) - 1} is not a finite number"
+    assert f"a/CartPole-v1/seed1: {named}" in out and named in (tmp_path / "r.html").read_text()
+    assert err == "", err
+
+
+def test_a_nan_training_return_of_a_row_without_episodes_is_no_damage(tmp_path):
+    """The logger writes NaN return columns where no episode ended since the last row."""
+    run = write_run(tmp_path, "exp", 0)
+    (run / "progress.csv").write_bytes(
+        b"env_steps,frames,return_mean,episodes_logged\n100,100,nan,0\n200,200,1.5,2\n"
+    )
+    data = read_run(run)
+    assert data.status == "complete" and not data.problems, data.problems
+
+
+# --- run files that are not regular files (issue 57, item 3) ----------------------------------------------
+# Before, a FIFO named progress.csv or eval.csv blocked the summary, the study and the report forever
+# (the open waited for a writer), a device was read until memory ran out, and a directory named
+# status.json was read as damage. Each is refused in one line naming it, exit 2, without being opened;
+# the timeout turns a regression (a reader blocked on the FIFO) into a failure instead of a hang.
+NOT_REGULAR_FILES = ("progress.csv", "eval.csv", "status.json", "config.json", "metadata.json", "plan.json")
+NOT_REGULAR_KINDS = ("FIFO", "socket", "directory", "device")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", NOT_REGULAR_KINDS)
+@pytest.mark.parametrize("name", NOT_REGULAR_FILES)
+def test_a_run_file_that_is_not_a_regular_file_is_refused_unread(tmp_path, capsys, name, kind):
+    exp = tmp_path / "exp"
+    write_run(tmp_path, "exp", 0)
+    bad = (exp if name == "plan.json" else write_run(tmp_path, "exp", 1)) / name
+    bad.unlink(missing_ok=True)
+    not_a_file(kind, bad)
+    for command, (code, _, err) in read_everything(exp, tmp_path, capsys).items():
+        if command == "summary" and name == "plan.json":  # the summary reads runs only
+            assert code == 0 and err == "", err
+            continue
+        assert code == 2 and err.count("\n") == 1, (command, err)
+        assert f"{bad} is a {kind}, not a regular file" in err, err
+        assert "Traceback" not in err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", ["progress.csv", "status.json"])
+def test_a_fifo_in_a_run_is_refused_by_the_dry_run_and_failed_by_the_run(plan, capfd, name):
+    """The dry run refuses in one line, exit 2; the run fails that run in one line and goes on."""
+    run = run_of(plan)
+    (run / name).unlink()
+    os.mkfifo(run / name)
+    assert repro_main(run_args(plan) + ["--dry-run"]) == 2
+    said = f"{run / name} is a FIFO, not a regular file: refused unread (move it out of the way)"
+    assert capfd.readouterr().err == f"error: {said}\n"
+    assert repro_main(run_args(plan)) == 1
+    out, err = capfd.readouterr()
+    assert f"a2c_cartpole/CartPole-v1/seed0: FAILED ({said})" in err and "Traceback" not in out + err, err
+
+
+def test_a_run_file_linked_to_a_regular_file_is_read_as_its_target(tmp_path, capsys):
+    """The choice ``read_regular`` makes: a symlink is followed; only what it reaches must be a file."""
+    exp = tmp_path / "exp"
+    write_run(tmp_path, "exp", 0)
+    run = write_run(tmp_path, "exp", 1)
+    kept = tmp_path / "kept-progress.csv"
+    (run / "progress.csv").rename(kept)
+    (run / "progress.csv").symlink_to(kept)
+    assert read_run(run).status == "complete"
+    assert analysis_main(["study", str(exp), "--reps", "100"]) == 0
+    assert "from 2 complete runs" in capsys.readouterr().out
 
 
 # --- directories that may not be read -------------------------------------------------------------------
@@ -548,6 +656,130 @@ def test_a_run_missing_whole_rows_is_unfinished_to_every_reader(plan, capfd):
     assert "from 0 complete runs" in capfd.readouterr().out
     assert repro_main(run_args(plan)) == 0
     check_exact(run)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["missing", "random_bytes"])
+def test_a_run_without_a_sound_status_json_is_unfinished_to_every_reader(plan, capfd, kind):
+    """Its last row reaches the budget: before, the dry run called it complete while ``run`` reran it
+    and the summary and the study left it out (issue 57, item 4). Now all four go by ``completion``."""
+    run = run_of(plan)
+    if kind == "missing":
+        (run / "status.json").unlink()
+    else:
+        (run / "status.json").write_bytes(STATUS_DAMAGE[kind])
+    exp = plan.parent / "runs" / "cartpole-paper"
+    assert repro_main(run_args(plan) + ["--dry-run"]) == 0
+    out, _ = capfd.readouterr()
+    assert "resumes at 2k" in out and "done: 0 complete, 1 part-way, 0 not started" in out, out
+    if kind != "missing":  # the line the run says before it repairs it
+        assert "a2c_cartpole/CartPole-v1/seed0: status.json unreadable" in out and "running it again" in out
+    assert "1 runs  0 complete" in summary_text(exp)
+    assert analysis_main(["study", str(exp), "--reps", "100"]) == 0
+    assert "from 0 complete runs" in capfd.readouterr().out
+    assert repro_main(run_args(plan)) == 0
+    assert "1 complete, 0 skipped" in capfd.readouterr().out
+    check_exact(run)
+
+
+@pytest.mark.slow
+def test_a_run_missing_a_middle_row_is_unfinished_to_every_reader_and_repaired(plan, capfd):
+    """The row at 1,000 env steps lost from a complete run: before, every reader called it complete."""
+    run = run_of(plan)
+    table = run / "progress.csv"
+    lines = table.read_bytes().splitlines(keepends=True)
+    table.write_bytes(b"".join(lines[:5] + lines[6:]))
+    said = (
+        "status.json says complete but progress.csv lacks the row due at 1,000 env steps (it goes from 800 "
+        "to 1,200)"
+    )
+    exp = plan.parent / "runs" / "cartpole-paper"
+    assert repro_main(run_args(plan) + ["--dry-run"]) == 0
+    out, _ = capfd.readouterr()
+    assert "done: 0 complete, 1 part-way" in out and f"a2c_cartpole/CartPole-v1/seed0: {said}" in out, out
+    assert said in summary_text(exp)
+    assert analysis_main(["study", str(exp), "--reps", "100"]) == 0
+    assert "from 0 complete runs" in capfd.readouterr().out
+    assert repro_main(run_args(plan)) == 0
+    out, err = capfd.readouterr()
+    assert f"{said}: repairing it" in err and "1 complete, 0 skipped" in out, out + err
+    assert "starting afresh" in (run / LOG_FILE).read_text()
+    check_exact(run)
+
+
+def test_schedule_gap_finds_a_lost_row_from_the_rows_alone():
+    """Hand-computed: rows every 200 env steps of batches of 10 (``sampler_itrs`` counts batches)."""
+    assert schedule_gap([200, 400, 600, 800], [20, 40, 60, 80], 200) is None
+    assert (
+        schedule_gap([200, 400, 800, 1000], [20, 40, 80, 100], 200)
+        == "lacks the row due at 600 env steps (it goes from 400 to 800)"
+    )
+    assert schedule_gap([400], [40], 200) == "lacks the row due at 200 env steps (it goes from 0 to 400)"
+    # A row just past each multiple (batches of 80 against 25,000), and the last at the budget.
+    assert schedule_gap([25040, 50000, 75040, 80000], [313, 625, 938, 1000], 25000) is None
+    # Batches larger than the interval: every batch logs, each past several multiples.
+    assert schedule_gap([250, 500, 750], [1, 2, 3], 100) is None
+    # Without the iterations the batch is not known, so nothing is claimed.
+    assert schedule_gap([200, 800], [math.nan, math.nan], 200) is None
+
+
+def scheduled_run(root: Path, lost: int | None = None) -> Path:
+    """A complete run of 1,000 env steps, a row every 200 (batches of 10), the row at ``lost`` removed."""
+    path = run_path(root, "exp", "arm", "minatar_breakout", 0)
+    run = RunDir.open(path, {"runner": {"n_steps": 1000, "log_interval_steps": 200}}, {"seed": 0})
+    for steps in range(200, 1001, 200):
+        run.append_progress({"env_steps": steps, "sampler_itrs": steps // 10, "return_mean": 1.0,
+                             "episodes_logged": 1})  # fmt: skip
+    run.append_eval([{"env_steps": 1000, "frames": 1000, "updates": 1, "wall_time_s": 1, "episode": 0,
+                      "return": 1.0, "length": 3}])  # fmt: skip
+    run.set_status("complete")
+    run.close()
+    if lost is not None:
+        table = path / "progress.csv"
+        table.write_bytes(b"".join(x for x in table.read_bytes().splitlines(keepends=True)
+                                   if not x.startswith(f"{lost},".encode())))  # fmt: skip
+    return path
+
+
+def test_a_lost_middle_row_makes_a_complete_run_unfinished_to_every_reader(tmp_path, capsys):
+    assert completion(scheduled_run(tmp_path / "whole")) == (True, None)
+    run = scheduled_run(tmp_path, lost=600)
+    said = "status.json says complete but progress.csv lacks the row due at 600 env steps (it goes from 400 "
+    said += "to 800)"
+    assert completion(run) == (False, f"{said}: repairing it")
+    data = read_run(run)
+    assert data.status == "incomplete" and said in data.problems
+    assert "runs status.json calls complete that are not" in summary_text(tmp_path / "exp")
+    assert analysis_main(["study", str(tmp_path / "exp"), "--reps", "100"]) == 0
+    assert "from 0 complete runs" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("lost", "expected"),
+    [
+        (200, (None, "progress.csv lacks the row due at 200 env steps (it goes from 100 to 300) that "
+                     "checkpoints/latest.pt logged; progress.csv lacks the row due at 200 env steps (it goes "
+                     "from 100 to 300) that checkpoints/previous.pt logged: starting afresh, progress.csv "
+                     "and eval.csv emptied")),
+        (400, (300, "progress.csv lacks the row due at 400 env steps (it goes from 300 to 500) that "
+                    "checkpoints/latest.pt logged: resuming from previous.pt at 300 env steps, tables cut "
+                    "back to it")),
+    ],
+)  # fmt: skip
+def test_a_lost_middle_row_is_repaired_from_a_checkpoint_before_it_or_afresh(tmp_path, lost, expected):
+    """A resumed run never fills a gap before its checkpoint: before, it went on from ``latest.pt`` and
+    the table kept the hole for good."""
+    run = RunDir.open(tmp_path / "r", {"runner": {"log_interval_steps": 100}}, {"seed": 0})
+    for steps in range(100, 501, 100):
+        run.append_progress({"env_steps": steps, "sampler_itrs": steps // 10})
+        if steps in (300, 500):
+            run.save_checkpoint({"counters": {"env_steps": steps}, "runner": {"last_log_steps": steps}})
+    table = run.path / "progress.csv"
+    table.write_bytes(b"".join(x for x in table.read_bytes().splitlines(keepends=True)
+                               if not x.startswith(f"{lost},".encode())))  # fmt: skip
+    checkpoint, said = run.recover()
+    assert (checkpoint and checkpoint["counters"]["env_steps"], said) == expected
+    run.close()
 
 
 # --- a read-only run directory (issue 47, item 6) ---------------------------------------------------------

@@ -35,7 +35,10 @@ from algorithms.rundir import (
     run_path,
 )
 from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, config_to_dict, train
+from analysis.__main__ import main as analysis_main
+from analysis.random_scores import main as random_scores_main
 from analysis.runs import load_experiment
+from reports.__main__ import main as reports_main
 from repro.cli import main
 from repro.job_side import SCHEDULER_PID_ENV
 from repro.scheduler import detect_slots, run_local
@@ -565,6 +568,15 @@ BAD_VALUES = {
     "plan_arm_dotdot": ("plan", 'arms = ["...toml"]\nenvs = ["pong"]\n', "'...toml' gives the arm name '..'"),
     "plan_env_outside": ("plan", 'arms = ["ARM"]\nenvs = ["../x"]\n', "'../x' is not a valid name"),
     "seeds_huge": ("seeds", "", "--seeds '100000': 100000 seeds; at most 1000"),
+    # Size-like options past their bound (issue 57, item 3): before, --jobs 1000000000 listed that many
+    # slots until the kernel killed the process, with no word.
+    "jobs_huge": ("option", "--jobs 1000000000", "JOBS 1,000,000,000 is over its limit of 4,096"),
+    "cpus_per_job_huge": (
+        "option", "--cpus-per-job 1000000", "CPUS_PER_JOB 1,000,000 is over its limit of 4,096",
+    ),
+    "retries_huge": (
+        "option", "--retries 1000000000", "--retries 1,000,000,000 is over its limit of 100",
+    ),
 }  # fmt: skip
 
 
@@ -585,9 +597,11 @@ def test_bad_values_are_refused_in_one_line_before_anything_runs(case, tmp_path,
         plan.write_text('[plan]\ntitle = "t"\nenvs_source = "s"\n' + text)
     plan.write_text(plan.read_text().replace("ARM", str(tmp_path / "bad.toml")))
     seeds = "100000" if kind == "seeds" else "1"
+    option = text.split() if kind == "option" else []
     start = time.perf_counter()
     code = main(
         ["run", str(plan), "--seeds", seeds, "--profile", profile, "--root", str(root), "--no-estimate"]
+        + option
     )
     elapsed = time.perf_counter() - start
     err = capsys.readouterr().err
@@ -596,6 +610,43 @@ def test_bad_values_are_refused_in_one_line_before_anything_runs(case, tmp_path,
     assert not root.exists()
     if kind == "seeds":
         assert elapsed < 1.0
+
+
+# The size-like options of the other commands past their bound (issue 57, item 3): before, --reps
+# 1000000000 took ~20 GB and was killed by the kernel with no message. Each refused in one line naming
+# the bound, its source and what the value would take, before anything is read.
+HUGE = "1000000000"
+SIZES = {
+    "study_reps": (
+        analysis_main, ["study", "{dir}", "--reps", HUGE],
+        "analysis: --reps 1,000,000,000 is over its limit of 50,000 (rliable's default number of bootstrap "
+        "resamples): its resamples would take 14.9 GiB for each run of the experiment",
+    ),
+    "study_reps_few": (analysis_main, ["study", "{dir}", "--reps", "10"], "analysis: --reps must be at"),
+    "ending_reps": (analysis_main, ["ending", "{dir}", "--reps", HUGE], "analysis: --reps 1,000,000,000 is"),
+    "report_reps": (reports_main, ["build", "{dir}", "--reps", HUGE], "reports: --reps 1,000,000,000 is"),
+    "evaluate_episodes": (
+        main, ["evaluate", "{dir}", "--episodes", HUGE], "error: --episodes 1,000,000,000 is over its limit",
+    ),
+    "evaluate_max_frames": (
+        main, ["evaluate", "{dir}", "--max-frames", "1000000"],
+        "error: --max-frames 1,000,000 is over its limit of 27,000 (the longest Atari episode, 108,000 "
+        "frames at frameskip 4): a video would hold 93.9 GiB of Atari screens per episode",
+    ),
+    "random_scores_episodes": (
+        random_scores_main, ["--envs", "CartPole-v1", "--episodes", HUGE, "--out", "{dir}/s.csv"],
+        "error: --episodes 1,000,000,000 is over its limit of 10,000",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(SIZES))
+def test_size_options_past_their_bound_are_refused_in_one_line(case, tmp_path, capsys):
+    command, argv, expected = SIZES[case]
+    code = command([a.replace("{dir}", str(tmp_path)) for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith(expected), err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_dqn_replay_smaller_than_its_batch_is_refused_at_loading(tmp_path, capsys):

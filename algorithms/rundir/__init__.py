@@ -32,12 +32,22 @@ Integrity under faults (docs/results/run_integrity.md):
   torn row is read with a note, and is not finished for ``is_complete``: rerunning its plan
   repairs it.
 * **Unreadable directories** (permissions) raise ``RunUnreadable``, one line naming the directory.
+* **Only regular files are read** (``read_regular``): a run file (or an experiment's ``plan.json``)
+  that is a FIFO, socket, device or directory raises ``RunFileNotRegular``, one line naming it, and
+  is never opened (a FIFO would block the reader until a writer came, a device might never end). A
+  symlink is followed: one to a regular file is read as its target.
+* **Rows on schedule.** A run is finished (``completion``) only when ``progress.csv`` holds every row
+  of the runner's schedule (``schedule_gap``); a row lost from the middle is named, and the next
+  start passes over checkpoints the table no longer agrees with, as for a lost last row.
+* **Returns are finite.** A return in ``eval.csv`` or ``progress.csv`` that is infinite, or NaN
+  where episodes were played, makes the run corrupt, named in one line: no score is made of it.
 
 The package imports torch only inside the checkpoint and RNG-state functions, so ``analysis`` can
 read runs without importing the training stack. Its modules, one concern each: ``layout`` (file
-names, paths, ``RunUnreadable``), ``atomic`` (crash-safe writes), ``lock`` (one writer), ``meta``
-(metadata.json, RNG states), ``tables`` (CSV tables), ``writer`` (``RunDir``), ``reader``
-(``read_run``, ``find_runs``, ``completion``). Every public name is importable from here.
+names, paths, ``RunUnreadable``, ``read_regular``), ``atomic`` (crash-safe writes), ``lock`` (one
+writer), ``meta`` (metadata.json, RNG states), ``tables`` (CSV tables, ``schedule_gap``), ``writer``
+(``RunDir``), ``reader`` (``read_run``, ``find_runs``, ``completion``). Every public name is
+importable from here.
 """
 
 from algorithms.rundir.atomic import NotARegularFile, atomic_write_bytes, atomic_write_json, check_output
@@ -53,11 +63,15 @@ from algorithms.rundir.layout import (
     METADATA_FILE,
     PREVIOUS_CHECKPOINT_FILE,
     PROGRESS_FILE,
+    RESULT_NEUTRAL_KEYS,
     STATUS_FILE,
     TENSORBOARD_DIR,
+    RunFileNotRegular,
     RunState,
     RunStatus,
     RunUnreadable,
+    check_regular,
+    read_regular,
     run_path,
 )
 from algorithms.rundir.lock import (
@@ -79,7 +93,7 @@ from algorithms.rundir.meta import (
     set_rng_state,
 )
 from algorithms.rundir.reader import RunData, completion, find_runs, is_complete, read_run, read_status
-from algorithms.rundir.tables import CsvTable, read_table, sound_length
+from algorithms.rundir.tables import CsvTable, read_table, schedule_gap, sound_length
 from algorithms.rundir.writer import RunDir, config_differences, verify_checkpoint
 
 __all__ = [
@@ -96,6 +110,7 @@ __all__ = [
     "PREVIOUS_CHECKPOINT_FILE",
     "PROGRESS_FILE",
     "RECORDED_PACKAGES",
+    "RESULT_NEUTRAL_KEYS",
     "STATUS_FILE",
     "TENSORBOARD_DIR",
     "CsvTable",
@@ -103,6 +118,7 @@ __all__ = [
     "RunBusy",
     "RunData",
     "RunDir",
+    "RunFileNotRegular",
     "RunState",
     "RunStatus",
     "RunUnreadable",
@@ -110,6 +126,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "check_output",
+    "check_regular",
     "collect_metadata",
     "completion",
     "config_differences",
@@ -119,12 +136,14 @@ __all__ = [
     "git_state",
     "is_complete",
     "lock_holder",
+    "read_regular",
     "read_run",
     "read_status",
     "read_table",
     "release_lock",
     "rng_state",
     "run_path",
+    "schedule_gap",
     "set_rng_state",
     "set_status_if_free",
     "sound_length",

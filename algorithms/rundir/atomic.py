@@ -45,7 +45,15 @@ class NotARegularFile(ValueError):
     (as root, ``--csv /dev/full`` replaced the system's device with a file), so nothing is written."""
 
 
-_KINDS = ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"))
+_KINDS = (
+    (stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+)  # fmt: skip
+
+
+def file_kind(mode: int) -> str:
+    """What a file of ``mode`` (``os.stat``'s ``st_mode``) that is not a regular file is, in words."""
+    return next((name for test, name in _KINDS if test(mode)), "a device")
 
 
 def check_output(path: Path) -> None:
@@ -58,8 +66,7 @@ def check_output(path: Path) -> None:
         return
     if stat.S_ISREG(mode):
         return
-    kind = next((name for test, name in _KINDS if test(mode)), "a device or socket")
-    raise NotARegularFile(f"{path} is {kind}, not a regular file: give a file's path or a new one")
+    raise NotARegularFile(f"{path} is {file_kind(mode)}, not a regular file: give a file's path or a new one")
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

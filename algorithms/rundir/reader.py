@@ -5,12 +5,16 @@ cheap finished-or-not check a scheduler makes before starting a run (``completio
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from algorithms.rundir.layout import (
@@ -22,8 +26,9 @@ from algorithms.rundir.layout import (
     STATUS_FILE,
     RunStatus,
     RunUnreadable,
+    read_regular,
 )
-from algorithms.rundir.tables import read_table, sound_length
+from algorithms.rundir.tables import read_table, schedule_gap, sound_length
 
 
 @dataclass
@@ -44,7 +49,7 @@ def _read_json(path: Path, problems: list[str]) -> dict[str, Any] | None:
     """The JSON object in ``path``; ``None`` with the reason in ``problems`` when it is missing or
     damaged (not UTF-8, not JSON, not an object, not a file). ``RunUnreadable`` when not permitted."""
     try:
-        text = path.read_text()
+        text = read_regular(path).decode()
     except FileNotFoundError:
         problems.append(f"{path.name} missing")
         return None
@@ -79,9 +84,11 @@ def read_run(path: Path) -> RunData:
     """Read a run directory without raising on damage (``RunUnreadable`` when it may not be read).
 
     * corrupt: config.json / metadata.json unreadable, or missing beside progress rows, or a table
-      that does not parse, whose rows are not numbers, or whose env steps repeat or go backwards;
+      that does not parse, whose rows are not numbers, whose env steps repeat or go backwards, or
+      that holds a return that is not a finite number (``_non_finite_return``);
     * complete: finished as the scheduler judges it (``completion``: status.json says complete and
-      the progress rows, none torn, reach the run's budget) and everything parses;
+      the progress rows, none torn and none of the schedule missing, reach the run's budget) and
+      everything parses;
     * incomplete: readable, but still running, failed or killed, its status.json damaged, or said
       complete with rows torn or missing (listed in ``problems``; rerunning the plan repairs it).
     """
@@ -104,7 +111,7 @@ def _read_run(path: Path) -> RunData:
     for name in (PROGRESS_FILE, EVAL_FILE):
         try:
             table, table_problems = read_table(path / name)
-        except PermissionError:
+        except (PermissionError, RunUnreadable):
             raise
         except (pd.errors.ParserError, UnicodeDecodeError, ValueError, OSError) as e:
             detail = (str(e).splitlines() or [type(e).__name__])[0]
@@ -112,8 +119,8 @@ def _read_run(path: Path) -> RunData:
             corrupt = True
         tables[name] = table
         problems.extend(p for p in table_problems if not p.endswith("missing") or name == PROGRESS_FILE)
-    for problem in (_progress_order(tables[PROGRESS_FILE]), _eval_order(tables[EVAL_FILE])):
-        if problem is not None:
+    for name, order in ((PROGRESS_FILE, _progress_order), (EVAL_FILE, _eval_order)):
+        if (problem := order(tables[name]) or _non_finite_return(tables[name], name)) is not None:
             problems.append(problem)
             corrupt = True
     if config is None or metadata is None:
@@ -208,6 +215,27 @@ def _eval_order(table: pd.DataFrame) -> str | None:
     return None
 
 
+def _non_finite_return(table: pd.DataFrame, name: str) -> str | None:
+    """Why a table whose rows are in order is damaged by a return that is not a finite number: any
+    infinity; a NaN in ``eval.csv`` (each row is one episode played) or in a row of ``progress.csv``
+    that logged episodes (with none, or no ``episodes_logged`` to say, its return columns are NaN by
+    design: ``algorithms.logger``). Such a return would make every mean, IQM and interval it enters
+    NaN or infinite."""
+    columns = [c for c in table.columns if c == "return" or c.startswith("return_")]
+    if name == EVAL_FILE:
+        played = np.ones(len(table), bool)
+    else:
+        logged = table["episodes_logged"] if "episodes_logged" in table else pd.Series(0, index=table.index)
+        played = pd.to_numeric(logged, errors="coerce").to_numpy(float) > 0
+    for column in columns:
+        values = pd.to_numeric(table[column], errors="coerce").to_numpy(float)
+        bad = np.isinf(values) | (np.isnan(values) & played)
+        if bad.any():
+            i = int(bad.argmax())
+            return f"{name} damaged: {column} {values[i]} at line {i + 2} is not a finite number"
+    return None
+
+
 def find_runs(experiment_dir: Path) -> list[Path]:
     """Every run directory under ``experiment_dir`` (a directory named seed<k> with any run file).
     ``RunUnreadable`` names the first directory on the way that may not be read: an experiment that
@@ -233,20 +261,34 @@ def find_runs(experiment_dir: Path) -> list[Path]:
 
 def budget(config: dict[str, Any] | None) -> int | None:
     """The env-step budget (``runner.n_steps``) of a run's stored config; ``None`` when it has none."""
+    return _runner_int(config, "n_steps")
+
+
+def log_interval(config: dict[str, Any] | None) -> int | None:
+    """The env steps between progress rows (``runner.log_interval_steps``) of a run's stored config;
+    ``None`` when it has none (or not a positive one: no schedule to check rows against)."""
+    interval = _runner_int(config, "log_interval_steps")
+    return interval if interval is not None and interval > 0 else None
+
+
+def _runner_int(config: dict[str, Any] | None, key: str) -> int | None:
     runner = config.get("runner") if isinstance(config, dict) else None
-    steps = runner.get("n_steps") if isinstance(runner, dict) else None
-    return steps if isinstance(steps, int) and not isinstance(steps, bool) else None
+    value = runner.get(key) if isinstance(runner, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def completion(path: Path, steps: int | None = None) -> tuple[bool, str | None]:
-    """Whether the run at ``path`` is finished, cheaply (``status.json`` and the tail of
-    ``progress.csv``), and, when it looks finished or damaged but is not, why (one phrase): a
-    damaged ``status.json``; complete, but the last progress row torn or missing, or the rows ending
-    short of ``steps``, the run's env-step budget (by default its config.json's). The one rule of
-    "complete" for the scheduler, the dry run, ``read_run`` (summary, study, report) and the job.
-    ``RunUnreadable`` when not permitted."""
+    """Whether the run at ``path`` is finished and, when it looks finished or damaged but is not, why
+    (one phrase): a damaged ``status.json``; complete, but the last progress row torn or missing, the
+    rows ending short of ``steps`` (the run's env-step budget, by default its config.json's), or a
+    row of the runner's schedule missing between them (``schedule_gap``, every
+    ``runner.log_interval_steps``). The one rule of "complete" for the scheduler, the dry run,
+    ``read_run`` (summary, study, report) and the job. ``RunUnreadable`` when not permitted
+    (``RunFileNotRegular``: a file of the run is a FIFO, device or directory)."""
+    path = Path(path)
+    config = _read_json(path / CONFIG_FILE, [])
     if steps is None:
-        steps = budget(_read_json(Path(path) / CONFIG_FILE, []))
+        steps = budget(config)
     status, damaged = read_status(path)
     if damaged is not None:
         return False, f"{damaged}: running it again"
@@ -254,38 +296,41 @@ def completion(path: Path, steps: int | None = None) -> tuple[bool, str | None]:
         return False, None
     complete = status.get("state") == "complete"
     said = f"{STATUS_FILE} says complete but " if complete else ""
-    progress = Path(path) / PROGRESS_FILE
+    progress = path / PROGRESS_FILE
     try:
-        with open(progress, "rb") as f:
-            header = f.readline()
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(len(header), size - 65536))
-            tail = f.read()
+        data = read_regular(progress)
     except FileNotFoundError:
         return False, f"{said}{PROGRESS_FILE} is missing: running it again" if complete else None
     except PermissionError as error:
         raise RunUnreadable.from_error(error, progress) from None
-    whole = tail[: sound_length(header + tail) - len(header)] if tail else tail
-    if len(whole) < len(tail):
+    whole = data[: sound_length(data)]
+    if len(whole) < len(data):
         return False, f"{said}the last row of {PROGRESS_FILE} is torn: repairing it"
     if not complete:
         return False, None
-    rows = [line for line in whole.split(b"\n") if line.strip()]
+    rows = list(csv.DictReader(io.StringIO(whole.decode(errors="replace"))))
     if not rows:
         return False, f"{said}{PROGRESS_FILE} has no rows: running it again"
-    if steps is not None:
-        columns = header.decode(errors="replace").strip().split(",")
-        values = rows[-1].decode(errors="replace").split(",")
-        try:
-            last = int(float(dict(zip(columns, values))["env_steps"]))
-        except (KeyError, ValueError):
-            last = 0
-        if last < steps:
-            return False, (
-                f"{STATUS_FILE} says complete but {PROGRESS_FILE} ends at {last:,} of {steps:,} env steps: "
-                "repairing it"
-            )
+    env_steps = _numbers(rows, "env_steps")
+    last = int(env_steps[-1]) if math.isfinite(env_steps[-1]) else 0
+    if steps is not None and last < steps:
+        return False, f"{said}{PROGRESS_FILE} ends at {last:,} of {steps:,} env steps: repairing it"
+    interval = log_interval(config)
+    gap = schedule_gap(env_steps, _numbers(rows, "sampler_itrs"), interval) if interval else None
+    if gap is not None:
+        return False, f"{said}{PROGRESS_FILE} {gap}: repairing it"
     return True, None
+
+
+def _numbers(rows: list[dict[str, str]], column: str) -> list[float]:
+    """``column`` of CSV ``rows`` as numbers, NaN where a cell is absent or not a number."""
+    out = []
+    for row in rows:
+        try:
+            out.append(float(row.get(column) or "nan"))
+        except ValueError:
+            out.append(math.nan)
+    return out
 
 
 def is_complete(path: Path, steps: int | None = None) -> bool:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from algorithms.rundir.atomic import atomic_write_bytes
+from algorithms.rundir.layout import check_regular, read_regular
 
 
 class CsvTable:
@@ -29,6 +31,7 @@ class CsvTable:
         self.path = Path(path)
         self.default_columns: list[str] | None = list(columns) if columns is not None else None
         self.columns = self.default_columns
+        check_regular(self.path)  # appending to a FIFO would block until a reader came
         if self.path.exists() and self.path.stat().st_size > 0:
             self._repair_torn_tail()
             with self.path.open(newline="") as f:
@@ -133,12 +136,14 @@ def sound_length(data: bytes) -> int:
 def read_table(path: Path) -> tuple[pd.DataFrame, list[str]]:
     """Read a CSV table, tolerating a torn last line (``sound_length``); returns (table, problems
     found). Raises ``ValueError`` (pandas' ``ParserError`` among them) when a row inside the table
-    has another number of fields than the header: the table is damaged, not torn."""
+    has another number of fields than the header: the table is damaged, not torn; and
+    ``RunFileNotRegular`` (``read_regular``) when it is a FIFO, device or directory."""
     path = Path(path)
     problems: list[str] = []
-    if not path.exists():
+    try:
+        data = read_regular(path)
+    except FileNotFoundError:
         return pd.DataFrame(), [f"{path.name} missing"]
-    data = path.read_bytes()
     cut = sound_length(data)
     if cut < len(data):
         data = data[:cut]
@@ -152,3 +157,27 @@ def read_table(path: Path) -> tuple[pd.DataFrame, list[str]]:
         raise ValueError(f"line {odd} has {_fields(lines[odd - 1])} fields, the header {width}")
     table = pd.read_csv(io.BytesIO(data))  # raises pandas' ParserError on what else does not parse
     return table, problems
+
+
+def schedule_gap(steps: Sequence[float], itrs: Sequence[float], interval: int) -> str | None:
+    """Which row of a progress table is missing from the runner's schedule (``algorithms.runners.sync``:
+    a row at the first batch end at or past the next multiple of ``interval`` after the last row, and
+    one at the end of the budget), as a phrase; ``None`` when none is, or when the rows' env ``steps``
+    and sampler iterations ``itrs`` (counted from the run's start) do not tell how many env steps a
+    batch holds. The batch comes from the rows themselves (env steps per iteration between two rows,
+    the largest seen), so a lost row is found without the runner's config: before a row at ``s``, the
+    batch that ended at ``s - batch`` was already past the multiple due, and logged nothing."""
+    points = list(zip([0.0, *steps], [0.0, *itrs]))
+    if not steps or not all(math.isfinite(s) and math.isfinite(i) for s, i in points):
+        return None
+    batch = max(((s1 - s0) / (i1 - i0) for (s0, i0), (s1, i1) in zip(points, points[1:]) if i1 > i0),
+                default=None)  # fmt: skip
+    if batch is None:
+        return None
+    previous = 0
+    for s in steps:
+        due = (int(previous) // interval + 1) * interval
+        if s - batch >= due:
+            return f"lacks the row due at {due:,} env steps (it goes from {previous:,.0f} to {s:,.0f})"
+        previous = s
+    return None

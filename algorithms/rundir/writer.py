@@ -22,7 +22,8 @@ from algorithms.rundir import layout
 from algorithms.rundir.atomic import _fsync_dir, _json_default, _now, atomic_write_json, temporary_beside
 from algorithms.rundir.lock import acquire_lock, release_lock
 from algorithms.rundir.meta import collect_metadata
-from algorithms.rundir.tables import CsvTable, read_table
+from algorithms.rundir.reader import log_interval
+from algorithms.rundir.tables import CsvTable, read_table, schedule_gap
 
 # The checkpoint's key naming the run it belongs to: the SHA-256 of the run's config.json (written
 # once, at the run's start). A checkpoint copied in from another run (another seed) is refused.
@@ -73,7 +74,7 @@ class RunDir:
             if config_file.exists():
                 if not resume:
                     raise FileExistsError(f"{path}: run directory exists; pass resume=True to continue it")
-                stored = json.loads(config_file.read_text())
+                stored = json.loads(layout.read_regular(config_file))
                 fresh = json.loads(json.dumps(config, default=_json_default))
                 if read_stored is not None:
                     stored = json.loads(json.dumps(read_stored(stored), default=_json_default))
@@ -236,7 +237,7 @@ class RunDir:
         since a run stopped part-way is the same run, and a changed budget is refused before any job
         starts (``repro.changed``)."""
         try:
-            config = json.loads((self.path / layout.CONFIG_FILE).read_text(encoding="utf-8"))
+            config = json.loads(layout.read_regular(self.path / layout.CONFIG_FILE))
         except FileNotFoundError:
             return None
         if isinstance(config.get("runner"), dict):
@@ -244,21 +245,26 @@ class RunDir:
         return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
     def _missing_row(self, checkpoint: dict[str, Any]) -> str | None:
-        """How ``progress.csv`` (already cut back to ``checkpoint``) lacks the last row the run had
-        logged when it saved ``checkpoint`` (its runner's ``last_log_steps``), or ``None`` when it has
-        it (or the checkpoint does not say). A torn row a crash left, that the table's repair dropped,
-        would otherwise leave a gap the resumed run never fills."""
-        runner = checkpoint.get("runner")
-        logged = runner.get("last_log_steps") if isinstance(runner, dict) else None
-        if not isinstance(logged, int) or logged <= 0:
-            return None
+        """How ``progress.csv`` (already cut back to ``checkpoint``) lacks a row the run had logged
+        when it saved ``checkpoint``: its last (its runner's ``last_log_steps``), or one of the
+        schedule before it (``schedule_gap``, every ``runner.log_interval_steps`` of config.json);
+        ``None`` when it has them (or the checkpoint and config do not say). A torn row a crash left,
+        that the table's repair dropped, or a row lost from the middle would otherwise leave a gap
+        the resumed run never fills."""
         table, _ = read_table(self.progress.path)
         steps = pd.to_numeric(table["env_steps"], errors="coerce") if "env_steps" in table else pd.Series()
-        before = steps[steps <= logged]
-        if len(before) and before.iloc[-1] == logged:
+        runner = checkpoint.get("runner")
+        logged = runner.get("last_log_steps") if isinstance(runner, dict) else None
+        if isinstance(logged, int) and logged > 0:
+            before = steps[steps <= logged]
+            if not len(before) or before.iloc[-1] != logged:
+                end = f"ends at env_steps {before.iloc[-1]:,.0f}" if len(before) else "has no row"
+                return f"{end} without the row at {logged:,} (torn or lost)"
+        interval = log_interval(json.loads(layout.read_regular(self.path / layout.CONFIG_FILE)))
+        if interval is None or "sampler_itrs" not in table:
             return None
-        end = f"ends at env_steps {before.iloc[-1]:,.0f}" if len(before) else "has no row"
-        return f"{end} without the row at {logged:,} (torn or lost)"
+        itrs = pd.to_numeric(table["sampler_itrs"], errors="coerce")
+        return schedule_gap(steps.tolist(), itrs.tolist(), interval)
 
     # tensorboard
     def tensorboard_writer(self) -> Any:
