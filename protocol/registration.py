@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import Any
 
 from algorithms.configs import ConfigError, unknown_key_message
+from algorithms.rundir import read_regular
 from protocol.files import REPO_ROOT, repo_path
 from protocol.plan_args import parse_seeds, seeds_text
 
@@ -380,7 +381,7 @@ def read_record(experiment_dir: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_regular(path).decode("utf-8"))  # a FIFO there must not block a read
     except (OSError, ValueError) as e:
         raise ValueError(f"{path}: unreadable pre-registration record ({e})") from None
     if not isinstance(data, dict) or not isinstance(data.get("freezes"), list):

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -244,3 +246,16 @@ def test_an_endpoint_naming_an_arm_without_runs_is_not_tested_never_not_shown(tm
     _, row = _endpoint(exp)
     assert row.result == "not tested: arm 'ghost' has 0 run(s) on minatar_breakout"
     assert row.label == EXPLORATORY and row.why == row.result
+
+
+def test_a_fifo_in_place_of_the_freeze_record_is_refused_in_one_line_never_read(tmp_path):
+    exp, _, _ = _frozen(tmp_path)
+    record = exp / RECORD_FILE
+    record.unlink()
+    os.mkfifo(record)
+    done = subprocess.run(
+        [sys.executable, "-m", "analysis", "study", str(exp), "--reps", "200"],
+        capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1],
+    )  # fmt: skip
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"{record} is a FIFO, not a regular file: refused unread" in done.stderr
