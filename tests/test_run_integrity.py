@@ -460,7 +460,6 @@ def test_sigterm_to_the_scheduler_just_after_its_job_started_is_never_lost(tmp_p
                         trial["job"], trial["at"] = jobs[0], now + trial["delay"]
                 elif now >= trial["at"]:
                     trial["proc"].send_signal(signal.SIGTERM)
-                    trial["sent"] = now
                     pending.remove(trial)
             time.sleep(0.005)
         while any("ended" not in t for t in trials):
@@ -476,9 +475,9 @@ def test_sigterm_to_the_scheduler_just_after_its_job_started_is_never_lost(tmp_p
             what = (trial["delay"], proc.returncode, out[-2000:], log[-2000:])
             assert proc.returncode == 130 and "Traceback" not in out, what
             assert "Exception ignored" not in log and not alive(trial["job"]), what
+            # A lost stop ran the whole job: the run is never complete. No bound in seconds: with ten
+            # schedulers on two loaded cores a kept stop took 51-58 s (2026-12-06), a fixed bound flaked.
             assert read_run(trial["run"]).status != "complete", what
-            # Seconds, with ten at once on two cores; the lost stop ran the whole job.
-            assert trial["ended"] - trial["sent"] < 30, what
 
 
 def cmdline(pid: int) -> str:
