@@ -45,11 +45,11 @@ from scipy import stats
 from algorithms.configs import ConfigError
 from analysis import aggregate, equivalence, intervals
 from analysis.ablation import rank_test
-from analysis.curves import EVAL_SOURCE
+from analysis.curves import EVAL_SOURCE, runs_text
 from analysis.factorial import AGGREGATE, factorial_effects
 from analysis.multiple import adjust
 from protocol.files import PLANS_DIR, read_toml
-from protocol.freeze_check import RecordCheck, check_record
+from protocol.freeze_check import RecordCheck, check_record, parse_time
 from protocol.plan_args import seeds_text
 from protocol.registration import (
     RECORD_FILE,
@@ -74,14 +74,6 @@ ENDPOINT_COLUMNS = [
 CI_LEVEL = 0.95  # the interval of game, aggregate and effect endpoints
 ALTERNATIVE = {"two": "two-sided", "greater": "greater", "less": "less"}
 METRIC_NAMES = {"iqm": "IQM", "median": "Median", "mean": "Mean", "optimality_gap": "Optimality gap"}
-
-
-def _time(text: Any) -> dt.datetime | None:
-    try:
-        stamp = dt.datetime.fromisoformat(str(text))
-    except ValueError:
-        return None
-    return stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True)
@@ -170,7 +162,7 @@ def registration(exp_path: Path, metadata: pd.DataFrame, plan: dict[str, Any] | 
         if name not in first:
             first[name] = entry
         elif entry.get("hash") != first[name].get("hash"):
-            started = _started_before(metadata, _time(entry.get("frozen_at")))
+            started = _started_before(metadata, parse_time(entry.get("frozen_at")))
             statements.append(
                 f"Changed after runs existed: the [analysis] section of the {name} seeds was frozen again "
                 f"with a changed section ({str(entry.get('hash'))[:12]}, {entry.get('frozen_at')}) after "
@@ -219,7 +211,7 @@ def freeze_rows(reg: Registration, metadata: pd.DataFrame) -> tuple[list[str], l
             name, str(e.get("seeds")), str(e.get("hash"))[:12], str(e.get("commit"))[:12],
             str(e.get("frozen_at")), "yes (--allow-dirty)" if e.get("dirty") else "no",
             "frozen code" if reason is None else reason,
-            _first_run_text(reg, name, metadata, _time(e.get("frozen_at"))),
+            _first_run_text(reg, name, metadata, parse_time(e.get("frozen_at"))),
         ])  # fmt: skip
     return header, rows
 
@@ -230,7 +222,7 @@ def _first_run_text(reg: Registration, name: str, metadata: pd.DataFrame, frozen
         return "no runs yet"
     starts = [
         s for seed, t in zip(metadata.seed, metadata.start_time)
-        if reg.section.seed_set(int(seed)) == name and (s := _time(t)) is not None
+        if reg.section.seed_set(int(seed)) == name and (s := parse_time(t)) is not None
     ]  # fmt: skip
     if not starts:
         return "no runs yet"
@@ -249,7 +241,7 @@ def _first_run_text(reg: Registration, name: str, metadata: pd.DataFrame, frozen
 def _started_before(metadata: pd.DataFrame, when: dt.datetime | None) -> int:
     if when is None or metadata.empty or "start_time" not in metadata:
         return 0
-    return sum(1 for t in metadata.start_time if (s := _time(t)) is not None and s < when)
+    return sum(1 for t in metadata.start_time if (s := parse_time(t)) is not None and s < when)
 
 
 def run_label(reg: Registration, runs: pd.DataFrame, metadata: pd.DataFrame) -> tuple[str, str]:
@@ -271,9 +263,9 @@ def run_label(reg: Registration, runs: pd.DataFrame, metadata: pd.DataFrame) -> 
         entry = reg.freezes.get(name) if name else None
         if entry is None:
             reason = "seeds outside the frozen seed sets" if name is None else f"{name} seeds never frozen"
-        elif (start := _time(getattr(row, "start_time", None))) is None:
+        elif (start := parse_time(getattr(row, "start_time", None))) is None:
             reason = "no recorded start time"
-        elif start < _time(entry["frozen_at"]):
+        elif start < parse_time(entry["frozen_at"]):
             reason = "started before the freeze"
         elif str(getattr(row, "git_commit", "")) != entry["commit"]:
             reason = "another commit than the frozen one"
@@ -590,11 +582,9 @@ def _change_text(row: Any) -> str:
 
 
 def _unevaluated_text(runs: pd.DataFrame) -> str:
-    listed = ", ".join(f"{r.arm}/{r.env}/seed{r.seed}" for r in runs.head(3).itertuples())
-    more = f" and {len(runs) - 3} more" if len(runs) > 3 else ""
     return (
         f"not tested: its frozen score is the final evaluation, and {len(runs)} complete run(s) have "
-        f"none ({listed}{more})"
+        f"none ({runs_text(runs, 3)})"
     )
 
 

@@ -164,16 +164,20 @@ def unevaluated_runs(exp: Experiment) -> pd.DataFrame:
     return _select(complete, evaluated, inside=False).reset_index(drop=True)
 
 
+def runs_text(runs: pd.DataFrame, shown: int) -> str:
+    """The first ``shown`` runs (``arm, env, seed``) as ``arm/env/seedN``, and how many more."""
+    listed = ", ".join(f"{r.arm}/{r.env}/seed{r.seed}" for r in runs.head(shown).itertuples())
+    return listed + (f" and {len(runs) - shown} more" if len(runs) > shown else "")
+
+
 def source_switch_sentence(exp: Experiment) -> str | None:
     """What a page says on top when ``unevaluated_runs`` switched every score to training returns."""
     runs = unevaluated_runs(exp)
     if runs.empty:
         return None
-    listed = ", ".join(f"{r.arm}/{r.env}/seed{r.seed}" for r in runs.head(5).itertuples())
-    more = f" and {len(runs) - 5} more" if len(runs) > 5 else ""
     return (
         f"Score source: every score on this page is a training return, not the final evaluation, because "
-        f"{len(runs)} of {len(exp.complete)} complete runs have no evaluation ({listed}{more}); frozen "
+        f"{len(runs)} of {len(exp.complete)} complete runs have no evaluation ({runs_text(runs, 5)}); frozen "
         "endpoints scored by the final evaluation are not tested."
     )
 

@@ -97,9 +97,11 @@ def committed_section_hash(plan_label: str, commit: str) -> str | None:
     return section_hash(analysis) if isinstance(analysis, Mapping) else None
 
 
-def _time(text: str) -> dt.datetime | None:
+def parse_time(text: Any) -> dt.datetime | None:
+    """A record's or a run's ISO time; one without a zone is UTC (how the harness writes them); None
+    when it is not a time."""
     try:
-        stamp = dt.datetime.fromisoformat(text)
+        stamp = dt.datetime.fromisoformat(str(text))
     except ValueError:
         return None
     return stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.UTC)
@@ -142,7 +144,7 @@ def _entry_problems(i: int, entry: Any) -> list[str]:
         declared = None
     if declared != entry["seeds"]:
         problems.append(f"the {name} freeze's seeds {entry['seeds']!r} are not its section's {key}")
-    if _time(entry["frozen_at"]) is None:
+    if parse_time(entry["frozen_at"]) is None:
         problems.append(f"the {name} freeze's time {entry['frozen_at']!r} is not a time")
     return problems
 
@@ -160,7 +162,7 @@ def _anchor(entry: dict[str, Any], plan: str, root: Path) -> tuple[list[str], li
     if when is None:
         return [], [f"the {name} freeze's commit {commit[:12]} is not in this repository (a shallow clone?)"]
     altered = []
-    if (made := _time(when)) is not None and _time(entry["frozen_at"]) < made:
+    if (made := parse_time(when)) is not None and parse_time(entry["frozen_at"]) < made:
         altered.append(f"the {name} freeze's time {entry['frozen_at']} precedes its commit's ({when})")
     if entry["dirty"]:
         return altered, []
