@@ -1,4 +1,5 @@
-"""What every training process sets before it builds anything: torch's threads and malloc's thresholds.
+"""What every training process sets before it builds anything: torch's threads and malloc's thresholds;
+and how much CPU time another process has used.
 
 glibc's malloc hands the free top of its heap back to the kernel once it exceeds ``M_TRIM_THRESHOLD``
 and serves a block above ``M_MMAP_THRESHOLD`` with a mapping of its own, released on free; both
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from pathlib import Path
 
 import torch
 
@@ -27,6 +29,8 @@ _MMAP_THRESHOLD_MAX = 32 * 1024 * 1024  # DEFAULT_MMAP_THRESHOLD_MAX for 64-bit 
 _TRIM_NEVER = 2**31 - 1  # mallopt takes an int; ~2 GiB of free top is never reached by one update
 
 _retaining = False
+
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def retain_freed_memory() -> bool:
@@ -52,3 +56,17 @@ def configure_process(torch_threads: int) -> None:
     that trains or samples (``train``, ``train_packed``, DDP ranks, sampler workers, the benches)."""
     torch.set_num_threads(torch_threads)
     retain_freed_memory()
+
+
+def process_times(pid: int, proc: Path = Path("/proc")) -> tuple[int, float] | None:
+    """``(start time in ticks since boot, CPU seconds)`` of ``pid`` and its waited-for children; None
+    when it is not running or the system has no ``/proc`` (Linux only). The fields after the command
+    name (which may hold spaces) are split after its closing parenthesis: utime, stime, cutime, cstime
+    are fields 14-17 of proc(5), starttime field 22."""
+    try:
+        text = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    ticks = sum(int(fields[i]) for i in (11, 12, 13, 14))
+    return int(fields[19]), ticks / _TICKS_PER_S

@@ -20,28 +20,15 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 
+from algorithms.process import process_times
+
 COLUMNS = ["time", "run", "pid", "started", "cpu_s", "env_steps"]
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def process_times(pid: int, proc: Path = Path("/proc")) -> tuple[int, float] | None:
-    """``(start time in ticks since boot, CPU seconds)`` of ``pid``; None when it is not running. The
-    fields after the command name (which may hold spaces) are split after its closing parenthesis:
-    utime, stime, cutime, cstime are fields 14-17 of proc(5), starttime field 22."""
-    try:
-        text = (proc / str(pid) / "stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    fields = text[text.rindex(")") + 2 :].split()
-    ticks = sum(int(fields[i]) for i in (11, 12, 13, 14))
-    return int(fields[19]), ticks / TICKS
 
 
 def last_env_steps(run_dir: Path) -> int | None:

@@ -430,6 +430,7 @@ def test_sigterm_to_the_scheduler_stops_its_job_and_says_interrupted(plan):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # 50 schedulers, ten at a time: 600 s was not enough at load 20 on 2 cores
 def test_sigterm_to_the_scheduler_just_after_its_job_started_is_never_lost(tmp_path):
     """Issue 47's report, 50 times: SIGTERM to the scheduler about 0.2 s (0.1-0.32 s) after its job
     started, while the job is still in the interpreter's start-up and imports. Before, one such stop
@@ -448,9 +449,11 @@ def test_sigterm_to_the_scheduler_just_after_its_job_started_is_never_lost(tmp_p
                                     stderr=subprocess.STDOUT, text=True)  # fmt: skip
             trials.append({"proc": proc, "run": run_dirs(plan, 1)[0], "delay": 0.1 + 0.012 * (k % 10) * 2})
         pending = list(trials)
-        deadline = time.monotonic() + 300
+        # Liveness bounds only (a lost stop is seen in the run's status below), wide enough for ten
+        # interpreters' imports on two cores shared with other work (2026-12-07: over 300 s at load 20).
+        deadline = time.monotonic() + 900
         while pending:  # each scheduler's SIGTERM, its delay after its job appeared
-            assert time.monotonic() < deadline, "no job started within 300 s"
+            assert time.monotonic() < deadline, "no job started within 900 s"
             now = time.monotonic()
             for trial in list(pending):
                 if "job" not in trial:
@@ -466,7 +469,7 @@ def test_sigterm_to_the_scheduler_just_after_its_job_started_is_never_lost(tmp_p
             for trial in trials:
                 if "ended" not in trial and trial["proc"].poll() is not None:
                     trial["ended"] = time.monotonic()
-            assert time.monotonic() < deadline + 120, "a scheduler still running 120 s after its SIGTERM"
+            assert time.monotonic() < deadline + 600, "a scheduler still running 600 s after its SIGTERM"
             time.sleep(0.01)
         for trial in trials:
             proc = trial["proc"]

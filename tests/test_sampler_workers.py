@@ -13,6 +13,7 @@ import torch
 from test_sampler_parallel_shutdown import assert_all_gone
 
 from algorithms.cpus import cpu_share
+from algorithms.process import process_times
 from algorithms.samplers.workers import WorkerError, WorkerGroup
 from algorithms.train import SamplerConfig
 
@@ -45,6 +46,13 @@ class Counter:
 
     def calls_and_total(self) -> tuple[int, int]:
         return self.calls, int(self.slot[0])
+
+    def spin(self, seconds: float) -> float:
+        """Compute for ``seconds`` of this process's CPU time: a slow command, not a stuck one."""
+        end = time.process_time() + seconds
+        while time.process_time() < end:
+            pass
+        return seconds
 
     def affinities(self) -> dict[int, set[int]]:
         """Each thread id of this process -> its CPUs."""
@@ -212,6 +220,38 @@ def test_fast_command_times_out_with_a_clear_error() -> None:
     with pytest.raises(WorkerError, match=r"counter worker 0 did not answer 'add' within 1 s"):
         group.receive(timeout_s=1.0)
     assert_all_gone(pids)
+
+
+def test_a_worker_that_keeps_computing_is_waited_for_past_the_timeout() -> None:
+    """Slow is not stuck: a command using CPU for 1.5 s is answered although the timeout is 0.5 s of
+    silence (on a loaded machine a worker's start-up imports outlasted the start timeout)."""
+    group, _ = counters(1)
+    try:
+        assert group.call("spin", 1.5, timeout_s=0.5) == [1.5]
+    finally:
+        group.close()
+
+
+def test_a_worker_that_computes_forever_still_times_out() -> None:
+    group, _ = counters(1)
+    pids = group.pids
+    group.send("spin", 3600.0)
+    began = time.monotonic()
+    busy = r"counter worker 0 did not answer 'spin' within 0.3 s, computing all along \(\d+ CPU s"
+    with pytest.raises(WorkerError, match=busy):
+        group.receive(timeout_s=0.3)
+    assert time.monotonic() - began < 300  # PROGRESS_LIMIT times the timeout in CPU time, not the hour
+    assert_all_gone(pids)
+
+
+def test_process_times_reads_this_process_and_not_a_finished_one() -> None:
+    started, cpu = process_times(os.getpid())
+    assert started > 0 and cpu > 0
+    end = time.process_time() + 0.2
+    while time.process_time() < end:
+        pass
+    assert process_times(os.getpid())[1] > cpu
+    assert process_times(2**22 + 1) is None  # above Linux's pid_max: never a running process
 
 
 def test_workers_and_the_threads_they_start_run_on_their_cpus() -> None:

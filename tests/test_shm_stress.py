@@ -142,7 +142,7 @@ def producer_main(buf: DoubleBuffer, n_batches: int) -> None:
     torch.set_num_threads(1)
     rng = np.random.default_rng(3)
     for i in range(n_batches):
-        slot = buf.begin_write(timeout_s=10)
+        slot = buf.begin_write(timeout_s=300)  # a starved consumer on a loaded machine is slow, not gone
         batch = buf.slots[slot]
         payload = rng.integers(0, 1 << 40, size=batch["payload"].shape, dtype=np.int64)
         batch["payload"].numpy()[:] = payload
@@ -162,9 +162,16 @@ def test_double_buffer_delivers_every_batch_in_order_untorn() -> None:
     n_batches = 300
     proc = ctx.Process(target=producer_main, args=(buf, n_batches))
     proc.start()
+
+    def producer_alive() -> None:
+        if proc.exitcode not in (None, 0):
+            raise RuntimeError(f"the producer exited with code {proc.exitcode}")
+
     try:
         for i in range(n_batches):
-            slot, info = buf.begin_read(timeout_s=20)
+            # The first batch waits for a spawned interpreter's imports, minutes on a loaded machine;
+            # a producer that died is reported at once instead.
+            slot, info = buf.begin_read(timeout_s=300, alive=producer_alive)
             batch = buf.slots[slot].map(torch.clone)
             buf.end_read(slot)
             assert info == (i, 8)
@@ -172,7 +179,7 @@ def test_double_buffer_delivers_every_batch_in_order_untorn() -> None:
             assert count_torn(batch) == 0
             if i % 50 == 0:
                 time.sleep(0.05)  # a slow consumer: the producer must wait, not overwrite
-        proc.join(timeout=10)
+        proc.join(timeout=300)
         assert proc.exitcode == 0
     finally:
         if proc.is_alive():

@@ -33,6 +33,7 @@ pushed new parameters (rlpyt synced the same way, rlpyt/samplers/parallel/worker
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
@@ -47,11 +48,16 @@ from typing import Any, Protocol
 import torch
 
 from algorithms.cpus import pin_process
-from algorithms.process import configure_process
+from algorithms.process import configure_process, process_times
 
-# Seconds a worker may take to build its envs and agent, and to answer an ordinary command.
+# Seconds a worker may take to build its envs and agent, and to answer an ordinary command, without
+# using any CPU time meanwhile. A worker that is still computing is slow, not stuck: on a loaded
+# machine a spawned worker's imports alone took over 120 s of wall time (two training runs, a test
+# suite and a benchmark on 2 cores, 2026-12-07), so while its CPU time grows the wait goes on, until
+# it has used PROGRESS_LIMIT times the timeout in CPU seconds: a worker in a busy loop still ends.
 START_TIMEOUT_S = 120.0
 COMMAND_TIMEOUT_S = 600.0
+PROGRESS_LIMIT = 10
 JOIN_TIMEOUT_S = 5.0
 
 # An order on a worker's raw order pipe: what to do, and the fast command's argument. Pipe writes up
@@ -273,12 +279,15 @@ class WorkerGroup:
     def receive(self, ranks: Sequence[int] | None = None, timeout_s: float = COMMAND_TIMEOUT_S) -> list[Any]:
         """Wait for the replies of ``ranks`` (all by default) and return them in rank order.
 
-        Raises ``WorkerError`` as soon as one of them reports an exception, dies, or the timeout
-        passes; the group is closed first so no process is left behind.
+        Raises ``WorkerError`` as soon as one of them reports an exception, dies, or passes
+        ``timeout_s`` without a reply and without using CPU time (``PROGRESS_LIMIT``); the group is
+        closed first so no process is left behind.
         """
         ranks = list(range(len(self))) if ranks is None else list(ranks)
         results: dict[int, Any] = {}
-        deadline = time.monotonic() + timeout_s
+        start = time.monotonic()
+        deadline = start + timeout_s
+        cpu_first = cpu_seen = self._cpu_seconds(ranks)
         try:
             poller = select.poll()
             owner: dict[int, int] = {}
@@ -287,13 +296,24 @@ class WorkerGroup:
                     poller.register(fd, select.POLLIN)
                     owner[fd] = rank
             while len(results) < len(ranks):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                now = time.monotonic()
+                if now >= deadline:
                     waiting = [r for r in ranks if r not in results]
+                    cpu_now = self._cpu_seconds(waiting)
+                    computing = [r for r in waiting if cpu_now[r] > cpu_seen[r]]  # False for NaN
+                    used = max((cpu_now[r] - cpu_first[r] for r in computing), default=0.0)
+                    if computing and used < PROGRESS_LIMIT * timeout_s:
+                        cpu_seen = {**cpu_seen, **cpu_now}
+                        deadline = now + timeout_s
+                        continue
                     names = ", ".join(self.worker_name(r) for r in waiting)
-                    raise WorkerError(
-                        f"{names} did not answer {self._pending[waiting[0]]!r} within {timeout_s:.0f} s"
+                    within = (
+                        f"{timeout_s:g} s, computing all along ({used:.0f} CPU s, {now - start:.0f} s in all)"
+                        if computing
+                        else f"{timeout_s:g} s of using no CPU time ({now - start:.0f} s in all)"
                     )
+                    raise WorkerError(f"{names} did not answer {self._pending[waiting[0]]!r} within {within}")
+                remaining = deadline - now
                 for fd, _ in poller.poll(max(1, int(remaining * 1000))):
                     rank = owner[fd]
                     if rank in results:
@@ -313,6 +333,11 @@ class WorkerGroup:
             self.close()
             raise
         return [results[r] for r in ranks]
+
+    def _cpu_seconds(self, ranks: Sequence[int]) -> dict[int, float]:
+        """CPU seconds each worker in ``ranks`` has used (NaN where the system cannot tell)."""
+        times = {rank: process_times(int(self._procs[rank].pid)) for rank in ranks}
+        return {rank: math.nan if t is None else t[1] for rank, t in times.items()}
 
     def _reply_fd(self, rank: int) -> int:
         """Where ``rank``'s reply to its pending command arrives."""
