@@ -43,6 +43,7 @@ class RunThroughput:
     state: str  # status.json's state, or "corrupt" when the run's files are damaged (``problems``)
     values: dict[str, float]
     problems: list[str]
+    replays: bool  # its algorithm keeps a replay (unknown: True, and its ratios are shown)
 
 
 def collect(experiment_dir: Path) -> list[RunThroughput]:
@@ -60,40 +61,65 @@ def collect(experiment_dir: Path) -> list[RunThroughput]:
             state = run.status
         elif run.status != "complete" and state == "complete":  # said complete, short of it (``completion``)
             state = "unfinished"
-        out.append(RunThroughput(arm, env, seed, state, values, run.problems))
+        # ``replay_size_steps`` marks a replay learner's config (algorithms.registry.replay_bytes' rule).
+        replays = run.config is None or "replay_size_steps" in run.config.get("algo_config", {})
+        out.append(RunThroughput(arm, env, seed, state, values, run.problems, replays))
     return out
 
 
-def _derived(v: dict[str, float]) -> tuple[str, ...]:
+def _derived(v: dict[str, float], replays: bool, ratio_columns: bool) -> tuple[str, ...]:
     train_s = v["time_sampling_s"] + v["time_optimizing_s"]
     steps = v["env_steps"]
+    ratios = (
+        (
+            f"{v['samples_trained'] / steps:.3f}" if steps and replays else "-",
+            f"{v['samples_replayed'] / steps:.3f}" if steps and replays else "-",
+        )
+        if ratio_columns
+        else ()
+    )
     return (
         human_count(steps),
         human_count(v["frames"]),
         human_count(v["updates"]),
         f"{steps / train_s:,.0f}" if train_s else "-",
         f"{v['updates'] / train_s:.2f}" if train_s else "-",
-        f"{v['samples_trained'] / steps:.3f}" if steps else "-",
-        f"{v['samples_replayed'] / steps:.3f}" if steps else "-",
+        *ratios,
         f"{v['wall_time_s']:.0f}",
     )
 
 
-HEADER = ["env steps", "frames", "updates", "steps/s", "updates/s", "RR trained", "RR w/ burn-in", "wall s"]
+RATIO_HEADER = ["RR trained", "RR w/ burn-in"]
+
+
+def _header(ratio_columns: bool) -> list[str]:
+    ratios = RATIO_HEADER if ratio_columns else []
+    return ["env steps", "frames", "updates", "steps/s", "updates/s", *ratios, "wall s"]
 
 
 def summary_text(experiment_dir: Path) -> str:
     runs = collect(experiment_dir)
     if not runs:
         return f"{experiment_dir}: no run directories"
-    rows = [(r.arm, r.env, r.seed, r.state, *_derived(r.values)) for r in runs]
+    ratio_columns = any(r.replays for r in runs)
+    header = _header(ratio_columns)
+    rows = [(r.arm, r.env, r.seed, r.state, *_derived(r.values, r.replays, ratio_columns)) for r in runs]
     totals = []
     for arm in sorted({r.arm for r in runs}) + ["ALL"]:
         chosen = [r for r in runs if arm in ("ALL", r.arm)]
         summed = {c: sum(r.values[c] for r in chosen) for c in COLUMNS}
         complete = sum(r.state == "complete" for r in chosen)
-        totals.append((arm, f"{len(chosen)} runs", f"{complete} complete", "", *_derived(summed)))
-    right = tuple(range(4, 12))
+        replays = all(r.replays for r in chosen)  # a ratio over runs with and without replay means nothing
+        totals.append(
+            (
+                arm,
+                f"{len(chosen)} runs",
+                f"{complete} complete",
+                "",
+                *_derived(summed, replays, ratio_columns),
+            )
+        )
+    right = tuple(range(4, 4 + len(header)))
     damaged = ""
     for title, chosen in (
         ("corrupt runs (their numbers above cannot be trusted; not used for results)", ("corrupt",)),
@@ -103,11 +129,16 @@ def summary_text(experiment_dir: Path) -> str:
         listed = [f"  {r.arm}/{r.env}/{r.seed}: {'; '.join(r.problems)}" for r in runs
                   if r.state in chosen and r.problems]  # fmt: skip
         damaged += f"\n\n{title}:\n" + "\n".join(listed) if listed else ""
+    ratio_note = (
+        "; RR = replay ratio: trained steps per env step, and with burn-in steps included, - without a replay"
+        if ratio_columns
+        else ""
+    )
     return (
-        f"throughput of {experiment_dir} (steps/s and updates/s over sampling + optimizing time; "
-        "RR = replay ratio: trained steps per env step, and with burn-in steps included)\n\n"
-        + render(["arm", "env", "seed", "state", *HEADER], rows, right)
+        f"throughput of {experiment_dir} "
+        f"(steps/s and updates/s over sampling + optimizing time{ratio_note})\n\n"
+        + render(["arm", "env", "seed", "state", *header], rows, right)
         + "\n\ntotals (sums; wall s is summed over runs)\n\n"
-        + render(["arm", "runs", "complete", "", *HEADER], totals, right)
+        + render(["arm", "runs", "complete", "", *header], totals, right)
         + damaged
     )
