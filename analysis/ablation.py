@@ -1,8 +1,8 @@
 """Each deviation's own effect in an ablation experiment (a plan with ``ablate``, repro/plans.py):
-the IQM difference of every leave-one-out arm to the base arm, with the verdict's widened 95%
-stratified-bootstrap interval (``analysis.verdict.iqm_difference``), the smallest difference the
-design detects with 80% power (``protocol.stats.detectable_difference``) and the power it has
-against ``PLANNED_DIFFERENCE``; ordered by the size of the effect.
+the IQM difference of every leave-one-out arm to the base arm, with the verdict's 95% bootstrap-t
+interval (``analysis.verdict.iqm_difference``), the smallest difference the design detects with 80%
+power on t with that interval's degrees of freedom (``protocol.stats.detectable_difference``) and the
+power it has against ``PLANNED_DIFFERENCE``; ordered by the size of the effect.
 
 ``deviation_games`` breaks each deviation down by game, in raw returns: the arm's mean final
 return, the base's on the same seeds, the base's range over all of its seeds, and a rank test of
@@ -107,8 +107,8 @@ def deviation_effects(
                 diff["ci_low"],
                 diff["ci_high"],
                 se,
-                detectable_difference(se) if known else np.nan,
-                power_at(planned, se) if known else np.nan,
+                detectable_difference(se, df=diff["df"]) if known else np.nan,
+                power_at(planned, se, df=diff["df"]) if known else np.nan,
             ]
         )
     table = pd.DataFrame(rows, columns=EFFECT_COLUMNS)

@@ -219,8 +219,9 @@ def effect_lines(study: Study | Checks) -> list[str]:
         "## Each deviation's effect",
         "",
         f"IQM difference of each leave-one-out arm to {base} (the arm with that one deviation switched "
-        "on, minus the base), ordered by size; widened 95% stratified-bootstrap CIs; the smallest "
-        "difference this design detects with 80% power (two-sided, alpha 0.05), and its power against "
+        "on, minus the base), ordered by size; 95% bootstrap-t CIs (the stratified bootstrap's standard "
+        "error on t); the smallest difference this design detects with 80% power (two-sided t test on "
+        "the interval's degrees of freedom, alpha 0.05), and its power against "
         "the planned difference.",
         "",
         *md_table(columns, rows),

@@ -18,12 +18,13 @@ B is called better only when the IQM difference's interval lies above 0, A only 
 otherwise the difference is not detected, and the sentence gives the interval.
 
 Power (``power_statement``): the smallest IQM difference detected with probability ``power`` by that
-rule, from a normal approximation: the IQM difference is about normal with standard error ``se``
-(the widened bootstrap SD of the observed runs, which carries each game's seed-to-seed spread of
-both arms), and a shift of every run of B by ``delta`` moves the IQM difference by exactly ``delta``
-and leaves ``se`` unchanged, so a two-sided test at ``alpha`` detects it with probability
-``Phi(delta / se - z) + Phi(-delta / se - z)``, ``z = Phi^-1(1 - alpha / 2)``; the detectable
-difference solves that for ``power`` (about 2.80 ``se`` at 80% and alpha 0.05).
+rule, on the model the interval uses: the IQM difference over its standard error ``se`` (the widened
+bootstrap SD of the observed runs, which carries each game's seed-to-seed spread of both arms) is
+about t with the interval's Welch-Satterthwaite degrees of freedom ``df``, and a shift of every run of
+B by ``delta`` moves the IQM difference by exactly ``delta`` and leaves ``se`` unchanged, so the
+two-sided test at ``alpha`` detects it with the noncentral t's probability
+(``protocol.stats.power_at``); the detectable difference solves that for ``power`` (2.87 ``se`` at
+80%, alpha 0.05 and 40 df, e.g. 5 games x 5 seeds a side; 2.80 on the normal distribution).
 
 Learning check (``arm_levels``, ``learning_sentence``): each arm's IQM with the same interval; on every
 comparable scale random play is 0 (human-, DQN- and reference-normalised scores all subtract random
@@ -272,7 +273,7 @@ def _two_arm_verdict(
     n_runs, n_games = a.shape
     diff = iqm_difference(b, a, reps=reps, seed=seed)
     poi = {"value": probability_of_improvement(matrices, candidate, baseline)}
-    scope = f"over {n_games} games x {_count(n_runs, 'seed')} per arm"
+    scope = f"over {_count(n_games, 'game')} x {_count(n_runs, 'seed')} per arm"
     p_text = f"P({candidate} > {baseline}) = {_num(poi['value'])} (an estimate, no interval)"
     d_text = f"the IQM {label} difference {candidate} - {baseline} = "
     if n_runs < 2:
@@ -307,10 +308,11 @@ RULE = (
     "a percentile bootstrap of a few runs is no 95% interval"
 )
 METHOD = (
-    "normal approximation: the standard error se of the IQM difference is the SD of its stratified "
-    "bootstrap over the observed runs (each game's seed-to-seed spread, both arms), widened by "
-    "sqrt(n / (n - 1)) for n seeds; a two-sided test at level alpha detects a shift delta of every run "
-    "with probability Phi(delta / se - z) + Phi(-delta / se - z), z = Phi^-1(1 - alpha / 2)"
+    "t with the interval's degrees of freedom: the standard error se of the IQM difference is the SD of "
+    "its stratified bootstrap over the observed runs (each game's seed-to-seed spread, both arms), widened "
+    "by sqrt(n / (n - 1)) for n seeds, and its df the Welch-Satterthwaite df of analysis/intervals.py; a "
+    "two-sided t test at level alpha detects a shift delta of every run with the noncentral t's "
+    "probability of passing the critical values at delta / se"
 )
 
 
@@ -337,14 +339,14 @@ def power_statement(
 ) -> PowerStatement:
     """How small an IQM difference ``verdict``'s games and seeds could detect (module doc)."""
     se = verdict.iqm_difference["se"]
-    scope = f"With {verdict.n_games} games x {_count(verdict.n_runs, 'seed')} per arm"
+    scope = f"With {_count(verdict.n_games, 'game')} x {_count(verdict.n_runs, 'seed')} per arm"
     if np.isnan(se):
         return PowerStatement(
             np.nan, se, power, alpha, f"{scope} there is no seed-to-seed spread to estimate power from."
         )
     if se == 0:
         # Every seed of both arms scored the same on each game (e.g. every evaluation capped at the
-        # same return): the normal approximation has no spread to work with, and "any difference is
+        # same return): the t of the difference has no spread to work with, and "any difference is
         # detected" would claim a precision the runs never showed.
         return PowerStatement(
             np.nan,
@@ -354,14 +356,15 @@ def power_statement(
             f"{scope} every seed scored the same on each game: with no seed-to-seed spread the smallest "
             "detectable difference cannot be estimated (more seeds or a longer budget would show one).",
         )
-    detectable = detectable_difference(se, power, alpha)
+    df = verdict.iqm_difference["df"]
+    detectable = detectable_difference(se, power, alpha, df)
     observed = verdict.iqm_difference["value"]
     ratio = detectable / se
     size = f"{_num(detectable, scale)}{unit} ({ratio:.2f} standard errors of {_num(se, scale)}{unit})"
     relation = "at least" if abs(observed) >= detectable else "smaller than"
     sentence = (
         f"{scope}, the smallest IQM {label} difference detected with {power:.0%} power "
-        f"(two-sided, alpha {alpha:.2g}) is {size}; the observed difference, "
+        f"(two-sided t on {df:.0f} df, alpha {alpha:.2g}) is {size}; the observed difference, "
         f"{_num(observed, scale, signed=True)}{unit}, is {relation} that in size."
     )
     return PowerStatement(detectable, se, power, alpha, sentence)

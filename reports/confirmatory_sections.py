@@ -213,8 +213,9 @@ def effects_section(study: Checks) -> Section | None:
         "deviations",
         "Each deviation's effect",
         f"The base arm {base} with one deviation switched on, minus the base: IQM difference of final "
-        f"{scores.label}, widened 95% stratified-bootstrap CI, ordered by size; dotted lines: the smallest "
-        "difference detected with 80% power (two-sided, alpha 0.05).",
+        f"{scores.label}, 95% bootstrap-t CI (the stratified bootstrap's standard error on t), ordered by "
+        "size; dotted lines: the smallest difference detected with 80% power (two-sided t test on the "
+        "interval's degrees of freedom, alpha 0.05).",
         figures=[
             Figure("fig-deviations", figures.deviation_effects(effects, label, scale), "deviation effects")
         ],

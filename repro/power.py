@@ -63,10 +63,11 @@ from scipy import optimize, stats
 from algorithms.configs import ConfigError
 from protocol.registration import parse_section
 from protocol.stats import (
-    ALPHA,
     POWER,
+    Family,
     iqm_rows,
     stratified_resamples,
+    t_power,
 )
 
 # A study runs at least this many seeds per arm and game (Agarwal et al. 2021 use 5 as a floor for
@@ -100,33 +101,6 @@ def arm_iqm_se(scores: np.ndarray, reps: int = 2000, seed: int = 0) -> float:
         return float("nan")
     resampled = iqm_rows(stratified_resamples(scores, reps, np.random.default_rng(seed)))
     return float(np.sqrt(n / (n - 1)) * np.std(resampled, ddof=1))
-
-
-@dataclass(frozen=True)
-class Family:
-    """The tests a main effect is read with (module doc): ``correction`` over ``endpoints`` tests at
-    ``alpha``, on ``sides`` ("two", or one-sided in the effect's direction); the default is one
-    two-sided test at 0.05."""
-
-    alpha: float = ALPHA
-    correction: str = "none"
-    endpoints: int = 1
-    sides: str = "two"
-
-    @property
-    def level(self) -> float:
-        """The level of the first step: alpha / k under a correction, alpha alone without one."""
-        return self.alpha if self.correction == "none" else self.alpha / self.endpoints
-
-    @property
-    def text(self) -> str:
-        sides = "two-sided" if self.sides == "two" else "one-sided"
-        if self.correction == "none" or self.endpoints == 1:
-            return f"{sides} t test, alpha {self.alpha:g}"
-        return (
-            f"{sides} t test at {self.correction}'s first step over the {self.endpoints} frozen endpoints, "
-            f"alpha {self.alpha:g} / {self.endpoints} = {self.level:.3g}"
-        )
 
 
 @dataclass(frozen=True)
@@ -296,17 +270,6 @@ def design_power(delta: float, sigma: float, arms: int, seeds: int, family: Fami
     opposite shift, scipy's ``nct.cdf`` far below a large shift being NaN; one-sided: the tail in the
     effect's direction)."""
     return t_power(delta / effect_se(sigma, arms, seeds), arms * (seeds - 1), family)
-
-
-def t_power(shift: float, df: float, family: Family = Family()) -> float:
-    """Probability that ``family``'s t test with ``df`` degrees of freedom rejects when the true
-    effect is ``shift`` standard errors: the noncentral t's mass beyond the critical values
-    (two-sided: the lower tail as the upper tail of the opposite shift, scipy's ``nct.cdf`` far below
-    a large shift being NaN; one-sided: the tail in the effect's direction)."""
-    if family.sides != "two":
-        return float(stats.nct.sf(stats.t.ppf(1 - family.level, df), df, shift))
-    critical = stats.t.ppf(1 - family.level / 2, df)
-    return float(stats.nct.sf(critical, df, shift) + stats.nct.sf(critical, df, -shift))
 
 
 @dataclass(frozen=True)

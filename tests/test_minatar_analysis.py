@@ -197,6 +197,11 @@ def test_power_function_hand_computed():
     assert detectable_difference(0.1) == pytest.approx(0.2801585, rel=1e-5)
     assert detectable_difference(0.1, power=0.9) == pytest.approx(0.1 * (1.959964 + 1.281552), rel=1e-5)
     assert detectable_difference(0.0) == 0.0
+    # on t: 8 df, two-sided 0.05 (critical 2.306); the noncentral t with shift 3.2009 passes it with
+    # probability 0.8 (scipy.stats.nct.sf(2.306004, 8, 3.2009) = 0.80000)
+    assert power_at(3.2009196 * 0.1, se=0.1, df=8) == pytest.approx(0.8, abs=1e-6)
+    assert detectable_difference(0.1, df=8) == pytest.approx(0.32009196, rel=1e-6)
+    assert power_at(0.0, se=0.1, df=8) == pytest.approx(ALPHA)
     with pytest.raises(ValueError, match="must exceed alpha"):
         detectable_difference(0.1, power=0.05)
 
@@ -236,10 +241,12 @@ def test_verdict_sentences():
     )
 
     power = power_statement(found, label="DQN-normalised score", scale=100, unit=" percentage points")
-    assert power.detectable == pytest.approx(detectable_difference(found.iqm_difference["se"]))
-    assert power.detectable == pytest.approx(2.80 * power.se, rel=1e-3)
+    df = found.iqm_difference["df"]
+    assert power.detectable == pytest.approx(detectable_difference(found.iqm_difference["se"], df=df))
+    assert power.detectable > 2.80 * power.se  # t on the interval's few df asks more than the normal
     assert (
-        "80% power (two-sided, alpha 0.05)" in power.sentence and "is at least that in size" in power.sentence
+        f"80% power (two-sided t on {df:.0f} df, alpha 0.05)" in power.sentence
+        and "is at least that in size" in power.sentence
     )
     assert "no seed-to-seed spread" in power_statement(single).sentence
 
@@ -259,23 +266,22 @@ def test_power_function_matches_simulated_experiments():
         return runs
 
     def detected(shift, sims=300):
-        hits, estimates, ses = 0, [], []
+        hits, estimates, ses, dfs = 0, [], [], []
         for k in range(sims):
             out = iqm_difference(draw() + shift, draw(), reps=250, seed=k)
             hits += out["ci_low"] > 0 or out["ci_high"] < 0
             estimates.append(out["value"])
             ses.append(out["se"])
-        return hits / sims, np.std(estimates), np.mean(ses)
+            dfs.append(out["df"])
+        return hits / sims, np.std(estimates), np.mean(ses), np.median(dfs)
 
-    null_rate, true_se, mean_se = detected(0.0)
+    null_rate, true_se, mean_se, df = detected(0.0)
     assert 0.01 <= null_rate <= 0.10  # alpha = 0.05, 300 simulations: SE of the rate about 0.013
     assert mean_se == pytest.approx(true_se, rel=0.15)
-    mdd = detectable_difference(true_se)
-    assert power_at(mdd, true_se) == pytest.approx(0.8)
+    mdd = detectable_difference(true_se, df=df)
+    assert power_at(mdd, true_se, df=df) == pytest.approx(0.8)
     assert 0.68 <= detected(mdd)[0] <= 0.92
     assert detected(3 * mdd, sims=100)[0] == 1.0
-    # the one-sided z-test's power at that shift, as a check on the normal approximation itself
-    assert stats.norm.cdf(mdd / true_se - 1.959964) == pytest.approx(0.8, abs=0.001)
 
 
 # --- report and study ----------------------------------------------------------------------------
@@ -342,7 +348,8 @@ def test_study_writes_result_table_and_markdown(experiment, minatar_data, tmp_pa
     assert re.search(r"on \d{4}-\d{2}-\d{2} \(UTC\)", text)
     verdict_line = next(line for line in text.splitlines() if line.startswith("**Verdict (exploratory).**"))
     assert f"{CORRECTED} is better than {PUBLISHED}" in verdict_line
-    assert "**Power.** With 5 games x 3 seeds per arm" in text and "Method: normal approximation" in text
+    assert "**Power.** With 5 games x 3 seeds per arm" in text
+    assert "Method: t with the interval's degrees of freedom" in text
     sections = [line for line in text.splitlines() if line.startswith("## ")]
     assert sections == [
         "## The verdict across games", "## Learning check", "## Aggregates", "## Per game",

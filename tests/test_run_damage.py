@@ -338,7 +338,7 @@ def test_a_non_finite_return_is_never_a_score(tmp_path, capsys, value):
         assert reports_main(["build", str(exp), "--reps", "100", "--out", str(tmp_path / "r.html")]) == 0
     out, err = capsys.readouterr()
     verdict = next(line for line in out.splitlines() if line.startswith("**Verdict"))
-    assert not re.search(r"\b(nan|inf)\b", verdict) and "over 1 games x 2 seeds per arm" in verdict, verdict
+    assert not re.search(r"\b(nan|inf)\b", verdict) and "over 1 game x 2 seeds per arm" in verdict, verdict
     named = f"eval.csv damaged: return {value} at line {len(lines) - 1} is not a finite number"
     assert f"a/CartPole-v1/seed1: {named}" in out and named in (tmp_path / "r.html").read_text()
     assert err == "", err
