@@ -19,8 +19,7 @@ from __future__ import annotations
 import ctypes
 import os
 from pathlib import Path
-
-import torch
+from typing import NamedTuple
 
 # malloc.h
 _M_TRIM_THRESHOLD = -1
@@ -54,19 +53,30 @@ def retain_freed_memory() -> bool:
 def configure_process(torch_threads: int) -> None:
     """Torch's intra-op threads and ``retain_freed_memory``: called at the start of every process
     that trains or samples (``train``, ``train_packed``, DDP ranks, sampler workers, the benches)."""
+    import torch  # here, not at the top: the Ray reaper reads /proc through this module without torch
+
     torch.set_num_threads(torch_threads)
     retain_freed_memory()
 
 
-def process_times(pid: int, proc: Path = Path("/proc")) -> tuple[int, float] | None:
-    """``(start time in ticks since boot, CPU seconds)`` of ``pid`` and its waited-for children; None
-    when it is not running or the system has no ``/proc`` (Linux only). The fields after the command
-    name (which may hold spaces) are split after its closing parenthesis: utime, stime, cutime, cstime
-    are fields 14-17 of proc(5), starttime field 22."""
+class ProcessTimes(NamedTuple):
+    """A process's row of ``/proc/<pid>/stat`` (proc(5)) that the harness reads: when it started (clock
+    ticks since boot: with the pid, it names one process even after the pid is reused), the CPU
+    seconds of it and its waited-for children, and its parent's pid."""
+
+    start: int
+    cpu_s: float
+    parent: int
+
+
+def process_times(pid: int, proc: Path = Path("/proc")) -> ProcessTimes | None:
+    """``ProcessTimes`` of ``pid``; None when it is not running or the system has no ``/proc`` (Linux
+    only). The fields after the command name (which may hold spaces) are split after its closing
+    parenthesis: ppid is field 4 of proc(5), utime, stime, cutime, cstime fields 14-17, starttime 22."""
     try:
         text = (proc / str(pid) / "stat").read_text()
     except OSError:
         return None
     fields = text[text.rindex(")") + 2 :].split()
     ticks = sum(int(fields[i]) for i in (11, 12, 13, 14))
-    return int(fields[19]), ticks / _TICKS_PER_S
+    return ProcessTimes(int(fields[19]), ticks / _TICKS_PER_S, int(fields[1]))

@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from algorithms.process import process_times
 from algorithms.rundir import LOG_FILE, RunBusy, acquire_lock, release_lock
 from repro.job_side import BUSY_EXIT_CODE, SCHEDULER_PID_ENV
 from repro.loop import BUSY_WAIT_S, Ended, Policy, run_tasks, say_stderr
@@ -177,12 +178,10 @@ def _stop(proc: subprocess.Popen, grace_s: float) -> int:
 
 
 def _start_time(pid: int) -> str | None:
-    """When process ``pid`` started (clock ticks after boot, field 22 of ``/proc/<pid>/stat``), ``None``
-    when there is no such process: with the pid, it names one process even after its pid is reused."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
+    """When process ``pid`` started (``algorithms.process.ProcessTimes.start``), ``None`` when there is
+    no such process."""
+    found = process_times(pid)
+    return None if found is None else str(found.start)
 
 
 def scratch_dir() -> Path:

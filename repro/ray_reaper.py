@@ -22,6 +22,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from algorithms.process import process_times
+
 GRACE_S = 2.0
 POLL_S = 0.25
 
@@ -29,17 +31,12 @@ Process = tuple[int, int]  # (pid, start time in clock ticks since boot)
 
 
 def processes() -> dict[int, tuple[int, int]]:
-    """``{pid: (parent pid, start time)}`` of every process now (``/proc/<pid>/stat``)."""
+    """``{pid: (parent pid, start time)}`` of every process now (``algorithms.process.process_times``)."""
     table = {}
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:  # gone meanwhile
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ...
-        table[int(entry.name)] = (int(fields[1]), int(fields[19]))
+        found = process_times(int(entry.name)) if entry.name.isdigit() else None
+        if found is not None:  # None: gone meanwhile
+            table[int(entry.name)] = (found.parent, found.start)
     return table
 
 

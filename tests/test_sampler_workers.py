@@ -245,8 +245,8 @@ def test_a_worker_that_computes_forever_still_times_out() -> None:
 
 
 def test_process_times_reads_this_process_and_not_a_finished_one() -> None:
-    started, cpu = process_times(os.getpid())
-    assert started > 0 and cpu > 0
+    started, cpu, parent = process_times(os.getpid())
+    assert started > 0 and cpu > 0 and parent == os.getppid()
     end = time.process_time() + 0.2
     while time.process_time() < end:
         pass
