@@ -38,7 +38,7 @@ from protocol.stats import detectable_difference, power_at
 # normalised in percent): the default of the seed planner (repro/power.py) too.
 PLANNED_DIFFERENCE = 0.10
 EFFECT_COLUMNS = [
-    "base", "arm", "deviation", "keys", "difference", "ci_low", "ci_high", "se", "detectable",
+    "base", "arm", "deviation", "keys", "difference", "ci_low", "ci_high", "se", "df", "detectable",
     "power_at_planned",
 ]  # fmt: skip
 
@@ -107,6 +107,7 @@ def deviation_effects(
                 diff["ci_low"],
                 diff["ci_high"],
                 se,
+                diff["df"],
                 detectable_difference(se, df=diff["df"]) if known else np.nan,
                 power_at(planned, se, df=diff["df"]) if known else np.nan,
             ]

@@ -207,12 +207,12 @@ def effect_lines(study: Study | Checks) -> list[str]:
     in_units = f" ({unit.strip()})" if unit else ""
     rows = [
         [r.deviation, r.keys, ci_text(r.difference, r.ci_low, r.ci_high, scale), fmt(r.se * scale),
-         fmt(r.detectable * scale), fmt(r.power_at_planned)]
+         f"{r.df:.0f}", fmt(r.detectable * scale), fmt(r.power_at_planned)]
         for r in study.effects.itertuples()
     ]  # fmt: skip
     columns = [
         "deviation", "keys", f"IQM difference to the base{in_units} [95% CI]", f"standard error{in_units}",
-        f"detectable with 80% power{in_units}", f"power at {PLANNED_DIFFERENCE * scale:g}{unit}",
+        "df", f"detectable with 80% power{in_units}", f"power at {PLANNED_DIFFERENCE * scale:g}{unit}",
     ]  # fmt: skip
     base = study.effects.base.iloc[0]
     return [
