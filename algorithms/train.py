@@ -410,7 +410,8 @@ def open_run(
     config: TrainConfig, run_dir: Path | str, resume: bool, extra_metadata: dict[str, Any] | None = None
 ) -> RunDir:
     """``config``'s run directory, opened and locked (``RunDir.open``) and cut back to its latest
-    checkpoint that loads (``RunDir.recover``, reported on stderr when it repaired something)."""
+    checkpoint that loads (``RunDir.recover``, reported on stderr when it repaired something); a
+    start of a run that existed is added to its metadata.json's resumes (``RunDir.note_resume``)."""
     from algorithms.rundir import RESULT_NEUTRAL_KEYS, RunDir, declared_effective_values
 
     run = RunDir.open(
@@ -425,6 +426,8 @@ def open_run(
     )
     try:
         checkpoint, repaired = run.recover()
+        if run.reopened:
+            run.note_resume(int(checkpoint["counters"]["env_steps"]) if checkpoint is not None else 0)
     except BaseException as error:
         if isinstance(error, KeyboardInterrupt):
             run.set_status("interrupted", INTERRUPTED)

@@ -48,6 +48,7 @@ from analysis.ablation import rank_test
 from analysis.curves import EVAL_SOURCE, runs_text
 from analysis.factorial import AGGREGATE, factorial_effects
 from analysis.multiple import adjust
+from analysis.runs import run_starts
 from protocol.files import PLANS_DIR, read_toml
 from protocol.freeze_check import RecordCheck, check_record, parse_time
 from protocol.plan_args import seeds_text
@@ -246,7 +247,8 @@ def _started_before(metadata: pd.DataFrame, when: dt.datetime | None) -> int:
 
 def run_label(reg: Registration, runs: pd.DataFrame, metadata: pd.DataFrame) -> tuple[str, str]:
     """``(label, why)`` of a result that uses ``runs`` (``arm, env, seed``): pre-registered only when
-    every run belongs to a frozen seed set and started after its freeze, from its commit, clean."""
+    every run belongs to a frozen seed set and started after its freeze, from its commit, clean, and
+    every later start it records (``run_starts``) was from that commit too."""
     if reg.blocked:
         return EXPLORATORY, reg.blocked
     if not reg.frozen:
@@ -271,6 +273,10 @@ def run_label(reg: Registration, runs: pd.DataFrame, metadata: pd.DataFrame) -> 
             reason = "another commit than the frozen one"
         elif getattr(row, "git_dirty", False) is True and not entry.get("dirty"):
             reason = "a tree with uncommitted changes"
+        elif any("git_commit" in s and s["git_commit"] != entry["commit"] for s in run_starts(row)[1:]):
+            reason = "resumed from another commit than the frozen one"
+        elif any(s.get("git_dirty") is True and not entry.get("dirty") for s in run_starts(row)[1:]):
+            reason = "resumed from a tree with uncommitted changes"
         else:
             dirty_allowed |= bool(entry.get("dirty"))
             continue

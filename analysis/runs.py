@@ -23,7 +23,15 @@ from typing import Any
 
 import pandas as pd
 
-from algorithms.rundir import RunData, RunFileNotRegular, find_runs, read_regular, read_run
+from algorithms.rundir import (
+    RESUMES_KEY,
+    START_KEYS,
+    RunData,
+    RunFileNotRegular,
+    find_runs,
+    read_regular,
+    read_run,
+)
 
 KEYS = ["arm", "env", "seed"]
 # A plan file the reproduction layer may leave at the experiment root: shown in reports, and its
@@ -41,6 +49,28 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(obj, list | tuple):
         return {prefix: json.dumps(obj)}
     return {prefix: obj}
+
+
+def run_starts(meta: Any) -> list[dict[str, Any]]:
+    """Every start of a run, from its row of ``Experiment.metadata`` (a mapping or a named tuple):
+    the first (its ``START_KEYS`` and ``time``, the run's ``start_time``), then each later one its
+    metadata.json's ``resumes`` list holds (``RunDir.note_resume``), in order. Runs written before
+    that list existed give their first start only."""
+    get = meta.get if isinstance(meta, dict) else lambda key, default=None: getattr(meta, key, default)
+    first = {key: get(key) for key in START_KEYS}
+    starts = [{"time": get("start_time"), **{k: v for k, v in first.items() if not _missing_value(v)}}]
+    text = get(RESUMES_KEY)
+    if isinstance(text, str):
+        try:
+            later = json.loads(text)
+        except json.JSONDecodeError:
+            later = []
+        starts += [entry for entry in later if isinstance(entry, dict)] if isinstance(later, list) else []
+    return starts
+
+
+def _missing_value(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and value != value)
 
 
 def run_identity(path: Path, experiment_dir: Path) -> tuple[str, str, int] | None:

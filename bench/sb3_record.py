@@ -21,7 +21,8 @@ and this module turns them into the harness's files with the harness's own write
   the open log window, the RNG states. ``RunDir.recover`` cuts progress.csv back to it on a restart.
   A finished run also leaves ``checkpoints/sb3_model.zip``, loadable with ``PPO.load``.
 * **metadata.json**: ``collect_metadata`` at the first start (its ``start_time`` kept), plus
-  ``resumes``: one entry per later start with its time and the env steps it continued from. SB3
+  ``resumes``: one entry per later start (``RunDir.note_resume``: its time, the env steps it continued
+  from, its code, host and command), as the harness's own runs record theirs. SB3
   does not save its envs: a resumed run restarts every env (the games in progress are lost), which
   the entry says (``envs_restarted``).
 
@@ -49,16 +50,14 @@ from algorithms.counters import Counters
 from algorithms.logger import episode_stats
 from algorithms.rundir import (
     CHECKPOINT_DIR,
-    METADATA_FILE,
+    RESUMES_KEY,
     RunDir,
     atomic_write_bytes,
-    atomic_write_json,
     completion,
     config_differences,
-    git_state,
     run_path,
 )
-from algorithms.rundir.atomic import _json_default, _now
+from algorithms.rundir.atomic import _json_default
 
 ARM = "sb3_ppo_atari_zoo"
 ALGO = "sb3_ppo"
@@ -435,8 +434,7 @@ def open_record(
     metadata.json (the first start's ``start_time`` stays). Returns the run and the checkpoint
     (None: from the start). ``ValueError`` (one line) when the stored config differs."""
     path = Path(path)
-    first = not (path / METADATA_FILE).exists()
-    metadata = {"resumes": [], **(extra_metadata or {})}
+    metadata = {RESUMES_KEY: [], **(extra_metadata or {})}
     run = RunDir.open(path, config, {"seed": seed}, resume=True, effective_values={}, extra_metadata=metadata)
     try:
         checkpoint, repaired = run.recover()
@@ -446,9 +444,9 @@ def open_record(
             )
         if repaired is not None:
             print(f"{path}: {repaired}", file=sys.stderr, flush=True)
-        if not first:
+        if run.reopened:
             steps = int(checkpoint["counters"]["env_steps"]) if checkpoint is not None else 0
-            note_resume(path, steps, repaired)
+            note_resume(run, steps, repaired)
     except KeyboardInterrupt:
         run.set_status("interrupted", INTERRUPTED)
         run.close()
@@ -460,25 +458,11 @@ def open_record(
     return run, checkpoint
 
 
-def note_resume(path: Path, env_steps: int, repaired: str | None = None) -> dict[str, Any]:
-    """Append a start that continues the run from ``env_steps`` (0: from the start, no checkpoint) to
-    metadata.json's ``resumes``; returns the entry."""
-    file = Path(path) / METADATA_FILE
-    metadata = json.loads(file.read_text())
-    commit, dirty = git_state()
-    entry = {
-        "time": _now(),
-        "env_steps": env_steps,
-        "frames": env_steps * FRAMESKIP,
-        "envs_restarted": True,
-        "git_commit": commit,
-        "git_dirty": dirty,
-        "argv": sys.argv,
-        "repaired": repaired,
-    }
-    metadata["resumes"] = [*metadata.get("resumes", []), entry]
-    atomic_write_json(file, metadata)
-    return entry
+def note_resume(run: RunDir, env_steps: int, repaired: str | None = None) -> dict[str, Any]:
+    """Add a start that continues the run from ``env_steps`` (0: from the start, no checkpoint) to
+    metadata.json's ``resumes`` (``RunDir.note_resume``), saying that SB3 restarted its envs; returns
+    the entry."""
+    return run.note_resume(env_steps, frames=env_steps * FRAMESKIP, envs_restarted=True, repaired=repaired)
 
 
 def checkpoint_state(sb3_zip: bytes, recorder: Recorder, rng: Mapping[str, Any]) -> dict[str, Any]:

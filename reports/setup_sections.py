@@ -17,7 +17,7 @@ from analysis.configdiff import (
     shown,
 )
 from analysis.markdown import fmt
-from analysis.runs import Experiment
+from analysis.runs import Experiment, run_starts
 from protocol.files import profile_label
 from protocol.plan_args import seeds_label
 from reports.page import Section, Table, frame_table
@@ -119,10 +119,14 @@ def what_ran(exp: Experiment) -> Section:
         )
     )
     meta = exp.metadata
+    starts = [run_starts(row) for row in meta.to_dict("records")]
+    later = [start for run in starts for start in run[1:]]
     rows = []
     for label, column in METADATA_FIELDS:
-        values = sorted({fmt(v) for v in meta[column]}) if column in meta else ["not recorded"]
-        rows.append([label, ", ".join(values)])
+        # A run resumed on another host, or from other code, shows that host's values here too.
+        found = {fmt(v) for v in meta[column]} if column in meta else set()
+        found |= {fmt(start[column]) for start in later if column in start}
+        rows.append([label, ", ".join(sorted(found)) if found else "not recorded"])
     commands = [json.loads(a) for a in meta["argv"].dropna()] if "argv" in meta else []
     profiles = sorted({str(p["profile"]) for p in plans if p.get("profile")}) or sorted(
         {_profile_name(c[c.index("--profile") + 1]) for c in commands if "--profile" in c[:-1]}
@@ -137,7 +141,11 @@ def what_ran(exp: Experiment) -> Section:
         rows.append(["command (first run)", " ".join(commands[0])])
     if "start_time" in meta and meta.start_time.notna().any():
         rows.append(["started", f"{meta.start_time.min()} to {meta.start_time.max()}"])
-    section.tables.append(Table("hardware", ["what", "value (all runs)"], rows, "code version and hardware"))
+    if later:
+        resumed = sum(len(run) > 1 for run in starts)
+        rows.append(["resumed", f"{len(later)} later start(s) of {resumed} run(s) (metadata.json)"])
+    caption = "code version and hardware of every start of every run"
+    section.tables.append(Table("hardware", ["what", "value (all runs)"], rows, caption))
     return section
 
 

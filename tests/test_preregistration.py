@@ -19,7 +19,8 @@ from cartpole_plan import GOOD_HEAD, PLAN
 from scipy import stats
 
 from algorithms.configs import ConfigError
-from algorithms.rundir import git_state, run_path
+from algorithms.rundir import RunDir, git_state, run_path
+from algorithms.rundir import meta as run_meta
 from analysis.confirmatory import (
     EXPLORATORY,
     PRE,
@@ -159,6 +160,33 @@ def test_only_a_frozen_endpoint_read_as_frozen_is_pre_registered(tmp_path):
     assert "Every result below this table is **exploratory** (not a frozen endpoint)." in text
     html = build_report(exp, tmp_path / "report.html", reps=200, baseline=CAND).read_text()
     assert "Verdict (exploratory)" in html and "exploratory: not a frozen endpoint" in html
+
+
+def _resume(run_dir: Path) -> None:
+    """Start the (complete) run at ``run_dir`` again as a resume does: its later start is recorded."""
+    run = RunDir.open(run_dir, json.loads((run_dir / "config.json").read_text()), {"seed": 0})
+    run.note_resume(125_000)
+    run.set_status("complete")
+    run.close()
+
+
+def test_a_frozen_run_resumed_from_another_commit_is_exploratory(tmp_path, monkeypatch):
+    exp = tmp_path / "resumed"
+    freeze(exp, tmp_path / "p.toml", _parsed(_section()), [0, 1], allow_dirty=True, code_dir=REPO)
+    _grid(tmp_path, "resumed", ONE_GAME, [0, 1])
+    _resume(run_path(tmp_path, "resumed", CAND, "minatar_breakout", 0))  # from the frozen commit
+    study = run_study(exp, baseline=CAND, reps=200)
+    metadata = study.experiment.metadata
+    runs = metadata[["arm", "env", "seed"]]
+    assert run_label(study.registration, runs, metadata)[0] == PRE
+    monkeypatch.setattr(run_meta, "git_state", lambda code_dir=None: ("0" * 40, False))
+    _resume(run_path(tmp_path, "resumed", BASE, "minatar_freeway", 1))
+    study = run_study(exp, baseline=CAND, reps=200)
+    metadata = study.experiment.metadata
+    label, why = run_label(study.registration, metadata[["arm", "env", "seed"]], metadata)
+    assert (label, why) == (EXPLORATORY, "1 of 12 runs: resumed from another commit than the frozen one")
+    # The Breakout endpoint reads no Freeway run; the aggregate reads them all.
+    assert study.endpoints.set_index("endpoint").label.to_dict() == {"breakout": PRE, "iqm": EXPLORATORY}
 
 
 def test_a_frozen_section_that_allows_pooling_gets_a_pooled_row(tmp_path):

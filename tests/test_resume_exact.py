@@ -144,6 +144,9 @@ def test_an_interrupted_run_resumes_exactly(tmp_path, monkeypatch, capfd, case):
 
     straight, resumed = read_run(tmp_path / "straight"), read_run(tmp_path / "resumed")
     assert resumed.status == "complete", resumed.problems
+    # The later start in metadata.json, from the checkpoint it continued from (analysis/interruptions.py).
+    assert [start["env_steps"] for start in resumed.metadata["resumes"]] == [192]
+    assert "resumes" not in straight.metadata
     updates = straight.progress.set_index("env_steps")["updates"]
     assert 0 < updates[192] < updates[256] < updates[320]  # updates before and after the interruption
     pd.testing.assert_frame_equal(without_clocks(resumed.progress), without_clocks(straight.progress))

@@ -10,6 +10,7 @@ import torch
 from algorithms.counters import Counters
 from algorithms.logger import RunLogger, episode_stats
 from algorithms.rundir import (
+    START_KEYS,
     CsvTable,
     RunDir,
     find_runs,
@@ -20,6 +21,7 @@ from algorithms.rundir import (
     run_path,
     set_rng_state,
 )
+from algorithms.rundir import meta as run_meta
 
 CONFIG = {"algo": "dqn", "algo_config": {"lr": 1e-4, "n_step": 3}, "env": {"id": "CartPole-v1"}}
 
@@ -116,6 +118,39 @@ def test_failed_run_is_incomplete_with_error(tmp_path):
     data = read_run(run.path)
     assert data.status == "incomplete" and data.state == "failed"
     assert any("boom" in p for p in data.problems)
+
+
+def test_a_later_start_is_recorded_with_its_host_and_code_beside_the_first(tmp_path, monkeypatch):
+    first = make_run(tmp_path)
+    assert not first.reopened
+    first.close()
+    file = first.path / "metadata.json"
+    before = json.loads(file.read_text())
+    monkeypatch.setattr(run_meta, "_cpu_model", lambda: "Another CPU")
+    again = make_run(tmp_path)
+    assert again.reopened
+    entry = again.note_resume(300, envs_restarted=True)
+    again.close()
+    after = json.loads(file.read_text())
+    assert after.pop("resumes") == [entry] and after == before  # the first start's record kept
+    assert set(START_KEYS) <= set(entry) and entry["cpu_model"] == "Another CPU"
+    assert entry["env_steps"] == 300 and entry["envs_restarted"] is True and entry["time"]
+    third = make_run(tmp_path)
+    third.note_resume(400)
+    third.close()
+    assert [e["env_steps"] for e in json.loads(file.read_text())["resumes"]] == [300, 400]
+
+
+@pytest.mark.parametrize(("damage", "why"), [(b"[]", "not a JSON object"), (b"\xff{", "unreadable")])
+def test_a_resume_over_a_damaged_metadata_json_is_one_line(tmp_path, damage, why):
+    make_run(tmp_path).close()
+    file = tmp_path / "exp" / "arm" / "CartPole-v1" / "seed0" / "metadata.json"
+    file.write_bytes(damage)
+    run = make_run(tmp_path)
+    with pytest.raises(ValueError, match=f"metadata.json: {why}.*move it aside to resume the run"):
+        run.note_resume(100)
+    run.close()
+    assert file.read_bytes() == damage  # left as it was
 
 
 def test_resume_checks_config_and_truncates_rows_after_checkpoint(tmp_path):

@@ -64,6 +64,8 @@ from algorithms.rundir.layout import (
     PREVIOUS_CHECKPOINT_FILE,
     PROGRESS_FILE,
     RESULT_NEUTRAL_KEYS,
+    RESUMES_KEY,
+    START_KEYS,
     STATUS_FILE,
     TENSORBOARD_DIR,
     RunFileNotRegular,
@@ -91,6 +93,7 @@ from algorithms.rundir.meta import (
     git_state,
     rng_state,
     set_rng_state,
+    start_record,
 )
 from algorithms.rundir.reader import RunData, completion, find_runs, is_complete, read_run, read_status
 from algorithms.rundir.tables import CsvTable, read_table, schedule_gap, sound_length
@@ -111,6 +114,8 @@ __all__ = [
     "PROGRESS_FILE",
     "RECORDED_PACKAGES",
     "RESULT_NEUTRAL_KEYS",
+    "RESUMES_KEY",
+    "START_KEYS",
     "STATUS_FILE",
     "TENSORBOARD_DIR",
     "CsvTable",
@@ -147,6 +152,7 @@ __all__ = [
     "set_rng_state",
     "set_status_if_free",
     "sound_length",
+    "start_record",
     "take_lock",
     "verify_checkpoint",
 ]

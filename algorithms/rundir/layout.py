@@ -28,6 +28,15 @@ EVAL_COLUMNS = ("env_steps", "frames", "updates", "wall_time_s", "episode", "ret
 
 # metadata.json key of the values in effect that other config fields set (``declared_effective_values``).
 EFFECTIVE_VALUES_KEY = "effective_values"
+# metadata.json keys of a start that can change from one start of a run to the next (code, host,
+# command): the top level holds the first start's, and each entry of RESUMES_KEY a later start's, with
+# its time and the env steps it continued from, so a run resumed on another host or from other code
+# says so (``RunDir.note_resume``).
+START_KEYS = (
+    "git_commit", "git_dirty", "platform", "hostname", "cpu_model", "cpu_count", "gpu_model", "gpu_count",
+    "cuda_visible_devices", "argv",
+)  # fmt: skip
+RESUMES_KEY = "resumes"
 
 # config.json keys that change what a run shows, not what it computes: a run resumed with TensorBoard
 # event files turned on (or off) is the same run, and two seeds of an arm that differ only there ran

@@ -66,21 +66,14 @@ def git_state(code_dir: Path | None = None) -> tuple[str | None, bool | None]:
     return commit, None if status is None else bool(status)
 
 
-def collect_metadata(seeds: dict[str, int], code_dir: Path | None = None) -> dict[str, Any]:
-    """Everything needed to know what ran where: code version, packages, interpreter, hardware, seeds."""
+def start_record(code_dir: Path | None = None) -> dict[str, Any]:
+    """What this start of a run ran on: the code's commit and dirtiness, the host and the command
+    (``layout.START_KEYS``)."""
     commit, dirty = git_state(code_dir)
-    packages = {}
-    for name in RECORDED_PACKAGES:
-        try:
-            packages[name] = importlib_metadata.version(name)
-        except importlib_metadata.PackageNotFoundError:
-            packages[name] = None
     gpus = _gpu_models()
     return {
         "git_commit": commit,
         "git_dirty": dirty,
-        "packages": packages,
-        "python": sys.version.split()[0],
         "platform": platform.platform(),
         "hostname": socket.gethostname(),
         "cpu_model": _cpu_model(),
@@ -88,9 +81,24 @@ def collect_metadata(seeds: dict[str, int], code_dir: Path | None = None) -> dic
         "gpu_model": gpus[0] if gpus else None,
         "gpu_count": len(gpus),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "argv": sys.argv,
+    }
+
+
+def collect_metadata(seeds: dict[str, int], code_dir: Path | None = None) -> dict[str, Any]:
+    """Everything needed to know what ran where: code version, packages, interpreter, hardware, seeds."""
+    packages = {}
+    for name in RECORDED_PACKAGES:
+        try:
+            packages[name] = importlib_metadata.version(name)
+        except importlib_metadata.PackageNotFoundError:
+            packages[name] = None
+    return {
+        **start_record(code_dir),
+        "packages": packages,
+        "python": sys.version.split()[0],
         "seeds": dict(seeds),
         "start_time": _now(),
-        "argv": sys.argv,
     }
 
 

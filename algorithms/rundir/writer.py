@@ -21,7 +21,7 @@ import pandas as pd
 from algorithms.rundir import layout
 from algorithms.rundir.atomic import _fsync_dir, _json_default, _now, atomic_write_json, temporary_beside
 from algorithms.rundir.lock import acquire_lock, release_lock
-from algorithms.rundir.meta import collect_metadata
+from algorithms.rundir.meta import collect_metadata, start_record
 from algorithms.rundir.reader import log_interval
 from algorithms.rundir.tables import CsvTable, read_table, schedule_gap
 
@@ -40,6 +40,7 @@ class RunDir:
         self._tb_writer = None
         self._closed = False
         self._latest_steps: int | None = None  # env steps of latest.pt, once saved or recovered here
+        self.reopened = False  # metadata.json was there: this start continues an earlier one
 
     @classmethod
     def open(
@@ -83,18 +84,38 @@ class RunDir:
                     raise ValueError(f"{config_file}: cannot resume, config differs at {diff}")
             else:
                 atomic_write_json(config_file, config)
-            if not (path / layout.METADATA_FILE).exists():
+            reopened = (path / layout.METADATA_FILE).exists()
+            if not reopened:
                 metadata = collect_metadata(seeds)
                 if effective_values is not None:
                     metadata[layout.EFFECTIVE_VALUES_KEY] = effective_values
                 metadata.update(extra_metadata or {})
                 atomic_write_json(path / layout.METADATA_FILE, metadata)
             run = cls(path)
+            run.reopened = reopened
             run.set_status("running")
         except BaseException:
             release_lock(path)
             raise
         return run
+
+    def note_resume(self, env_steps: int, **extra: Any) -> dict[str, Any]:
+        """Add this start, which continues the run from ``env_steps`` (0: afresh, no checkpoint), to
+        metadata.json's ``layout.RESUMES_KEY`` list: its time, code, host and command
+        (``start_record``) and ``extra``; the first start's record stays as it was. Returns the entry.
+        ``ValueError`` (one line) when metadata.json is not a JSON object: the run's own record of
+        where it ran is damaged, and resuming would leave it so."""
+        file = self.path / layout.METADATA_FILE
+        try:
+            metadata = json.loads(layout.read_regular(file))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"{file}: unreadable ({error}): move it aside to resume the run") from None
+        if not isinstance(metadata, dict):
+            raise ValueError(f"{file}: not a JSON object: move it aside to resume the run")
+        entry = {"time": _now(), "env_steps": int(env_steps), **start_record(), **extra}
+        metadata[layout.RESUMES_KEY] = [*metadata.get(layout.RESUMES_KEY, []), entry]
+        atomic_write_json(file, metadata)
+        return entry
 
     # tables
     def append_progress(self, row: dict[str, Any]) -> None:
