@@ -263,6 +263,7 @@ def run_label(reg: Registration, runs: pd.DataFrame, metadata: pd.DataFrame) -> 
         name = reg.section.seed_set(int(row.seed))
         sets.add(name)
         entry = reg.freezes.get(name) if name else None
+        later = run_starts(row)[1:]  # the starts after the first, which the run records
         if entry is None:
             reason = "seeds outside the frozen seed sets" if name is None else f"{name} seeds never frozen"
         elif (start := parse_time(getattr(row, "start_time", None))) is None:
@@ -273,9 +274,9 @@ def run_label(reg: Registration, runs: pd.DataFrame, metadata: pd.DataFrame) -> 
             reason = "another commit than the frozen one"
         elif getattr(row, "git_dirty", False) is True and not entry.get("dirty"):
             reason = "a tree with uncommitted changes"
-        elif any("git_commit" in s and s["git_commit"] != entry["commit"] for s in run_starts(row)[1:]):
+        elif any("git_commit" in s and s["git_commit"] != entry["commit"] for s in later):
             reason = "resumed from another commit than the frozen one"
-        elif any(s.get("git_dirty") is True and not entry.get("dirty") for s in run_starts(row)[1:]):
+        elif any(s.get("git_dirty") is True and not entry.get("dirty") for s in later):
             reason = "resumed from a tree with uncommitted changes"
         else:
             dirty_allowed |= bool(entry.get("dirty"))

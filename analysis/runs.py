@@ -58,7 +58,7 @@ def run_starts(meta: Any) -> list[dict[str, Any]]:
     that list existed give their first start only."""
     get = meta.get if isinstance(meta, dict) else lambda key, default=None: getattr(meta, key, default)
     first = {key: get(key) for key in START_KEYS}
-    starts = [{"time": get("start_time"), **{k: v for k, v in first.items() if not _missing_value(v)}}]
+    starts = [{"time": get("start_time"), **{k: v for k, v in first.items() if not pd.isna(v)}}]
     text = get(RESUMES_KEY)
     if isinstance(text, str):
         try:
@@ -67,10 +67,6 @@ def run_starts(meta: Any) -> list[dict[str, Any]]:
             later = []
         starts += [entry for entry in later if isinstance(entry, dict)] if isinstance(later, list) else []
     return starts
-
-
-def _missing_value(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and value != value)
 
 
 def run_identity(path: Path, experiment_dir: Path) -> tuple[str, str, int] | None:
