@@ -114,7 +114,7 @@ def optimizer_rate(algo: str, args: argparse.Namespace, seed: int) -> float:
     try:
         runner.agent.set_mode("sample", 0)
         samples, _ = runner.sampler.sample(0)
-        runner.agent.set_mode("train", 0)
+        runner.agent.set_mode("train")
         with pinned(stage_cpus()[1], "optimizer alone"):
             while algo_.optimize(0, samples).updates == 0:  # fill the replay up to learning (not timed)
                 pass

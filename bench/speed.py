@@ -104,8 +104,8 @@ def train_rate(
             start = clocks()
         agent.set_mode("sample", itr * steps_per_itr)
         samples, _ = sampler.sample(itr)
-        agent.set_mode("train", (itr + 1) * steps_per_itr)
-        algo.optimize(itr, samples)
+        agent.set_mode("train")
+        algo.optimize(itr * steps_per_itr, samples)
     elapsed = clocks() - start
     sampler.shutdown()
     return timed_itrs * steps_per_itr / elapsed

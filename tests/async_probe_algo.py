@@ -118,7 +118,7 @@ class Algo:
             diagnostics={"loss": float(np.mean(losses))},
         )
 
-    def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
+    def optimize(self, env_steps: int, samples: NamedArrays) -> OptInfo:
         self.append_samples(samples)
         return self.learn(self.config.updates_per_batch)
 

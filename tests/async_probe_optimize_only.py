@@ -25,8 +25,8 @@ class Algo:
     def __init__(self, config: Config, agent: probe.ProbeQAgent, counters_frameskip: int, batch_spec) -> None:
         self._inner = probe.Algo(config, agent, counters_frameskip, batch_spec)
 
-    def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
-        return self._inner.optimize(itr, samples)
+    def optimize(self, env_steps: int, samples: NamedArrays) -> OptInfo:
+        return self._inner.optimize(env_steps, samples)
 
     def state_dict(self) -> dict:
         return self._inner.state_dict()

@@ -69,11 +69,11 @@ def ctrl_c_in_optimize(config: TrainConfig, run_dir: Path, monkeypatch, at_call:
     algo_class = registry.algo_module(config.algo).Algo
     original, calls = algo_class.optimize, {"n": 0}
 
-    def optimize(self, itr, samples):
+    def optimize(self, env_steps, samples):
         calls["n"] += 1
         if calls["n"] == at_call:
             raise KeyboardInterrupt
-        return original(self, itr, samples)
+        return original(self, env_steps, samples)
 
     with monkeypatch.context() as patch:
         patch.setattr(algo_class, "optimize", optimize)

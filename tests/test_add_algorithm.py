@@ -98,8 +98,8 @@ class Algo:
         self.agent = agent
         self.optimizer = torch.optim.SGD(agent.model.parameters(), lr=config.learning_rate)
 
-    def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
-        if self.agent.env_steps < self.config.learning_starts_steps:
+    def optimize(self, env_steps: int, samples: NamedArrays) -> OptInfo:
+        if env_steps < self.config.learning_starts_steps:
             return OptInfo(diagnostics={"td_loss": math.nan})
         model, device = self.agent.model, self.agent.device
         observation = samples.observation.to(device, torch.float32)

@@ -5,7 +5,7 @@ import pytest
 import torch
 from dqn_probes import A_STATE, ACT, B_STATE, OBS, chain_samples
 
-from algorithms.algos import c51, dqn
+from algorithms.algos import dqn
 from algorithms.arrays import BatchSpec, NamedArrays
 from algorithms.learners.q_replay import LossMode
 
@@ -192,28 +192,3 @@ def test_dqn_async_extension_appends_without_training_and_trains_on_demand():
     info = algo.learn(5)
     assert algo.warm and info.updates == 5 == algo.updates and info.samples_trained == 5 * 32
     assert set(info.diagnostics) == set(algo.diagnostic_keys)
-
-
-@pytest.mark.parametrize("algo_module", [dqn, c51])
-def test_loss_is_a_function_of_its_inputs_only(algo_module):
-    """The same inputs give the same loss, priorities and diagnostics whatever the learner has done
-    in between (updates, optimizer state, replay, update credit): no mode is set on it."""
-    config = algo_module.Config(**{**small_config(prioritized=True).__dict__, "optimizer": "adam"})
-    torch.manual_seed(0)
-    algo = algo_module.Algo(config, algo_module.build_agent(config, OBS, ACT), 1, BatchSpec(8, 4))
-    rng = np.random.default_rng(0)
-    algo.optimize(0, chain_samples(16, 4, rng))
-    batch = algo.replay.sample(8)[0].replace(is_weights=torch.rand(8))
-    mode = algo.loss_mode(config, batch, measure=True, traced=False)
-    before = algo_module.loss(config, algo.model, algo.target_model, batch, mode)
-    weights = {k: v.clone() for k, v in algo.model.state_dict().items()}
-    target = {k: v.clone() for k, v in algo.target_model.state_dict().items()}
-    algo.optimize(1, chain_samples(4, 4, rng))
-    algo.credit = 3
-    algo.model.load_state_dict(weights)
-    algo.target_model.load_state_dict(target)
-    after = algo_module.loss(config, algo.model, algo.target_model, batch, mode)
-    assert algo.updates == 80
-    assert torch.equal(before.loss, after.loss) and torch.equal(before.priorities, after.priorities)
-    assert before.diagnostics.keys() == after.diagnostics.keys() and before.diagnostics
-    assert all(torch.equal(before.diagnostics[k], after.diagnostics[k]) for k in before.diagnostics)

@@ -130,6 +130,11 @@ def test_ppo_target_kl_stops_early():
 def test_learning_rate_anneals_linearly():
     assert [anneal_fraction(s, 640) for s in (0, 320, 640, 1280)] == pytest.approx([1.0, 0.5, 0.0, 0.0])
     assert anneal_fraction(10**9, 0) == 1.0  # 0: no annealing
+    # The schedules are functions of the env step they are given.
+    config = ppo.Config(anneal_env_steps=640, anneal_clip=True)
+    assert ppo.schedule(config, 320) == (config.learning_rate * 0.5, config.clip_epsilon * 0.5)
+    assert ppo.schedule(ppo.Config(anneal_env_steps=640), 320).clip_epsilon == 0.2
+    assert a2c.learning_rate(a2c.Config(anneal_env_steps=640), 480) == pytest.approx(7e-4 * 0.25)
 
 
 @pytest.mark.parametrize("recurrent", [False, True])

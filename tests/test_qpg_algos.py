@@ -243,7 +243,7 @@ class _ReferenceLearner:
         )
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=c.actor_learning_rate, foreach=False)
         if isinstance(c, sac.Config):
-            self.log_alpha = algo.log_alpha.detach().clone().requires_grad_()
+            self.log_alpha = algo.temperature.log_alpha.detach().clone().requires_grad_()
             self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=c.alpha_learning_rate, foreach=False)
 
     def step(self, opt, loss):
@@ -323,9 +323,9 @@ def test_batched_update_equals_the_separate_network_reference(module):
         info = algo.update(batch)
         torch.set_rng_state(rng)  # the same policy samples and target noise for the reference
         if module is sac:
-            losses = ref.sac_update(batch, config, algo.target_entropy)
+            losses = ref.sac_update(batch, config, algo.mode.target_entropy)
         elif module is td3:
-            losses = ref.td3_update(batch, config, algo.half_width, algo.updates)
+            losses = ref.td3_update(batch, config, (algo.mode.high - algo.mode.low) / 2, algo.updates)
         else:
             losses = ref.ddpg_update(batch, config)
         # Losses too: Adam's step barely depends on a loss's scale, the reported loss does.
@@ -340,6 +340,6 @@ def test_batched_update_equals_the_separate_network_reference(module):
             )
     torch.testing.assert_close(ref.actor.state_dict(), algo.actor.state_dict(), **tol)
     if module is sac:
-        torch.testing.assert_close(ref.log_alpha, algo.log_alpha.detach(), **tol)
+        torch.testing.assert_close(ref.log_alpha, algo.temperature.log_alpha.detach(), **tol)
     else:
         torch.testing.assert_close(ref.actor_target.state_dict(), algo.actor_target.state_dict(), **tol)

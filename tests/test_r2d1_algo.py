@@ -355,29 +355,6 @@ def test_unrolls_cut_or_whole_give_one_pass_values_and_trained_steps_gradients()
                 torch.testing.assert_close(whole, ref.detach(), rtol=1e-6, atol=1e-6)
 
 
-def test_loss_is_a_function_of_its_inputs_only():
-    """The same inputs give the same loss, priorities and diagnostics whatever the learner has done
-    in between (updates, optimizer state, replay priorities, update credit): no mode is set on it."""
-    config, algo, batch = _time_limit_learner(OBS)
-    batch = batch.replace(is_weights=torch.ones(2))
-    mode = r2d1.loss_mode(config, batch, measure=True, traced=False)
-    assert mode.time_limits is not None  # the branch a packed run takes apart from a single one
-    before = r2d1.loss(config, algo.model, algo.target_model, batch, mode)
-    weights = {k: v.clone() for k, v in algo.model.state_dict().items()}
-    target = {k: v.clone() for k, v in algo.target_model.state_dict().items()}
-    algo.learn(3)
-    algo.credit, algo.replay_steps = 123.0, 7
-    algo.model.load_state_dict(weights)
-    algo.target_model.load_state_dict(target)
-    after = r2d1.loss(config, algo.model, algo.target_model, batch, mode)
-    assert algo.updates == 3
-    assert torch.equal(before.loss, after.loss) and torch.equal(before.priorities, after.priorities)
-    assert before.diagnostics.keys() == after.diagnostics.keys() == {"q_mean", "td_abs_mean"}
-    assert all(torch.equal(before.diagnostics[k], after.diagnostics[k]) for k in before.diagnostics)
-    quiet = r2d1.loss(config, algo.model, algo.target_model, batch, mode._replace(measure=False))
-    assert torch.equal(quiet.loss, before.loss) and quiet.diagnostics == {}
-
-
 def _time_limit_learner(space):
     """(config, learner, two stored sequences) after four batches with time limits (full observations)."""
     config = dataclasses.replace(SMALL, learning_starts_steps=16, batch_size_sequences=2)

@@ -12,9 +12,11 @@ of one uniform, a Gaussian one as ``mean + std * z`` with one standard normal pe
 
 Algorithms use three methods on a batch ``NamedArrays`` in Contract 3's layout:
 
-* ``evaluate(batch) -> (log_prob, entropy, value)`` under the current parameters, with gradients.
-  Leading dims are ``[N]`` rows for the feed-forward agent and ``[T, b]`` whole env columns for the
-  recurrent one, whose state starts from ``prev_state[0]`` and is reset after every episode end.
+* ``evaluate(batch) -> (log_prob, entropy, value)`` under the current parameters, with gradients:
+  ``evaluate_actions(self.model, batch, recurrent)``, the function the losses call with the model
+  they are given. Leading dims are ``[N]`` rows for the feed-forward agent and ``[T, b]`` whole env
+  columns for the recurrent one, whose state starts from ``prev_state[0]`` and is reset after every
+  episode end.
 * ``next_values(samples) -> [T, B]``: V of the state each step led to, for GAE: ``value[t + 1]``,
   V(bootstrap) after the batch, V(final_observation) where truncated (Pardo et al. 2018), and
   anything where terminated (masked by the return computation).
@@ -50,6 +52,28 @@ def policy_action(batch: NamedArrays) -> torch.Tensor:
     if "pre_clip_action" in batch.agent_info:
         return batch.agent_info.pre_clip_action
     return batch.action
+
+
+def recurrent_outputs(model: Any, batch: NamedArrays) -> tuple[Any, torch.Tensor, Any]:
+    """A recurrent actor-critic ``model`` over a [T, b] batch from its stored initial state, reset
+    after episode ends: (policy distribution, value, end states)."""
+    done = batch.terminated | batch.truncated
+    reset = torch.cat([torch.zeros_like(done[:1]), done[:-1]], dim=0)
+    return model(
+        batch.observation, batch.prev_action, batch.prev_reward, batch.agent_info.prev_state[0], reset
+    )
+
+
+def evaluate_actions(
+    model: Any, batch: NamedArrays, recurrent: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(log pi(a|s), entropy, V(s)) of the actions of ``batch`` under ``model`` (an ``ActorCritic``, or
+    with ``recurrent`` a ``RecurrentActorCritic`` run over whole env columns), with gradients."""
+    if recurrent:
+        dist, value, _ = recurrent_outputs(model, batch)
+    else:
+        dist, value = model(batch.observation)
+    return dist.log_prob(policy_action(batch)), dist.entropy(), value
 
 
 class _PgAgentBase(Agent):
@@ -101,8 +125,7 @@ class PgAgent(_PgAgentBase):
         return action, info, None
 
     def evaluate(self, batch: NamedArrays) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        dist, value = self.model(batch.observation)
-        return dist.log_prob(policy_action(batch)), dist.entropy(), value
+        return evaluate_actions(self.model, batch, recurrent=False)
 
     def final_values(self, samples: NamedArrays, truncated: torch.Tensor) -> torch.Tensor:
         """V of the final observations of the ``truncated`` steps."""
@@ -132,22 +155,13 @@ class RecurrentPgAgent(_PgAgentBase):
         action, info = self._act(dist, value)
         return action[0], info[0].replace(prev_state=state), end_states[0]
 
-    def _run(self, batch: NamedArrays):
-        """The model over a [T, b] batch from its stored initial state, reset after episode ends."""
-        done = batch.terminated | batch.truncated
-        reset = torch.cat([torch.zeros_like(done[:1]), done[:-1]], dim=0)
-        return self.model(
-            batch.observation, batch.prev_action, batch.prev_reward, batch.agent_info.prev_state[0], reset
-        )
-
     def evaluate(self, batch: NamedArrays) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        dist, value, _ = self._run(batch)
-        return dist.log_prob(policy_action(batch)), dist.entropy(), value
+        return evaluate_actions(self.model, batch, recurrent=True)
 
     def final_values(self, samples: NamedArrays, truncated: torch.Tensor) -> torch.Tensor:
         # V(final_observation[t]) continues the episode from the state after step t, with step t's
         # action and reward as the previous ones.
-        _, _, end_states = self._run(samples)
+        _, _, end_states = recurrent_outputs(self.model, samples)
         return self.model.value(
             samples.final_observation[truncated],
             samples.action[truncated],

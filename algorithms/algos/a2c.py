@@ -9,11 +9,12 @@ One ``optimize`` call per sampler batch of T steps x B envs, one gradient step:
    ``gae_lambda < 1`` the advantage is GAE(lambda) instead and the value target the lambda-return
    (Schulman et al. 2016; SB3's A2C option of the same name), optionally standardized over the batch;
 2. loss ``-log pi(a|s) A + value_coef * 0.5 (R - V)^2 - entropy_coef * H`` over the whole batch
-   (``a2c_loss``), with ``A = R - V(s)``; the recurrent agent runs its LSTM over each env column
-   from the state it sampled with, reset at episode ends;
+   (``loss``, a function of the config, the model and the batch), with ``A = R - V(s)``; the
+   recurrent agent runs its LSTM over each env column from the state it sampled with, reset at
+   episode ends;
 3. RMSProp step after clipping the gradient norm, learning rate annealed linearly to 0 over
-   ``anneal_env_steps`` (Mnih et al. 2016, Sec. 8: "learning rates ... annealed to 0 over the
-   course of training").
+   ``anneal_env_steps`` (``learning_rate``, a function of the env step ``optimize`` is given; Mnih
+   et al. 2016, Sec. 8: "learning rates ... annealed to 0 over the course of training").
 
 ``Config()`` is the Atari setting (Mnih et al. 2016 with the synchronous-A2C choices of OpenAI
 Baselines ``a2c``, which the PPO paper's A2C baseline used). Published settings, with their sampler
@@ -30,7 +31,8 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from algorithms.agents.pg_agents import PgAgent, actor_critic_agent
+from algorithms.agents.pg_agents import PgAgent, actor_critic_agent, evaluate_actions
+from algorithms.arrays import NamedArrays
 from algorithms.configs import check_field
 from algorithms.functional.advantages import (
     discounted_returns,
@@ -86,6 +88,20 @@ def build_agent(config: Config, observation_space: gym.Space, action_space: gym.
     return actor_critic_agent(config, observation_space, action_space)
 
 
+def learning_rate(config: Config, env_steps: int) -> float:
+    """The learning rate at env step ``env_steps`` of the run (``anneal_env_steps``)."""
+    return config.learning_rate * anneal_fraction(env_steps, config.anneal_env_steps)
+
+
+def loss(config: Config, model: Any, batch: NamedArrays) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The A2C loss of a [T, B] batch with its ``advantage`` and ``value_target``, under ``model``
+    (the recurrent one runs over whole env columns), and its parts as tensors (``a2c_loss``)."""
+    log_prob, entropy, value = evaluate_actions(model, batch, config.recurrent)  # [T, B]
+    return a2c_loss(
+        log_prob, batch.advantage, value, batch.value_target, entropy, config.value_coef, config.entropy_coef
+    )
+
+
 class Algo(PgLearner):
     """A2C on [T, B] batches from the synchronous runner (Contract 4)."""
 
@@ -93,7 +109,8 @@ class Algo(PgLearner):
         c = self.config
         return RMSprop(params, lr=c.learning_rate, alpha=c.rmsprop_alpha, eps=c.optimizer_eps)
 
-    def optimize(self, itr: int, samples) -> OptInfo:
+    def optimize(self, env_steps: int, samples: NamedArrays) -> OptInfo:
+        """One gradient step on the batch, at env step ``env_steps`` of the run (the schedule's)."""
         c, agent = self.config, self.agent
         device = agent.device
         samples = samples.map(lambda x: x.to(device))
@@ -117,19 +134,18 @@ class Algo(PgLearner):
                 )
             if c.normalize_advantage:
                 advantage = standardize_advantage(advantage)
-        learning_rate = c.learning_rate * anneal_fraction(agent.env_steps, c.anneal_env_steps)
+        rate = learning_rate(c, env_steps)
         for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate
-
-        log_prob, entropy, value = agent.evaluate(samples)  # [T, B]; both agents take whole columns here
-        loss, parts = a2c_loss(log_prob, advantage, value, target, entropy, c.value_coef, c.entropy_coef)
-        grad_norm = self.clipped_step(loss)
+            group["lr"] = rate
+        batch = samples.replace(advantage=advantage, value_target=target)
+        total, parts = loss(c, agent.model, batch)
+        grad_norm = self.clipped_step(total)
 
         diagnostics = {key: float(val) for key, val in parts.items()}
         diagnostics.update(
             grad_norm=float(grad_norm),
             explained_variance=explained_variance(samples.agent_info.value, target),
-            learning_rate=learning_rate,
+            learning_rate=rate,
         )
         return OptInfo(
             updates=1,

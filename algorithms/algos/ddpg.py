@@ -26,7 +26,7 @@ from algorithms.agents.qpg_agents import DeterministicAgent
 from algorithms.arrays import NamedArrays
 from algorithms.functional.policy_losses import q_target
 from algorithms.learners.common import require_action_space
-from algorithms.learners.qpg import QpgAlgo, QpgConfig
+from algorithms.learners.qpg import Diagnostics, Noise, QpgAlgo, QpgConfig, QpgMode, QpgModels
 from algorithms.models.policies import DeterministicPolicy
 
 
@@ -54,23 +54,29 @@ def build_agent(config: Config, observation_space: gym.Space, action_space: gym.
     )
 
 
+def critic_loss(
+    config: Config, models: QpgModels, batch: NamedArrays, noise: Noise, mode: QpgMode
+) -> tuple[torch.Tensor, Diagnostics]:
+    """(Q(s, a) - y)^2 with y = r + discount_t Q'(s', mu'(s')), and its diagnostics."""
+    with torch.no_grad():
+        next_action = models.actor_target(batch.next_observation)
+        next_q = models.critic_target(batch.next_observation, next_action)[0]
+        y = q_target(batch.return_n, batch.discount_n, next_q)
+    q = models.critic(batch.observation, batch.action)[0]
+    loss = F.mse_loss(q, y)
+    return loss, {"critic_loss": loss.detach(), "q_mean": q.detach().mean()}
+
+
+def actor_loss(
+    config: Config, models: QpgModels, batch: NamedArrays, noise: Noise, mode: QpgMode
+) -> tuple[torch.Tensor, Diagnostics]:
+    """-Q(s, mu(s)), trained into the actor only (module docstring of ``learners.qpg``)."""
+    loss = -models.critic(batch.observation, models.actor(batch.observation))[0].mean()
+    return loss, {"actor_loss": loss.detach()}
+
+
 class Algo(QpgAlgo, diagnostics=("critic_loss", "actor_loss", "q_mean"), critics=1, actor_target=True):
     """DDPG learner: one critic, target networks, replay (see the module docstring)."""
 
-    def critic_loss(
-        self, batch: NamedArrays, noise: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        with torch.no_grad():
-            next_action = self.actor_target(batch.next_observation)
-            next_q = self.critic.target(batch.next_observation, next_action)[0]
-            y = q_target(batch.return_n, batch.discount_n, next_q)
-        q = self.critic.q(batch.observation, batch.action)[0]
-        critic_loss = F.mse_loss(q, y)
-        return critic_loss, {"critic_loss": critic_loss.detach(), "q_mean": q.detach().mean()}
-
-    def actor_loss(
-        self, batch: NamedArrays, noise: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        with self.critic.frozen():  # the actor loss trains the actor only
-            actor_loss = -self.critic.q(batch.observation, self.actor(batch.observation))[0].mean()
-        return actor_loss, {"actor_loss": actor_loss.detach()}
+    critic_loss_fn = staticmethod(critic_loss)
+    actor_loss_fn = staticmethod(actor_loss)

@@ -14,7 +14,11 @@ One ``optimize`` call per sampler batch of T steps x B envs:
    update early once the approximate KL to the sampling policy exceeds 1.5 x ``target_kl``
    (Spinning Up's PPO; Stable-Baselines3's ``target_kl``);
 4. learning rate (and, for Atari, the clip range) annealed linearly to 0 over
-   ``anneal_env_steps`` (Schulman et al. 2017, Table 5, "alpha linearly annealed from 1 to 0").
+   ``anneal_env_steps`` (Schulman et al. 2017, Table 5, "alpha linearly annealed from 1 to 0"):
+   ``schedule``, a function of the env step ``optimize`` is given.
+
+The minibatch loss is ``loss(config, model, minibatch, now)``, a function of its arguments alone;
+a packed run maps the same function over its members' stacked parameters.
 
 Published settings, with their sampler shapes (horizon T, actors B), are data:
 ``repro/configs/settings/ppo_*.toml`` (``ppo_mujoco``: Table 3, which ``Config()``'s defaults follow;
@@ -25,12 +29,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import torch
 
-from algorithms.agents.pg_agents import PgAgent, RecurrentPgAgent, actor_critic_agent
+from algorithms.agents.pg_agents import PgAgent, RecurrentPgAgent, actor_critic_agent, evaluate_actions
 from algorithms.arrays import NamedArrays
 from algorithms.functional.advantages import (
     explained_variance,
@@ -103,6 +107,49 @@ def minibatch_indices(n_items: int, n_minibatches: int) -> tuple[torch.Tensor, .
     return torch.randperm(n_items).chunk(n_minibatches)
 
 
+class Schedule(NamedTuple):
+    """The annealed values at one env step of the run."""
+
+    learning_rate: float
+    clip_epsilon: float
+
+
+def schedule(config: Config, env_steps: int) -> Schedule:
+    """The learning rate and clip range at env step ``env_steps`` of the run (``anneal_env_steps``)."""
+    fraction = anneal_fraction(env_steps, config.anneal_env_steps)
+    clip_fraction = fraction if config.anneal_clip else 1.0
+    return Schedule(config.learning_rate * fraction, config.clip_epsilon * clip_fraction)
+
+
+def loss(
+    config: Config, model: Any, minibatch: NamedArrays, now: Schedule
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The clipped surrogate, value and entropy loss of a minibatch under ``model`` at the schedule's
+    values ``now``, and its diagnostics as tensors (no float conversion, so that it also runs under
+    ``torch.func`` transforms)."""
+    c, clip_epsilon = config, now.clip_epsilon
+    log_prob, entropy, value = evaluate_actions(model, minibatch, c.recurrent)
+    kl = approx_kl(log_prob, minibatch.agent_info.log_prob)
+    adv = standardize_advantage(minibatch.advantage) if c.normalize_advantage else minibatch.advantage
+    pi_loss, clip_fraction = ppo_clipped_surrogate(log_prob, minibatch.agent_info.log_prob, adv, clip_epsilon)
+    v_loss = value_loss(
+        value,
+        minibatch.value_target,
+        old_value=minibatch.agent_info.value if c.clip_value_loss else None,
+        clip_epsilon=clip_epsilon if c.clip_value_loss else None,
+    )
+    entropy_mean = entropy_bonus(entropy)
+    total = pi_loss + c.value_coef * v_loss - c.entropy_coef * entropy_mean
+    values = {
+        "pi_loss": pi_loss,
+        "value_loss": v_loss,
+        "entropy": entropy_mean,
+        "approx_kl": kl,
+        "clip_fraction": clip_fraction,
+    }
+    return total, values
+
+
 # Per-minibatch diagnostics, averaged over the call's updates (NaN if the KL stop preceded any).
 MINIBATCH_DIAGNOSTICS = ("pi_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm")
 
@@ -130,19 +177,20 @@ class Algo(PgLearner):
     def make_optimizer(self, params: Iterable[Any]) -> torch.optim.Optimizer:
         return adam(params, self.config.learning_rate, self.config.optimizer_eps)
 
-    def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
+    def optimize(self, env_steps: int, samples: NamedArrays) -> OptInfo:
+        """The epochs of minibatch steps on the batch, at env step ``env_steps`` of the run."""
         batch, n_items = self.training_batch(samples)
-        learning_rate, clip_epsilon = self.schedule()
+        now = schedule(self.config, env_steps)
         for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate
+            group["lr"] = now.learning_rate
         # Each epoch's permutation drawn as the epoch starts: none after a KL stop.
         orders = (minibatch_indices(n_items, self.n_minibatches) for _ in range(self.config.epochs))
-        grad_step = Minibatches(self, batch, clip_epsilon)
+        grad_step = Minibatches(self, batch, now)
         totals, updates, stopped_early = minibatch_epochs(
             grad_step, orders, MINIBATCH_DIAGNOSTICS, self.config.target_kl
         )
         means = {key: float(total) / updates if updates else float("nan") for key, total in totals.items()}
-        return self.opt_info(batch, updates, means, stopped_early)
+        return self.opt_info(batch, updates, means, stopped_early, now)
 
     def training_batch(self, samples: NamedArrays) -> tuple[NamedArrays, int]:
         """What the minibatch losses read (advantages and value targets added), flattened to steps for a
@@ -181,49 +229,16 @@ class Algo(PgLearner):
     def minibatch(self, batch: NamedArrays, idx: torch.Tensor) -> NamedArrays:
         return batch[:, idx] if self.agent.recurrent else batch[idx]
 
-    def schedule(self) -> tuple[float, float]:
-        """(learning rate, clip range) at the run's env step (``anneal_env_steps``)."""
-        c = self.config
-        fraction = anneal_fraction(self.agent.env_steps, c.anneal_env_steps)
-        return c.learning_rate * fraction, c.clip_epsilon * (fraction if c.anneal_clip else 1.0)
-
-    def minibatch_loss(
-        self, mb: NamedArrays, clip_epsilon: float
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The clipped surrogate, value and entropy loss of a minibatch, and its diagnostics as tensors
-        (no float conversion, so that it also runs under ``torch.func`` transforms)."""
-        c = self.config
-        log_prob, entropy, value = self.agent.evaluate(mb)
-        kl = approx_kl(log_prob, mb.agent_info.log_prob)
-        adv = standardize_advantage(mb.advantage) if c.normalize_advantage else mb.advantage
-        pi_loss, clip_fraction = ppo_clipped_surrogate(log_prob, mb.agent_info.log_prob, adv, clip_epsilon)
-        v_loss = value_loss(
-            value,
-            mb.value_target,
-            old_value=mb.agent_info.value if c.clip_value_loss else None,
-            clip_epsilon=clip_epsilon if c.clip_value_loss else None,
-        )
-        entropy_mean = entropy_bonus(entropy)
-        loss = pi_loss + c.value_coef * v_loss - c.entropy_coef * entropy_mean
-        values = {
-            "pi_loss": pi_loss,
-            "value_loss": v_loss,
-            "entropy": entropy_mean,
-            "approx_kl": kl,
-            "clip_fraction": clip_fraction,
-        }
-        return loss, values
-
     def opt_info(
-        self, batch: NamedArrays, updates: int, means: dict[str, float], stopped_early: bool
+        self, batch: NamedArrays, updates: int, means: dict[str, float], stopped_early: bool, now: Schedule
     ) -> OptInfo:
-        """What ``updates`` minibatch steps did, with their mean diagnostics ``means`` and the batch's."""
-        learning_rate, clip_epsilon = self.schedule()
+        """What ``updates`` minibatch steps did at the schedule's values ``now``, with their mean
+        diagnostics ``means`` and the batch's."""
         diagnostics = {
             **means,
             "explained_variance": explained_variance(batch.agent_info.value, batch.value_target),
-            "learning_rate": learning_rate,
-            "clip_epsilon": clip_epsilon,
+            "learning_rate": now.learning_rate,
+            "clip_epsilon": now.clip_epsilon,
             "stopped_early": float(stopped_early),
         }
         trained = updates * self.config.minibatch_size_steps
@@ -233,16 +248,17 @@ class Algo(PgLearner):
 
 
 class Minibatches:
-    """A single run's ``MinibatchGradStep``: the minibatches of ``batch``, each loss backpropagated and
-    one clipped optimizer step (``PgLearner.clipped_step``)."""
+    """A single run's ``MinibatchGradStep``: the minibatches of ``batch``, each ``loss`` backpropagated
+    and one clipped optimizer step (``PgLearner.clipped_step``)."""
 
-    def __init__(self, algo: Algo, batch: NamedArrays, clip_epsilon: float) -> None:
-        self.algo, self.batch, self.clip_epsilon = algo, batch, clip_epsilon
+    def __init__(self, algo: Algo, batch: NamedArrays, now: Schedule) -> None:
+        self.algo, self.batch, self.now = algo, batch, now
+        self.model = algo.agent.model
         self.device = algo.agent.device
 
-    def loss(self, indices: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def minibatch_gradients(self, indices: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         minibatch = self.algo.minibatch(self.batch, indices.to(self.device))
-        return self.algo.minibatch_loss(minibatch, self.clip_epsilon)
+        return loss(self.algo.config, self.model, minibatch, self.now)
 
-    def step(self, loss: torch.Tensor) -> torch.Tensor:
-        return self.algo.clipped_step(loss)
+    def apply_gradients(self, total: torch.Tensor) -> torch.Tensor:
+        return self.algo.clipped_step(total)

@@ -59,7 +59,7 @@ from algorithms.functional.priorities import sequence_priority
 from algorithms.functional.td import select_action_values
 from algorithms.functional.value_rescaling import VALUE_TRANSFORMS
 from algorithms.learners.common import OptInfo, require_action_space
-from algorithms.learners.q_replay import LossMode, LossOut, QReplayLearner
+from algorithms.learners.q_replay import EveryStep, LossMode, LossOut, QReplayLearner, TimeLimitSteps
 from algorithms.models.r2d1_model import R2D1Model
 from algorithms.models.torsos import CONV_TORSOS
 from algorithms.replay.buffer import ReplayBuffer
@@ -252,7 +252,12 @@ def unroll(
 
 
 def final_observation_values(
-    config: Config, model: Any, batch: NamedArrays, states: NamedArrays, where: Any, stepwise: bool
+    config: Config,
+    model: Any,
+    batch: NamedArrays,
+    states: NamedArrays,
+    where: TimeLimitSteps | None,
+    stepwise: bool,
 ) -> torch.Tensor:
     """Q-values [k, A] at the true final observations of the time-limit steps ``where`` (t, b), or
     with ``where`` None at every step t < T + n - 1 of every sequence, [T + n - 1, B, A]."""
@@ -274,22 +279,19 @@ def final_observation_values(
     return q.reshape(*lead, -1)
 
 
-EVERY_STEP = "every step"  # ``LossMode.time_limits``: the data-independent form
-
-
 def loss_mode(config: Config, batch: NamedArrays, measure: bool, traced: bool) -> LossMode:
     """Where the sequences of ``batch`` ([..., L, B]) have a time limit at which ``loss`` bootstraps
     from the true final observation, read from the data outside the loss: the steps (t, b), or
-    under a transform ``EVERY_STEP`` when any sequence has one (the loss cannot read the data there)."""
+    under a transform ``EveryStep`` when any sequence has one (the loss cannot read the data there)."""
     time_limits = None
     if "final_observation" in batch:
         burn = config.burn_in_steps
         window = batch.truncated[..., burn : burn + config.sequence_length_steps + config.n_step - 1, :]
         if traced:
-            time_limits = EVERY_STEP if bool(window.any()) else None
+            time_limits = EveryStep() if bool(window.any()) else None
         else:
-            where = torch.nonzero(window, as_tuple=True)
-            time_limits = where if where[0].numel() > 0 else None
+            where = TimeLimitSteps(*torch.nonzero(window, as_tuple=True))
+            time_limits = where if where.t.numel() > 0 else None
     return LossMode(measure=measure, traced=traced, time_limits=time_limits)
 
 
@@ -309,7 +311,7 @@ def loss(config: Config, model: Any, target_model: Any, batch: NamedArrays, mode
         valid = ~truncated[:T]
         truncated = cut
     need_states = mode.time_limits is not None
-    where = None if mode.time_limits == EVERY_STEP else mode.time_limits
+    where = mode.time_limits if isinstance(mode.time_limits, TimeLimitSteps) else None
     q_all, states = unroll(c, model, batch, need_states, mode.traced)
     with torch.no_grad():
         q_target_all, target_states = unroll(c, target_model, batch, need_states, mode.traced, grad=False)

@@ -22,13 +22,14 @@ from typing import Any
 
 import gymnasium as gym
 import torch
+from torch import nn
 from torch.nn import functional as F
 
 from algorithms.agents.qpg_agents import SquashedGaussianAgent
 from algorithms.arrays import NamedArrays
 from algorithms.functional.policy_losses import sac_temperature_loss, soft_q_target
 from algorithms.learners.common import require_action_space
-from algorithms.learners.qpg import QpgAlgo, QpgConfig
+from algorithms.learners.qpg import Diagnostics, Noise, QpgAlgo, QpgConfig, QpgMode, QpgModels
 from algorithms.models.policies import TanhGaussianPolicy
 
 
@@ -63,6 +64,54 @@ def build_agent(
     return SquashedGaussianAgent(model, observation_space, action_space, config.random_steps)
 
 
+class Temperature(nn.Module):
+    """SAC's entropy temperature as one trained parameter, ``log_alpha`` (0-dim): alpha = exp(log_alpha)
+    stays positive (Haarnoja et al. 2018b, Sec. 5)."""
+
+    def __init__(self, initial_alpha: float, device: torch.device) -> None:
+        super().__init__()
+        self.log_alpha = nn.Parameter(torch.tensor(float(initial_alpha), device=device).log())
+
+
+def draw_noise(batch: NamedArrays) -> Noise:
+    """The policy's reparameterisation noise: for a' ~ pi(.|s') and for a~ ~ pi(.|s), in that order."""
+    return {"next": torch.randn_like(batch.action), "current": torch.randn_like(batch.action)}
+
+
+def critic_loss(
+    config: Config, models: QpgModels, batch: NamedArrays, noise: Noise, mode: QpgMode
+) -> tuple[torch.Tensor, Diagnostics]:
+    """0.5 (Qi(s, a) - y)^2 for both critics to the soft target of eq. 5, and its diagnostics."""
+    alpha = models.log_alpha.detach().exp()
+    with torch.no_grad():
+        next_action, next_log_prob = models.actor(batch.next_observation, noise=noise["next"])
+        next_q = models.critic_target(batch.next_observation, next_action)  # [2, N]
+        y = soft_q_target(batch.return_n, batch.discount_n, next_q[0], next_q[1], next_log_prob, alpha)
+    q = models.critic(batch.observation, batch.action)  # [2, N]
+    # 0.5 (Q1 - y)^2 + 0.5 (Q2 - y)^2, each a mean over the batch: the mean over both critics.
+    loss = F.mse_loss(q, y.expand_as(q))
+    return loss, {"critic_loss": loss.detach(), "q_mean": q[0].detach().mean()}
+
+
+def actor_loss(
+    config: Config, models: QpgModels, batch: NamedArrays, noise: Noise, mode: QpgMode
+) -> tuple[torch.Tensor, Diagnostics]:
+    """The actor's loss of eq. 7 (trained into the actor only) plus, with ``autotune_alpha``, the
+    temperature's of eq. 18."""
+    alpha = models.log_alpha.detach().exp()
+    action, log_prob = models.actor(batch.observation, noise=noise["current"])
+    q_pi = models.critic(batch.observation, action)
+    loss = (alpha * log_prob - q_pi.amin(dim=0)).mean()  # min over the two critics
+    info = {"actor_loss": loss.detach(), "entropy": -log_prob.detach().mean(), "alpha": alpha}
+    if config.autotune_alpha:
+        # The actor loss sees alpha detached and the temperature loss log_prob detached: the sum's
+        # gradient is each loss's gradient on its own parameters, as two separate steps would be.
+        alpha_loss = sac_temperature_loss(models.log_alpha, log_prob, mode.target_entropy)
+        info["alpha_loss"] = alpha_loss.detach()
+        loss = loss + alpha_loss
+    return loss, info
+
+
 class Algo(
     QpgAlgo,
     diagnostics=("critic_loss", "actor_loss", "q_mean", "entropy", "alpha", "alpha_loss"),
@@ -71,59 +120,32 @@ class Algo(
 ):
     """SAC learner: twin critics and their targets, temperature, replay (see the module docstring)."""
 
+    critic_loss_fn = staticmethod(critic_loss)
+    actor_loss_fn = staticmethod(actor_loss)
+
     def __init__(
         self, config: Config, agent: SquashedGaussianAgent, counters_frameskip: int, batch_spec
     ) -> None:
         super().__init__(config, agent, counters_frameskip, batch_spec)
-        action_dim = int(agent.action_space.shape[0])
-        self.log_alpha = torch.tensor(float(config.initial_alpha), device=agent.device).log().requires_grad_()
-        self.target_entropy = (
-            -float(action_dim) if config.target_entropy is None else float(config.target_entropy)
-        )
+        self.temperature = Temperature(config.initial_alpha, agent.device)
+        if config.target_entropy is not None:
+            self.mode = self.mode._replace(target_entropy=float(config.target_entropy))
         if config.autotune_alpha:
             # The temperature's own Adam, as a second group of the actor's: one backward and one
-            # optimizer step for both (their losses share no trained parameter, see ``update``).
-            alpha_group = {"params": [self.log_alpha], "lr": config.alpha_learning_rate}
+            # optimizer step for both (their losses share no trained parameter, see ``actor_loss``).
+            alpha_group = {"params": [self.temperature.log_alpha], "lr": config.alpha_learning_rate}
             self.actor_optimizer.add_param_group(alpha_group)
 
-    def draw_noise(self, batch: NamedArrays) -> dict[str, torch.Tensor]:
-        # The policy's reparameterisation noise: for a' ~ pi(.|s') and for a~ ~ pi(.|s), in that order.
-        return {"next": torch.randn_like(batch.action), "current": torch.randn_like(batch.action)}
+    def models(self) -> QpgModels:
+        return super().models()._replace(log_alpha=self.temperature.log_alpha)
 
-    def critic_loss(
-        self, batch: NamedArrays, noise: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        alpha = self.log_alpha.detach().exp()
-        with torch.no_grad():
-            next_action, next_log_prob = self.actor(batch.next_observation, noise=noise["next"])
-            next_q = self.critic.target(batch.next_observation, next_action)  # [2, N]
-            y = soft_q_target(batch.return_n, batch.discount_n, next_q[0], next_q[1], next_log_prob, alpha)
-        q = self.critic.q(batch.observation, batch.action)  # [2, N]
-        # 0.5 (Q1 - y)^2 + 0.5 (Q2 - y)^2, each a mean over the batch: the mean over both critics.
-        critic_loss = F.mse_loss(q, y.expand_as(q))
-        return critic_loss, {"critic_loss": critic_loss.detach(), "q_mean": q[0].detach().mean()}
-
-    def actor_loss(
-        self, batch: NamedArrays, noise: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        alpha = self.log_alpha.detach().exp()
-        action, log_prob = self.actor(batch.observation, noise=noise["current"])
-        with self.critic.frozen():  # the actor loss trains the actor only
-            q_pi = self.critic.q(batch.observation, action)
-        actor_loss = (alpha * log_prob - q_pi.amin(dim=0)).mean()  # min over the two critics
-        info = {"actor_loss": actor_loss.detach(), "entropy": -log_prob.detach().mean(), "alpha": alpha}
-        if self.config.autotune_alpha:
-            # The actor loss sees alpha detached and the temperature loss log_prob detached: the sum's
-            # gradient is each loss's gradient on its own parameters, as two separate steps would be.
-            alpha_loss = sac_temperature_loss(self.log_alpha, log_prob, self.target_entropy)
-            info["alpha_loss"] = alpha_loss.detach()
-            actor_loss = actor_loss + alpha_loss
-        return actor_loss, info
+    def draw_noise(self, batch: NamedArrays) -> Noise:
+        return draw_noise(batch)
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "log_alpha": self.log_alpha.detach().clone()}
+        return {**super().state_dict(), "log_alpha": self.temperature.log_alpha.detach().clone()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
+            self.temperature.log_alpha.copy_(state["log_alpha"])

@@ -26,7 +26,7 @@ from algorithms.agents.qpg_agents import DeterministicAgent
 from algorithms.algos import ddpg
 from algorithms.arrays import NamedArrays
 from algorithms.functional.policy_losses import clipped_double_q_target, smoothed_target_action
-from algorithms.learners.qpg import QpgAlgo
+from algorithms.learners.qpg import Diagnostics, Noise, QpgAlgo, QpgMode, QpgModels
 
 
 @dataclass(frozen=True)
@@ -53,51 +53,62 @@ class Config(ddpg.Config):
 build_agent = ddpg.build_agent
 
 
+def draw_noise(batch: NamedArrays) -> Noise:
+    """Target policy smoothing's standard normals, in half-widths of the action box."""
+    return {"target": torch.randn_like(batch.action)}
+
+
+def critic_loss(
+    config: Config, models: QpgModels, batch: NamedArrays, noise: Noise, mode: QpgMode
+) -> tuple[torch.Tensor, Diagnostics]:
+    """Both critics' squared errors to the clipped double-Q target of the smoothed target action."""
+    c = config
+    half_width = (mode.high - mode.low) / 2
+    with torch.no_grad():
+        target_action = models.actor_target(batch.next_observation)
+        next_action = smoothed_target_action(
+            target_action,
+            noise["target"] * c.target_noise_std * half_width,
+            c.target_noise_clip * half_width,
+            mode.low,
+            mode.high,
+        )
+        next_q = models.critic_target(batch.next_observation, next_action)  # [2, N]
+        y = clipped_double_q_target(batch.return_n, batch.discount_n, next_q[0], next_q[1])
+    q = models.critic(batch.observation, batch.action)  # [2, N]
+    # (Q1 - y)^2 + (Q2 - y)^2, each a mean over the batch.
+    loss = 2.0 * F.mse_loss(q, y.expand_as(q))
+    return loss, {"critic_loss": loss.detach(), "q_mean": q[0].detach().mean()}
+
+
+def actor_loss(
+    config: Config, models: QpgModels, batch: NamedArrays, noise: Noise, mode: QpgMode
+) -> tuple[torch.Tensor, Diagnostics]:
+    """-Q1(s, mu(s)), trained into the actor only."""
+    q1_pi = models.critic(batch.observation, models.actor(batch.observation), n_members=1)
+    loss = -q1_pi.mean()
+    return loss, {"actor_loss": loss.detach()}
+
+
 class Algo(QpgAlgo, diagnostics=ddpg.Algo.DIAGNOSTICS, critics=2, actor_target=True):
-    """TD3 learner: twin critics, target networks, replay (see the module docstring)."""
+    """TD3 learner: twin critics, target networks, replay (see the module docstring); it counts its
+    updates for the delayed policy update."""
+
+    critic_loss_fn = staticmethod(critic_loss)
+    actor_loss_fn = staticmethod(actor_loss)
 
     def __init__(
         self, config: Config, agent: DeterministicAgent, counters_frameskip: int, batch_spec
     ) -> None:
         super().__init__(config, agent, counters_frameskip, batch_spec)
         self.updates = 0
-        self.low, self.high = agent.low.to(agent.device), agent.high.to(agent.device)
-        self.half_width = (self.high - self.low) / 2
 
-    def draw_noise(self, batch: NamedArrays) -> dict[str, torch.Tensor]:
-        return {"target": torch.randn_like(batch.action)}  # target policy smoothing, in half-widths
-
-    def critic_loss(
-        self, batch: NamedArrays, noise: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        c = self.config
-        with torch.no_grad():
-            target_action = self.actor_target(batch.next_observation)
-            next_action = smoothed_target_action(
-                target_action,
-                noise["target"] * c.target_noise_std * self.half_width,
-                c.target_noise_clip * self.half_width,
-                self.low,
-                self.high,
-            )
-            next_q = self.critic.target(batch.next_observation, next_action)  # [2, N]
-            y = clipped_double_q_target(batch.return_n, batch.discount_n, next_q[0], next_q[1])
-        q = self.critic.q(batch.observation, batch.action)  # [2, N]
-        # (Q1 - y)^2 + (Q2 - y)^2, each a mean over the batch.
-        critic_loss = 2.0 * F.mse_loss(q, y.expand_as(q))
-        return critic_loss, {"critic_loss": critic_loss.detach(), "q_mean": q[0].detach().mean()}
+    def draw_noise(self, batch: NamedArrays) -> Noise:
+        return draw_noise(batch)
 
     def count_update(self) -> bool:
         self.updates += 1
         return self.updates % self.config.policy_delay_updates == 0
-
-    def actor_loss(
-        self, batch: NamedArrays, noise: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        with self.critic.frozen():  # the actor loss trains the actor only, through Q1
-            q1_pi = self.critic.q(batch.observation, self.actor(batch.observation), n_members=1)
-        actor_loss = -q1_pi.mean()
-        return actor_loss, {"actor_loss": actor_loss.detach()}
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "updates": self.updates}

@@ -1,8 +1,8 @@
 """What the actor-critic policy gradients (A2C, PPO) share: the learning-rate schedule, the config
 checks, the learner's optimizer and checkpoint, and PPO's epochs of minibatch steps
 (``minibatch_epochs``), which single and packed runs share through a ``MinibatchGradStep``: a
-single run's backpropagates through ``ppo.Algo.minibatch_loss``, a packed run's
-(``algorithms.packed.learners``) computes K members' gradients at once.
+single run's backpropagates through ``ppo.loss``, a packed run's (``algorithms.packed.learners``)
+computes K members' gradients of the same function at once.
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ from algorithms.models.torsos import CONV_TORSOS
 def anneal_fraction(env_steps: int, anneal_env_steps: int) -> float:
     """1 at the start of training, falling linearly to 0 at ``anneal_env_steps`` (1 if that is 0).
 
-    ``env_steps`` is the run's count (``agent.env_steps``, set by the runner before ``optimize``),
-    not one process's iterations x batch: under data-parallel training every rank then anneals on
-    the global count.
+    ``env_steps`` is the run's count (the runner passes it to ``optimize``), not one process's
+    iterations x batch: under data-parallel training every rank then anneals on the global count.
     """
     if anneal_env_steps == 0:
         return 1.0
@@ -80,14 +79,16 @@ class PgLearner:
 
 
 class MinibatchGradStep(Protocol):
-    """The seam between ``minibatch_epochs`` and the run kind: one minibatch's loss and step."""
+    """The seam between ``minibatch_epochs`` and the run kind: one minibatch's gradient and the
+    optimizer step on it."""
 
-    def loss(self, indices: Any) -> tuple[Any, dict[str, torch.Tensor]]:
-        """The loss of the minibatch at ``indices`` (or, computed with it, its gradients) and its
-        diagnostics as tensors (``approx_kl`` among them)."""
+    def minibatch_gradients(self, indices: Any) -> tuple[Any, dict[str, torch.Tensor]]:
+        """The loss of the minibatch at ``indices`` (a single run backpropagates it) or its gradients
+        (a packed run's), and its diagnostics as tensors (``approx_kl`` among them)."""
 
-    def step(self, loss: Any) -> torch.Tensor:
-        """The optimizer step on what ``loss`` returned; returns the gradient norm before clipping."""
+    def apply_gradients(self, gradients: Any) -> torch.Tensor:
+        """The optimizer step on what ``minibatch_gradients`` returned; returns the gradient norm
+        before clipping."""
 
 
 def minibatch_epochs(
@@ -102,10 +103,10 @@ def minibatch_epochs(
     updates = 0
     for order in orders:
         for indices in order:
-            loss, values = grad_step.loss(indices)
+            gradients, values = grad_step.minibatch_gradients(indices)
             if target_kl > 0 and values["approx_kl"].item() > 1.5 * target_kl:
                 return totals, updates, True
-            values["grad_norm"] = grad_step.step(loss)
+            values["grad_norm"] = grad_step.apply_gradients(gradients)
             updates += 1
             for key in keys:
                 totals[key] = totals[key] + values[key].detach()

@@ -29,6 +29,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, NamedTuple, Protocol
 
+import numpy as np
 import torch
 
 from algorithms.agents.base import Agent
@@ -39,7 +40,22 @@ from algorithms.replay.observations import observations_for
 from algorithms.resume import tree_from_state, tree_state
 
 # One member's replay draw: (minibatch, drawn items, importance-sampling weights).
-Draw = tuple[NamedArrays, Any, Any]
+Draw = tuple[NamedArrays, np.ndarray, torch.Tensor]
+
+
+class TimeLimitSteps(NamedTuple):
+    """The steps of a batch with a time limit, as ``torch.nonzero(..., as_tuple=True)`` gives them."""
+
+    t: torch.Tensor  # [k] step indices
+    b: torch.Tensor  # [k] sequence indices
+
+
+class EveryStep(NamedTuple):
+    """Every step may have a time limit: the values at every step, kept by ``torch.where`` where one
+    is (the data-independent form a ``torch.func`` transform needs)."""
+
+
+TimeLimits = TimeLimitSteps | EveryStep | None
 
 
 class LossMode(NamedTuple):
@@ -52,9 +68,9 @@ class LossMode(NamedTuple):
     # runs step by step (``models.recurrent.stepwise_lstm``), which the transforms can batch.
     traced: bool = False
     # R2D1 only, where the batch keeps the true final observations of time-limit steps: None = no
-    # time limit in the window; (t, b) = the steps that have one; "every step" = the values at every
-    # step, kept by ``torch.where`` where a time limit is (the data-independent form, ``traced``).
-    time_limits: Any = None
+    # time limit in the window; ``TimeLimitSteps`` = the steps that have one; ``EveryStep`` under a
+    # transform (``traced``).
+    time_limits: TimeLimits = None
 
 
 class LossOut(NamedTuple):
@@ -78,7 +94,7 @@ class GradStep(Protocol):
     def batch(self, draws: list[Draw]) -> NamedArrays:
         """The loss's input from the members' draws, on the learner's device."""
 
-    def step(self, batch: NamedArrays, measure: bool) -> tuple[dict[str, torch.Tensor], Any]:
+    def gradient_update(self, batch: NamedArrays, measure: bool) -> tuple[dict[str, torch.Tensor], Any]:
         """Gradient and optimizer step on ``batch``. Returns the diagnostics (``loss``, and with
         ``measure`` also the loss's others and ``grad_norm``: 0-dim tensors for one member, ``[K]``
         for K) and the new priorities indexable by member."""
@@ -108,7 +124,7 @@ def replay_updates(
     for _ in range(n_updates):
         measure = done % diagnostic_period == 0
         draws = [learner.replay.sample(batch_size) for learner in learners]
-        info, priorities = grad_step.step(grad_step.batch(draws), measure)
+        info, priorities = grad_step.gradient_update(grad_step.batch(draws), measure)
         # One conversion for all of them: a float() per 0-dim tensor costs a few us each.
         if measure:
             rows = torch.stack([info[key] for key in keys], dim=-1).reshape(-1, len(keys)).tolist()
@@ -165,7 +181,7 @@ class SingleGradStep:
             batch = batch.to_torch(self.device)
         return batch
 
-    def step(self, batch: NamedArrays, measure: bool) -> tuple[dict[str, torch.Tensor], Any]:
+    def gradient_update(self, batch: NamedArrays, measure: bool) -> tuple[dict[str, torch.Tensor], Any]:
         learner, config = self.learner, self.learner.config
         mode = learner.loss_mode(config, batch, measure=measure, traced=False)
         loss, priorities, info = learner.loss_fn(config, learner.model, learner.target_model, batch, mode)
@@ -309,9 +325,10 @@ class QReplayLearner:
         self.updates = int(state["updates"])
         self.credit = self.credit_type(state[self.credit_key])
 
-    def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
+    def optimize(self, env_steps: int, samples: NamedArrays) -> OptInfo:
         """Append the batch, then run the updates it makes due (``take_samples``: none while the
-        replay warms up, so the diagnostics are NaN)."""
+        replay warms up, so the diagnostics are NaN). The schedule counts the batch's own steps, not
+        the run's ``env_steps``."""
         n_updates = self.take_samples(samples)
         diagnostics, _ = replay_updates([self], [0], n_updates, self.grad_step)
         return self.opt_info(n_updates, diagnostics[0])

@@ -1,17 +1,24 @@
 """What the three Q-value policy gradients (DDPG, TD3, SAC) share: the config fields, the critics, the
 replay and its update schedule, the learner state, and one update (``qpg_update``), which single and
 packed runs share through its gradient step: the algorithm itself steps a single run (``QpgAlgo``:
-``critic_step``, ``actor_step``, ``count_update``, ``update_targets``), a packed run's learner
-(``algorithms.packed.learners``) steps K members at once. Each algorithm's losses stay in its file.
+``critic_update``, ``actor_update``, ``count_update``, ``update_targets``), a packed run's learner
+(``algorithms.packed.learners``) steps K members at once.
+
+Each algorithm's losses stay in its file as functions of their inputs alone,
+``critic_loss(config, models, batch, noise, mode)`` and ``actor_loss(...)`` the same: ``models`` a
+``QpgModels`` (modules in a single run, functions of one member's slice of the stacked parameters in
+a packed one), ``noise`` the update's random draws, ``mode`` a ``QpgMode``. An actor loss reads the
+critics but trains only what the actor's optimizer holds: a single run backpropagates it into those
+parameters alone (``backward(inputs=...)``, so the critics' weight gradients are never computed), a
+packed run differentiates only those arguments.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -29,32 +36,53 @@ from algorithms.replay.transitions import NSTEP_STEP_BYTES, TransitionStorage
 from algorithms.resume import tree_from_state, tree_state
 
 Noise = dict[str, torch.Tensor]
+Diagnostics = dict[str, torch.Tensor]
+
+
+class QpgModels(NamedTuple):
+    """The networks a DDPG, TD3 or SAC loss reads, as callables: modules in a single run, functions of
+    one member's slice of the stacked parameters in a packed run."""
+
+    actor: Callable[..., Any]
+    critic: Callable[..., torch.Tensor]  # (observation, action, n_members=None) -> Q [K, N]
+    critic_target: Callable[..., torch.Tensor]
+    actor_target: Callable[..., torch.Tensor] | None  # DDPG, TD3
+    log_alpha: torch.Tensor | None  # SAC's temperature (``Temperature``), 0-dim
+
+
+class QpgMode(NamedTuple):
+    """What a loss is told about its run rather than reading from a learner: the action box (TD3's
+    target smoothing) and the entropy target (SAC's temperature)."""
+
+    low: torch.Tensor  # [A]
+    high: torch.Tensor  # [A]
+    target_entropy: float
+
+
+# ``critic_loss(config, models, batch, noise, mode)`` and ``actor_loss`` alike: (loss, diagnostics).
+QpgLossFn = Callable[[Any, QpgModels, NamedArrays, Noise, QpgMode], tuple[torch.Tensor, Diagnostics]]
 
 
 class QpgGradStep(Protocol):
     """The seam between one update and the run kind: the gradient steps on a minibatch ``batch`` and
     its random draws ``noise``, each returning its diagnostics as tensors."""
 
-    def update(self, batch: NamedArrays) -> dict[str, torch.Tensor]:
-        """One update on a replay minibatch, its random draws made now; returns its diagnostics."""
-        return qpg_update(self, batch, self.draw_noise(batch))
-
-    def critic_step(self, batch: NamedArrays, noise: Noise) -> dict[str, torch.Tensor]: ...
+    def critic_update(self, batch: NamedArrays, noise: Noise) -> Diagnostics: ...
 
     def count_update(self) -> bool:
         """Count one critic update; whether the actor and the targets update after it."""
 
-    def actor_step(self, batch: NamedArrays, noise: Noise) -> dict[str, torch.Tensor]: ...
+    def actor_update(self, batch: NamedArrays, noise: Noise) -> Diagnostics: ...
 
     def update_targets(self) -> None: ...
 
 
-def qpg_update(grad_step: QpgGradStep, batch: NamedArrays, noise: Noise) -> dict[str, torch.Tensor]:
+def qpg_update(grad_step: QpgGradStep, batch: NamedArrays, noise: Noise) -> Diagnostics:
     """One gradient update on a replay minibatch and its random draws: the critics, then, when due,
     the actor and the target networks; returns the update's diagnostics."""
-    info = grad_step.critic_step(batch, noise)
+    info = grad_step.critic_update(batch, noise)
     if grad_step.count_update():
-        info.update(grad_step.actor_step(batch, noise))
+        info.update(grad_step.actor_update(batch, noise))
         grad_step.update_targets()
     return info
 
@@ -106,16 +134,6 @@ class Critics:
         self.q = QEnsemble(observation_dim, action_dim, hidden_sizes, n_members).to(agent.device)
         self.target = copy.deepcopy(self.q).requires_grad_(False)
         self.optimizer = adam(self.q.parameters(), learning_rate)
-
-    @contextmanager
-    def frozen(self) -> Iterator[None]:
-        """Q-values computed inside carry gradients to the action only: an actor loss trains the actor,
-        and the critics' weight gradients (two products per layer) are not computed at all."""
-        self.q.requires_grad_(False)
-        try:
-            yield
-        finally:
-            self.q.requires_grad_(True)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -205,16 +223,18 @@ class QpgAlgo:
     with its Adam and, for the deterministic actors of DDPG and TD3, its target copy; the critics; the
     replay. A subclass is declared with ``diagnostics`` (the progress columns its updates report),
     ``critics`` (how many) and ``actor_target`` (whether the actor has a target copy) as class
-    keywords, ``class Algo(QpgAlgo, diagnostics=..., critics=2, actor_target=True)``, and defines the
+    keywords, ``class Algo(QpgAlgo, diagnostics=..., critics=2, actor_target=True)``, and names the
     parts of one update (``qpg_update``): ``draw_noise`` (the update's random draws, made first),
-    ``critic_loss`` and ``actor_loss`` (each ``(loss, {key: scalar tensor})``, functions of the
-    batch, the draws and the networks) and ``count_update`` (whether the actor and the targets
-    update after this critic update). The class is a single run's gradient step of ``qpg_update``.
+    ``critic_loss_fn`` and ``actor_loss_fn`` (its module's loss functions) and ``count_update``
+    (whether the actor and the targets update after this critic update). The class is a single run's
+    gradient step of ``qpg_update``.
     """
 
     DIAGNOSTICS: tuple[str, ...]
     N_CRITICS: int
     ACTOR_TARGET: bool
+    critic_loss_fn: ClassVar[QpgLossFn]
+    actor_loss_fn: ClassVar[QpgLossFn]
 
     @staticmethod
     def replay_step_bytes(config: QpgConfig, action: np.ndarray) -> float:
@@ -241,9 +261,17 @@ class QpgAlgo:
             config.learning_starts_steps,
             config.env_steps_per_update,
         )
+        device = agent.device
+        action_dim = int(agent.action_space.shape[0])
+        self.mode = QpgMode(agent.low.to(device), agent.high.to(device), -float(action_dim))
 
-    def optimize(self, itr: int, samples: NamedArrays) -> OptInfo:
-        """Append ``samples`` to the replay and run the updates now due."""
+    def models(self) -> QpgModels:
+        """This run's networks as the losses take them."""
+        return QpgModels(self.actor, self.critic.q, self.critic.target, self.actor_target, None)
+
+    def optimize(self, env_steps: int, samples: NamedArrays) -> OptInfo:
+        """Append ``samples`` to the replay and run the updates now due (the schedule counts the
+        batch's own steps, not the run's ``env_steps``)."""
         n_updates = self.replay.append(samples)
         return self.opt_info([qpg_update(self, batch, noise) for batch, noise in self.draws(n_updates)])
 
@@ -270,33 +298,23 @@ class QpgAlgo:
             updates=len(infos), samples_trained=trained, samples_replayed=trained, diagnostics=diagnostics
         )
 
-    def update(self, batch: NamedArrays) -> dict[str, torch.Tensor]:
+    def update(self, batch: NamedArrays) -> Diagnostics:
         """One update on a replay minibatch, its random draws made now; returns its diagnostics."""
         return qpg_update(self, batch, self.draw_noise(batch))
 
-    def critic_step(self, batch: NamedArrays, noise: Noise) -> dict[str, torch.Tensor]:
-        critic_loss, info = self.critic_loss(batch, noise)
+    def critic_update(self, batch: NamedArrays, noise: Noise) -> Diagnostics:
+        critic_loss, info = self.critic_loss_fn(self.config, self.models(), batch, noise, self.mode)
         minimize(self.critic.optimizer, critic_loss)
         return info
 
-    def actor_step(self, batch: NamedArrays, noise: Noise) -> dict[str, torch.Tensor]:
-        actor_loss, info = self.actor_loss(batch, noise)
-        minimize(self.actor_optimizer, actor_loss)
+    def actor_update(self, batch: NamedArrays, noise: Noise) -> Diagnostics:
+        actor_loss, info = self.actor_loss_fn(self.config, self.models(), batch, noise, self.mode)
+        minimize(self.actor_optimizer, actor_loss, trained_only=True)
         return info
 
     def draw_noise(self, batch: NamedArrays) -> Noise:
         """The update's random draws, in the order the update uses them (none by default)."""
         return {}
-
-    def critic_loss(
-        self, batch: NamedArrays, noise: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        raise NotImplementedError
-
-    def actor_loss(
-        self, batch: NamedArrays, noise: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        raise NotImplementedError
 
     def count_update(self) -> bool:
         """Count one critic update; whether the actor and the targets update after it (every time

@@ -20,27 +20,35 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from contextlib import nullcontext
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from algorithms import registry
+from algorithms.algos import ppo
 from algorithms.arrays import NamedArrays
 from algorithms.learners.common import OptInfo, nonfinite_loss
 from algorithms.learners.policy_gradient import minibatch_epochs
 from algorithms.learners.q_replay import Draw, QReplayLearner, replay_updates
-from algorithms.learners.qpg import QpgAlgo, qpg_update
+from algorithms.learners.qpg import Diagnostics, Noise, QpgAlgo, QpgModels, qpg_update
 from algorithms.packed.optim import MemberOptimizer, stacked_optimizer
 from algorithms.packed.stack import (
     StackedParameters,
     clip_member_gradients,
     flatten,
     member_gradients,
-    member_view,
     stack_members,
     unflatten,
 )
+
+
+class PpoTaken(NamedTuple):
+    """What a PPO member's ``take`` prepares: its training batch, its minibatch indices by epoch and
+    the schedule's values at its env step (a ``ppo.Schedule``)."""
+
+    batch: NamedArrays
+    orders: list[tuple[torch.Tensor, ...]]
+    now: ppo.Schedule
 
 
 class PackedLearner:
@@ -105,8 +113,9 @@ class PackedQLearner(PackedLearner):
         # The mode is the same for every member (None: not mapped).
         self.gradients = member_gradients(member_loss, in_dims=(0, 0, 0, 0, 0, None))
 
-    def take(self, k: int, samples: NamedArrays) -> int:
-        """Member ``k`` appends its batch to its replay; the updates it now owes."""
+    def take(self, k: int, env_steps: int, samples: NamedArrays) -> int:
+        """Member ``k`` appends its batch to its replay; the updates it now owes (counted from the
+        batch, not from the run's ``env_steps``)."""
         return self.algos[k].take_samples(samples)
 
     def update(self, members: Sequence[int], taken: Sequence[int]) -> list[tuple[OptInfo, str | None]]:
@@ -124,7 +133,9 @@ class PackedQLearner(PackedLearner):
         """The members' minibatches stacked, [K, ...]; a stopped member's too (fixed shapes)."""
         return stack_members([data.replace(is_weights=w) for data, _, w in draws]).to_torch(self.device)
 
-    def step(self, batch: NamedArrays, measure: bool) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    def gradient_update(
+        self, batch: NamedArrays, measure: bool
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """One vmapped gradient of the members' losses and one step of the stacked optimizer."""
         template = self.algos[0]
         mode = template.loss_mode(template.config, batch, measure=measure, traced=True)
@@ -148,57 +159,47 @@ class PackedQLearner(PackedLearner):
 
 class PackedPpoLearner(PackedLearner):
     """PPO (feed-forward policies), packed: each member's GAE, its own minibatch permutations (drawn
-    from its own RNG state, as its single run draws them), and per minibatch one vmapped
-    ``minibatch_loss`` and one optimizer step for all members. PPO's KL early stop would let members
-    take different numbers of steps, so packing needs ``target_kl = 0`` (``check_packable``)."""
+    from its own RNG state, as its single run draws them), and per minibatch one vmapped ``ppo.loss``
+    and one optimizer step for all members. PPO's KL early stop would let members take different
+    numbers of steps, so packing needs ``target_kl = 0`` (``check_packable``)."""
 
     def __init__(self, algos: Sequence[Any]) -> None:
         super().__init__(algos, [a.agent.model for a in algos], algos[0].config.clip_grad_norm or math.inf)
-        template = self.algos[0]
-        self.clip_epsilon = template.config.clip_epsilon  # the current call's (``update``)
+        config = self.algos[0].config
+        self.now = ppo.schedule(config, 0)  # the current call's (``update``)
 
-        def member_loss(params, buffers, flat_minibatch, clip_epsilon):
-            agent = member_view(template.agent, model=self.online.call({**params, **buffers}))
-            loss, values = member_view(template, agent=agent).minibatch_loss(
-                unflatten(flat_minibatch), clip_epsilon
+        def member_loss(params, buffers, flat_minibatch, now):
+            total, values = ppo.loss(
+                config, self.online.call({**params, **buffers}), unflatten(flat_minibatch), now
             )
-            return loss, {**values, "loss": loss.detach()}
+            return total, {**values, "loss": total.detach()}
 
         self.gradients = member_gradients(member_loss, in_dims=(0, 0, 0, None))
 
-    def take(self, k: int, samples: NamedArrays) -> tuple[NamedArrays, int, list[tuple[torch.Tensor, ...]]]:
-        """Member ``k``'s training batch (its advantages) and its minibatch permutations of every epoch,
-        drawn from its RNG as its single run draws them."""
-        from algorithms.algos.ppo import minibatch_indices
-
+    def take(self, k: int, env_steps: int, samples: NamedArrays) -> PpoTaken:
+        """Member ``k``'s training batch (its advantages), its minibatch permutations of every epoch,
+        drawn from its RNG as its single run draws them, and the schedule's values at ``env_steps``."""
         algo = self.algos[k]
         batch, n_items = algo.training_batch(samples)
-        return (
-            batch,
-            n_items,
-            [minibatch_indices(n_items, algo.n_minibatches) for _ in range(algo.config.epochs)],
-        )
+        orders = [ppo.minibatch_indices(n_items, algo.n_minibatches) for _ in range(algo.config.epochs)]
+        return PpoTaken(batch, orders, ppo.schedule(algo.config, env_steps))
 
-    def update(
-        self, members: Sequence[int], taken: Sequence[tuple[NamedArrays, int, list[tuple[torch.Tensor, ...]]]]
-    ) -> list[tuple[OptInfo, str | None]]:
+    def update(self, members: Sequence[int], taken: Sequence[PpoTaken]) -> list[tuple[OptInfo, str | None]]:
         """The members' epochs (``minibatch_epochs``) with this learner as their gradient step."""
-        from algorithms.algos.ppo import MINIBATCH_DIAGNOSTICS
-
         algos = self.algos
-        prepared = {k: (batch, orders) for k, (batch, _, orders) in zip(members, taken)}
+        prepared = dict(zip(members, taken))
         lead = algos[members[0]]
-        learning_rate, self.clip_epsilon = lead.schedule()
+        self.now = taken[0].now  # the members are at the same env step (lockstep)
         for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate
+            group["lr"] = self.now.learning_rate
         # A stopped member computes on a live member's data: fixed shapes, results unread.
         filler = prepared[members[0]]
         member_data = [prepared.get(k, filler) for k in range(self.n_members)]
         orders = [
-            [[(batch, order[epoch][j]) for batch, order in member_data] for j in range(lead.n_minibatches)]
+            [[(t.batch, t.orders[epoch][j]) for t in member_data] for j in range(lead.n_minibatches)]
             for epoch in range(lead.config.epochs)
         ]
-        keys = (*MINIBATCH_DIAGNOSTICS, "loss")
+        keys = (*ppo.MINIBATCH_DIAGNOSTICS, "loss")
         totals, updates, _ = minibatch_epochs(self, orders, keys, target_kl=0.0)
         values = {key: total.tolist() for key, total in totals.items()}
         results = []
@@ -206,10 +207,10 @@ class PackedPpoLearner(PackedLearner):
             member = {key: values[key][k] / updates for key in keys}
             loss = member.pop("loss")
             failure = None if math.isfinite(loss) else nonfinite_loss(loss, member, updates)
-            results.append((algos[k].opt_info(prepared[k][0], updates, member, False), failure))
+            results.append((algos[k].opt_info(prepared[k].batch, updates, member, False, self.now), failure))
         return results
 
-    def loss(
+    def minibatch_gradients(
         self, minibatches: list[tuple[NamedArrays, torch.Tensor]]
     ) -> tuple[Any, dict[str, torch.Tensor]]:
         """The members' gradients on their minibatches (each member's batch and indices), one vmapped
@@ -218,10 +219,7 @@ class PackedPpoLearner(PackedLearner):
         stacked = stack_members(
             [algo.minibatch(batch, idx.to(device)) for algo, (batch, idx) in zip(self.algos, minibatches)]
         )
-        return self.gradients(self.online.params, self.online.buffers, flatten(stacked), self.clip_epsilon)
-
-    def step(self, grads: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.apply_gradients(grads)
+        return self.gradients(self.online.params, self.online.buffers, flatten(stacked), self.now)
 
 
 class PackedQpgLearner:
@@ -244,16 +242,17 @@ class PackedQpgLearner:
             if template.actor_target is not None
             else None
         )
+        # SAC's temperature: a [K] stack, member k's ``log_alpha`` its slice.
+        self.temperature = (
+            StackedParameters([a.temperature for a in self.algos], requires_grad=True)
+            if hasattr(template, "temperature")
+            else None
+        )
         actor_params = list(self.actor.params.values())
-        self.log_alpha = None
-        if hasattr(template, "log_alpha"):  # SAC's temperature: a [K] stack, member k's its slice
-            self.log_alpha = torch.nn.Parameter(torch.stack([a.log_alpha.detach() for a in self.algos]))
-            for k, algo in enumerate(self.algos):
-                algo.log_alpha = self.log_alpha.data[k]
         # SAC with a tuned temperature steps it in the actor's optimizer (its second group).
         self.tuned_alpha = len(template.actor_optimizer.param_groups) > 1
         if self.tuned_alpha:
-            actor_params.append(self.log_alpha)
+            actor_params.append(self.temperature.params["log_alpha"])
         self.critic_optimizer = stacked_optimizer(
             [a.critic.optimizer for a in self.algos], list(self.critic.params.values())
         )
@@ -261,33 +260,34 @@ class PackedQpgLearner:
         for k, algo in enumerate(self.algos):
             algo.critic.optimizer = MemberOptimizer(self.critic_optimizer, k)
             algo.actor_optimizer = MemberOptimizer(self.actor_optimizer, k)
+        config, mode = template.config, template.mode
+        critic_loss_fn, actor_loss_fn = template.critic_loss_fn, template.actor_loss_fn
 
-        def view(networks):
-            """The template algorithm with member tensors (``networks``: by network, as in ``inputs``)
-            in place of its networks."""
-            critic_view = member_view(
-                template.critic,
-                q=self.critic.call(networks["critic"]),
-                target=self.critic_target.call(networks["critic_target"]),
-                frozen=nullcontext,  # only the differentiated arguments get gradients
+        def models(networks: dict[str, Any]) -> QpgModels:
+            """One member's networks as the losses take them (``networks``: by name, as in ``inputs``)."""
+            actor_target = self.actor_target
+            return QpgModels(
+                actor=self.actor.call(networks["actor"]),
+                critic=self.critic.call(networks["critic"]),
+                critic_target=self.critic_target.call(networks["critic_target"]),
+                actor_target=None if actor_target is None else actor_target.call(networks["actor_target"]),
+                log_alpha=networks.get("log_alpha"),
             )
-            attributes = {"actor": self.actor.call(networks["actor"]), "critic": critic_view}
-            if self.actor_target is not None:
-                attributes["actor_target"] = self.actor_target.call(networks["actor_target"])
-            if "log_alpha" in networks:
-                attributes["log_alpha"] = networks["log_alpha"]
-            return member_view(template, **attributes)
 
-        def critic_loss(critic, others, flat_batch, noise):
-            return view({**others, "critic": critic}).critic_loss(unflatten(flat_batch), noise)
+        def critic_loss(critic, others, flat_batch, noise, mode):
+            return critic_loss_fn(
+                config, models({**others, "critic": critic}), unflatten(flat_batch), noise, mode
+            )
 
-        def actor_loss(trained, others, flat_batch, noise):
-            return view({**others, **trained}).actor_loss(unflatten(flat_batch), noise)
+        def actor_loss(trained, others, flat_batch, noise, mode):
+            return actor_loss_fn(config, models({**others, **trained}), unflatten(flat_batch), noise, mode)
 
-        self.critic_gradients = member_gradients(critic_loss)
-        self.actor_gradients = member_gradients(actor_loss)
+        # Only the differentiated first argument gets gradients; the mode is every member's (not mapped).
+        self.critic_gradients = member_gradients(critic_loss, in_dims=(0, 0, 0, 0, None))
+        self.actor_gradients = member_gradients(actor_loss, in_dims=(0, 0, 0, 0, None))
+        self.mode = mode
 
-    def take(self, k: int, samples: NamedArrays) -> list[tuple[NamedArrays, dict[str, torch.Tensor]]]:
+    def take(self, k: int, env_steps: int, samples: NamedArrays) -> list[tuple[NamedArrays, Noise]]:
         """Member ``k`` appends its batch to its replay and draws the minibatches and random draws of
         the updates it now owes (``QpgAlgo.draws``), in its single run's order."""
         algo = self.algos[k]
@@ -323,13 +323,14 @@ class PackedQpgLearner:
                 infos[k].append(member)
         return [(self.algos[k].opt_info(infos[k]), failures.get(k)) for k in members]
 
-    def critic_step(self, batch: dict[str, Any], noise: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def critic_update(self, batch: dict[str, Any], noise: Noise) -> Diagnostics:
         """One vmapped critic gradient over the members and one stacked Adam step."""
         grads, info = self.critic_gradients(
             self.critic.tensors(),
             self.inputs("actor", "actor_target", "critic_target", "log_alpha"),
             batch,
             noise,
+            self.mode,
         )
         self.apply(self.critic_optimizer, self.critic.params, grads)
         return info
@@ -343,14 +344,14 @@ class PackedQpgLearner:
             )
         return due.pop()
 
-    def actor_step(self, batch: dict[str, Any], noise: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def actor_update(self, batch: dict[str, Any], noise: Noise) -> Diagnostics:
         """One vmapped actor (and temperature) gradient over the updated critics, one stacked Adam step."""
         trained, params = {"actor": self.actor.tensors()}, dict(self.actor.params)
         untrained = ["critic", "actor_target", "critic_target", "log_alpha"]
         if self.tuned_alpha:
-            trained["log_alpha"] = params["log_alpha"] = self.log_alpha
+            trained["log_alpha"] = params["log_alpha"] = self.temperature.params["log_alpha"]
             untrained.remove("log_alpha")
-        grads, info = self.actor_gradients(trained, self.inputs(*untrained), batch, noise)
+        grads, info = self.actor_gradients(trained, self.inputs(*untrained), batch, noise, self.mode)
         self.apply(self.actor_optimizer, params, {**grads.pop("actor"), **grads})
         return info
 
@@ -366,8 +367,8 @@ class PackedQpgLearner:
         found: dict[str, Any] = {}
         for name in names:
             if name == "log_alpha":
-                if self.log_alpha is not None:
-                    found[name] = self.log_alpha.detach()
+                if self.temperature is not None:
+                    found[name] = self.temperature.params["log_alpha"].detach()
             elif stacks[name] is not None:
                 found[name] = {key: value.detach() for key, value in stacks[name].tensors().items()}
         return found
@@ -395,12 +396,10 @@ class PackedQpgLearner:
 
 def learner_class(algo: str) -> Any:
     """The packed learner of algorithm ``algo`` (``ValueError`` when it has none)."""
-    from algorithms.algos.ppo import Algo as Ppo
-
     cls = registry.algo_module(algo).Algo
     if issubclass(cls, QReplayLearner):
         return PackedQLearner
-    if issubclass(cls, Ppo):
+    if issubclass(cls, ppo.Algo):
         return PackedPpoLearner
     if issubclass(cls, QpgAlgo):
         return PackedQpgLearner

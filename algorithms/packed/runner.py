@@ -166,8 +166,8 @@ class PackedRunner:
                 start = time.perf_counter()
                 batches.append(members[k].sample_batch(itr))
                 sampled = time.perf_counter()
-                members[k].agent.set_mode("train", members[k].counters.env_steps)
-                taken.append(learner.take(self.slot[k], batches[-1][0]))
+                members[k].agent.set_mode("train")
+                taken.append(learner.take(self.slot[k], members[k].counters.env_steps, batches[-1][0]))
                 sampling, optimizing = sampling + sampled - start, optimizing + time.perf_counter() - sampled
         start = time.perf_counter()
         results = learner.update([self.slot[k] for k in active], taken)

@@ -16,7 +16,6 @@ K members replaces K sets of dispatches, autograd nodes and optimizer loops.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -113,15 +112,6 @@ def unflatten(flat: dict[str, Any]) -> NamedArrays:
 def stack_members(items: Sequence[NamedArrays]) -> NamedArrays:
     """Member batches with the same fields stacked along a new first (member) dimension."""
     return concatenate([item.map(lambda x: x[None]) for item in items])
-
-
-def member_view(obj: Any, **attributes: Any) -> Any:
-    """A shallow copy of ``obj`` with ``attributes`` replaced: a member's algorithm or agent whose
-    networks are functions of vmapped tensors, so its own loss code runs unchanged inside vmap."""
-    view = copy.copy(obj)
-    for name, value in attributes.items():
-        setattr(view, name, value)
-    return view
 
 
 def member_gradients(

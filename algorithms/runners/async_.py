@@ -41,7 +41,7 @@ Algorithms (Contract 4): one that implements the async extension, ``append_sampl
 OptInfo`` (that many updates from the replay, or none while still warming up), ``warm``
 (whether the replay holds enough to train from) and ``diagnostic_keys`` (the progress columns its
 diagnostics fill: a row can be due before ``learn``'s first call), runs as drawn
-above, throttled. Any other algorithm runs with ``optimize(itr, batch)`` called here on each batch
+above, throttled. Any other algorithm runs with ``optimize(env_steps, batch)`` called here on each batch
 as it arrives (the copier hands over a copy and frees the slot): sampling still overlaps
 optimization and parameters still follow every ``async_param_sync_steps``, but the replay ratio is
 the algorithm's own, so a ``replay_ratio_target`` is an error for it. The replay itself stays in
@@ -367,7 +367,7 @@ class AsyncRunner(SyncRunner):
                     # that arrival sets L, so wait for it.
                     handing_over = target > 0 and math.isnan(learn_start) and self.algo.warm
                     if not handing_over:
-                        self.agent.set_mode("train", steps)
+                        self.agent.set_mode("train")
                         opt_info = self.algo.learn(1)
                 if handing_over:
                     data_since_idle = False
@@ -415,8 +415,8 @@ class AsyncRunner(SyncRunner):
             self.arrived.clear()
             if batch is not None:
                 with self.counters.timer("optimizing"):
-                    self.agent.set_mode("train", self.counters.env_steps)
-                    opt_info = self.algo.optimize(self.counters.sampler_itrs, batch)
+                    self.agent.set_mode("train")
+                    opt_info = self.algo.optimize(self.counters.env_steps, batch)
                 self.add_opt_info(opt_info)
             self.counters.add_env_steps(n_steps, episodes=len(traj_infos))
             if warm and math.isnan(self.progress[_LEARN_START]):

@@ -4,7 +4,7 @@ env-step boundaries; resume from the last checkpoint.
 One iteration::
 
     agent.set_mode("sample", env_steps); samples, traj_infos = sampler.sample(itr)  # "sampling" time
-    agent.set_mode("train", env_steps); opt_info = algo.optimize(itr, samples)      # "optimizing" time
+    agent.set_mode("train"); opt_info = algo.optimize(env_steps, samples)           # "optimizing" time
     counters.add_env_steps(T * B, episodes=len(traj_infos))
     counters.add_updates(opt_info.updates, opt_info.samples_trained, opt_info.samples_replayed)
 
@@ -314,8 +314,8 @@ class SyncRunner:
         with counters.timer("sampling"):
             samples, traj_infos = self.sample_batch(itr)
         with counters.timer("optimizing"):
-            self.agent.set_mode("train", counters.env_steps)
-            opt_info = self.algo.optimize(itr, samples)
+            self.agent.set_mode("train")
+            opt_info = self.algo.optimize(counters.env_steps, samples)
         self.record(traj_infos, opt_info)
 
     def sample_batch(self, itr: int) -> tuple[Any, list[dict[str, Any]]]:
