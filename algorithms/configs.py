@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from typing import Any
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# The EnvConfig ids of MinAtar games start with this; here, torch-free, so that analysis reads it too.
+MINATAR_PREFIX = "minatar_"
 
 
 class ConfigError(ValueError):

@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from algorithms.rundir import EFFECTIVE_VALUES_KEY, RESULT_NEUTRAL_KEYS
+from algorithms.rundir import EFFECTIVE_VALUES_KEY, ORIGINS_KEY, RESULT_NEUTRAL_KEYS
 from analysis.markdown import fmt
 from analysis.runs import flatten
 from protocol.plan_args import seeds_text
@@ -33,9 +33,6 @@ ABSENT = "(absent)"
 # Keys that differ between the runs of one arm and env by design: the seed, and the options that change
 # what a run shows, not what it computes.
 PER_RUN_KEYS = ("runner.seed", *RESULT_NEUTRAL_KEYS)
-# config.json's record of the values' origins (algorithms.train.ORIGINS_KEY; this layer reads files
-# and imports no training code).
-ORIGINS_KEY = "origins"
 RunKey = tuple[str, str, int]
 # Per run, flattened config key -> (value in effect, why).
 Effective = dict[RunKey, dict[str, tuple[Any, str]]]

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from algorithms.configs import ConfigError
+from algorithms.configs import MINATAR_PREFIX, ConfigError
 from protocol.limits import Limit, check_limit, gib
 from protocol.stats import RESAMPLE_BYTES
 
@@ -57,9 +57,6 @@ MINATAR_CURVES_COLUMNS = (
     "source",
     "protocol",
 )
-# The EnvConfig ids of MinAtar games start with this (algorithms/envs/config.py, MINATAR_PREFIX);
-# repeated here because analysis reads run directories and never imports training code.
-MINATAR_PREFIX = "minatar_"
 
 # R2D2 Table 1 aggregates over the 57 games (percent of human).
 R2D2_PUBLISHED_MEDIAN_HNS_PERCENT = 1920.6

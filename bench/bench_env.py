@@ -40,8 +40,8 @@ import numpy as np
 from algorithms.envs.config import EnvConfig
 from algorithms.envs.factory import make_vec_env
 from algorithms.envs.minatar import MINATAR_GAMES
-from algorithms.samplers.base import make_sampler
-from algorithms.train import SamplerConfig
+from algorithms.run_config import SamplerConfig
+from algorithms.samplers.modes import make_sampler
 from bench.outputs import check_outputs, write_rows, write_summary
 from bench.sampler_parts import AgentFactory, raw_batches, time_interleaved
 from bench.speed import cpu_model

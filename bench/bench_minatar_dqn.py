@@ -71,8 +71,8 @@ import torch
 
 from algorithms.envs.minatar import MINATAR_GAMES
 from algorithms.process import retain_freed_memory
+from algorithms.run_config import TrainConfig
 from algorithms.runners.sync import SyncRunner
-from algorithms.train import TrainConfig
 from bench import outputs, speed
 from repro.plans import resolve_job_setting
 from repro.profiles import load_profile

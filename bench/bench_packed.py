@@ -46,7 +46,7 @@ def configs(setting: str, seeds: list[int], steps: int, learning_starts: int, th
     """The ``TrainConfig`` of each seed: the setting with the bench's budget (module docstring)."""
     import dataclasses
 
-    from algorithms.train import TrainConfig
+    from algorithms.run_config import TrainConfig
     from repro.settings import load_setting, setting_configs
 
     built = setting_configs(

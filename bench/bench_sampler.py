@@ -76,8 +76,8 @@ import torch
 
 from algorithms.envs.config import EnvConfig
 from algorithms.envs.factory import make_vec_env
-from algorithms.samplers.base import make_sampler
-from algorithms.train import SamplerConfig
+from algorithms.run_config import SamplerConfig
+from algorithms.samplers.modes import make_sampler
 from bench import outputs, speed
 from bench.sampler_floors import FLOORS, MODE_FLOORS, floor_vs_raw
 from bench.sampler_parts import (

@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from algorithms.run_config import RunnerConfig, SamplerConfig, TrainConfig
 from algorithms.rundir import read_run
-from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
+from algorithms.train import train
 from bench.outputs import check_outputs, write_rows, write_summary
 from repro.settings import load_setting, setting_configs
 

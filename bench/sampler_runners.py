@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from algorithms.cpus import pinned
-from algorithms.train import SamplerConfig
+from algorithms.run_config import SamplerConfig
 from bench.sampler_parts import cpu_list, env_config
 
 RUNNER_ALGOS = ("dqn", "r2d1")
@@ -39,7 +39,7 @@ def runner_config(algo: str, game: str, n_steps: int, kind: str) -> Any:
     the same replay ratio.
     """
     from algorithms.algos import dqn, r2d1
-    from algorithms.train import RunnerConfig, TrainConfig
+    from algorithms.run_config import RunnerConfig, TrainConfig
 
     if algo == "dqn":
         algo_config = dqn.Config(

@@ -34,9 +34,9 @@ from algorithms.arrays import BatchSpec
 from algorithms.envs.config import EnvConfig
 from algorithms.envs.factory import make_vec_env
 from algorithms.process import retain_freed_memory
+from algorithms.run_config import SamplerConfig
 from algorithms.samplers.base import env_spaces
 from algorithms.samplers.serial import SerialSampler
-from algorithms.train import SamplerConfig
 from bench import outputs
 from bench.learning import paired_ratio
 

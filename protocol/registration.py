@@ -78,7 +78,7 @@ from protocol.plan_args import parse_seeds, seeds_text
 RECORD_FILE = "preregistration.json"
 CORRECTIONS = ("holm", "bonferroni", "bh", "none")
 SIDES = ("two", "greater", "less")
-KINDS = ("game", "aggregate", "effect", "equivalence", "change")
+ENDPOINT_KINDS = ("game", "aggregate", "effect", "equivalence", "change")
 AGGREGATE_METRICS = ("iqm", "median", "mean", "optimality_gap", "probability_of_improvement")
 TESTS = {
     "game": ("mann_whitney", "welch"), "aggregate": ("bootstrap",), "effect": ("t",),
@@ -206,7 +206,7 @@ def parse_endpoint(
     for key in ("kind", "sides"):
         if key not in table:
             raise ConfigError(f"{where}: missing required key '{key}'")
-    kind = _choice(table["kind"], KINDS, f"{where} 'kind'")
+    kind = _choice(table["kind"], ENDPOINT_KINDS, f"{where} 'kind'")
     sides = _choice(table["sides"], SIDES, f"{where} 'sides'")
     test = _choice(table.get("test", TESTS[kind][0]), TESTS[kind], f"{where} 'test' (kind {kind})")
     needed = {"game": ("game", "baseline", "candidate"), "aggregate": ("metric", "baseline", "candidate"),

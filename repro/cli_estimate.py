@@ -9,7 +9,7 @@ import sys
 from dataclasses import replace
 
 from algorithms.configs import ConfigError
-from repro.cli import LONG_ESTIMATE_S, smaller_runs_hint
+from repro.cli_shared import LONG_ESTIMATE_S, smaller_runs_hint
 
 
 def print_estimate(

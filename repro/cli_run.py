@@ -18,8 +18,8 @@ from algorithms.configs import ConfigError
 from protocol.limits import Limit, check_limit
 from protocol.plan_args import seeds_text
 from protocol.registration import read_record
-from repro.cli import CPU_ANSWER
 from repro.cli_estimate import design_power_plan, power_plan, print_estimate
+from repro.cli_shared import CPU_ANSWER
 from repro.memory import ReplayTooLarge
 from repro.plan_file import PEER_NOTE
 from repro.plans import plan_analysis
@@ -321,7 +321,7 @@ def _dry_run_hint(args: argparse.Namespace) -> str:
     """The user's own command with ``--dry-run``: what measures the throughput of what they ran."""
     import shlex
 
-    from repro.cli import invoked_as
+    from repro.cli_shared import invoked_as
 
     argv = [a for a in args.argv if a not in ("--no-probe", "--dry-run")]
     return " ".join([invoked_as(), *map(shlex.quote, argv), "--dry-run"])
@@ -330,7 +330,7 @@ def _dry_run_hint(args: argparse.Namespace) -> str:
 def _report(args: argparse.Namespace, experiment_dir: Path, interrupted: bool) -> int | None:
     """The end of a run: build the report (``--report``; its exit code when that failed) or print the
     command that builds it (also after an interruption: the rerun that continues builds it)."""
-    from repro.cli import build_report, report_command
+    from repro.cli_shared import build_report, report_command
 
     if not args.report or interrupted:
         print(f"report: {report_command(experiment_dir)}")
@@ -458,7 +458,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"  {o.state}: {o.key}: {o.error}")
     experiment_dir = jobs[0].run_dir.parents[2]
     if experiment_dir.is_dir():
-        from repro.cli import print_ending
+        from repro.cli_shared import print_ending
         from repro.summary import summary_text
 
         if args.verbose:

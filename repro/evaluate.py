@@ -65,8 +65,8 @@ def load_run(run: Path, which: str = "latest") -> tuple[Any, dict[str, Any]]:
     its config or its checkpoint is missing or not this harness's."""
     import torch
 
+    from algorithms.run_config import config_from_dict
     from algorithms.rundir import verify_checkpoint
-    from algorithms.train import config_from_dict
 
     if not run.is_dir():
         raise ConfigError(f"run directory {run} does not exist")

@@ -32,7 +32,7 @@ from repro.settings import (
     parse_overrides,
     with_defaults,
 )
-from repro.tables import fmt, render
+from repro.tables import render, setting_text
 
 IN_EFFECT_MARK = "(*)"  # marks a stated value another key overrides, explained under the table
 
@@ -93,7 +93,9 @@ def show_text(resolved: Resolved) -> str:
         lines += ["", f"not shown, unused by a {kind!r} env (defaults it never reads): {', '.join(unused)}"]
     if resolved.effective:
         lines += ["", f"{IN_EFFECT_MARK} in effect: set by another key, not the value stated"]
-        lines += [f"  {key} = {fmt(e['value'])}: {e['reason']}" for key, e in resolved.effective.items()]
+        lines += [
+            f"  {key} = {setting_text(e['value'])}: {e['reason']}" for key, e in resolved.effective.items()
+        ]
     return "\n".join(lines)
 
 
@@ -110,8 +112,9 @@ def _unused_env_keys(entries: dict[str, Entry]) -> list[str]:
 def _value_cell(key: str, entry: Entry, resolved: Resolved) -> str:
     """The stated value, followed by the value in effect where another key overrides it."""
     if key not in resolved.effective:
-        return fmt(entry.value)
-    return f"{fmt(entry.value)} -> {fmt(resolved.effective[key]['value'])} in effect {IN_EFFECT_MARK}"
+        return setting_text(entry.value)
+    effective = setting_text(resolved.effective[key]["value"])
+    return f"{setting_text(entry.value)} -> {effective} in effect {IN_EFFECT_MARK}"
 
 
 def diff_rows(a: Resolved, b: Resolved) -> list[tuple[str, Entry | None, Entry | None]]:
@@ -131,7 +134,7 @@ def diff_text(a: Resolved, b: Resolved) -> str:
         return head + "\nno differences"
 
     def cell(e: Entry | None) -> tuple[str, str]:
-        return ("(absent)", "") if e is None else (fmt(e.value), f"[{e.origin}] {e.source}")
+        return ("(absent)", "") if e is None else (setting_text(e.value), f"[{e.origin}] {e.source}")
 
     table = [(key, *cell(ea)[:1], *cell(eb)[:1], cell(ea)[1], cell(eb)[1]) for key, ea, eb in rows]
     header = ["key", a.label, b.label, f"source ({a.label})", f"source ({b.label})"]

@@ -71,7 +71,7 @@ from repro.settings import (
 
 @dataclass(frozen=True)
 class Job:
-    """One run of the plan. ``config`` is the resolved ``algorithms.train.TrainConfig``."""
+    """One run of the plan. ``config`` is the resolved ``algorithms.run_config.TrainConfig``."""
 
     experiment: str
     arm: str  # the arm's name in the run directory: the setting's name

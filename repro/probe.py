@@ -368,7 +368,7 @@ class ProbeCache:
     def key(job: Job, device: str, members: int = 1) -> str:
         """What the measurement depends on: the probed config (seed aside), the host and its CPUs, and
         the members of a pack (``probe_pack``)."""
-        from algorithms.train import config_to_dict
+        from algorithms.run_config import config_to_dict
 
         config = config_to_dict(probe_config(on_device(job.config, device), PROBE_BATCHES))
         config["runner"].pop("seed")

@@ -10,7 +10,7 @@ File format (``repro/configs/settings/<name>.toml``; the scheme is documented in
     base = "r2d2_paper"           # optional, one level: the base may not have a base itself
 
     [algo]                        # -> the algorithm's Config      [env] -> EnvConfig
-    discount = { value = 0.997, source = "Sec. 2.3; Table 2" }   # [sampler], [runner] -> train.py
+    discount = { value = 0.997, source = "Sec. 2.3; Table 2" }   # [sampler], [runner] -> run_config.py
     clip_grad_norm = { value = 80.0, source = "rlpyt r2d1.py", origin = "unverified" }
 
 Every key is a table ``{ value, source[, origin] }``; ``origin`` says what kind of source it is
@@ -105,7 +105,7 @@ class Setting:
 
 def default_schema(algo: str) -> dict[str, type]:
     """Section -> dataclass for algorithm ``algo``: its Config, EnvConfig, SamplerConfig, RunnerConfig."""
-    from algorithms import registry, train
+    from algorithms import registry, run_config
 
     try:
         algo_cls = registry.config_class(algo)
@@ -115,9 +115,9 @@ def default_schema(algo: str) -> dict[str, type]:
         raise ConfigError(f"algorithm {algo!r}: its module does not import: {e}") from e
     return {
         "algo": algo_cls,
-        "env": train.env_config_class(),
-        "sampler": train.SamplerConfig,
-        "runner": train.RunnerConfig,
+        "env": run_config.env_config_class(),
+        "sampler": run_config.SamplerConfig,
+        "runner": run_config.RunnerConfig,
     }
 
 
@@ -333,8 +333,8 @@ def setting_configs(
 
 
 def train_config(setting: Setting, classes: Mapping[str, type]) -> Any:
-    """The ``algorithms.train.TrainConfig`` of a setting (which must give ``env.id``)."""
-    from algorithms.train import TrainConfig
+    """The ``algorithms.run_config.TrainConfig`` of a setting (which must give ``env.id``)."""
+    from algorithms.run_config import TrainConfig
 
     built = build_sections(setting, classes)
     try:

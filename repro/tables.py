@@ -6,14 +6,14 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def fmt(value: Any) -> str:
+def setting_text(value: Any) -> str:
     """A config value as it is written in a TOML file (strings quoted, tuples as lists)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
         return f'"{value}"'
     if isinstance(value, tuple | list):
-        return "[" + ", ".join(fmt(v) for v in value) + "]"
+        return "[" + ", ".join(setting_text(v) for v in value) + "]"
     if value is None:
         return "(none)"
     if isinstance(value, float):

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from algorithms import registry
-from algorithms.train import TrainConfig, train
+from algorithms.run_config import TrainConfig
+from algorithms.train import train
 
 
 def sigint_default() -> None:

@@ -20,10 +20,10 @@ import torch
 
 from algorithms import registry
 from algorithms.envs.config import EnvConfig
+from algorithms.run_config import RunnerConfig, SamplerConfig, TrainConfig, config_to_dict
 from algorithms.rundir import RunDir, read_run
 from algorithms.runners.async_ import _LEARN_START, AsyncRunner
 from algorithms.samplers.workers import WorkerError
-from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, config_to_dict
 
 
 @pytest.fixture(autouse=True)

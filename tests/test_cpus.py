@@ -7,7 +7,7 @@ import os
 import pytest
 
 from algorithms.cpus import parse_cpus, pinned
-from algorithms.train import RunnerConfig
+from algorithms.run_config import RunnerConfig
 
 
 @pytest.mark.parametrize(

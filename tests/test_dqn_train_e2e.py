@@ -7,8 +7,9 @@ import torch
 
 from algorithms.algos import c51, dqn, r2d1, rainbow
 from algorithms.envs.config import EnvConfig
+from algorithms.run_config import RunnerConfig, SamplerConfig, TrainConfig
 from algorithms.rundir import read_run
-from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
+from algorithms.train import train
 
 torch.set_num_threads(1)
 REPLAY = dict(replay_size_steps=2_000, learning_starts_steps=200, mlp_hidden_sizes=(16,), eps_decay_steps=300)

@@ -24,7 +24,7 @@ from pathlib import Path
 from algorithms import registry
 from algorithms.configs import RENAMED
 from algorithms.envs.config import EnvConfig
-from algorithms.train import RunnerConfig, SamplerConfig
+from algorithms.run_config import RunnerConfig, SamplerConfig
 from repro.settings import SECTIONS
 
 ROOT = Path(__file__).resolve().parents[1]

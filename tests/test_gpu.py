@@ -18,8 +18,9 @@ import pytest
 import torch
 
 from algorithms.packed.pack import train_packed
+from algorithms.run_config import TrainConfig
 from algorithms.rundir import read_run
-from algorithms.train import TrainConfig, train
+from algorithms.train import train
 from tests.test_packed import seeded
 from tests.test_train_algorithms import CASES, PENDULUM, Q_NET, QPG, REPLAY, check_tiny_run, tiny
 

@@ -83,13 +83,26 @@ def test_analysis_and_reports_load_no_training_code():
 
 
 # The ast graph below sees what import-linter skips: TYPE_CHECKING imports, function-local imports
-# inside a package, and bench.
+# inside a package, bench, and dispatch by name: a string that names a module ("a.b", or "a.b:f" as
+# the registries of runners, samplers and CLI commands write them) is an import of that module.
 GRAPHED = ("algorithms", "protocol", "repro", "analysis", "reports", "bench")
+
+
+def named_modules(tree: ast.AST, files: dict[str, Path]) -> set[str]:
+    """The modules that string constants in ``tree`` name, alone or before a ``:``."""
+    return {
+        node.value.partition(":")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value.partition(":")[0] in files
+        and "." in node.value
+    }
 
 
 def import_graph() -> dict[str, set[str]]:
     """Module -> the modules it imports anywhere in its text (``from a import b`` names ``a.b``
-    where that is a module, else ``a``)."""
+    where that is a module, else ``a``) or names in a string (``named_modules``)."""
     files = {}
     for package in GRAPHED:
         for path in (ROOT / package).rglob("*.py"):
@@ -98,8 +111,9 @@ def import_graph() -> dict[str, set[str]]:
     graph = {}
     for module, path in files.items():
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        targets = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        targets = named_modules(tree, files)
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 targets.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
@@ -135,15 +149,49 @@ def test_cycles_are_found():
     assert cycles(graph) == [("a", "b", "c")]
 
 
+def test_a_module_named_in_a_string_is_an_import():
+    files = {"pkg.runner": Path("runner.py"), "pkg.cli": Path("cli.py")}
+    tree = ast.parse('RUNNERS = {"sync": "pkg.runner:run"}\nHELP = "see pkg.cli"\nMODE = "pkg"')
+    assert named_modules(tree, files) == {"pkg.runner"}
+
+
 def test_no_import_cycles():
     assert cycles(import_graph()) == []
 
 
-def imports_of(package: str) -> set[str]:
+def imports_of(package: str, graph: dict[str, set[str]] | None = None) -> set[str]:
     """The modules outside ``package`` that its modules import."""
-    graph = import_graph()
+    graph = import_graph() if graph is None else graph
     inside = [m for m in graph if m.split(".")[0] == package]
     return {t for m in inside for t in graph[m] if t.split(".")[0] != package}
+
+
+# What the layers above the training core may import of it (docs/ARCHITECTURE.md's picture): the
+# config types and the run-directory format, which import no torch.
+TORCH_FREE_CORE = ("algorithms.configs", "algorithms.rundir")
+
+
+def core_imports_off_the_picture(package: str, graph: dict[str, set[str]] | None = None) -> set[str]:
+    """The modules of ``algorithms`` that ``package`` imports beyond ``TORCH_FREE_CORE``."""
+    return {
+        t
+        for t in imports_of(package, graph)
+        if t.split(".")[0] == "algorithms"
+        and not any(t == m or t.startswith(m + ".") for m in TORCH_FREE_CORE)
+    }
+
+
+def test_an_import_of_training_code_is_off_the_picture():
+    graph = {
+        "analysis.a": {"algorithms.rundir.reader", "algorithms.configs"},
+        "analysis.b": {"algorithms.train"},
+    }
+    assert core_imports_off_the_picture("analysis", graph) == {"algorithms.train"}
+
+
+@pytest.mark.parametrize("package", ["analysis", "reports", "protocol"])
+def test_the_layers_above_import_only_the_torch_free_core(package):
+    assert core_imports_off_the_picture(package) == set()
 
 
 def test_analysis_imports_no_repro():

@@ -22,7 +22,7 @@ from reports.__main__ import main as reports_main
 
 REPO = Path(__file__).resolve().parents[1]
 ARMS = {"a": SyntheticArm(1.0, {"algo": "dqn"}), "b": SyntheticArm(1.2, {"algo": "dqn"})}
-KINDS = ("symlink", "dangling symlink", "FIFO", "directory", "device")
+SPECIAL_KINDS = ("symlink", "dangling symlink", "FIFO", "directory", "device")
 
 
 def snapshot(path: Path) -> tuple:
@@ -47,7 +47,7 @@ def assert_refused(code: int, err: str, path: Path, before: tuple) -> None:
     assert snapshot(path) == before
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", SPECIAL_KINDS)
 @pytest.mark.parametrize("option", ["--csv", "--markdown"])
 def test_study_refuses_an_output_that_is_not_a_file(experiment, tmp_path, capsys, kind, option):
     path = not_a_file(kind, tmp_path / "out")
@@ -56,7 +56,7 @@ def test_study_refuses_an_output_that_is_not_a_file(experiment, tmp_path, capsys
     assert_refused(code, capsys.readouterr().err, path, before)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", SPECIAL_KINDS)
 def test_report_refuses_an_out_that_is_not_a_file(experiment, tmp_path, capsys, kind):
     path = not_a_file(kind, tmp_path / "report.html")
     before = snapshot(path)

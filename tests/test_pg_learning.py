@@ -11,8 +11,9 @@ import torch
 
 from algorithms.algos import ppo
 from algorithms.envs.config import EnvConfig
+from algorithms.run_config import RunnerConfig, SamplerConfig, TrainConfig
 from algorithms.rundir import read_run
-from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
+from algorithms.train import train
 from repro.settings import setting_configs
 
 torch.set_num_threads(1)

@@ -12,8 +12,8 @@ from algorithms.arrays import NamedArrays
 from algorithms.models.policies import (
     ActorCritic,
     DeterministicPolicy,
-    QNetwork,
     RecurrentActorCritic,
+    StateActionQNetwork,
     TanhGaussianPolicy,
     ValueNetwork,
 )
@@ -202,7 +202,7 @@ def test_feedforward_next_values_use_final_observation_only_where_truncated():
 def test_off_policy_networks():
     torch.manual_seed(0)
     obs, action = torch.randn(7, 4), torch.rand(7, 2) * 4 - 2
-    assert QNetwork(4, 2, (32, 32))(obs, action).shape == (7,)
+    assert StateActionQNetwork(4, 2, (32, 32))(obs, action).shape == (7,)
     assert ValueNetwork(4, (32,))(obs).shape == (7,)
     mu = DeterministicPolicy(4, BOX, (32, 32))(obs)
     assert mu.shape == (7, 2) and (mu.abs() <= 2.0).all()

@@ -26,7 +26,7 @@ from algorithms.functional.policy_losses import (
 )
 from algorithms.learners.common import adam
 from algorithms.models.ensemble import QEnsemble
-from algorithms.models.policies import QNetwork
+from algorithms.models.policies import StateActionQNetwork
 from repro.settings import setting_configs
 
 torch.set_num_threads(1)
@@ -179,9 +179,10 @@ def test_configs_validate_and_published_settings_load():
 # --- batched critics against the separate-network reference -------------------------------------
 
 
-def _member_as_qnetwork(ensemble: QEnsemble, k: int, hidden_sizes: tuple[int, ...]) -> QNetwork:
-    """Member ``k`` of ``ensemble`` copied into a separate ``QNetwork`` (nn.Linear stores [out, in])."""
-    net = QNetwork(OBS.shape[0], ACT.shape[0], hidden_sizes)
+def _member_as_qnetwork(ensemble: QEnsemble, k: int, hidden_sizes: tuple[int, ...]) -> StateActionQNetwork:
+    """Member ``k`` of ``ensemble`` copied into a separate ``StateActionQNetwork`` (nn.Linear stores
+    [out, in])."""
+    net = StateActionQNetwork(OBS.shape[0], ACT.shape[0], hidden_sizes)
     linears = [m for m in net.modules() if isinstance(m, torch.nn.Linear)]
     with torch.no_grad():
         for linear, layer in zip(linears, ensemble.layers, strict=True):
@@ -227,7 +228,7 @@ def test_fused_adam_matches_the_per_tensor_loop():
 
 
 class _ReferenceLearner:
-    """The QPG updates as written before the critics were batched: one ``QNetwork`` and one target
+    """The QPG updates as written before the critics were batched: one ``StateActionQNetwork`` and one target
     per critic, the plain per-tensor Adam loop per network and per temperature, frozen critics by
     ``requires_grad_``. Built from a learner's current weights."""
 

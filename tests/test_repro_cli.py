@@ -14,7 +14,7 @@ import pytest
 
 from algorithms import registry
 from algorithms.configs import ConfigError
-from algorithms.train import RunnerConfig, SamplerConfig, env_config_class
+from algorithms.run_config import RunnerConfig, SamplerConfig, env_config_class
 from protocol.plan_args import format_seeds, parse_seeds
 from repro.cli import main
 from repro.inspect_settings import diff_rows, resolve_label

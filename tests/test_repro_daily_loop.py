@@ -18,7 +18,7 @@ import pytest
 from tiny_setting import a2c_cartpole_setting
 
 from algorithms.configs import ConfigError
-from algorithms.train import config_from_dict
+from algorithms.run_config import config_from_dict
 from analysis.synthetic import SyntheticArm, write_experiment
 from protocol.plan_args import parse_seeds
 from repro import extras
@@ -475,7 +475,7 @@ def test_classic_control_evaluations_are_not_cut_below_the_envs_time_limit(files
     to the env's own time limit (cheap, and a cut CartPole episode reads a good agent as a bad one).
     Other envs keep the profile's cap, a setting's own cap stands, and config.json records only the
     env fields the env's kind uses (no Atari frameskip for CartPole)."""
-    from algorithms.train import config_to_dict
+    from algorithms.run_config import config_to_dict
 
     def eval_cap(setting: str, env: str | None, profile: str = "smoke") -> int:
         (job,) = expand(setting_plan(setting, [env] if env else None), "1", profile, files / "runs")

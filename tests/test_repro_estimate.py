@@ -19,7 +19,8 @@ import pytest
 from analysis.synthetic import SyntheticArm, write_experiment
 from protocol.files import PROFILES_DIR
 from repro import probe
-from repro.cli import main, smaller_runs_hint
+from repro.cli import main
+from repro.cli_shared import smaller_runs_hint
 from repro.inspect_settings import resolve_label
 from repro.plans import expand, load_plan
 from repro.probe import ProbeCache, ProbeResult, estimate_range, steps_left
@@ -343,7 +344,7 @@ def test_the_estimate_range_covers_the_committed_r2d1_minatar_case(tmp_path):
 
 
 def test_segment_costs_and_the_job_evaluation_by_hand(tmp_path):
-    from algorithms.train import SamplerConfig
+    from algorithms.run_config import SamplerConfig
     from repro.probe import job_evaluation_seconds, segment_costs
 
     progress = tmp_path / "progress.csv"

@@ -18,8 +18,9 @@ from interrupts import ctrl_c_in_optimize
 
 from algorithms import registry, resume
 from algorithms.envs.config import EnvConfig
+from algorithms.run_config import RunnerConfig, SamplerConfig, TrainConfig
 from algorithms.rundir import read_run
-from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
+from algorithms.train import train
 
 MINATAR = EnvConfig(id="minatar_breakout", kind="minatar")
 CARTPOLE = EnvConfig(id="CartPole-v1", kind="gym")

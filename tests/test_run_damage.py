@@ -31,8 +31,9 @@ from tiny_setting import a2c_cartpole_setting
 
 from algorithms.algos import a2c
 from algorithms.envs.config import EnvConfig
+from algorithms.run_config import RunnerConfig, SamplerConfig, TrainConfig
 from algorithms.rundir import EVAL_COLUMNS, LOG_FILE, RunDir, completion, read_run, run_path, schedule_gap
-from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
+from algorithms.train import train
 from analysis.__main__ import main as analysis_main
 from analysis.synthetic import SyntheticArm, write_experiment
 from reports.__main__ import main as reports_main

@@ -25,6 +25,7 @@ from tiny_setting import a2c_cartpole_setting
 
 from algorithms.algos import a2c
 from algorithms.envs.config import EnvConfig
+from algorithms.run_config import RunnerConfig, SamplerConfig, TrainConfig, config_to_dict
 from algorithms.rundir import (
     LOCK_FILE,
     LOG_FILE,
@@ -34,7 +35,7 @@ from algorithms.rundir import (
     read_run,
     run_path,
 )
-from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, config_to_dict, train
+from algorithms.train import train
 from analysis.__main__ import main as analysis_main
 from analysis.random_scores import main as random_scores_main
 from analysis.runs import load_experiment

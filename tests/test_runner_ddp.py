@@ -16,10 +16,11 @@ from torch import nn
 
 from algorithms.algos import a2c, sac
 from algorithms.envs.config import EnvConfig
+from algorithms.run_config import RunnerConfig, SamplerConfig, TrainConfig
 from algorithms.rundir import read_run
 from algorithms.runners.common import build_run_agent, seed_everything
 from algorithms.runners.ddp import DataParallelModel, DdpRunner, exit_rank, rank_device
-from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
+from algorithms.train import train
 
 WORLD = 2
 T, B = 8, 2

@@ -28,8 +28,9 @@ from algorithms.cpus import cpu_share
 from algorithms.envs.config import EnvConfig
 from algorithms.models.dqn_model import QNetwork
 from algorithms.models.r2d1_model import R2D1Model
-from algorithms.samplers.base import env_spaces, make_sampler
-from algorithms.train import SamplerConfig
+from algorithms.run_config import SamplerConfig
+from algorithms.samplers.base import env_spaces
+from algorithms.samplers.modes import make_sampler
 
 ENV = EnvConfig(id="CartPole-v1", kind="gym")
 PENDULUM = EnvConfig(id="Pendulum-v1", kind="gym")

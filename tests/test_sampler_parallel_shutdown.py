@@ -25,9 +25,10 @@ from algorithms.agents.dqn_agents import EpsilonGreedyAgent
 from algorithms.agents.epsilon import EpsilonSchedule
 from algorithms.envs.config import EnvConfig
 from algorithms.models.dqn_model import QNetwork
-from algorithms.samplers.base import env_spaces, make_sampler
+from algorithms.run_config import SamplerConfig
+from algorithms.samplers.base import env_spaces
+from algorithms.samplers.modes import make_sampler
 from algorithms.samplers.workers import WorkerError
-from algorithms.train import SamplerConfig
 
 ENV = EnvConfig(id="CartPole-v1", kind="gym")
 REPO = Path(__file__).resolve().parents[1]
@@ -202,7 +203,8 @@ UNGUARDED = textwrap.dedent(
     from algorithms import registry
     from algorithms.algos import dqn
     from algorithms.envs.config import EnvConfig
-    from algorithms.samplers.base import env_spaces, make_sampler
+    from algorithms.samplers.base import env_spaces
+    from algorithms.samplers.modes import make_sampler
     from algorithms.train import SamplerConfig
 
     env = EnvConfig(id="pong", num_threads=1)

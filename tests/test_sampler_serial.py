@@ -11,12 +11,12 @@ import train_probe_algo as probe
 from algorithms.arrays import NamedArrays
 from algorithms.envs.config import EnvConfig
 from algorithms.envs.factory import make_vec_env
+from algorithms.run_config import SamplerConfig
 from algorithms.samplers.base import env_spaces
 from algorithms.samplers.evaluation import EvalSampler
 from algorithms.samplers.seeding import env_seed
 from algorithms.samplers.serial import SerialSampler
 from algorithms.samplers.stepper import StepWriter, next_inputs
-from algorithms.train import SamplerConfig
 
 CARTPOLE = EnvConfig(id="CartPole-v1", kind="gym")
 

@@ -14,8 +14,8 @@ from test_sampler_parallel_shutdown import assert_all_gone
 
 from algorithms.cpus import cpu_share
 from algorithms.process import process_times
+from algorithms.run_config import SamplerConfig
 from algorithms.samplers.workers import WorkerError, WorkerGroup
-from algorithms.train import SamplerConfig
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ from interrupts import ctrl_c_in_optimize
 
 from algorithms import registry
 from algorithms.envs.config import EnvConfig
+from algorithms.run_config import RunnerConfig, SamplerConfig, TrainConfig
 from algorithms.rundir import read_run
-from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, train
+from algorithms.train import train
 
 CARTPOLE = EnvConfig(id="CartPole-v1", kind="gym")
 MASKED_CARTPOLE = EnvConfig(id="CartPole-v1", kind="gym", mask_velocity=True)

@@ -12,15 +12,9 @@ from algorithms import registry
 from algorithms.algos import a2c, dqn, ppo
 from algorithms.configs import ConfigError, build, migrate_renamed
 from algorithms.envs.config import EnvConfig
-from algorithms.samplers.base import SAMPLERS
-from algorithms.train import (
-    RUNNER_KINDS,
-    RUNNERS,
-    SAMPLER_MODES,
-    RunnerConfig,
-    SamplerConfig,
-    TrainConfig,
-)
+from algorithms.run_config import RUNNER_KINDS, SAMPLER_MODES, RunnerConfig, SamplerConfig, TrainConfig
+from algorithms.samplers.modes import SAMPLERS
+from algorithms.train import RUNNERS
 
 
 @pytest.mark.parametrize(
@@ -91,7 +85,9 @@ def test_sampler_and_runner_configs_round_trip_through_json():
 
 
 def test_build_names_unknown_and_renamed_keys():
-    with pytest.raises(ConfigError, match=r"runner: unknown key 'n_step' for algorithms.train.RunnerConfig"):
+    with pytest.raises(
+        ConfigError, match=r"runner: unknown key 'n_step' for algorithms.run_config.RunnerConfig"
+    ):
         build(RunnerConfig, {"n_step": 10}, "runner")
     with pytest.raises(
         ConfigError, match=r"^x.toml \[algo\]: key 'min_steps_learn' was renamed to 'learning_starts_steps'$"

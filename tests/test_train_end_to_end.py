@@ -13,9 +13,10 @@ import train_probe_algo as probe
 
 from algorithms import registry
 from algorithms.envs.config import EnvConfig
+from algorithms.run_config import RunnerConfig, SamplerConfig, TrainConfig, config_from_dict, config_to_dict
 from algorithms.rundir import RunDir, read_run
 from algorithms.runners.sync import SyncRunner
-from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, config_from_dict, config_to_dict, train
+from algorithms.train import train
 
 TIMING_COLUMNS = {
     "time_sampling_s",

@@ -16,8 +16,9 @@ import torch
 
 from algorithms.algos import a2c
 from algorithms.envs.config import EnvConfig
+from algorithms.run_config import RunnerConfig, SamplerConfig, TrainConfig, config_from_dict, config_to_dict
 from algorithms.rundir import read_run
-from algorithms.train import RunnerConfig, SamplerConfig, TrainConfig, config_from_dict, config_to_dict, train
+from algorithms.train import train
 
 CONFIG = TrainConfig(
     algo="a2c",

@@ -15,10 +15,12 @@ import difflib
 from dataclasses import dataclass, fields
 from typing import Literal
 
+from algorithms.configs import MINATAR_PREFIX
+
 EnvKind = Literal["atari", "gym", "minatar"]
 EnvBackend = Literal["native", "gymnasium"]
 
-KINDS: tuple[str, ...] = ("atari", "gym", "minatar")
+ENV_KINDS: tuple[str, ...] = ("atari", "gym", "minatar")
 # Fields a gymnasium id ignores: setting one of them for a gymnasium id is an error, not a no-op.
 ATARI_ONLY_FIELDS: tuple[str, ...] = (
     "frameskip",
@@ -43,7 +45,6 @@ MINATAR_FIELDS: tuple[str, ...] = (
     "max_episode_steps",
     "clip_rewards",
 )
-MINATAR_PREFIX = "minatar_"
 
 
 @dataclass(frozen=True)
@@ -87,8 +88,8 @@ class EnvConfig:
     difficulty_ramping: bool = True  # MinAtar only: games speed up over an episode (the package default)
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"EnvConfig.kind must be one of {KINDS}, got {self.kind!r}")
+        if self.kind not in ENV_KINDS:
+            raise ValueError(f"EnvConfig.kind must be one of {ENV_KINDS}, got {self.kind!r}")
         if self.backend not in BACKENDS:
             raise ValueError(f"EnvConfig.backend must be one of {BACKENDS}, got {self.backend!r}")
         if not isinstance(self.id, str) or not self.id:

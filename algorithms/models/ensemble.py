@@ -5,7 +5,7 @@ The critics of DDPG (one), TD3 and SAC (two: clipped double Q, Fujimoto et al. 2
 pass for all members is one ``torch.baddbmm`` per layer, one backward, one optimizer over a few
 stacked tensors and one fused Polyak update, instead of K of each. The members stay independent:
 no parameter or gradient is shared, and each is initialised as ``nn.Linear`` would be, so an
-ensemble computes exactly what K separate ``QNetwork`` modules with the same weights compute
+ensemble computes exactly what K separate ``StateActionQNetwork`` modules with the same weights compute
 (tests/test_qpg_algos.py checks outputs and gradients).
 
 The batched products run at the rate of separate ``addmm`` calls; what the ensemble removes is
@@ -55,7 +55,7 @@ class EnsembleLinear(nn.Module):
 
 
 class QEnsemble(nn.Module):
-    """K independent Q(s, a) ReLU MLPs on ``[observation, action]`` (each as ``QNetwork``):
+    """K independent Q(s, a) ReLU MLPs on ``[observation, action]`` (each as ``StateActionQNetwork``):
     ``forward(observation [..., D], action [..., A], n_members=None) -> q [K', ...]``.
 
     ``n_members`` evaluates only the first K' members (TD3's actor loss uses Q1 only: 1).

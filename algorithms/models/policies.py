@@ -12,10 +12,10 @@ On-policy actor-critics return a ``torch.distributions`` object and a value:
   heads, whose state is zeroed before every step that starts a new episode *inside* a [T, B]
   sequence, so training on a batch with episode boundaries sees exactly what the sampler saw.
 
-Action heads: ``CategoricalHead`` (discrete) and ``GaussianHead`` (continuous, diagonal, with a
+Action heads: ``CategoricalPolicyHead`` (discrete) and ``GaussianHead`` (continuous, diagonal, with a
 state-independent log-std as in Schulman et al. 2017, Sec. 6.1 and the TRPO code it cites).
 
-Off-policy continuous-control networks: ``QNetwork`` (Q(s, a) on the concatenated input, as TD3,
+Off-policy continuous-control networks: ``StateActionQNetwork`` (Q(s, a) on the concatenated input, as TD3,
 Fujimoto et al. 2018, Sec. 6.1; the algorithms train K of them as one ``models.ensemble.QEnsemble``),
 ``DeterministicPolicy`` (tanh output scaled to the action box, DDPG/TD3) and
 ``TanhGaussianPolicy`` (SAC, Haarnoja et al. 2018, Appendix C). ``ValueNetwork`` is V(s).
@@ -76,7 +76,7 @@ def _torso(
 # --- action heads ---------------------------------------------------------------------------------
 
 
-class CategoricalHead(nn.Module):
+class CategoricalPolicyHead(nn.Module):
     """Linear logits -> ``Categorical``; ``mode`` is the most likely action."""
 
     def __init__(self, input_size: int, n_actions: int) -> None:
@@ -101,10 +101,10 @@ class GaussianHead(nn.Module):
         return Independent(Normal(mean, std, validate_args=False), 1, validate_args=False)
 
 
-def action_head(input_size: int, action_space: gym.Space) -> CategoricalHead | GaussianHead:
+def action_head(input_size: int, action_space: gym.Space) -> CategoricalPolicyHead | GaussianHead:
     """The head for ``action_space``: categorical for ``Discrete``, Gaussian for a 1-D ``Box``."""
     if isinstance(action_space, gym.spaces.Discrete):
-        return CategoricalHead(input_size, int(action_space.n))
+        return CategoricalPolicyHead(input_size, int(action_space.n))
     if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
         return GaussianHead(input_size, int(action_space.shape[0]))
     raise ValueError(f"no policy head for action space {action_space}: expected Discrete or a 1-D Box")
@@ -286,7 +286,7 @@ class ValueNetwork(nn.Module):
         return self.net(observation).squeeze(-1)
 
 
-class QNetwork(nn.Module):
+class StateActionQNetwork(nn.Module):
     """Q(s, a): ReLU MLP on ``[observation, action]`` -> ``[...]``."""
 
     def __init__(

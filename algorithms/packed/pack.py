@@ -13,7 +13,7 @@ from algorithms.packed.runner import PackMismatch, member_metadata, run_members
 
 if TYPE_CHECKING:
     from algorithms.counters import Counters
-    from algorithms.train import TrainConfig
+    from algorithms.run_config import TrainConfig
 
 
 def check_packable(configs: Sequence[TrainConfig]) -> None:
@@ -21,7 +21,7 @@ def check_packable(configs: Sequence[TrainConfig]) -> None:
     equal except ``runner.seed`` and ``env.id`` (envs with the same observation and action spaces;
     each (env, seed) once), of an algorithm with a packed learner, with the serial sampler and the
     synchronous runner (PPO: feed-forward, ``target_kl = 0``)."""
-    from algorithms.train import TrainConfig
+    from algorithms.run_config import TrainConfig
 
     if not configs:
         raise ValueError("packing: no configs")

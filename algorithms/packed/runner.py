@@ -38,8 +38,8 @@ from algorithms.runners.sync import SyncRunner
 
 if TYPE_CHECKING:
     from algorithms.counters import Counters
+    from algorithms.run_config import TrainConfig
     from algorithms.rundir import RunDir
-    from algorithms.train import TrainConfig
 
 
 def _compact(value: Any) -> Any:

@@ -26,6 +26,8 @@ LOG_FILE = "log.txt"
 
 EVAL_COLUMNS = ("env_steps", "frames", "updates", "wall_time_s", "episode", "return", "length")
 
+# config.json's record of where values not from a settings file came from (``TrainConfig.origins``).
+ORIGINS_KEY = "origins"
 # metadata.json key of the values in effect that other config fields set (``declared_effective_values``).
 EFFECTIVE_VALUES_KEY = "effective_values"
 # metadata.json keys of a start that can change from one start of a run to the next (code, host,

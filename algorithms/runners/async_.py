@@ -70,7 +70,7 @@ from algorithms.cpus import parse_cpus, pin_thread, pinned
 from algorithms.learners.common import OptInfo
 from algorithms.replay.shared import DoubleBuffer, RWLock
 from algorithms.runners.sync import SyncRunner
-from algorithms.samplers.base import make_sampler
+from algorithms.samplers.modes import make_sampler
 from algorithms.samplers.parallel_cpu import bootstrap_example
 from algorithms.samplers.serial import SerialSampler
 from algorithms.samplers.stepper import allocate_samples, record_example
@@ -79,8 +79,8 @@ from algorithms.samplers.workers import SharedStateDict, WorkerError, WorkerGrou
 if TYPE_CHECKING:
     from algorithms.agents.base import Agent
     from algorithms.counters import Counters
+    from algorithms.run_config import TrainConfig
     from algorithms.rundir import RunDir
-    from algorithms.train import TrainConfig
 
 # Slots of the shared progress array (float64): written by one side each.
 _SAMPLED, _COUNTED, _LEARN_START, _PER_UPDATE = 0, 1, 2, 3

@@ -17,7 +17,7 @@ from algorithms.samplers.base import env_spaces
 
 if TYPE_CHECKING:
     from algorithms.agents.base import Agent
-    from algorithms.train import TrainConfig
+    from algorithms.run_config import TrainConfig
 
 
 def rank_seed(seed: int, rank: int) -> int:

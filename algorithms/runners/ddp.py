@@ -62,7 +62,7 @@ from algorithms.samplers.serial import SerialSampler
 
 if TYPE_CHECKING:
     from algorithms.agents.base import Agent
-    from algorithms.train import TrainConfig
+    from algorithms.run_config import TrainConfig
 
 # Rank 0 evaluates alone while the other ranks wait in the next collective; a paper-scale Atari
 # evaluation can take hours, far past the default 30-minute collective timeout. A rank that dies

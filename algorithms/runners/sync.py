@@ -56,12 +56,12 @@ from algorithms.logger import RunLogger
 from algorithms.resume import unpickle_tree
 from algorithms.rundir import RunDir, rng_state, set_rng_state
 from algorithms.runners.common import LogWindow, build_run_agent, next_boundary, rank_seed, seed_everything
-from algorithms.samplers import base as samplers
+from algorithms.samplers import modes as samplers
 from algorithms.samplers.base import BaseSampler
 
 if TYPE_CHECKING:
     from algorithms.agents.base import Agent
-    from algorithms.train import TrainConfig
+    from algorithms.run_config import TrainConfig
 
 CHECKPOINT_FORMAT = 1
 

@@ -43,17 +43,9 @@ from algorithms.samplers.seeding import env_seed, exploration_streams
 if TYPE_CHECKING:
     from algorithms.agents.base import Agent
     from algorithms.envs.config import EnvConfig
-    from algorithms.train import SamplerConfig
+    from algorithms.run_config import SamplerConfig
 
-__all__ = ["SAMPLERS", "BaseSampler", "env_spaces", "make_sampler"]
-
-# SamplerConfig.mode -> "module:class"; every class takes BaseSampler's constructor arguments.
-SAMPLERS: dict[str, str] = {
-    "serial": "algorithms.samplers.serial:SerialSampler",
-    "cpu": "algorithms.samplers.parallel_cpu:ParallelCpuSampler",
-    "gpu": "algorithms.samplers.parallel_gpu:ParallelGpuSampler",
-    "alternating": "algorithms.samplers.alternating:AlternatingSampler",
-}
+__all__ = ["BaseSampler", "env_spaces"]
 
 
 def env_spaces(env_config: EnvConfig) -> tuple[Any, Any]:
@@ -65,17 +57,6 @@ def env_spaces(env_config: EnvConfig) -> tuple[Any, Any]:
         return env.observation_space, env.action_space
     finally:
         env.close()
-
-
-def make_sampler(mode: str, *args: Any, **kwargs: Any) -> BaseSampler:
-    """The sampler for ``mode`` (a key of ``SAMPLERS``), built with ``BaseSampler``'s arguments."""
-    import importlib
-
-    if mode not in SAMPLERS:
-        raise ValueError(f"unknown sampler mode {mode!r}; known: {sorted(SAMPLERS)}")
-    module, name = SAMPLERS[mode].split(":")
-    cls = getattr(importlib.import_module(module), name)
-    return cls(*args, **kwargs)
 
 
 class BaseSampler(ABC):
