@@ -1,14 +1,18 @@
 """One update of two source trees side by side: CPU ms per update, alternated segment by segment.
 
 A refactor that must not slow the update (docs/results/one_home_one_loop.md) is checked here: one child
-process per tree (the tree first on ``sys.path``) builds the setting's job on MinAtar Breakout, trains
-until its learner is warm, then on each request runs ``--updates`` updates and answers their CPU time per
-update (``time.process_time``, one torch thread). The parent asks the two in turn, ABBA (old, new, new,
+process per tree (the tree first on ``sys.path``) builds the setting's job on ``--env`` (MinAtar
+Breakout by default), trains until its learner is warm, then on each request runs ``--updates`` updates
+and answers their CPU time per update (``time.process_time``, one torch thread). A replay learner's
+update is one ``learn(1)``; an algorithm without ``learn`` (PPO, SAC) is timed per ``optimize`` call on
+one held sampler batch instead: PPO's is its epochs of minibatch steps, SAC's (T = 1) one replay
+append and one update. The parent asks the two in turn, ABBA (old, new, new,
 old, ...), so a drift in the machine's load hits both alike, and prints each tree's median and the median
 of the per-round ratios new / old. Both trees' learners start from the same seed; ``--calls`` also counts
 Python function calls per update (cProfile), which does not depend on the load.
 
     python -m bench.bench_update_ab --old ../old-checkout --new . --setting dqn_minatar --updates 300
+    python -m bench.bench_update_ab --old ../old-checkout --new . --setting sac_pendulum --env Pendulum-v1
 """
 
 from __future__ import annotations
@@ -23,21 +27,37 @@ import time
 from pathlib import Path
 
 
-def child(tree: str, setting: str, updates: int, calls: bool) -> None:
+def child(tree: str, setting: str, env: str, updates: int, calls: bool) -> None:
     sys.path.insert(0, tree)
     import torch
 
     from algorithms.runners.sync import SyncRunner
-    from bench.bench_minatar_dqn import setting_config
+    from repro.plans import resolve_job_setting
+    from repro.profiles import load_profile
+    from repro.settings import train_config
 
     torch.set_num_threads(1)
-    runner = SyncRunner.build(setting_config("breakout", 0, setting), None, None)
+    resolved, classes = resolve_job_setting(setting, load_profile("paper"), env=env, seed=0)
+    runner = SyncRunner.build(train_config(resolved, classes), None, None)
     runner.sampler.initialize()
-    algo = runner.algo
-    # The old tree is an older commit, before run_updates(n) was renamed learn(n_updates).
-    learn = algo.learn if hasattr(algo, "learn") else algo.run_updates
-    while algo.updates == 0:
-        runner.iteration(runner.counters.sampler_itrs)
+    algo, counters = runner.algo, runner.counters
+    if hasattr(algo, "learn"):
+        learn = algo.learn
+        while algo.updates == 0:
+            runner.iteration(counters.sampler_itrs)
+    else:
+        while True:  # until the batch's optimize call trains (SAC: the replay is warm)
+            runner.agent.set_mode("sample", counters.env_steps)
+            samples, _ = runner.sampler.sample(counters.sampler_itrs)
+            runner.agent.set_mode("train", counters.env_steps)  # the old tree reads the count here
+            if algo.optimize(counters.env_steps, samples).updates:
+                break
+            counters.add_env_steps(runner.sampler.batch_spec.size)
+
+        def learn(n: int) -> None:
+            for _ in range(n):
+                algo.optimize(counters.env_steps, samples)
+
     learn(3)
     ready = {"parameters": sum(p.numel() for p in runner.agent.model.parameters())}
     if calls:
@@ -62,13 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--old", required=True, help="the first source tree (a checkout's root)")
     parser.add_argument("--new", required=True, help="the second source tree")
     parser.add_argument("--setting", default="r2d1_minatar_corrected")
+    parser.add_argument("--env", default="minatar_breakout", help="the env the setting runs on")
     parser.add_argument("--updates", type=int, default=10, help="updates per timed segment")
     parser.add_argument("--rounds", type=int, default=8, help="segments per tree")
     parser.add_argument("--calls", action="store_true", help="also count Python calls per update")
     parser.add_argument("--child", nargs=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        child(args.child[0], args.setting, args.updates, args.calls)
+        child(args.child[0], args.setting, args.env, args.updates, args.calls)
         return 0
     trees = {"old": Path(args.old).resolve(), "new": Path(args.new).resolve()}
     for name, tree in trees.items():
@@ -80,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, tree in trees.items():
         # This file run as a script (the old tree may not have it), the tree's own code on the path.
         command = [sys.executable, str(Path(__file__).resolve()), "--old", ".", "--new", ".", "--child",
-                   str(tree), "--setting", args.setting, "--updates", str(args.updates)]  # fmt: skip
+                   str(tree), "--setting", args.setting, "--env", args.env,
+                   "--updates", str(args.updates)]  # fmt: skip
         command += ["--calls"] if args.calls else []
         env = {**os.environ, "PYTHONPATH": str(tree)}
         procs[name] = subprocess.Popen(

@@ -344,3 +344,20 @@ def test_batched_update_equals_the_separate_network_reference(module):
         torch.testing.assert_close(ref.log_alpha, algo.temperature.log_alpha.detach(), **tol)
     else:
         torch.testing.assert_close(ref.actor_target.state_dict(), algo.actor_target.state_dict(), **tol)
+
+
+def test_a_frozen_view_of_the_critics_follows_their_steps_and_trains_nothing():
+    """The single run's actor loss reads the critics through ``QEnsemble.frozen_view``: the same
+    Q-values after every optimizer step of the critics, gradients to the action alone."""
+    torch.manual_seed(0)
+    critics = QEnsemble(2, 2, (8,), 2)
+    view = critics.frozen_view()
+    optimizer = adam(critics.parameters(), 1e-2)
+    obs, action = torch.randn(5, 2), torch.randn(5, 2, requires_grad=True)
+    for _ in range(3):
+        optimizer.zero_grad()
+        critics(obs, action.detach()).pow(2).mean().backward()
+        optimizer.step()
+        assert torch.equal(view(obs, action), critics(obs, action))
+    view(obs, action).sum().backward()
+    assert action.grad is not None and all(not p.requires_grad and p.grad is None for p in view.parameters())

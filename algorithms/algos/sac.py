@@ -136,9 +136,6 @@ class Algo(
             alpha_group = {"params": [self.temperature.log_alpha], "lr": config.alpha_learning_rate}
             self.actor_optimizer.add_param_group(alpha_group)
 
-    def models(self) -> QpgModels:
-        return super().models()._replace(log_alpha=self.temperature.log_alpha)
-
     def draw_noise(self, batch: NamedArrays) -> Noise:
         return draw_noise(batch)
 

@@ -141,13 +141,10 @@ def adam(params: Iterable[Any], learning_rate: float, eps: float = 1e-8) -> torc
     return Adam(params, lr=learning_rate, eps=eps, fused=True)
 
 
-def minimize(optimizer: torch.optim.Optimizer, loss: torch.Tensor, trained_only: bool = False) -> None:
-    """One gradient step of ``optimizer`` on ``loss`` (gradients cleared first). With ``trained_only``
-    the backward pass computes the gradients of the optimizer's parameters alone: other leaves the
-    loss reads (an actor loss's critics) get none, and the products only they need are skipped."""
+def minimize(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    """One gradient step of ``optimizer`` on ``loss`` (gradients cleared first)."""
     optimizer.zero_grad(set_to_none=True)
-    inputs = [p for group in optimizer.param_groups for p in group["params"]] if trained_only else None
-    loss.backward(inputs=inputs)
+    loss.backward()
     optimizer.step()
 
 

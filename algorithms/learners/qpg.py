@@ -8,14 +8,15 @@ Each algorithm's losses stay in its file as functions of their inputs alone,
 ``critic_loss(config, models, batch, noise, mode)`` and ``actor_loss(...)`` the same: ``models`` a
 ``QpgModels`` (modules in a single run, functions of one member's slice of the stacked parameters in
 a packed one), ``noise`` the update's random draws, ``mode`` a ``QpgMode``. An actor loss reads the
-critics but trains only what the actor's optimizer holds: a single run backpropagates it into those
-parameters alone (``backward(inputs=...)``, so the critics' weight gradients are never computed), a
-packed run differentiates only those arguments.
+critics but trains only the actor (and SAC's temperature): a single run gives it the critics as a
+``QEnsemble.frozen_view`` (their weights' gradients never computed), a packed run differentiates
+only the actor's arguments.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, Protocol
@@ -235,6 +236,8 @@ class QpgAlgo:
     ACTOR_TARGET: bool
     critic_loss_fn: ClassVar[QpgLossFn]
     actor_loss_fn: ClassVar[QpgLossFn]
+    # SAC's entropy temperature (``sac.Temperature``), a trained module of its own.
+    temperature: torch.nn.Module | None = None
 
     @staticmethod
     def replay_step_bytes(config: QpgConfig, action: np.ndarray) -> float:
@@ -265,9 +268,17 @@ class QpgAlgo:
         action_dim = int(agent.action_space.shape[0])
         self.mode = QpgMode(agent.low.to(device), agent.high.to(device), -float(action_dim))
 
+    @functools.cached_property
     def models(self) -> QpgModels:
-        """This run's networks as the losses take them."""
-        return QpgModels(self.actor, self.critic.q, self.critic.target, self.actor_target, None)
+        """This run's networks as the losses take them (built on first use, after a subclass's own)."""
+        log_alpha = None if self.temperature is None else self.temperature.log_alpha
+        return QpgModels(self.actor, self.critic.q, self.critic.target, self.actor_target, log_alpha)
+
+    @functools.cached_property
+    def actor_models(self) -> QpgModels:
+        """The networks as the actor loss takes them: the critics as a ``frozen_view``, so that the
+        loss trains the actor only and no critic weight gradient is computed."""
+        return self.models._replace(critic=self.critic.q.frozen_view())
 
     def optimize(self, env_steps: int, samples: NamedArrays) -> OptInfo:
         """Append ``samples`` to the replay and run the updates now due (the schedule counts the
@@ -303,13 +314,13 @@ class QpgAlgo:
         return qpg_update(self, batch, self.draw_noise(batch))
 
     def critic_update(self, batch: NamedArrays, noise: Noise) -> Diagnostics:
-        critic_loss, info = self.critic_loss_fn(self.config, self.models(), batch, noise, self.mode)
+        critic_loss, info = self.critic_loss_fn(self.config, self.models, batch, noise, self.mode)
         minimize(self.critic.optimizer, critic_loss)
         return info
 
     def actor_update(self, batch: NamedArrays, noise: Noise) -> Diagnostics:
-        actor_loss, info = self.actor_loss_fn(self.config, self.models(), batch, noise, self.mode)
-        minimize(self.actor_optimizer, actor_loss, trained_only=True)
+        actor_loss, info = self.actor_loss_fn(self.config, self.actor_models, batch, noise, self.mode)
+        minimize(self.actor_optimizer, actor_loss)
         return info
 
     def draw_noise(self, batch: NamedArrays) -> Noise:

@@ -16,6 +16,7 @@ models/ensemble.py).
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -70,6 +71,18 @@ class QEnsemble(nn.Module):
         self.layers = nn.ModuleList(
             EnsembleLinear(self.n_members, n_in, n_out) for n_in, n_out in zip(sizes[:-1], sizes[1:])
         )
+
+    def frozen_view(self) -> QEnsemble:
+        """The same members with parameters that share this module's storage but record no gradient:
+        Q-values computed through the view carry gradients to their inputs only (an actor's action),
+        and the members' weight gradients are never computed. It sees every in-place change of the
+        parameters (optimizer steps, ``load_state_dict``); one made before the parameters are replaced
+        by new tensors (moved to another device, stacked into a packed run) does not."""
+        view = copy.deepcopy(self)
+        for view_module, module in zip(view.modules(), self.modules(), strict=True):
+            for name, param in module._parameters.items():
+                view_module._parameters[name] = nn.Parameter(param.detach(), requires_grad=False)
+        return view
 
     def forward(
         self, observation: torch.Tensor, action: torch.Tensor, n_members: int | None = None

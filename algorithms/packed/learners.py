@@ -245,7 +245,7 @@ class PackedQpgLearner:
         # SAC's temperature: a [K] stack, member k's ``log_alpha`` its slice.
         self.temperature = (
             StackedParameters([a.temperature for a in self.algos], requires_grad=True)
-            if hasattr(template, "temperature")
+            if template.temperature is not None
             else None
         )
         actor_params = list(self.actor.params.values())
