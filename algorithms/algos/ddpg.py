@@ -75,8 +75,11 @@ def actor_loss(
     return loss, {"actor_loss": loss.detach()}
 
 
-class Algo(QpgAlgo, diagnostics=("critic_loss", "actor_loss", "q_mean"), critics=1, actor_target=True):
+class Algo(
+    QpgAlgo,
+    diagnostics=("critic_loss", "actor_loss", "q_mean"),
+    critics=1,
+    actor_target=True,
+    losses=(critic_loss, actor_loss),
+):
     """DDPG learner: one critic, target networks, replay (see the module docstring)."""
-
-    critic_loss_fn = staticmethod(critic_loss)
-    actor_loss_fn = staticmethod(actor_loss)

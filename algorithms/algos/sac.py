@@ -117,11 +117,10 @@ class Algo(
     diagnostics=("critic_loss", "actor_loss", "q_mean", "entropy", "alpha", "alpha_loss"),
     critics=2,
     actor_target=False,
+    losses=(critic_loss, actor_loss),
+    noise=draw_noise,
 ):
     """SAC learner: twin critics and their targets, temperature, replay (see the module docstring)."""
-
-    critic_loss_fn = staticmethod(critic_loss)
-    actor_loss_fn = staticmethod(actor_loss)
 
     def __init__(
         self, config: Config, agent: SquashedGaussianAgent, counters_frameskip: int, batch_spec
@@ -135,9 +134,6 @@ class Algo(
             # optimizer step for both (their losses share no trained parameter, see ``actor_loss``).
             alpha_group = {"params": [self.temperature.log_alpha], "lr": config.alpha_learning_rate}
             self.actor_optimizer.add_param_group(alpha_group)
-
-    def draw_noise(self, batch: NamedArrays) -> Noise:
-        return draw_noise(batch)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "log_alpha": self.temperature.log_alpha.detach().clone()}

@@ -90,21 +90,22 @@ def actor_loss(
     return loss, {"actor_loss": loss.detach()}
 
 
-class Algo(QpgAlgo, diagnostics=ddpg.Algo.DIAGNOSTICS, critics=2, actor_target=True):
+class Algo(
+    QpgAlgo,
+    diagnostics=ddpg.Algo.DIAGNOSTICS,
+    critics=2,
+    actor_target=True,
+    losses=(critic_loss, actor_loss),
+    noise=draw_noise,
+):
     """TD3 learner: twin critics, target networks, replay (see the module docstring); it counts its
     updates for the delayed policy update."""
-
-    critic_loss_fn = staticmethod(critic_loss)
-    actor_loss_fn = staticmethod(actor_loss)
 
     def __init__(
         self, config: Config, agent: DeterministicAgent, counters_frameskip: int, batch_spec
     ) -> None:
         super().__init__(config, agent, counters_frameskip, batch_spec)
         self.updates = 0
-
-    def draw_noise(self, batch: NamedArrays) -> Noise:
-        return draw_noise(batch)
 
     def count_update(self) -> bool:
         self.updates += 1

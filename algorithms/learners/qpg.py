@@ -224,11 +224,12 @@ class QpgAlgo:
     with its Adam and, for the deterministic actors of DDPG and TD3, its target copy; the critics; the
     replay. A subclass is declared with ``diagnostics`` (the progress columns its updates report),
     ``critics`` (how many) and ``actor_target`` (whether the actor has a target copy) as class
-    keywords, ``class Algo(QpgAlgo, diagnostics=..., critics=2, actor_target=True)``, and names the
-    parts of one update (``qpg_update``): ``draw_noise`` (the update's random draws, made first),
-    ``critic_loss_fn`` and ``actor_loss_fn`` (its module's loss functions) and ``count_update``
-    (whether the actor and the targets update after this critic update). The class is a single run's
-    gradient step of ``qpg_update``.
+    keywords with the parts of one update (``qpg_update``): ``losses``, its module's critic and actor
+    loss functions, and ``noise``, the function of a minibatch that makes the update's random draws
+    first (none by default): ``class Algo(QpgAlgo, diagnostics=..., critics=2, actor_target=True,
+    losses=(critic_loss, actor_loss), noise=draw_noise)``. A subclass may count its updates
+    (``count_update``: whether the actor and the targets update after this critic update). The class
+    is a single run's gradient step of ``qpg_update``.
     """
 
     DIAGNOSTICS: tuple[str, ...]
@@ -246,10 +247,20 @@ class QpgAlgo:
         return NSTEP_STEP_BYTES + UniformSelector.ITEM_BYTES
 
     def __init_subclass__(
-        cls, *, diagnostics: tuple[str, ...], critics: int, actor_target: bool, **kwargs: Any
+        cls,
+        *,
+        diagnostics: tuple[str, ...],
+        critics: int,
+        actor_target: bool,
+        losses: tuple[QpgLossFn, QpgLossFn],
+        noise: Callable[[NamedArrays], Noise] | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init_subclass__(**kwargs)
         cls.DIAGNOSTICS, cls.N_CRITICS, cls.ACTOR_TARGET = diagnostics, critics, actor_target
+        cls.critic_loss_fn, cls.actor_loss_fn = (staticmethod(fn) for fn in losses)
+        if noise is not None:
+            cls.draw_noise_fn = staticmethod(noise)
 
     def __init__(self, config: Any, agent: Agent, counters_frameskip: int, batch_spec: Any) -> None:
         self.config = config
@@ -287,11 +298,11 @@ class QpgAlgo:
         return self.opt_info([qpg_update(self, batch, noise) for batch, noise in self.draws(n_updates)])
 
     def draws(self, n_updates: int) -> Iterator[tuple[NamedArrays, Noise]]:
-        """The replay minibatches and random draws (``draw_noise``) of ``n_updates`` updates, each
+        """The replay minibatches and random draws (``draw_noise_fn``) of ``n_updates`` updates, each
         drawn when asked for: after the previous update, in a single run."""
         for _ in range(n_updates):
             batch = self.replay.sample(self.config.batch_size, self.agent.device)
-            yield batch, self.draw_noise(batch)
+            yield batch, self.draw_noise_fn(batch)
 
     def opt_info(self, infos: list[dict[str, Any]]) -> OptInfo:
         """The ``OptInfo`` of a call's updates, ``infos`` their diagnostics. Every call reports the same
@@ -311,7 +322,7 @@ class QpgAlgo:
 
     def update(self, batch: NamedArrays) -> Diagnostics:
         """One update on a replay minibatch, its random draws made now; returns its diagnostics."""
-        return qpg_update(self, batch, self.draw_noise(batch))
+        return qpg_update(self, batch, self.draw_noise_fn(batch))
 
     def critic_update(self, batch: NamedArrays, noise: Noise) -> Diagnostics:
         critic_loss, info = self.critic_loss_fn(self.config, self.models, batch, noise, self.mode)
@@ -323,7 +334,8 @@ class QpgAlgo:
         minimize(self.actor_optimizer, actor_loss)
         return info
 
-    def draw_noise(self, batch: NamedArrays) -> Noise:
+    @staticmethod
+    def draw_noise_fn(batch: NamedArrays) -> Noise:
         """The update's random draws, in the order the update uses them (none by default)."""
         return {}
 

@@ -224,7 +224,7 @@ class PackedPpoLearner(PackedLearner):
 
 class PackedQpgLearner:
     """DDPG, TD3 and SAC (``QpgAlgo``), packed: each member's own uniform replay and minibatches, its
-    update's random draws (``draw_noise``: target smoothing, the policy's reparameterisation) made in
+    update's random draws (``draw_noise_fn``: target smoothing, the policy's reparameterisation) made in
     ``take`` with its RNG state current, as its single run makes them; per update one vmapped critic
     gradient and one stacked Adam step, then (when due) one vmapped actor (and temperature) gradient
     over the updated critics, one stacked Adam step and the Polyak averages of the stacks."""
