@@ -1,4 +1,4 @@
-"""Checks that a loss is a function of its inputs (STYLE.md 20), statically and by behaviour.
+"""Checks that a loss is a function of its inputs, statically and by behaviour.
 
 ``impurities(fn)`` reads a loss's source: its body may read its arguments, its locals, builtins,
 modules, classes, functions (the project's own are read the same way, recursively) and module

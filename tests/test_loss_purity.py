@@ -1,4 +1,4 @@
-"""Every loss is a function of its inputs (STYLE.md 20), checked two ways that can fail
+"""Every loss is a function of its inputs, checked two ways that can fail
 (tests/purity.py): statically, its source reads nothing but its arguments, locals, module constants
 and functions; by behaviour, every call a learner's own update makes returns what the same call
 returns on its own. Both checks reject tests/impure_loss.py, DQN's loss switched by a module flag
