@@ -78,15 +78,20 @@ class PgLearner:
         self.optimizer.load_state_dict(state["optimizer"])
 
 
+# What a minibatch's gradient step computes: a single run's loss (0-dim, backpropagated in
+# ``apply_gradients``) or a packed run's gradients by parameter name.
+Gradients = torch.Tensor | dict[str, torch.Tensor]
+
+
 class MinibatchGradStep(Protocol):
     """The seam between ``minibatch_epochs`` and the run kind: one minibatch's gradient and the
     optimizer step on it."""
 
-    def minibatch_gradients(self, indices: Any) -> tuple[Any, dict[str, torch.Tensor]]:
+    def minibatch_gradients(self, indices: Any) -> tuple[Gradients, dict[str, torch.Tensor]]:
         """The loss of the minibatch at ``indices`` (a single run backpropagates it) or its gradients
         (a packed run's), and its diagnostics as tensors (``approx_kl`` among them)."""
 
-    def apply_gradients(self, gradients: Any) -> torch.Tensor:
+    def apply_gradients(self, gradients: Gradients) -> torch.Tensor:
         """The optimizer step on what ``minibatch_gradients`` returned; returns the gradient norm
         before clipping."""
 

@@ -56,6 +56,8 @@ class EveryStep(NamedTuple):
 
 
 TimeLimits = TimeLimitSteps | EveryStep | None
+# An update's new priorities, indexable by member: (priorities [B],) for one, [K, B] for K.
+Priorities = tuple[torch.Tensor] | torch.Tensor
 
 
 class LossMode(NamedTuple):
@@ -94,7 +96,9 @@ class GradStep(Protocol):
     def batch(self, draws: list[Draw]) -> NamedArrays:
         """The loss's input from the members' draws, on the learner's device."""
 
-    def gradient_update(self, batch: NamedArrays, measure: bool) -> tuple[dict[str, torch.Tensor], Any]:
+    def gradient_update(
+        self, batch: NamedArrays, measure: bool
+    ) -> tuple[dict[str, torch.Tensor], Priorities]:
         """Gradient and optimizer step on ``batch``. Returns the diagnostics (``loss``, and with
         ``measure`` also the loss's others and ``grad_norm``: 0-dim tensors for one member, ``[K]``
         for K) and the new priorities indexable by member."""
@@ -181,7 +185,9 @@ class SingleGradStep:
             batch = batch.to_torch(self.device)
         return batch
 
-    def gradient_update(self, batch: NamedArrays, measure: bool) -> tuple[dict[str, torch.Tensor], Any]:
+    def gradient_update(
+        self, batch: NamedArrays, measure: bool
+    ) -> tuple[dict[str, torch.Tensor], Priorities]:
         learner, config = self.learner, self.learner.config
         mode = learner.loss_mode(config, batch, measure=measure, traced=False)
         loss, priorities, info = learner.loss_fn(config, learner.model, learner.target_model, batch, mode)

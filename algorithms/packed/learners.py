@@ -3,17 +3,18 @@
 Each learner wraps the K member algorithms a packed run built (one per seed, each exactly as a
 single run builds it) and is the gradient step of their family's update loop (``algorithms.learners``:
 ``replay_updates``, ``minibatch_epochs``, ``qpg_update``, the loops single runs use): every member
-keeps its own replay, update schedule, counters and random draws, and runs its own loss code (the
-algorithm's ``loss``, ``minibatch_loss`` or ``critic_loss`` and ``actor_loss``, mapped over the
-members by ``torch.func``); what the members share is one forward and backward pass over stacked
-networks and one optimizer step over stacked parameters.
+keeps its own replay, update schedule, counters and random draws, and runs its single run's loss
+functions (the algorithm module's ``loss``, or ``critic_loss`` and ``actor_loss``, given the member's
+slice of the stacked parameters as its networks and mapped over the members by ``torch.func``);
+what the members share is one forward and backward pass over stacked networks and one optimizer
+step over stacked parameters.
 
-``take(k, samples)`` gives member k its sampler batch, right after it sampled and with its global
-RNG state current (``runner.MemberRng``), so that it draws what its single run draws (its replay
-selector's seed, PPO's minibatch permutations); ``update(members, taken)`` then runs the packed
-updates of the ``members`` (indices) still training from what each ``take`` returned, and returns
-one ``(OptInfo, failure)`` per member, ``failure`` a message when that member's loss was not finite
-(the member stops; the others' computations never read its slices).
+``take(k, env_steps, samples)`` gives member k its sampler batch at the run's env step, right after
+it sampled and with its global RNG state current (``runner.MemberRng``), so that it draws what its
+single run draws (its replay selector's seed, PPO's minibatch permutations); ``update(members,
+taken)`` then runs the packed updates of the ``members`` (indices) still training from what each
+``take`` returned, and returns one ``(OptInfo, failure)`` per member, ``failure`` a message when
+that member's loss was not finite (the member stops; the others' computations never read its slices).
 """
 
 from __future__ import annotations
@@ -212,7 +213,7 @@ class PackedPpoLearner(PackedLearner):
 
     def minibatch_gradients(
         self, minibatches: list[tuple[NamedArrays, torch.Tensor]]
-    ) -> tuple[Any, dict[str, torch.Tensor]]:
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """The members' gradients on their minibatches (each member's batch and indices), one vmapped
         call, and their diagnostics [K]."""
         device = self.algos[0].agent.device
