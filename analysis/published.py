@@ -22,6 +22,8 @@ import pandas as pd
 
 from analysis import aggregate
 from analysis.curves import EVAL_SOURCE, TRAIN_SOURCE, Scores
+from analysis.learning import marked
+from analysis.markdown import ci_text, fmt
 from analysis.runs import KEYS, Experiment
 from analysis.scores import is_minatar, minatar_reference_table
 
@@ -104,3 +106,17 @@ def minatar_like_for_like(exp: Experiment, scores: Scores, curves: pd.DataFrame)
     protocols = curves[curves.algo == "dqn"].groupby("env").protocol.first()
     table = table.merge(greedy, on=["arm", "env"], how="left")
     return table.assign(our_protocol=TRAINING_LAST, published_protocol=table.env.map(protocols))
+
+
+def like_for_like_rows(comparison: pd.DataFrame, bounds: dict, scale: float) -> list[list[str]]:
+    """The cells of ``minatar_like_for_like``'s table, one row per arm and env, as the study page and
+    the report show it: counts, our greedy evaluation (with its cut mark from ``bounds``), our training
+    return raw and normalised by ``scale``, the published reading and the two agreement flags."""
+    return [
+        [r.arm, r.env, fmt(r.n_runs), fmt(r.frames),
+         marked(ci_text(r.eval_score, r.eval_ci_low, r.eval_ci_high), bounds.get((r.arm, r.env))),
+         ci_text(r.score, r.ci_low, r.ci_high),
+         ci_text(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale),
+         ci_text(r.published, r.published_low, r.published_high), fmt(r.published_in_ci), fmt(r.overlap)]
+        for r in comparison.itertuples()
+    ]  # fmt: skip

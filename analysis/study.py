@@ -28,16 +28,7 @@ from analysis.ablation import (
     deviation_games,
     verdict_arms,
 )
-from analysis.confirmatory import (
-    ENDPOINT_COLUMNS,
-    EXPLORATORY,
-    Reading,
-    Registration,
-    endpoint_table,
-    factorial_options,
-    registration,
-    result_label,
-)
+from analysis.confirmatory import ENDPOINT_COLUMNS, endpoint_table, factorial_options
 from analysis.curves import Scores, score_tables, unevaluated_runs
 from analysis.factorial import FactorialAnalysis, factorial_effects
 from analysis.interruptions import resumed_runs
@@ -51,6 +42,7 @@ from analysis.learning import (
     learning_table,
     smoke_sentence,
 )
+from analysis.preregistered import EXPLORATORY, Reading, Registration, registration, result_label
 from analysis.published import (
     TRAINING_LAST,
     last_training_returns,
@@ -110,7 +102,7 @@ def learning_checks(
     exp: Experiment, scores: Scores, reps: int = 2000, seed: int = 0, reg: Registration | None = None
 ) -> Checks:
     """``Checks`` of the experiment's final scores; empty for the min-max fallback (no fixed scale).
-    ``reg``: its frozen analysis (``analysis.confirmatory``), whose alpha, correction and sides a
+    ``reg``: its frozen analysis (``analysis.preregistered``), whose alpha, correction and sides a
     designed ablation's effects take."""
     reg = reg or Registration()
     if scores.final.empty or not scores.comparable:
@@ -169,7 +161,7 @@ class Study:
     per_game_note: str
     checks: Checks = field(default_factory=lambda: Checks())
     caps: dict[str, int] = field(default_factory=dict)  # ``learning.arm_caps``
-    registration: Registration = field(default_factory=Registration)  # ``analysis.confirmatory``
+    registration: Registration = field(default_factory=Registration)  # ``analysis.preregistered``
     endpoints: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ENDPOINT_COLUMNS))
     robustness: Robustness | None = None  # the verdict's, ``analysis.robust``
     label: tuple[str, str] = (EXPLORATORY, "")  # every reading but the endpoints': ``result_label``

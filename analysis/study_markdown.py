@@ -12,7 +12,6 @@ import pandas as pd
 from analysis import aggregate, verdict
 from analysis.ablation import EXACT_SPLITS, PLANNED_DIFFERENCE
 from analysis.configdiff import mixed_config_lines, mixed_configs, run_effective_values
-from analysis.confirmatory import EXPLORATORY, freeze_rows
 from analysis.curves import source_switch_sentence
 from analysis.factorial import factorial_lines
 from analysis.interruptions import resumed_lines
@@ -26,7 +25,8 @@ from analysis.learning import (
     smoke_sentence,
 )
 from analysis.markdown import ci_text, fmt, md_table
-from analysis.published import TRAINING_LAST
+from analysis.preregistered import EXPLORATORY, freeze_rows
+from analysis.published import TRAINING_LAST, like_for_like_rows
 from analysis.replication import replication_lines
 from analysis.robust import robustness_block
 from analysis.study import Checks, Study, effects_path
@@ -42,14 +42,7 @@ def _per_game_lines(study: Study) -> list[str]:
                    "training return, last 100+ episodes [95% CI]", f"training return, {norm}",
                    "published DQN training return at these frames [reading range]", "published inside our CI",
                    "our CI overlaps the reading range"]  # fmt: skip
-        rows = [
-            [r.arm, r.env, fmt(r.n_runs), fmt(r.frames),
-             marked(ci_text(r.eval_score, r.eval_ci_low, r.eval_ci_high), bounds.get((r.arm, r.env))),
-             ci_text(r.score, r.ci_low, r.ci_high),
-             ci_text(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale),
-             ci_text(r.published, r.published_low, r.published_high), fmt(r.published_in_ci), fmt(r.overlap)]
-            for r in table.itertuples()
-        ]  # fmt: skip
+        rows = like_for_like_rows(table, bounds, scale)
         protocols = "; ".join(sorted(set(table.published_protocol.dropna())))
         intro = (
             "Young & Tian's (2019) DQN learning curve is a training return, so it is compared with ours "
@@ -144,7 +137,7 @@ ENDPOINT_INTERVALS = (
     "that agrees with its test, beside its margin"
 )
 
-# How a result earns its label (``analysis.confirmatory.result_label``), as the study and report say it.
+# How a result earns its label (``analysis.preregistered.result_label``), as the study and report say it.
 PRE_RULE = (
     "A result is pre-registered only when it is a frozen endpoint read as frozen (its test, sides, "
     "correction and family of endpoints) and every run it uses started after the freeze, from the frozen "

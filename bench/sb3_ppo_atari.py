@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import sb3_record as rec
+from bench import sb3_zoo as zoo
 
 PROG = "python -m bench.sb3_ppo_atari"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -60,7 +61,7 @@ DRY_RUN_SECONDS = 30.0
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, not usage + error
-        raise rec.Refused(f"{PROG}: {message}")
+        raise zoo.Refused(f"{PROG}: {message}")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -75,10 +76,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--log-interval", type=int, default=102_400, help="env steps per progress row")
     p.add_argument("--dry-run", action="store_true", help="print the plan and a timed estimate only")
     args = p.parse_args(argv)
-    rec.check_name("--exp", args.exp)
-    rec.check_seed(args.seed)
-    args.env = rec.check_game(args.game)
-    rec.check_budget(args.steps, args.anneal_steps, args.threads, args.log_interval)
+    zoo.check_name("--exp", args.exp)
+    zoo.check_seed(args.seed)
+    args.env = zoo.check_game(args.game)
+    zoo.check_budget(args.steps, args.anneal_steps, args.threads, args.log_interval)
     return args
 
 
@@ -88,11 +89,11 @@ def check_registered(env: str) -> str:
     import gymnasium as gym
 
     gym.register_envs(ale_py)
-    env_id = rec.gym_id(env)
+    env_id = zoo.gym_id(env)
     try:
         gym.spec(env_id)
     except gym.error.Error:
-        raise rec.Refused(
+        raise zoo.Refused(
             f"--game {env}: ale-py {ale_py.__version__} registers no {env_id} (the zoo's Atari ids)"
         ) from None
     return env_id
@@ -104,7 +105,7 @@ def import_sb3() -> Any:
         import cv2  # noqa: F401
         import stable_baselines3
     except ImportError as error:
-        raise rec.Refused(
+        raise zoo.Refused(
             f"{error.name} is not installed: `make bench-sb3-ppo-atari` installs the bench extra and OpenCV"
         ) from None
     return stable_baselines3
@@ -120,7 +121,7 @@ def sb3_defaults() -> dict[str, Any]:
     from stable_baselines3 import PPO
     from stable_baselines3.common.policies import ActorCriticCnnPolicy
 
-    passed = set(rec.ZOO_PPO) | {"self", "env", "seed", "device", "verbose", "_init_setup_model"}
+    passed = set(zoo.ZOO_PPO) | {"self", "env", "seed", "device", "verbose", "_init_setup_model"}
     out = {}
     for prefix, function, skip in (
         ("ppo", PPO.__init__, passed),
@@ -137,16 +138,16 @@ def sb3_defaults() -> dict[str, Any]:
 
 
 def check_atari_wrapper() -> None:
-    """The installed SB3's AtariWrapper defaults are what config.json states (``rec.ATARI_ENV``)."""
+    """The installed SB3's AtariWrapper defaults are what config.json states (``zoo.ATARI_ENV``)."""
     from stable_baselines3.common.atari_wrappers import AtariWrapper
 
     parameters = inspect.signature(AtariWrapper.__init__).parameters
-    for arg, (key, kind) in rec.ATARI_WRAPPER_ARGS.items():
+    for arg, (key, kind) in zoo.ATARI_WRAPPER_ARGS.items():
         found = parameters[arg].default if arg in parameters else None
-        if found is None or kind(found) != rec.ATARI_ENV[key]:
-            raise rec.Refused(
+        if found is None or kind(found) != zoo.ATARI_ENV[key]:
+            raise zoo.Refused(
                 f"SB3's AtariWrapper has {arg}={found!r}, config.json would state "
-                f"{key}={rec.ATARI_ENV[key]!r}: update bench/sb3_record.py ATARI_ENV for this SB3"
+                f"{key}={zoo.ATARI_ENV[key]!r}: update bench/sb3_zoo.py ATARI_ENV for this SB3"
             )
 
 
@@ -154,7 +155,7 @@ def make_env(env_id: str, seed: int) -> Any:
     from stable_baselines3.common.env_util import make_atari_env
     from stable_baselines3.common.vec_env import VecFrameStack
 
-    return VecFrameStack(make_atari_env(env_id, n_envs=rec.N_ENVS, seed=seed), n_stack=rec.N_STACK)
+    return VecFrameStack(make_atari_env(env_id, n_envs=zoo.N_ENVS, seed=seed), n_stack=zoo.N_STACK)
 
 
 def wrapper_chain(env: Any) -> str:
@@ -276,7 +277,7 @@ def train(args: argparse.Namespace, path: Path, config: dict[str, Any], env_id: 
         run, checkpoint = rec.open_record(path, config, args.seed, extra)
     except (RunBusy, ValueError) as error:  # another writer; a stored config or checkpoint that differs
         env.close()
-        raise rec.Refused(" ".join(str(error).split())) from None
+        raise zoo.Refused(" ".join(str(error).split())) from None
     except BaseException:
         env.close()
         raise
@@ -383,13 +384,13 @@ def dry_run(args: argparse.Namespace, path: Path, config: dict[str, Any], env_id
     print(f"run directory: {path}")
     print(
         f"plan: SB3 {config['sb3']['version']} PPO on {env_id}, {state}; trains to {args.steps:,} env "
-        f"steps ({args.steps * rec.FRAMESKIP:,} frames) of a {args.anneal_steps:,}-step schedule, "
+        f"steps ({args.steps * zoo.FRAMESKIP:,} frames) of a {args.anneal_steps:,}-step schedule, "
         f"{args.threads} torch thread(s), a progress row every {args.log_interval:,} env steps"
     )
     print(f"PPO arguments: {json.dumps(config['sb3']['ppo_kwargs'])}")
     wall, cpu, timed = time_sb3(env_id, args.seed, DRY_RUN_SECONDS)
     left = max(0, args.steps - done)
-    rollout = rec.ZOO_PPO["n_steps"] * rec.N_ENVS
+    rollout = zoo.ZOO_PPO["n_steps"] * zoo.N_ENVS
     left = math.ceil(left / rollout) * rollout
     print(
         f"estimate: SB3 trains {wall:.0f} env steps per wall second, {cpu:.0f} per CPU second here "
@@ -412,14 +413,14 @@ def main(argv: list[str] | None = None) -> int:
         path = rec.sb3_run_path(args.root, args.exp, args.env, args.seed)
         differs = rec.stored_config_differs(path, config)
         if differs is not None:
-            raise rec.Refused(f"{differs}: cannot resume it with these arguments")
+            raise zoo.Refused(f"{differs}: cannot resume it with these arguments")
         if rec.is_finished(path):
             print(f"{path}: already complete, nothing to do")
             return 0
         if args.dry_run:
             return dry_run(args, path, config, env_id)
         return train(args, path, config, env_id)
-    except rec.Refused as error:
+    except zoo.Refused as error:
         print(str(error), file=sys.stderr)
         return 2
 

@@ -18,7 +18,7 @@ section can recompute it), so each freeze is anchored outside the file, in git:
   commit's tree instead.
 
 A failed check is *altered*; a check that cannot be made (no git, a commit this clone lacks) leaves
-the record *unverified*. Either way ``analysis.confirmatory`` labels nothing pre-registered.
+the record *unverified*. Either way ``analysis.preregistered`` labels nothing pre-registered.
 """
 
 from __future__ import annotations

@@ -22,9 +22,9 @@ from pathlib import Path
 import pandas as pd
 
 from algorithms.rundir import atomic_write_bytes, check_output
-from analysis.confirmatory import registration
 from analysis.curves import score_tables, source_switch_sentence
 from analysis.learning import cut_bounds, smoke_sentence
+from analysis.preregistered import registration
 from analysis.runs import KEYS, load_experiment
 from analysis.scores import Bounds
 from analysis.study import learning_checks

@@ -7,10 +7,11 @@ import pandas as pd
 
 from analysis import verdict
 from analysis.ablation import PLANNED_DIFFERENCE, ablation_record, verdict_arms
-from analysis.confirmatory import Reading, Registration, endpoint_table, freeze_rows, result_label
+from analysis.confirmatory import endpoint_table
 from analysis.curves import Scores, unevaluated_runs
 from analysis.learning import arm_caps, cut_legend, cut_text, marked
 from analysis.markdown import ci_text, fmt
+from analysis.preregistered import Reading, Registration, freeze_rows, result_label
 from analysis.published import last_training_returns
 from analysis.robust import balanced_runs, middle_sentence, robust_verdict
 from analysis.runs import Experiment

@@ -7,7 +7,7 @@ from analysis import aggregate
 from analysis.curves import Scores
 from analysis.learning import arm_cut_bounds, cut_legend, marked
 from analysis.markdown import ci_text, fmt
-from analysis.published import TRAINING_LAST, minatar_like_for_like
+from analysis.published import TRAINING_LAST, like_for_like_rows, minatar_like_for_like
 from analysis.runs import Experiment
 from analysis.scores import is_minatar, minatar_published_curves, minatar_reference_table
 from reports import figures
@@ -45,14 +45,7 @@ def minatar_published_section(
         section.notes.append(str(e))
         return section
     scale, unit = scores.scale, scores.unit
-    rows = [
-        [r.arm, r.env, fmt(r.n_runs), fmt(r.frames),
-         marked(ci_text(r.eval_score, r.eval_ci_low, r.eval_ci_high), bounds.get((r.arm, r.env))),
-         ci_text(r.score, r.ci_low, r.ci_high),
-         ci_text(r.normalised, r.normalised_ci_low, r.normalised_ci_high, scale),
-         ci_text(r.published, r.published_low, r.published_high), fmt(r.published_in_ci), fmt(r.overlap)]
-        for r in comparison.itertuples()
-    ]  # fmt: skip
+    rows = like_for_like_rows(comparison, bounds, scale)
     section.tables.append(
         Table(
             "minatar-published-table",

@@ -8,7 +8,7 @@ revolution", PNAS 115(11)). ``freeze`` writes the section, its hash, the code's 
 fingerprint of the reading code (``protocol.freeze_check``) and the time into
 ``<experiment>/preregistration.json`` before the first job of a seed set runs, and refuses a tree
 with uncommitted changes, or a plan whose section is not committed, unless ``--allow-dirty`` (then
-recorded as dirty). The analysis layer (``analysis.confirmatory``) checks the record
+recorded as dirty). The analysis layer (``analysis.preregistered``) checks the record
 (``protocol.freeze_check``) and compares each run's own start time and commit with the freeze to
 label every result pre-registered or exploratory.
 """

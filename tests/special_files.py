@@ -1,6 +1,6 @@
 """Things at a file's path that are not a regular file (a symlink, FIFO, socket, directory, device):
 what an output must never replace (tests/test_output_files.py) and a reader must never open
-(tests/test_run_damage.py: a FIFO blocks the open, a device's read may never end)."""
+(tests/test_run_damage_readers.py: a FIFO blocks the open, a device's read may never end)."""
 
 from __future__ import annotations
 

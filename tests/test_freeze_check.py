@@ -1,4 +1,4 @@
-"""A freeze record checked on every read (protocol/freeze_check.py, analysis/confirmatory.py): a record
+"""A freeze record checked on every read (protocol/freeze_check.py, analysis/preregistered.py): a record
 edited after its freeze, one that cannot be checked, a reading with changed analysis code, a score
 source other than the frozen one and an endpoint without runs are never read as pre-registered.
 
@@ -18,7 +18,7 @@ import pytest
 
 from algorithms.configs import ConfigError
 from algorithms.rundir import run_path
-from analysis.confirmatory import EXPLORATORY, PRE
+from analysis.preregistered import EXPLORATORY, PRE
 from analysis.study import run_study
 from analysis.study_markdown import study_markdown
 from analysis.synthetic import write_run

@@ -1,5 +1,6 @@
-"""An analysis fixed before the data (repro/preregister.py, analysis/confirmatory.py) and every verdict
-beside its games (analysis/robust.py), on synthetic experiments with known effects.
+"""An analysis fixed before the data (repro/preregister.py, analysis/preregistered.py,
+analysis/confirmatory.py) and every verdict beside its games (analysis/robust.py), on synthetic
+experiments with known effects.
 
 Synthetic runs are written with the harness's own writer (analysis/synthetic.py), so each carries the
 metadata a real run has: its first start time and the code's commit, which the labels are checked from.
@@ -21,11 +22,11 @@ from scipy import stats
 from algorithms.configs import ConfigError
 from algorithms.rundir import RunDir, git_state, run_path
 from algorithms.rundir import meta as run_meta
-from analysis.confirmatory import (
+from analysis.confirmatory import endpoint_table
+from analysis.preregistered import (
     EXPLORATORY,
     PRE,
     Reading,
-    endpoint_table,
     registration,
     result_label,
     run_label,

@@ -1,6 +1,6 @@
 """bench.sb3_record (an SB3 PPO run written in this harness's run format) and the refusals of its
-driver, bench.sb3_ppo_atari, without Stable-Baselines3: step infos as SB3's Monitor fills them,
-made by hand, stand for a run."""
+driver, bench.sb3_ppo_atari (its checks: bench.sb3_zoo), without Stable-Baselines3: step infos as
+SB3's Monitor fills them, made by hand, stand for a run."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ import pytest
 from analysis.published import last_training_returns
 from analysis.runs import load_experiment
 from bench import sb3_record as rec
+from bench import sb3_zoo as zoo
 from bench.sb3_ppo_atari import main
 
 REPO = Path(__file__).resolve().parents[1]
-T = rec.ZOO_PPO["n_steps"]  # vector steps per rollout
-ROLLOUT = T * rec.N_ENVS  # env steps per rollout: 1,024
+T = zoo.ZOO_PPO["n_steps"]  # vector steps per rollout
+ROLLOUT = T * zoo.N_ENVS  # env steps per rollout: 1,024
 INTERVAL = 2 * ROLLOUT
 ROLLOUTS = 5  # rows at 2,048 and 4,096 (an empty window), the budget's partial one at 5,120
 
@@ -33,7 +34,7 @@ GAMES = {
 
 
 def infos(rollout: int, t: int) -> list[dict]:
-    out = [{"lives": 3} for _ in range(rec.N_ENVS)]
+    out = [{"lives": 3} for _ in range(zoo.N_ENVS)]
     for (k, step, env), episode in GAMES.items():
         if (k, step) == (rollout, t):
             out[env]["episode"] = episode
@@ -201,7 +202,7 @@ def test_reserved_seeds_refused(seed: int, capsys: pytest.CaptureFixture[str], t
 
 
 def test_seeds_next_to_the_reserved_ones_pass() -> None:
-    assert (rec.check_seed(199), rec.check_seed(300)) == (199, 300)
+    assert (zoo.check_seed(199), zoo.check_seed(300)) == (199, 300)
 
 
 @pytest.mark.parametrize(
@@ -231,9 +232,9 @@ def test_cli_refuses_before_importing_sb3(tmp_path: Path) -> None:
 
 
 def test_game_names() -> None:
-    assert [rec.check_game(g) for g in ("pong", "Pong", "SpaceInvaders")] == [
+    assert [zoo.check_game(g) for g in ("pong", "Pong", "SpaceInvaders")] == [
         "pong",
         "pong",
         "space_invaders",
     ]
-    assert rec.gym_id("space_invaders") == "SpaceInvadersNoFrameskip-v4"
+    assert zoo.gym_id("space_invaders") == "SpaceInvadersNoFrameskip-v4"
