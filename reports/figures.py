@@ -105,16 +105,25 @@ def interval_estimates(metrics: pd.DataFrame, colours: dict[str, str], xlabel: s
     return to_data_uri(fig)
 
 
-def performance_profiles(profiles: pd.DataFrame, colours: dict[str, str], xlabel: str) -> str:
+def _arm_bands(table: pd.DataFrame, x: str, y: str, colours: dict[str, str], xlabel: str, ylabel: str):
+    """One panel with a line of ``y`` over ``x`` per arm and its ``ci_low``..``ci_high`` band; the
+    figure and axes are returned for the caller's own axis settings."""
     fig, ax = plt.subplots(figsize=(5.5, 3.5))
-    for arm, g in profiles.groupby("arm"):
-        ax.plot(g.tau, g.fraction, color=colours[arm], label=arm)
-        ax.fill_between(g.tau, g.ci_low, g.ci_high, color=colours[arm], alpha=0.2, linewidth=0)
+    for arm, g in table.groupby("arm"):
+        ax.plot(g[x], g[y], color=colours[arm], label=arm)
+        ax.fill_between(g[x], g.ci_low, g.ci_high, color=colours[arm], alpha=0.2, linewidth=0)
     ax.set_xlabel(xlabel)
-    ax.set_ylabel(r"fraction of runs with score $> \tau$")
-    ax.set_ylim(-0.02, 1.02)
+    ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    return fig, ax
+
+
+def performance_profiles(profiles: pd.DataFrame, colours: dict[str, str], xlabel: str) -> str:
+    fig, ax = _arm_bands(
+        profiles, "tau", "fraction", colours, xlabel, r"fraction of runs with score $> \tau$"
+    )
+    ax.set_ylim(-0.02, 1.02)
     fig.tight_layout()
     return to_data_uri(fig)
 
@@ -192,15 +201,8 @@ def half_normal_effects(effects: pd.DataFrame, xlabel: str, scale: float = 1.0) 
 
 
 def sample_efficiency(curves: pd.DataFrame, colours: dict[str, str], ylabel: str) -> str:
-    fig, ax = plt.subplots(figsize=(5.5, 3.5))
-    for arm, g in curves.groupby("arm"):
-        ax.plot(g.env_steps, g.iqm, color=colours[arm], label=arm)
-        ax.fill_between(g.env_steps, g.ci_low, g.ci_high, color=colours[arm], alpha=0.2, linewidth=0)
-    ax.set_xlabel("env steps")
+    fig, ax = _arm_bands(curves, "env_steps", "iqm", colours, "env steps", ylabel)
     ax.xaxis.set_major_formatter(_steps_label)
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
     fig.tight_layout()
     return to_data_uri(fig)
 

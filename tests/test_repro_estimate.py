@@ -110,17 +110,13 @@ def _cache(jobs, seconds_per_step):
     ProbeCache().put(jobs[0], _device(), _result(jobs[0], seconds_per_step))
 
 
+def _argv(files, seeds="2", profile="smoke"):
+    """``rlrepro run`` of the CartPole plan with these seeds and profile."""
+    return ["run", str(files / "cartpole.toml"), "--seeds", seeds, "--profile", profile]
+
+
 def _run(files, *extra, profile="smoke"):
-    argv = [
-        "run",
-        str(files / "cartpole.toml"),
-        "--seeds",
-        "2",
-        "--profile",
-        profile,
-        "--games",
-        "CartPole-v1",
-    ]
+    argv = [*_argv(files, profile=profile), "--games", "CartPole-v1"]
     return main([*argv, "--root", str(files / "runs"), "--no-progress", *extra])
 
 
@@ -190,16 +186,7 @@ def test_run_probes_a_long_plan_and_keeps_the_measurement(files, scheduler, monk
 def test_dry_runs_reuse_the_cached_probe_and_reprobe_measures_afresh(files, monkeypatch, capsys):
     calls = []
     monkeypatch.setattr(probe, "probe_job", lambda job, device: calls.append(1) or _result(job, 1e-3))
-    argv = [
-        "run",
-        str(files / "cartpole.toml"),
-        "--seeds",
-        "1",
-        "--profile",
-        "smoke",
-        "--root",
-        str(files / "runs"),
-    ]
+    argv = [*_argv(files, seeds="1"), "--root", str(files / "runs")]
     assert main([*argv, "--dry-run"]) == 0
     assert "probing throughput" in capsys.readouterr().out
     assert main([*argv, "--dry-run"]) == 0  # another command, the same arm: the cached probe
@@ -286,16 +273,7 @@ def test_report_of_a_tiny_plan_shows_its_plan_and_the_profile_by_name(files):
     from reports.build import build_report
 
     root = files / "runs"
-    argv = [
-        "run",
-        str(files / "cartpole.toml"),
-        "--seeds",
-        "1",
-        "--profile",
-        "smoke",
-        "--games",
-        "CartPole-v1",
-    ]
+    argv = [*_argv(files, seeds="1"), "--games", "CartPole-v1"]
     assert main([*argv, "--root", str(root), "--no-progress", "--no-estimate"]) == 0
     experiment = root / "cartpole-smoke"
     metadata = json.loads((experiment / "a2c_cartpole/CartPole-v1/seed0/metadata.json").read_text())
