@@ -47,7 +47,8 @@ EXPECTED_STEPS = list(range(200, 2001, 200))
 CHILD = textwrap.dedent(
     """
     import json, os, sys, time, torch
-    from algorithms.train import config_from_dict, train
+    from algorithms.run_config import config_from_dict
+    from algorithms.train import train
     torch.set_num_threads(1)
     if len(sys.argv) > 3:
         from algorithms import rundir

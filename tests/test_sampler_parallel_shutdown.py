@@ -205,7 +205,7 @@ UNGUARDED = textwrap.dedent(
     from algorithms.envs.config import EnvConfig
     from algorithms.samplers.base import env_spaces
     from algorithms.samplers.modes import make_sampler
-    from algorithms.train import SamplerConfig
+    from algorithms.run_config import SamplerConfig
 
     env = EnvConfig(id="pong", num_threads=1)
     factory = registry.AgentFactory("dqn", dqn.Config(), *env_spaces(env))

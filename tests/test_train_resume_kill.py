@@ -31,7 +31,8 @@ CONFIG = TrainConfig(
 CHILD = textwrap.dedent(
     """
     import json, sys, torch
-    from algorithms.train import config_from_dict, train
+    from algorithms.run_config import config_from_dict
+    from algorithms.train import train
     torch.set_num_threads(1)
     train(config_from_dict(json.loads(sys.argv[1])), sys.argv[2])
     """
