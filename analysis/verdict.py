@@ -135,10 +135,13 @@ def learning_sentence(levels: Sequence[ArmLevel], scale: float = 1.0, unit: str 
     if len(arms) == 1:  # nothing to compare: the learning check alone
         return f"{names[0]} has not been shown to learn at this budget ({why}: {levels_text})."
     learned_somewhere = {level.arm for level in levels if level.learned}
+    # An interval that includes random play shows no learning; it does not show its absence, so no
+    # branch calls an arm untrained.
     if partly := [a for a in names if a in learned_somewhere]:  # per-env levels: learned on other envs
         fully = [a for a in names if a not in learned_somewhere]
         head = (
-            f"{' and '.join(fully)} {'has' if len(fully) == 1 else 'have'} not learned at this budget; "
+            f"{' and '.join(fully)} {'has' if len(fully) == 1 else 'have'} not been shown to learn at this "
+            "budget; "
             if fully
             else ""
         )
@@ -148,20 +151,15 @@ def learning_sentence(levels: Sequence[ArmLevel], scale: float = 1.0, unit: str 
         )
     if len(names) == len(arms):
         subject = "Neither arm has" if len(arms) == 2 else "No arm has"
-        if any(level.cap is not None for level in untrained):
-            return (
-                f"{subject} been shown to learn at this budget: the comparison is between agents not shown "
-                f"to be trained ({why}: {levels_text})."
-            )
         return (
-            f"{subject} learned at this budget: the comparison is between untrained agents "
-            f"({why}: {levels_text})."
+            f"{subject} been shown to learn at this budget: the comparison is between agents not shown to be "
+            f"trained ({why}: {levels_text})."
         )
     verb = "has" if len(names) == 1 else "have"
-    agents = "an untrained agent" if len(names) == 1 else "untrained agents"
+    agents = "an agent" if len(names) == 1 else "agents"
     return (
-        f"{' and '.join(names)} {verb} not learned at this budget: the comparison is with {agents} ({why}: "
-        f"{levels_text})."
+        f"{' and '.join(names)} {verb} not been shown to learn at this budget: the comparison is with {agents} "
+        f"not shown to be trained ({why}: {levels_text})."
     )
 
 
@@ -213,7 +211,7 @@ class Verdict:
     poi: dict[str, float]  # value, ci_low, ci_high
     iqm_difference: dict[str, float]  # value, ci_low, ci_high, se
     winner: str | None
-    sentence: str  # opens with the learning check when an arm has not learned
+    sentence: str  # opens with the learning check when an arm is not shown to learn
     levels: tuple[ArmLevel, ...] = ()  # baseline's, candidate's IQMs over the verdict's runs
     lead: str | None = None  # the learning check it opens with (``learning_sentence``)
 

@@ -28,20 +28,22 @@ def _study(tmp_path, skills: dict[str, float], seeds=5, plan=None):
     return run_study(exp, reps=400)
 
 
-def test_neither_arm_learned_is_the_first_sentence_of_the_verdict(tmp_path):
+def test_neither_arm_shown_to_learn_is_the_first_sentence_of_the_verdict(tmp_path):
     study = _study(tmp_path, {"a_published": 0.0, "b_corrected": 0.0})
     first = study.verdict.sentence.split(": ")[0]
-    assert first == "Neither arm has learned at this budget"
+    assert first == "Neither arm has been shown to learn at this budget"
     assert study.verdict.sentence.startswith(
-        "Neither arm has learned at this budget: the comparison is between untrained agents"
+        "Neither arm has been shown to learn at this budget: the comparison is between agents not shown to be "
+        "trained"
     )
+    assert "untrained" not in study.verdict.sentence  # an interval over 0 shows no learning, not its absence
     assert not study.learning.learned.any()
     assert (study.learning.ci_low <= 0).all()  # no env's interval lies above random play
     markdown = study_markdown(study, "cmd", "2026-12-04")
     assert (
-        "**Verdict (exploratory).** Neither arm has learned" in markdown and "## Learning check" in markdown
+        "**Verdict (exploratory).** Neither arm has been shown to learn" in markdown and "## Learning check" in markdown
     )
-    assert markdown.count("Neither arm has learned") == 1
+    assert markdown.count("Neither arm has been shown to learn") == 1
 
 
 @pytest.mark.parametrize("skills", [{"a_published": 0.0, "b_corrected": 0.0}, {"a": 0.0, "b": 0.0, "c": 1.0}])
@@ -51,14 +53,15 @@ def test_the_report_states_the_learning_sentence_once(tmp_path, skills):
     arms = {arm: SyntheticArm(skill, {"algo": arm}) for arm, skill in skills.items()}
     exp = write_experiment(tmp_path, "exp", arms, GAMES, list(range(3)), **RUNS)
     html = build_report(exp, reps=100).read_text()
-    lead = "Neither arm has learned" if len(skills) == 2 else "a and b have not learned"
+    lead = "Neither arm has been shown to learn" if len(skills) == 2 else "a and b have not been shown to learn"
     assert html.count(lead) == 1 and '<section id="learning">' in html
 
 
 def test_one_untrained_arm_is_named_first_and_trained_arms_get_no_warning(tmp_path):
     study = _study(tmp_path, {"a_published": 0.0, "b_corrected": 1.0})
     assert study.verdict.sentence.startswith(
-        "a_published has not learned at this budget: the comparison is with an untrained agent"
+        "a_published has not been shown to learn at this budget: the comparison is with an agent not shown "
+        "to be trained"
     )
     assert study.verdict.winner == "b_corrected"
     trained = _study(tmp_path / "t", {"a_published": 0.9, "b_corrected": 1.0})
@@ -83,7 +86,7 @@ def test_the_reference_is_the_published_dqn_at_the_same_frames(tmp_path):
 
 def test_no_interval_with_one_seed_is_not_shown_to_learn():
     sentence = learning_sentence([ArmLevel("a", 0.5, np.nan, np.nan), ArmLevel("b", 0.6, 0.1, 0.9)])
-    assert sentence.startswith("a has not learned at this budget")
+    assert sentence.startswith("a has not been shown to learn at this budget")
     assert "one seed per game: no interval" in sentence
     on_env = learning_sentence(
         [ArmLevel("a", 0.5, 0.2, 0.7, env="x"), ArmLevel("a", 0.5, np.nan, np.nan, env="y")]
@@ -93,7 +96,7 @@ def test_no_interval_with_one_seed_is_not_shown_to_learn():
     )
     assert "a on x" not in on_env
     assert learning_sentence([ArmLevel("a", 0.5, 0.2, 0.7)]) is None
-    assert learning_sentence([ArmLevel(x, 0, -1, 1) for x in "abc"]).startswith("No arm has learned")
+    assert learning_sentence([ArmLevel(x, 0, -1, 1) for x in "abc"]).startswith("No arm has been shown to learn")
 
 
 def test_arms_that_learned_on_other_envs_are_never_called_untrained():
@@ -107,9 +110,9 @@ def test_arms_that_learned_on_other_envs_are_never_called_untrained():
     sentence = learning_sentence(both)
     assert sentence.startswith("a and b are not shown to learn on every game: the comparison there is with")
     assert "a on y" in sentence and "b on y" in sentence and "a on x" not in sentence
-    assert "Neither arm has learned" not in sentence
+    assert "Neither arm" not in sentence
     one = learning_sentence([*both[:2], ArmLevel("b", 0, -1, 1, env="x"), both[3]])
-    assert one.startswith("b has not learned at this budget; a is not shown to learn on every game")
+    assert one.startswith("b has not been shown to learn at this budget; a is not shown to learn on every game")
 
 
 def test_evaluations_cut_at_the_harness_cap_are_not_shown_to_learn(tmp_path):
