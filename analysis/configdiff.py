@@ -19,6 +19,7 @@ listed by ``origins_table`` (per arm, key, value and source).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,11 @@ ABSENT = "(absent)"
 # Keys that differ between the runs of one arm and env by design: the seed, and the options that change
 # what a run shows, not what it computes.
 PER_RUN_KEYS = ("runner.seed", *RESULT_NEUTRAL_KEYS)
+# A run's own seed recorded inside other values: a key named ``seed`` (a seed handed on to a library,
+# as the SB3 record's ``sb3.ppo_kwargs.seed``) or a ``seed=N`` argument of a recorded call (its
+# ``sb3.env``, ``make_atari_env(..., seed=1)``). Masked before the runs of a cell are compared, so that
+# such a value differs only where it is not the run's own seed.
+SEED_MARK = "<seed>"
 RunKey = tuple[str, str, int]
 # Per run, flattened config key -> (value in effect, why).
 Effective = dict[RunKey, dict[str, tuple[Any, str]]]
@@ -124,10 +130,20 @@ def shown(value: Any) -> str:
     return fmt(value)
 
 
+def _seed_masked(key: str, value: Any, seed: int) -> Any:
+    """``value`` with the run's own ``seed`` in it replaced by ``SEED_MARK`` (see there)."""
+    if key.rsplit(".", 1)[-1] == "seed" and not isinstance(value, bool) and value == seed:
+        return SEED_MARK
+    if isinstance(value, str):
+        return re.sub(rf"\bseed={seed}\b", f"seed={SEED_MARK}", value)
+    return value
+
+
 def mixed_configs(configs: dict[RunKey, dict[str, Any]], effective: Effective | None = None) -> pd.DataFrame:
     """Rows ``arm, env, key, values``: each key on which the runs of one arm on one env disagree (but
-    the seed and ``RESULT_NEUTRAL_KEYS``), as after ``--rerun-changed`` on some of its seeds or a
-    profile edited between two invocations: the arm's results mix two configurations. ``values``
+    the seed, the run's seed recorded in other keys, ``SEED_MARK``, and ``RESULT_NEUTRAL_KEYS``), as
+    after ``--rerun-changed`` on some of its seeds or a profile edited between two invocations: the
+    arm's results mix two configurations. ``values``
     gives each value with the seeds that ran it (``0.001 (seeds 0,2); 0.0001 (seed 1)``)."""
     effective = effective or {}
     by_cell: dict[tuple[str, str], list[tuple[int, dict[str, Any]]]] = {}
@@ -138,7 +154,7 @@ def mixed_configs(configs: dict[RunKey, dict[str, Any]], effective: Effective | 
         for key in sorted(set().union(*(flat for _, flat in runs)) - set(PER_RUN_KEYS)):
             seeds: dict[str, list[int]] = {}
             for seed, flat in runs:
-                seeds.setdefault(shown(flat.get(key, ABSENT)), []).append(seed)
+                seeds.setdefault(shown(_seed_masked(key, flat.get(key, ABSENT), seed)), []).append(seed)
             if len(seeds) > 1:
                 values = "; ".join(
                     f"{value} ({'seed' if len(s) == 1 else 'seeds'} {seeds_text(s)})"

@@ -210,6 +210,25 @@ def test_mixed_configs_name_the_keys_the_runs_of_one_arm_differ_in():
     ]
 
 
+def test_the_seed_recorded_in_other_keys_is_no_mixture():
+    """The SB3 record names the run's seed in the library's arguments (``sb3.ppo_kwargs.seed``) and in
+    the recorded env call (``sb3.env``); before, main's study flagged the two SB3 Pong seeds of the Atari
+    experiment as runs of two configurations. A seed there other than the run's own still is one."""
+
+    def config(seed, recorded_seed=None, lr=1e-3):
+        recorded = seed if recorded_seed is None else recorded_seed
+        call = f"VecFrameStack(make_atari_env('PongNoFrameskip-v4', n_envs=8, seed={recorded}), n_stack=4)"
+        return {"runner": {"seed": seed}, "sb3": {"env": call, "ppo_kwargs": {"seed": recorded, "lr": lr}}}
+
+    same = {("sb3", "pong", s): config(s) for s in (0, 1, 10)}
+    assert mixed_configs(same).empty
+    wrong = {**same, ("sb3", "pong", 2): config(2, recorded_seed=12, lr=1e-4)}
+    rows = mixed_configs(wrong).set_index("key")["values"].to_dict()
+    assert set(rows) == {"sb3.env", "sb3.ppo_kwargs.seed", "sb3.ppo_kwargs.lr"}
+    assert rows["sb3.ppo_kwargs.seed"] == "<seed> (seeds 0,1,10); 12 (seed 2)"
+    assert "seed=12" in rows["sb3.env"] and "seed=<seed>" in rows["sb3.env"]
+
+
 def test_an_arm_whose_runs_differ_in_config_is_flagged_in_the_study_and_the_report(tmp_path, capsys):
     """One seed of arm a rerun with another learning rate (``--rerun-changed`` on that seed): before,
     the study and the report said nothing, and the config diff left the key out as varying inside an arm."""
