@@ -43,6 +43,15 @@ def our_protocol(source: str) -> str:
     return OUR_PROTOCOL.get(source, source)
 
 
+def our_final_score(final: pd.DataFrame) -> str:
+    """What our side of a comparison with a published final evaluation is, from the final scores'
+    ``source`` column (``analysis.curves``): the final evaluation, or the training return that stands
+    in for it when some run has none, which is not a published evaluation's protocol."""
+    if (final.source == EVAL_SOURCE).all():
+        return "our final evaluation"
+    return "our last training return, standing in for a final evaluation some runs lack: not R2D2's protocol"
+
+
 def last_training_returns(exp: Experiment, episodes: int = LAST_EPISODES) -> pd.DataFrame:
     """Per complete run: the mean training return over its last ``episodes`` or more training episodes
     at its last progress row, ``KEYS + [frames, score, episodes]``. Progress rows average the episodes

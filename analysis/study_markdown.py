@@ -26,7 +26,7 @@ from analysis.learning import (
 )
 from analysis.markdown import ci_text, fmt, md_table
 from analysis.preregistered import EXPLORATORY, freeze_rows
-from analysis.published import TRAINING_LAST, like_for_like_rows
+from analysis.published import TRAINING_LAST, like_for_like_rows, our_final_score
 from analysis.replication import replication_lines
 from analysis.robust import robustness_block
 from analysis.study import Checks, Study, effects_path
@@ -64,9 +64,9 @@ def _per_game_lines(study: Study) -> list[str]:
             for r in table.itertuples()
         ]  # fmt: skip
         intro = (
-            "Final raw score per arm and game (our final evaluation) next to R2D2's Table 4 (Kapturowski et "
-            "al. 2019, ~10B frames; its protocol: final evaluation score, 30 random no-op starts, mean of 3 "
-            "seeds)."
+            f"Final raw score per arm and game ({our_final_score(study.scores.final)}) next to R2D2's Table 4 "
+            "(Kapturowski et al. 2019, ~10B frames; its protocol: final evaluation score, 30 random no-op "
+            "starts, mean of 3 seeds)."
         )
     else:
         columns = base + [norm]

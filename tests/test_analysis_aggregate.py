@@ -21,9 +21,12 @@ from analysis.configdiff import config_diff, mixed_config_lines, mixed_configs
 from analysis.curves import resample_curves, score_tables
 from analysis.intervals import mean_interval
 from analysis.runs import load_experiment
+from analysis.study import run_study
+from analysis.study_markdown import study_markdown
 from analysis.synthetic import SyntheticArm, write_experiment
 from analysis.throughput import arm_throughput, run_throughput
 from reports.__main__ import main as reports_main
+from reports.build import build_report
 
 
 def _final(rows):
@@ -253,3 +256,17 @@ def test_an_arm_whose_runs_differ_in_config_is_flagged_in_the_study_and_the_repo
     assert reports_main(["build", str(exp), "--reps", "100", "--out", str(report)]) == 0
     page = report.read_text()
     assert said in page and page.index(said) < page.index('<section id="verdict"')
+
+
+@pytest.mark.parametrize("eval_episodes", [2, 0])
+def test_the_r2d2_comparison_names_which_of_our_scores_it_shows(tmp_path, eval_episodes):
+    """R2D2's Table 4 is a final evaluation; runs without one are scored by their training return, and
+    the study and the report say so beside the table (before, both said 'our final evaluation')."""
+    arms = {a: SyntheticArm(1.0, {"algo": a}) for a in ("a", "b")}
+    exp = write_experiment(
+        tmp_path, "exp", arms, ["pong", "breakout"], [0, 1], n_logs=3, eval_episodes=eval_episodes
+    )
+    ours = "our final evaluation" if eval_episodes else "our last training return, standing in"
+    text = study_markdown(run_study(exp, reps=100), "cmd", "today")
+    assert f"Final raw score per arm and game ({ours}" in text.split("## Per game")[1]
+    assert f"Our final raw score ({ours}" in build_report(exp, reps=100).read_text()
