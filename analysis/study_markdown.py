@@ -64,9 +64,9 @@ def _per_game_lines(study: Study) -> list[str]:
             for r in table.itertuples()
         ]  # fmt: skip
         intro = (
-            f"Final raw score per arm and game ({our_final_score(study.scores.final)}) next to R2D2's Table 4 "
-            "(Kapturowski et al. 2019, ~10B frames; its protocol: final evaluation score, 30 random no-op "
-            "starts, mean of 3 seeds)."
+            f"Final raw score per arm and game ({our_final_score(study.scores.final)}) next to R2D2's "
+            "Table 4 (Kapturowski et al. 2019, ~10B frames; its protocol: final evaluation score, 30 random "
+            "no-op starts, mean of 3 seeds)."
         )
     else:
         columns = base + [norm]

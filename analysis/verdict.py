@@ -158,8 +158,8 @@ def learning_sentence(levels: Sequence[ArmLevel], scale: float = 1.0, unit: str 
     verb = "has" if len(names) == 1 else "have"
     agents = "an agent" if len(names) == 1 else "agents"
     return (
-        f"{' and '.join(names)} {verb} not been shown to learn at this budget: the comparison is with {agents} "
-        f"not shown to be trained ({why}: {levels_text})."
+        f"{' and '.join(names)} {verb} not been shown to learn at this budget: the comparison is with "
+        f"{agents} not shown to be trained ({why}: {levels_text})."
     )
 
 

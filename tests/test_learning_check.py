@@ -33,15 +33,16 @@ def test_neither_arm_shown_to_learn_is_the_first_sentence_of_the_verdict(tmp_pat
     first = study.verdict.sentence.split(": ")[0]
     assert first == "Neither arm has been shown to learn at this budget"
     assert study.verdict.sentence.startswith(
-        "Neither arm has been shown to learn at this budget: the comparison is between agents not shown to be "
-        "trained"
+        "Neither arm has been shown to learn at this budget: the comparison is between agents not shown "
+        "to be trained"
     )
     assert "untrained" not in study.verdict.sentence  # an interval over 0 shows no learning, not its absence
     assert not study.learning.learned.any()
     assert (study.learning.ci_low <= 0).all()  # no env's interval lies above random play
     markdown = study_markdown(study, "cmd", "2026-12-04")
     assert (
-        "**Verdict (exploratory).** Neither arm has been shown to learn" in markdown and "## Learning check" in markdown
+        "**Verdict (exploratory).** Neither arm has been shown to learn" in markdown
+        and "## Learning check" in markdown
     )
     assert markdown.count("Neither arm has been shown to learn") == 1
 
@@ -53,7 +54,9 @@ def test_the_report_states_the_learning_sentence_once(tmp_path, skills):
     arms = {arm: SyntheticArm(skill, {"algo": arm}) for arm, skill in skills.items()}
     exp = write_experiment(tmp_path, "exp", arms, GAMES, list(range(3)), **RUNS)
     html = build_report(exp, reps=100).read_text()
-    lead = "Neither arm has been shown to learn" if len(skills) == 2 else "a and b have not been shown to learn"
+    lead = (
+        "Neither arm has been shown to learn" if len(skills) == 2 else "a and b have not been shown to learn"
+    )
     assert html.count(lead) == 1 and '<section id="learning">' in html
 
 
@@ -96,7 +99,9 @@ def test_no_interval_with_one_seed_is_not_shown_to_learn():
     )
     assert "a on x" not in on_env
     assert learning_sentence([ArmLevel("a", 0.5, 0.2, 0.7)]) is None
-    assert learning_sentence([ArmLevel(x, 0, -1, 1) for x in "abc"]).startswith("No arm has been shown to learn")
+    assert learning_sentence([ArmLevel(x, 0, -1, 1) for x in "abc"]).startswith(
+        "No arm has been shown to learn"
+    )
 
 
 def test_arms_that_learned_on_other_envs_are_never_called_untrained():
@@ -112,7 +117,9 @@ def test_arms_that_learned_on_other_envs_are_never_called_untrained():
     assert "a on y" in sentence and "b on y" in sentence and "a on x" not in sentence
     assert "Neither arm" not in sentence
     one = learning_sentence([*both[:2], ArmLevel("b", 0, -1, 1, env="x"), both[3]])
-    assert one.startswith("b has not been shown to learn at this budget; a is not shown to learn on every game")
+    assert one.startswith(
+        "b has not been shown to learn at this budget; a is not shown to learn on every game"
+    )
 
 
 def test_evaluations_cut_at_the_harness_cap_are_not_shown_to_learn(tmp_path):
