@@ -1,5 +1,6 @@
 """``python -m analysis study runs/<experiment> --csv PATH --markdown PATH``: a study's tidy result table
-and markdown summary (``analysis.study``); without ``--csv`` or ``--markdown`` the summary is printed.
+and markdown summary (``analysis.study``); without ``--csv`` or ``--markdown`` the summary is printed;
+``--as-frozen`` reads with the code of the experiment's freeze (``analysis.as_frozen``).
 ``python -m analysis ending runs/<experiment>``: the lines a run ends with (``analysis.ending``)."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 from algorithms.rundir import NotARegularFile, atomic_write_bytes, check_output
+from analysis.as_frozen import add_as_frozen, as_frozen_main
 from analysis.ending import ending_lines
 from analysis.factorial import factorial_path
 from analysis.replication import check_replication, with_replication_base
@@ -50,12 +52,15 @@ def _main(argv: list[str]) -> int:
         "[analysis] section allows pooling)",
     )
     add_scoring_options(study)
+    add_as_frozen(study)
     ending = commands.add_parser("ending", help="per arm and env the final score, then the verdict")
     ending.add_argument("experiment", type=Path, help="runs/<experiment>")
     add_scoring_options(ending)
     args = parser.parse_args(argv)
     if args.command == "ending":
         return _ending(args)
+    if args.as_frozen:
+        return as_frozen_main("analysis", args.experiment, argv)
     if args.pool and args.replication is None:
         parser.error("--pool reads a study and its --replication together: give --replication")
     try:

@@ -98,8 +98,9 @@ class Registration:
             )
         return (
             f"The reading is not the frozen one: {reason}. Its endpoints are exploratory here; read them "
-            f"as frozen from a checkout of the frozen commit: git worktree add --detach ../frozen-{commit} "
-            f"{commit}, then this command from there."
+            f"as frozen with this command and --as-frozen, which runs it with the code of commit {commit} "
+            f"(or by hand: git worktree add --detach ../frozen-{commit} {commit}, then this command from "
+            "there)."
         )
 
 

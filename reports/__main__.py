@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from algorithms.rundir import check_output
+from analysis.as_frozen import add_as_frozen, as_frozen_main
 from analysis.scores import add_scoring_options, check_reps, read_bounds
 from protocol.console import guarded
 from reports.build import build_report
@@ -58,7 +59,15 @@ def _main(argv: list[str] | None) -> int:
         default=None,
         help="also write each figure of the report there as <figure id>.png (for a page in docs/results)",
     )
+    add_as_frozen(build)
     args = parser.parse_args(argv)
+    if args.as_frozen:
+        try:
+            experiment = experiment_path(args.experiment)
+        except FileNotFoundError as e:
+            print(f"reports: {e}", file=sys.stderr)
+            return 2
+        return as_frozen_main("reports", experiment, sys.argv[1:] if argv is None else argv)
     try:
         check_reps(args.reps)
         if args.out is not None:

@@ -202,6 +202,7 @@ def test_a_reading_with_changed_analysis_code_is_exploratory_and_says_how_to_rea
     top = text[: text.index("## Analysis fixed before the data")]
     assert (
         "**The reading is not the frozen one" in top
+        and f"this command and --as-frozen, which runs it with the code of commit {commit[:12]}" in top
         and f"git worktree add --detach ../frozen-{commit[:12]}" in top
     )
 
