@@ -58,10 +58,22 @@ def _clip(arm: str, env: str, seed: int, run: Path) -> Figure | str:
     return Figure(f"clip-{arm}", uri, f"{arm} playing {env}", caption)
 
 
+def _peer_arms(plan: dict | None) -> set[str]:
+    """The arms the plan record names as run by another program (``repro.record``): their checkpoints
+    are that program's, not a run this harness can play."""
+    entries = [p for p in (plan or {}).get("plans", []) if isinstance(p, dict)]
+    return {str(arm) for p in entries for arm in p.get("peers", [])}
+
+
 def clips_section(exp: Experiment) -> Section | None:
     """One clip per arm where a run kept its final checkpoint; None where no arm's run did."""
     figures, notes = [], []
+    peers = _peer_arms(exp.plan)
     for arm in exp.arms:
+        if arm in peers:
+            notes.append(f"{arm}: a peer arm, run by another program, so no clip (its checkpoints are not "
+                         "this harness's)")  # fmt: skip
+            continue
         found = _run_with_checkpoint(exp, arm)
         if found is None:
             notes.append(f"{arm}: no complete run kept a checkpoint, so no clip")
@@ -71,7 +83,7 @@ def clips_section(exp: Experiment) -> Section | None:
             figures.append(clip)
         else:
             notes.append(clip)
-    if not figures and all("kept a checkpoint" in n for n in notes):
+    if not figures and all("kept a checkpoint" in n or "peer arm" in n for n in notes):
         return None
     intro = "One evaluation episode per arm, played by the agent of its final checkpoint (rlrepro evaluate)."
     return Section("watch", "Watch the agents", intro=intro, figures=figures, notes=notes)

@@ -14,6 +14,7 @@ Arms are the run-directory names (the setting's name, followed by its ``--set`` 
 any). ``seeds`` is the seed spec of the seeds run (``repro.plans.format_seeds``: ``0-2``,
 ``100-104``, ``1,5,9``). A setting run without a plan file is recorded as a plan of its name whose
 ``setting`` says so; ``set`` lists the command line's ``--set`` values, a sweep's as ``key=a,b,c``;
+``peers`` names the plan's peer arms (``repro.plan_file.Plan.peers``: run by another program);
 ``ablation`` of an ablation plan names its base arm, the ablate setting and each deviation arm's keys,
 and of a designed ablation the design (``repro.ablation.design_record``: switches and each arm's row).
 The profile is named as
@@ -65,6 +66,8 @@ def plan_record(plan: Plan, jobs: list[Job], seeds: tuple[int, ...]) -> dict[str
     }
     if plan.setting is not None:
         entry["setting"] = plan.setting
+    if plan.peers:  # arms another program writes into the experiment: a report plays no checkpoint of theirs
+        entry["peers"] = list(plan.peers)
     deviations = {j.arm: list(j.deviation[2]) for j in jobs if j.deviation is not None}
     if plan.ablate is not None:
         # Which arm is the base each deviation arm is compared with (analysis.ablation).

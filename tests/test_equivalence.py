@@ -24,8 +24,9 @@ from analysis.study_markdown import study_markdown
 from analysis.synthetic import write_run
 from protocol.registration import parse_section
 from reports.build import build_report
-from repro.plans import load_plan, plan_analysis
+from repro.plans import expand, load_plan, plan_analysis
 from repro.preregister import freeze
+from repro.record import plan_record
 
 REPO = Path(__file__).resolve().parents[1]
 OURS, PEER = "ppo_atari_zoo", "sb3_ppo_atari_zoo"
@@ -222,6 +223,14 @@ def test_the_shipped_atari_plan_names_its_peer_arm_in_its_frozen_section():
     section = plan_analysis(plan)
     kinds = {e.kind for e in section.endpoints}
     assert kinds == {"equivalence"} and any(e.baseline == PEER for e in section.endpoints)
+
+
+def test_the_plan_record_names_the_peer_arms(tmp_path):
+    """plan.json keeps the peers, so that a report can tell a peer's runs from this harness's."""
+    plan = load_plan("atari_ppo")
+    jobs = expand(plan, (0,), "smoke", tmp_path, envs=["pong"])
+    [entry] = plan_record(plan, jobs, (0,))["plans"]
+    assert entry["peers"] == [PEER] and PEER not in entry["arms"]
 
 
 def test_a_peer_that_is_also_an_arm_is_refused(tmp_path):

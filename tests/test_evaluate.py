@@ -114,3 +114,18 @@ def test_the_report_embeds_a_clip_per_arm_with_a_checkpoint_and_names_the_others
     for checkpoints in bare.glob(f"*/*/seed*/{CHECKPOINT_DIR}"):
         shutil.rmtree(checkpoints)
     assert 'id="watch"' not in build_report(bare, out=tmp_path / "without.html", reps=100).read_text()
+
+
+def test_a_peer_arm_gets_no_clip_and_no_error(cartpole, tmp_path):
+    """A peer arm's runs (another program's, as SB3's in the Atari experiment) are not played: before,
+    the report ran evaluate on them and showed its error ('unknown key sb3')."""
+    from reports.build import build_report
+
+    experiment = shutil.copytree(cartpole.parents[2], tmp_path / "exp")
+    shutil.copytree(experiment / cartpole.parents[1].name, experiment / "peer")
+    record = json.loads((experiment / "plan.json").read_text())
+    record["plans"][0]["peers"] = ["peer"]
+    (experiment / "plan.json").write_text(json.dumps(record))
+    html = build_report(experiment, out=tmp_path / "page.html", reps=100).read_text()
+    assert html.count('src="data:image/gif;base64,') == 1 and 'id="clip-peer"' not in html
+    assert "peer: a peer arm, run by another program, so no clip" in html
