@@ -141,10 +141,10 @@ def _seed_masked(key: str, value: Any, seed: int) -> Any:
 
 def mixed_configs(configs: dict[RunKey, dict[str, Any]], effective: Effective | None = None) -> pd.DataFrame:
     """Rows ``arm, env, key, values``: each key on which the runs of one arm on one env disagree (but
-    the seed, the run's seed recorded in other keys, ``SEED_MARK``, and ``RESULT_NEUTRAL_KEYS``), as
+    the seed, the run's own seed recorded in other keys (``SEED_MARK``) and ``RESULT_NEUTRAL_KEYS``), as
     after ``--rerun-changed`` on some of its seeds or a profile edited between two invocations: the
-    arm's results mix two configurations. ``values``
-    gives each value with the seeds that ran it (``0.001 (seeds 0,2); 0.0001 (seed 1)``)."""
+    arm's results mix two configurations. ``values`` gives each value with the seeds that ran it
+    (``0.001 (seeds 0,2); 0.0001 (seed 1)``)."""
     effective = effective or {}
     by_cell: dict[tuple[str, str], list[tuple[int, dict[str, Any]]]] = {}
     for run, config in sorted(configs.items()):
