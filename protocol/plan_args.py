@@ -15,6 +15,9 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 # Seeds per (arm, env): rliable's own studies use up to 100 runs per task (Agarwal et al. 2021); a
 # thousand is far past any study, and more is a typo that would plan (and record) a huge grid.
 MAX_SEEDS = 1000
+# Seeds kept for checks of this harness by others (the project's rule): a count never reaches them, so
+# ``--seeds 300`` cannot run them unasked; a range or list that names them runs them.
+RESERVED_SEEDS = range(200, 300)
 # An ablation arm's name: the base setting, this infix, the deviations it turns on (repro.ablation).
 DEVIATION_INFIX = "_with_"
 
@@ -52,11 +55,13 @@ _COUNT = re.compile(r"^\d+$")
 _RANGE = re.compile(r"^(\d+)-(\d+)$")
 
 
-def parse_seeds(spec: Any, what: str = "--seeds") -> tuple[int, ...]:
+def parse_seeds(spec: Any, what: str = "--seeds", first_seed: int = 0) -> tuple[int, ...]:
     """The seeds of a seed spec, the one reading of ``--seeds``, ``SEEDS`` and a plan's ``seeds``:
-    ``3`` (a count: seeds 0, 1, 2), ``100-104`` (a range, both ends included) or ``1,5,9`` (a list of
-    seeds and ranges); a sequence of seeds is checked as such. A spec that is none of these, a range
-    that goes down, a repeated seed or more than ``MAX_SEEDS`` seeds is a ``ConfigError`` of one line
+    ``3`` (a count: seeds 0, 1, 2, or counted from ``first_seed``, which a plan sets to keep a study
+    on fresh seeds), ``100-104`` (a range, both ends included) or
+    ``1,5,9`` (a list of seeds and ranges), a range or list read as written; a sequence of seeds is
+    checked as such. A spec that is none of these, a range that goes down, a repeated seed, more than
+    ``MAX_SEEDS`` seeds or a count that reaches ``RESERVED_SEEDS`` is a ``ConfigError`` of one line
     naming ``what`` and the spec."""
     if isinstance(spec, tuple | list):  # seeds already read
         spec = format_seeds(list(spec)) if spec else ""
@@ -71,7 +76,16 @@ def parse_seeds(spec: Any, what: str = "--seeds") -> tuple[int, ...]:
             raise bad("a count of seeds must be at least 1")
         if count > MAX_SEEDS:
             raise bad(f"{count} seeds; at most {MAX_SEEDS}")
-        return tuple(range(count))
+        counted = range(first_seed, first_seed + count)
+        if counted[-1] > MAX_SEED:
+            raise bad(f"seed {counted[-1]} is past the largest seed, {MAX_SEED} (2**32 - 1)")
+        if set(counted) & set(RESERVED_SEEDS):
+            kept = f"{RESERVED_SEEDS[0]}-{RESERVED_SEEDS[-1]}"
+            raise bad(
+                f"a count of {count} from seed {first_seed} reaches seeds {kept}, which are kept for "
+                "outside checks; name them as a range to run them"
+            )
+        return tuple(counted)
     seeds: list[int] = []
     for item in text.split(","):
         item = item.strip()
@@ -99,13 +113,11 @@ def parse_seeds(spec: Any, what: str = "--seeds") -> tuple[int, ...]:
     return tuple(seeds)
 
 
-def count_from(spec: Any, first: int, what: str = "--seeds") -> tuple[int, ...]:
-    """``parse_seeds``, with a count counted from ``first`` (a plan's ``first_seed``, which keeps a
-    study on fresh seeds): ``count_from("3", 400)`` is seeds 400, 401, 402; a range or a list is read
-    as written."""
-    seeds = parse_seeds(spec, what)
-    counted = isinstance(spec, int | str) and not isinstance(spec, bool) and _COUNT.match(str(spec).strip())
-    return tuple(first + s for s in seeds) if counted else seeds
+def seeds_from(first: int, count: int) -> tuple[int, ...]:
+    """``count`` seeds from ``first`` on, stepping over ``RESERVED_SEEDS``: the seeds a planner picks
+    (a power plan's count), which says the seeds it picked rather than refuse."""
+    picked = [s for s in range(first, first + count + len(RESERVED_SEEDS)) if s not in RESERVED_SEEDS]
+    return tuple(picked[:count])
 
 
 def format_seeds(seeds: Sequence[int]) -> str:

@@ -136,16 +136,17 @@ def power_plan(plan, pilot: str, envs, detect: float, given: str | None, spec: s
             f"two-sided test at alpha {family.alpha:g})"
         )
         return given
-    return _chosen_seeds(spec, found.seeds)
+    return _chosen_seeds(spec, found.seeds, plan.first_seed)
 
 
-def _chosen_seeds(spec: str | None, count: int) -> str:
-    """``count`` seeds from the first of the plan's seed spec: a count starts at seed 0, a range or
-    list (fresh seeds, 100-104) at its first seed."""
-    from protocol.plan_args import format_seeds, parse_seeds
+def _chosen_seeds(spec: str | None, count: int, first_seed: int) -> str:
+    """``count`` seeds from the first of the plan's seed spec: a count starts at the plan's
+    ``first_seed``, a range or list (fresh seeds, 100-104) at its first seed; the seeds kept for
+    outside checks are stepped over (``seeds_from``)."""
+    from protocol.plan_args import format_seeds, parse_seeds, seeds_from
 
-    first = 0 if spec is None or str(spec).strip().isdigit() else parse_seeds(spec)[0]
-    chosen = format_seeds(list(range(first, first + count)))
+    first = first_seed if spec is None or str(spec).strip().isdigit() else parse_seeds(spec)[0]
+    chosen = format_seeds(seeds_from(first, count))
     print(f"  seeds: {chosen} (give --seeds to choose others)")
     return chosen
 
@@ -181,4 +182,4 @@ def design_power_plan(plan, pilot: str, envs, detect: float, given: str | None, 
         f"family level ({family.text}) is {found.detectable_with(n) * 100:.3g} points ({single * 100:.3g} "
         f"for one two-sided test at alpha {family.alpha:g})"
     )
-    return given if given is not None else _chosen_seeds(spec, found.seeds)
+    return given if given is not None else _chosen_seeds(spec, found.seeds, plan.first_seed)

@@ -31,7 +31,7 @@ def _plan_jobs(args: argparse.Namespace):
     """``(plan, seeds, jobs)`` of ``run``: a plan (a name or a ``.toml`` file with ``[plan]``), or a
     setting (a name or a ``.toml`` file with ``[setting]``) run on ``--env`` (default its own env)."""
     from algorithms.configs import unknown_key_message
-    from protocol.plan_args import count_from, parse_list
+    from protocol.plan_args import parse_list, parse_seeds
     from repro.plans import available_plans, expand, is_plan, load_plan, setting_plan
     from repro.settings import available_settings, parse_overrides
 
@@ -67,7 +67,7 @@ def _plan_jobs(args: argparse.Namespace):
         spec = power_plan(plan, pilot, games or plan.envs, args.detect, args.seeds, spec)
     if spec is None:
         raise ConfigError("--seeds is required: a count (3: seeds 0..2), a range (100-104) or a list (1,5,9)")
-    seeds = count_from(spec, plan.first_seed)
+    seeds = parse_seeds(spec, first_seed=plan.first_seed)
     try:
         jobs = expand(
             plan, seeds, args.profile, Path(args.root), experiment=args.exp or None, envs=games, arms=arms,

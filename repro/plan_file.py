@@ -30,7 +30,7 @@ class Plan:
     envs_source: str
     seeds: str | None = None  # the plan's seed spec (``parse_seeds``), the default of ``--seeds``
     # Where a count of seeds (``--seeds 3``) starts: a plan that must run on fresh seeds, away from
-    # the sets earlier studies used, counts from here (``count_from``); 0 for every other plan.
+    # the sets earlier studies used, counts from here (``parse_seeds``); 0 for every other plan.
     first_seed: int = 0
     setting: str | None = None  # a setting run without a plan file (``setting_plan``): its name or path
     ablate: str | None = None  # the setting whose deviations from the one arm make leave-one-out arms

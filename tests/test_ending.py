@@ -18,7 +18,7 @@ from scipy import stats
 from analysis.ending import confirmed_differences, ending_lines, replication_lines
 from analysis.study import run_study
 from analysis.synthetic import SyntheticArm, write_experiment
-from protocol.plan_args import count_from
+from protocol.plan_args import parse_seeds
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED, CORRECTED = "rlpyt_r2d1_minatar_published", "r2d1_minatar_corrected"
@@ -27,18 +27,11 @@ BREAKOUT = "minatar_breakout"
 USED_SEEDS = set(range(0, 10)) | set(range(100, 105)) | set(range(200, 300)) | set(range(300, 303))
 
 
-def test_a_count_of_seeds_counts_from_the_plans_first_seed():
-    assert count_from("3", 400) == (400, 401, 402)
-    assert count_from(3, 400) == (400, 401, 402)
-    assert count_from("7-8", 400) == (7, 8)  # a range is read as written
-    assert count_from("3", 0) == (0, 1, 2)
-
-
 def test_the_cpu_plan_runs_both_arms_on_fresh_seeds(tmp_path):
     from repro.plans import expand, load_plan
 
     plan = load_plan("r2d1_breakout_cpu")
-    jobs = expand(plan, count_from(plan.seeds, plan.first_seed), "minatar_cpu", tmp_path)
+    jobs = expand(plan, parse_seeds(plan.seeds, first_seed=plan.first_seed), "minatar_cpu", tmp_path)
     assert {(j.arm, j.env) for j in jobs} == {(PUBLISHED, BREAKOUT), (CORRECTED, BREAKOUT)}
     seeds = {j.seed for j in jobs}
     assert len(seeds) == 3 and not seeds & USED_SEEDS

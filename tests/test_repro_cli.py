@@ -15,7 +15,7 @@ import pytest
 from algorithms import registry
 from algorithms.configs import ConfigError
 from algorithms.run_config import RunnerConfig, SamplerConfig, env_config_class
-from protocol.plan_args import format_seeds, parse_seeds
+from protocol.plan_args import format_seeds, parse_seeds, seeds_from
 from repro.cli import main
 from repro.inspect_settings import diff_rows, resolve_label
 from repro.plans import available_plans, expand, load_plan
@@ -183,6 +183,27 @@ def test_seed_specs_count_range_and_list():
     ]:  # fmt: skip
         with pytest.raises(ConfigError, match=f"^--seeds '{bad}': .*{why}"):
             parse_seeds(bad)
+
+
+def test_a_count_of_seeds_counts_from_the_plans_first_seed():
+    assert parse_seeds("3", first_seed=400) == parse_seeds(3, first_seed=400) == (400, 401, 402)
+    assert parse_seeds("7-8", first_seed=400) == (7, 8)  # a range is read as written
+    assert parse_seeds("3", first_seed=0) == (0, 1, 2)
+
+
+def test_a_count_never_reaches_the_seeds_kept_for_outside_checks():
+    assert parse_seeds("200") == tuple(range(200))
+    assert parse_seeds("5", first_seed=300) == tuple(range(300, 305))
+    for count, first_seed in [("201", 0), ("300", 0), ("3", 198), ("3", 250), ("1", 299)]:
+        reaches = f"^--seeds '{count}': .* from seed {first_seed} reaches seeds 200-299"
+        with pytest.raises(ConfigError, match=reaches):
+            parse_seeds(count, first_seed=first_seed)
+    assert parse_seeds("200-202") == (200, 201, 202)  # named, as an outside check names them
+    with pytest.raises(ConfigError, match="past the largest seed"):
+        parse_seeds("3", first_seed=2**32 - 2)
+    assert seeds_from(198, 4) == (198, 199, 300, 301)  # a planner steps over the kept seeds
+    assert seeds_from(0, 3) == (0, 1, 2)
+    assert seeds_from(250, 2) == (300, 301) and len(seeds_from(0, 1000)) == 1000
 
 
 PLAN = """

@@ -19,6 +19,7 @@ from analysis.multiple import adjust
 from analysis.study import result_table, run_study
 from analysis.synthetic import SyntheticArm, write_experiment
 from analysis.verdict import iqm_difference
+from protocol.plan_args import format_seeds, seeds_from
 from protocol.stats import detectable_difference, power_at
 from repro.plans import load_plan
 from repro.power import (
@@ -160,7 +161,17 @@ def test_the_dry_run_plans_seeds_from_the_committed_results_and_says_the_power_o
     planned = dry("--detect", "2")
     found = plan_seeds(load_plan("r2d1_minatar_ablation").pilot, delta=0.02)
     assert f"each arm needs {found.seeds} seeds per game" in planned
-    assert f"seeds: 0-{found.seeds - 1}" in planned
+    assert f"seeds: {format_seeds(seeds_from(0, found.seeds))} " in planned
     assert planned.count("/minatar_breakout/seed0 ") == 10
     given = dry("--seeds", "100-102")
     assert "--seeds 100-102: 3 seeds per game have" in given and "/seed100" in given
+
+
+def test_planned_seeds_count_from_the_plans_first_seed_and_never_reach_the_kept_seeds():
+    from repro.cli_estimate import _chosen_seeds
+
+    assert _chosen_seeds("3", 4, first_seed=500) == "500-503"  # a count in the plan: its first_seed
+    assert _chosen_seeds(None, 4, first_seed=0) == "0-3"
+    assert _chosen_seeds("100-104", 7, first_seed=500) == "100-106"  # a range: its first seed
+    assert _chosen_seeds(None, 250, first_seed=0) == "0-199,300-349"  # the kept seeds stepped over
+    assert _chosen_seeds(None, 3, first_seed=250) == "300-302"
