@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.configdiff import (
+    ABSENT,
     config_diff,
     effective_table,
     mixed_config_lines,
@@ -163,27 +164,39 @@ def config_section(exp: Experiment) -> Section:
         "config-diff",
         "Config differences between arms",
         "Keys (flattened, from each run's config.json) on which the runs of every arm agree and the arms "
-        "differ; keys that vary inside an arm (seed, env id) are omitted. A value another key overrides "
-        "(recorded in metadata.json when the run started) is compared as it ran and shows as "
-        "'X in effect (stated Y)'.",
+        "differ; keys that vary inside an arm (seed, env id) are omitted, and keys only some arms record "
+        "are listed apart. A value another key overrides (recorded in metadata.json when the run "
+        "started) is compared as it ran and shows as 'X in effect (stated Y)'.",
     )
     origins = origins_table(exp.configs)
     from_command_line = {(r.arm, r.key) for r in origins.itertuples()}
+    cells = diff.assign(
+        **{
+            arm: [
+                shown(v) + (" (command line)" if (arm, key) in from_command_line else "")
+                for key, v in zip(diff.key, diff[arm])
+            ]
+            for arm in diff.columns[1:]
+        }
+    )
+    # An arm of another algorithm or implementation (SB3's PPO beside ours) names its settings
+    # otherwise: its keys, absent from the other arms, would bury the keys both record and differ in.
+    one_sided = diff.iloc[:, 1:].map(lambda v: isinstance(v, str) and v == ABSENT).any(axis=1)
+    columns = [(c, c) for c in diff.columns]
     if len(exp.arms) < 2:
         section.notes.append("one arm only: nothing to compare")
     elif diff.empty:
         section.notes.append("the arms' configs are identical")
+    elif one_sided.all():
+        section.notes.append("no key that every arm records differs between the arms")
     else:
-        cells = diff.assign(
-            **{
-                arm: [
-                    shown(v) + (" (command line)" if (arm, key) in from_command_line else "")
-                    for key, v in zip(diff.key, diff[arm])
-                ]
-                for arm in diff.columns[1:]
-            }
+        section.tables.append(frame_table("config-diff-table", cells[~one_sided], columns))
+    if len(exp.arms) >= 2 and one_sided.any():
+        caption = (
+            f"{int(one_sided.sum())} keys some arms do not record: an arm of another algorithm or another "
+            "implementation names its settings otherwise, so these are not compared value to value"
         )
-        section.tables.append(frame_table("config-diff-table", cells, [(c, c) for c in diff.columns]))
+        section.tables.append(frame_table("config-one-side-table", cells[one_sided], columns, caption, True))
     if not origins.empty:
         section.tables.append(
             frame_table(

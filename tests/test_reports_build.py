@@ -253,3 +253,28 @@ def test_an_interval_of_identical_scores_keeps_a_readable_axis(width):
     low, high = ax.get_xlim()
     assert low < 47.36 - 1 and high > 47.36 + 1
     plt.close(fig)
+
+
+def test_keys_only_some_arms_record_are_listed_apart_from_the_differences(tmp_path):
+    from analysis.runs import load_experiment
+    from reports.setup_sections import config_section
+
+    ours = {"algo": "ppo", "algo_config": {"clip_epsilon": 0.1, "lr": 1e-3}, "env": {"frame_stack": 4}}
+    peer = {"algo": "sb3_ppo", "algo_config": {"clip_range": 0.1, "lr": 3e-4}, "env": {"frame_stack": 4}}
+    arms = {"ours": SyntheticArm(1.0, ours), "peer": SyntheticArm(1.0, peer)}
+    section = config_section(load_experiment(write_experiment(tmp_path, "exp", arms, ["pong"], [0, 1])))
+    tables = {t.id: t for t in section.tables}
+    assert tables["config-diff-table"].rows == [
+        ["algo", "ppo", "sb3_ppo"],
+        ["algo_config.lr", "0.001", "0.0003"],
+    ]
+    one_side = tables["config-one-side-table"]
+    assert one_side.rows == [
+        ["algo_config.clip_epsilon", "0.1", "(absent)"],
+        ["algo_config.clip_range", "(absent)", "0.1"],
+    ]
+    assert one_side.folded and one_side.caption.startswith("2 keys some arms do not record")
+    # Arms that record the same keys: one table, as before.
+    same = {"a": SyntheticArm(1.0, ours), "b": SyntheticArm(1.0, {**ours, "algo": "a2c"})}
+    section = config_section(load_experiment(write_experiment(tmp_path, "same", same, ["pong"], [0])))
+    assert [t.id for t in section.tables] == ["config-diff-table"]
