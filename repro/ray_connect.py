@@ -2,7 +2,7 @@
 the plan's jobs, before anything is written.
 
 * The repository is the runtime environment of every task (``runtime_env``): Ray ships it to the
-  nodes as the tasks' working directory, ``.git`` included so that runs record their commit.
+  nodes as the tasks' working directory, without ``.git``; its commit and dirtiness travel with it.
 * A cluster address that does not answer, and Ctrl-C while Ray's client is connecting, are one
   line of ours within ``CONNECT_TIMEOUT_S``, not minutes of Ray's own retries (``connect``).
 * A local instance this process starts stays on loopback (``LOOPBACK_NODE_IP``), and stops when this
@@ -12,6 +12,7 @@ the plan's jobs, before anything is written.
 from __future__ import annotations
 
 import _thread
+import json
 import logging
 import os
 import select
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from algorithms.configs import ConfigError
+from algorithms.rundir import CODE_STATE_ENV, git_state
 from repro.ray_reaper import start_reaper
 
 REPO = Path(__file__).resolve().parents[1]
@@ -213,9 +215,13 @@ def job_size(cpus: float, gpus: float) -> str:
 def runtime_env() -> dict[str, Any]:
     """The repository as the working directory of every task, a runtime environment of the whole Ray
     job (Ray uploads a local directory only for one given to ``ray.init``; a caller that connects
-    itself passes this); Ray leaves out what ``.gitignore`` lists as well."""
-    # .git travels for the commit a run records, but not its packs: git rev-parse HEAD reads the refs
-    # alone, and the packs of a clone hold every committed run's checkpoints (382 MB on 2026-12-07),
-    # whose upload outlasted CONNECT_TIMEOUT_S in the two-node test.
-    excludes = ["/runs/*", "!/runs/README.md", "/.venv/", "/.git/objects/pack/"]
-    return {"working_dir": str(REPO), "excludes": excludes}
+    itself passes this); Ray leaves out what ``.gitignore`` lists as well. The checkout's commit and
+    dirtiness, read here when the tree is uploaded, go with it (``CODE_STATE_ENV``), for each run's
+    metadata."""
+    # .git stays here: a clone's packs hold every committed run's checkpoints (382 MB on 2026-12-07),
+    # whose upload outlasted CONNECT_TIMEOUT_S in the two-node test, and without them git on a node
+    # can tell the commit but not whether the tree was dirty.
+    excludes = ["/runs/*", "!/runs/README.md", "/.venv/", "/.git/"]
+    commit, dirty = git_state(REPO)
+    state = json.dumps({"commit": commit, "dirty": dirty})
+    return {"working_dir": str(REPO), "excludes": excludes, "env_vars": {CODE_STATE_ENV: state}}

@@ -424,10 +424,12 @@ def test_two_node_cluster_streams_results_survives_node_loss_and_ctrl_c(files):
         assert n_kept >= 1
         assert (run / "progress.csv").read_text().splitlines()[: n_kept + 1] == kept_rows[: n_kept + 1]
         metadata = json.loads((run / "metadata.json").read_text())
-        # .git travelled with the code: the run records this checkout's commit, the one of the test's
-        # start or, where someone committed meanwhile (a shared working tree), one since.
+        # The checkout's state travelled with the code, not its .git (ray_connect.runtime_env): the run
+        # records the commit of the test's start or, where someone committed meanwhile (a shared
+        # working tree), one since, and whether the tree was dirty.
         recorded = metadata["git_commit"]
         assert recorded and is_ancestor(start_commit, recorded) and is_ancestor(recorded, "HEAD"), recorded
+        assert isinstance(metadata["git_dirty"], bool), metadata["git_dirty"]
         print(f"node loss: {len(steps)} rows checked, {n_kept} kept from the lost attempt")
         files_there = sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file())
         assert files_there == [

@@ -87,3 +87,15 @@ def test_a_staging_directory_goes_once_its_owner_is_killed(tmp_path, monkeypatch
     reused.mkdir()
     remove_orphans()
     assert not killed.exists() and not reused.exists() and living.is_dir()
+
+
+def test_the_runtime_env_ships_the_checkouts_state_and_not_its_git():
+    import json
+
+    from algorithms.rundir import CODE_STATE_ENV, git_state
+    from repro.ray_connect import REPO, runtime_env
+
+    env = runtime_env()
+    assert "/.git/" in env["excludes"] and env["working_dir"] == str(REPO)
+    shipped = json.loads(env["env_vars"][CODE_STATE_ENV])
+    assert (shipped["commit"], shipped["dirty"]) == git_state(REPO) and shipped["commit"]

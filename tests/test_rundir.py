@@ -317,3 +317,12 @@ def test_atomic_writes_take_the_umask_or_keep_the_mode_of_the_file_they_replace(
     private = tmp_path / "private.csv"
     atomic.atomic_write_bytes(private, b"x")
     assert mode(private) == 0o600
+
+
+def test_code_shipped_without_its_git_records_the_state_it_was_shipped_with(monkeypatch, tmp_path):
+    shipped = {"commit": "a" * 40, "dirty": True}
+    monkeypatch.setenv(run_meta.CODE_STATE_ENV, json.dumps(shipped))
+    assert run_meta.git_state() == ("a" * 40, True)
+    record = run_meta.start_record()
+    assert (record["git_commit"], record["git_dirty"]) == ("a" * 40, True)
+    assert run_meta.git_state(tmp_path) == (None, None)  # a checkout named is asked itself: here none

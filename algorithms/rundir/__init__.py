@@ -54,6 +54,7 @@ from algorithms.rundir.atomic import NotARegularFile, atomic_write_bytes, atomic
 from algorithms.rundir.layout import (
     CHECKPOINT_DIR,
     CHECKPOINT_FILE,
+    CODE_STATE_ENV,
     CONFIG_FILE,
     EFFECTIVE_VALUES_KEY,
     EVAL_COLUMNS,
@@ -107,6 +108,7 @@ __all__ = [
     "EFFECTIVE_VALUES_KEY",
     "ORIGINS_KEY",
     "EVAL_COLUMNS",
+    "CODE_STATE_ENV",
     "EVAL_FILE",
     "LOCK_FDS_ENV",
     "LOCK_FILE",

@@ -39,6 +39,9 @@ START_KEYS = (
     "cuda_visible_devices", "argv",
 )  # fmt: skip
 RESUMES_KEY = "resumes"
+# Where code shipped without its .git (the Ray backend's runtime env) finds the commit and dirtiness of
+# the checkout it came from: JSON {"commit": ..., "dirty": ...}, read by ``git_state``.
+CODE_STATE_ENV = "RLREPRO_CODE_STATE"
 
 # config.json keys that change what a run shows, not what it computes: a run resumed with TensorBoard
 # event files turned on (or off) is the same run, and two seeds of an arm that differ only there ran

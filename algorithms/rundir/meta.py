@@ -5,6 +5,7 @@ saves. torch is imported inside the functions that need it, so reading runs neve
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import random
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from algorithms.rundir.atomic import _now
+from algorithms.rundir.layout import CODE_STATE_ENV
 
 # Packages whose versions every run records (those that change numbers or speed).
 RECORDED_PACKAGES = (
@@ -59,7 +61,12 @@ def _gpu_models() -> list[str]:
 def git_state(code_dir: Path | None = None) -> tuple[str | None, bool | None]:
     """``(commit, dirty)`` of the code's checkout (default: this repository); dirty means tracked files
     with uncommitted changes (new run directories are untracked and do not count). None where git
-    cannot tell (no git, not a checkout)."""
+    cannot tell (no git, not a checkout). Code shipped without its ``.git`` (to a Ray node) carries
+    the state of the checkout it came from in ``CODE_STATE_ENV``, which answers for this repository."""
+    shipped = os.environ.get(CODE_STATE_ENV)
+    if shipped and code_dir is None:
+        state = json.loads(shipped)
+        return state["commit"], state["dirty"]
     code_dir = Path(code_dir or Path(__file__).resolve().parents[2])  # the repository: algorithms/rundir/..
     commit = git_output(["rev-parse", "HEAD"], code_dir)
     status = git_output(["status", "--porcelain", "--untracked-files=no"], code_dir)
