@@ -58,11 +58,10 @@ _RANGE = re.compile(r"^(\d+)-(\d+)$")
 def parse_seeds(spec: Any, what: str = "--seeds", first_seed: int = 0) -> tuple[int, ...]:
     """The seeds of a seed spec, the one reading of ``--seeds``, ``SEEDS`` and a plan's ``seeds``:
     ``3`` (a count: seeds 0, 1, 2, or counted from ``first_seed``, which a plan sets to keep a study
-    on fresh seeds), ``100-104`` (a range, both ends included) or
-    ``1,5,9`` (a list of seeds and ranges), a range or list read as written; a sequence of seeds is
-    checked as such. A spec that is none of these, a range that goes down, a repeated seed, more than
-    ``MAX_SEEDS`` seeds or a count that reaches ``RESERVED_SEEDS`` is a ``ConfigError`` of one line
-    naming ``what`` and the spec."""
+    on fresh seeds), ``100-104`` (a range, both ends included) or ``1,5,9`` (a list of seeds and
+    ranges), a range or list read as written; a sequence of seeds is checked as such. A spec that is
+    none of these, a range that goes down, a repeated seed, more than ``MAX_SEEDS`` seeds or a count
+    that reaches ``RESERVED_SEEDS`` is a ``ConfigError`` of one line naming ``what`` and the spec."""
     if isinstance(spec, tuple | list):  # seeds already read
         spec = format_seeds(list(spec)) if spec else ""
     text = str(spec).strip()
