@@ -35,11 +35,11 @@ EXP ?=
 # PACK=auto chooses K from the slots. Empty: one process per run.
 PACK ?=
 
-.PHONY: help venv test test-gpu lint format bench-env bench-minatar-dqn bench-r2d1-minatar bench-packed bench-learn-dqn bench-dqn-speed bench-learn-pg bench-pg-speed bench-sb3-ppo-atari bench-sampler bench-replay \
+.PHONY: help venv test test-stress test-gpu lint format bench-env bench-minatar-dqn bench-r2d1-minatar bench-packed bench-learn-dqn bench-dqn-speed bench-learn-pg bench-pg-speed bench-sb3-ppo-atari bench-sampler bench-replay \
 	reproduce-r2d1 repro-dry-run check-suite report regress regress-update clean
 
 help:
-	@echo "make test | test-gpu | lint | bench-env | bench-minatar-dqn | bench-r2d1-minatar | bench-packed | bench-learn-dqn | bench-learn-pg | bench-sampler"
+	@echo "make test | test-stress | test-gpu | lint | bench-env | bench-minatar-dqn | bench-r2d1-minatar | bench-packed | bench-learn-dqn | bench-learn-pg | bench-sampler"
 	@echo "make reproduce-r2d1 [SEEDS=3]   (SUITE=cpu: the R2D1 finding on MinAtar Breakout, under an hour on 2 cores)"
 	@echo "make reproduce-r2d1 SUITE=atari SEEDS=3 PROFILE=smoke|mini|paper [GAMES=pong,qbert] [BACKEND=local|ray] [JOBS=n] [PACK=K|auto]"
 	@echo "    [ADDRESS=head:6379] [SHARED_FS=1] [CPUS_PER_JOB=n] [GPUS_PER_JOB=0.25]   (docs/ray_cluster.md)"
@@ -64,8 +64,12 @@ $(STAMP_RAY): $(STAMP)
 venv: $(STAMP)
 
 # The suite includes the Ray backend test against a local Ray instance, so it installs the ray extra.
+# The stress tier (many trials of one race; minutes of both cores) runs apart: make test-stress, in CI.
 test: $(STAMP_RAY)
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not stress"
+
+test-stress: $(STAMP_RAY)
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m stress
 
 # The GPU tier (tests/test_gpu.py): every algorithm, the parallel samplers, the asynchronous runner
 # and a packed run with the agent on RLREPRO_TEST_DEVICE (default cuda); skipped without that device.
